@@ -1,0 +1,60 @@
+# Draft KV sliding window for vLLM Model Runner V2: developer entry points.
+# `make setup` builds .venv once (CPU torch, vLLM 0.33.0 without its GPU deps,
+# test tools, the released vllm-ascend wheel for MRV1 parity); every other target needs it.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.setup-done
+WHEEL_DIR := .cache/wheels
+VLLM_ASCEND_VERSION := 0.26.0rc1
+VLLM_ASCEND_WHEEL_STAMP := $(WHEEL_DIR)/.vllm-ascend-$(VLLM_ASCEND_VERSION)
+
+.DEFAULT_GOAL := help
+.PHONY: help setup test lint demo bench e2e-ascend clean
+
+help:  ## List the targets.
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+setup: $(STAMP) $(VLLM_ASCEND_WHEEL_STAMP)  ## Create .venv (idempotent: a second run does nothing).
+
+$(STAMP): pyproject.toml requirements/cpu.txt requirements/test.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	# CPU torch: this exact version is the CPU build; a range would pull a CUDA build.
+	$(PIP) install -q torch==2.13.0
+	# vLLM without its dependency pins (triton, CUDA torchvision/torchaudio/torchcodec).
+	$(PIP) install -q --no-deps vllm==0.33.0
+	$(PIP) install -q --no-deps -r requirements/cpu.txt
+	$(PIP) install -q -r requirements/test.txt
+	# This project, editable, without deps: its runtime deps are the ones above.
+	$(PIP) install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+# The released vllm-ascend wheel: the parity tests load its MRV1 adapter from it.
+$(VLLM_ASCEND_WHEEL_STAMP): | $(STAMP)
+	mkdir -p $(WHEEL_DIR)
+	$(PIP) download -q --no-deps -d $(WHEEL_DIR) vllm-ascend==$(VLLM_ASCEND_VERSION)
+	touch $@
+
+test: setup  ## Run the test suite on CPU.
+	$(PY) -m pytest
+
+lint: setup  ## ruff check and format check.
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+demo: setup  ## The main job: the window inspector.
+	@echo "make demo: the window inspector is not built yet (issue: 'The main job and the numbers')." >&2
+	@exit 1
+
+bench: setup  ## Benchmarks into benchmarks/results/.
+	@echo "make bench: the benchmarks are not built yet (issue: 'The main job and the numbers')." >&2
+	@exit 1
+
+e2e-ascend: setup  ## End-to-end check with vllm serve on an Ascend host.
+	@echo "make e2e-ascend: the end-to-end harness is not built yet (issue: 'End to end')." >&2
+	@exit 1
+
+clean:  ## Remove .venv, caches and build output.
+	rm -rf $(VENV) .cache build dist *.egg-info .pytest_cache .ruff_cache .hypothesis

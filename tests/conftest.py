@@ -1,0 +1,52 @@
+"""CPU shims and fixtures for testing against the real vLLM 0.33.0 Model Runner V2.
+
+The shims run at import time, before any test builds a vLLM object.
+"""
+
+import numpy as np
+import pytest
+import vllm.platforms
+import vllm.platforms.cpu
+import vllm.v1.worker.gpu.buffer_utils as buffer_utils
+
+# The vllm wheel detects no platform on a CPU-only host, and BlockTables needs a device type.
+vllm.platforms._current_platform = vllm.platforms.cpu.CpuPlatform()
+# UVA buffers want pinned memory, which a CPU-only torch cannot give; plain tensors do here.
+buffer_utils.is_uva_available = lambda: False
+
+from mrv1_adapter import load_mrv1_adapter_module  # noqa: E402
+from mrv2_buffers import Mrv2Batch, make_mrv2_batch  # noqa: E402
+
+
+@pytest.fixture
+def one_group_batch() -> Mrv2Batch:
+    """Real InputBuffers and BlockTables, one KV-cache group of 16-token blocks."""
+    return make_mrv2_batch(
+        block_sizes=[16],
+        seq_lens=[10, 60, 200, 64],
+        num_query_per_req=1,
+        num_reqs_padded=6,
+        max_num_reqs=8,
+        max_model_len=512,
+        rng=np.random.default_rng(0),
+    )
+
+
+@pytest.fixture
+def two_group_batch() -> Mrv2Batch:
+    """Two KV-cache groups with different block sizes (16 and 64 tokens)."""
+    return make_mrv2_batch(
+        block_sizes=[16, 64],
+        seq_lens=[10, 300, 129, 1000, 64],
+        num_query_per_req=4,
+        num_reqs_padded=8,
+        max_num_reqs=8,
+        max_model_len=1024,
+        rng=np.random.default_rng(1),
+    )
+
+
+@pytest.fixture(scope="session")
+def mrv1():
+    """The released vllm-ascend 0.26.0rc1 `spec_decode/utils.py`, loaded standalone."""
+    return load_mrv1_adapter_module()

@@ -1,0 +1,60 @@
+"""The wheel only adds files under draft_window/: installed beside vllm-ascend it never
+replaces one of vllm-ascend's files."""
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = "vllm_ascend/worker/v2/spec_decode/draft_window/"
+PARENTS = [
+    "vllm_ascend",
+    "vllm_ascend/worker",
+    "vllm_ascend/worker/v2",
+    "vllm_ascend/worker/v2/spec_decode",
+]
+
+
+def build_wheel(out_dir: Path) -> Path:
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--quiet",
+            "--wheel-dir",
+            str(out_dir),
+            str(ROOT),
+        ],
+        check=True,
+    )
+    (wheel,) = out_dir.glob("*.whl")
+    return wheel
+
+
+def test_parent_folders_have_no_init_file():
+    for parent in PARENTS:
+        assert not (ROOT / parent / "__init__.py").exists(), parent
+
+
+def test_wheel_installs_only_the_draft_window_package_and_declares_the_entry_point(tmp_path):
+    wheel = build_wheel(tmp_path)
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        dist_info = {n.split("/")[0] for n in names if ".dist-info/" in n}
+        assert len(dist_info) == 1
+        (dist_info,) = dist_info
+        outside = [n for n in names if not n.startswith((PACKAGE, dist_info + "/"))]
+        assert outside == []
+        assert PACKAGE + "__init__.py" in names
+        assert PACKAGE + "window.py" in names
+        entry_points = zf.read(f"{dist_info}/entry_points.txt").decode()
+    assert "[vllm.general_plugins]" in entry_points
+    assert (
+        "draft_window = vllm_ascend.worker.v2.spec_decode.draft_window.plugin:register"
+        in entry_points
+    )
