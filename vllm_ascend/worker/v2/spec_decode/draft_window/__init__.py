@@ -4,3 +4,19 @@ With ``additional_config={"draft_window_size": W}`` the draft model attends only
 last W tokens of each request (start aligned down to a block), while the target keeps full
 attention and the draft's KV writes stay at absolute positions.
 """
+
+from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
+    BlockTableWindow,
+    WindowSpec,
+    lcm_alignment,
+    seq_lens_upper_bound,
+    window_seq_lens,
+)
+
+__all__ = [
+    "BlockTableWindow",
+    "WindowSpec",
+    "lcm_alignment",
+    "seq_lens_upper_bound",
+    "window_seq_lens",
+]

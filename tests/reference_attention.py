@@ -1,0 +1,61 @@
+"""A reference paged attention, for tests only.
+
+KV is written into a paged cache through slot mappings computed from the *full* block
+table at absolute positions; it is read back through (block table, seq_len) the way a
+paged kernel reads it: KV index j of a request lives in block `table[j // b]` at offset
+`j % b`, and query i of q sits at KV index `seq_len - q + i` with a causal mask. The read
+also reports every block id it touched.
+"""
+
+import torch
+
+
+class PagedKVCache:
+    def __init__(self, num_blocks: int, block_size: int, num_heads: int, head_dim: int):
+        self.block_size = block_size
+        shape = (num_blocks * block_size, num_heads, head_dim)
+        self.k = torch.full(shape, float("nan"), dtype=torch.float64)
+        self.v = torch.full(shape, float("nan"), dtype=torch.float64)
+
+    def write(
+        self,
+        block_table_row: torch.Tensor,
+        positions: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+    ) -> None:
+        """Write K/V of absolute `positions` through the full table (the slot mapping)."""
+        b = self.block_size
+        slots = block_table_row[positions // b].long() * b + positions % b
+        self.k[slots] = k
+        self.v[slots] = v
+
+    def read(
+        self, q: torch.Tensor, block_table_row: torch.Tensor, seq_len: int
+    ) -> tuple[torch.Tensor, set[int]]:
+        """Causal attention of `q` [q_len, H, D] over the first `seq_len` KV entries of a
+        row, exactly as a paged kernel indexes them. Returns (output, block ids read)."""
+        b = self.block_size
+        j = torch.arange(seq_len)
+        blocks = block_table_row[j // b].long()
+        slots = blocks * b + j % b
+        out = _causal_attention(q, self.k[slots], self.v[slots])
+        return out, {int(x) for x in blocks}
+
+
+def dense_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int, end: int
+) -> torch.Tensor:
+    """Causal attention of `q` (the last q_len positions before `end`) over the true K/V
+    [positions, H, D] at absolute positions [start, end)."""
+    return _causal_attention(q, k[start:end], v[start:end])
+
+
+def _causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    q_len, kv_len = q.shape[0], k.shape[0]
+    assert 1 <= q_len <= kv_len
+    scores = torch.einsum("qhd,khd->hqk", q, k) / q.shape[-1] ** 0.5
+    # Query i sits at KV index kv_len - q_len + i and sees indices up to it.
+    allowed = torch.arange(kv_len)[None, :] <= torch.arange(kv_len - q_len, kv_len)[:, None]
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v)

@@ -1,0 +1,204 @@
+"""The window math against a reference: attention read through the cropped block table
+must equal dense attention over exactly the window, for every step the metadata serves."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
+    BlockTableWindow,
+    WindowSpec,
+    lcm_alignment,
+    seq_lens_upper_bound,
+    window_seq_lens,
+)
+
+from reference_attention import dense_attention
+from window_cases import Case, build_case, cases
+
+
+def apply_window(case: Case) -> tuple[WindowSpec, torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    spec = WindowSpec(case.window_size, case.alignment, case.future_offset)
+    n = case.seq_lens.shape[0]
+    start, windowed = torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.int32)
+    window_seq_lens(case.seq_lens, spec, start_out=start, out=windowed)
+    cropped = []
+    for g in case.groups:
+        window = BlockTableWindow(spec, g.block_size, max_num_reqs=n + 2, device="cpu")
+        cropped.append(window.gather(g.full_block_table, start, windowed, n))
+    return spec, start, windowed, cropped
+
+
+def window_blocks(full_row: torch.Tensor, b: int, start: int, end: int) -> set[int]:
+    """Block ids of the full table that hold absolute positions [start, end)."""
+    return {int(x) for x in full_row[start // b : -(-end // b)]}
+
+
+@settings(max_examples=300, deadline=None)
+@given(cases())
+def test_draft_reads_exactly_the_window_at_every_served_step(case: Case):
+    spec, start, windowed, cropped = apply_window(case)
+    for i, length in enumerate(case.seq_lens.tolist()):
+        if length == 0:
+            continue
+        s, w = int(start[i]), int(windowed[i])
+        for g, table in zip(case.groups, cropped, strict=True):
+            # Step j of the same metadata reads j more tokens than its seq_lens.
+            for j in range(case.future_offset + 1):
+                end = length + j
+                q = case.k[i][end - 1 : end] * 0.5 + 0.1
+                got, touched = g.cache.read(q, table[i], w + j)
+                torch.testing.assert_close(got, dense_attention(q, case.k[i], case.v[i], s, end))
+                assert touched == window_blocks(g.full_block_table[i], g.block_size, s, end)
+                assert w + j <= spec.max_read_len
+
+
+@settings(max_examples=150, deadline=None)
+@given(cases())
+def test_unwindowed_read_is_dense_attention_over_the_whole_context(case: Case):
+    for i, length in enumerate(case.seq_lens.tolist()):
+        for g in case.groups:
+            for j in range(case.future_offset + 1 if length else 0):
+                end = length + j
+                q = case.k[i][end - 1 : end]
+                got, _ = g.cache.read(q, g.full_block_table[i], end)
+                torch.testing.assert_close(got, dense_attention(q, case.k[i], case.v[i], 0, end))
+
+
+@settings(max_examples=300, deadline=None)
+@given(cases())
+def test_window_bounds_and_padded_rows(case: Case):
+    spec, start, windowed, cropped = apply_window(case)
+    lengths, k = case.seq_lens.long(), case.future_offset
+    # Start is block-aligned for every group and never past the context.
+    assert bool((start % spec.alignment == 0).all()) and bool((start <= lengths).all())
+    real = lengths > 0
+    # The draft sees at least its window (or everything), at most W + a - 1 tokens.
+    assert bool((windowed[real] + k >= torch.clamp(lengths[real] + k, max=spec.window_size)).all())
+    assert bool((windowed + k <= spec.max_read_len).all())
+    for g, table in zip(case.groups, cropped, strict=True):
+        assert table.shape[1] == spec.max_window_blocks(g.block_size)
+        for i in range(len(lengths)):
+            if not real[i]:
+                assert int(windowed[i]) == 0 and not table[i].any()
+                continue
+            first = int(start[i]) // g.block_size
+            last = -(-(int(lengths[i]) + k) // g.block_size)
+            num_cols = g.full_block_table.shape[1]
+            used = min(last, num_cols) - first
+            # Exactly the window's columns, then the null block.
+            assert torch.equal(table[i, :used], g.full_block_table[i, first : first + used])
+            assert not table[i, used:].any()
+
+
+@settings(max_examples=300, deadline=None)
+@given(cases(), st.integers(0, 300))
+def test_host_bound_stays_an_upper_bound_after_the_step_the_parent_adds(case: Case, slack):
+    spec, _, windowed, _ = apply_window(case)
+    k = case.future_offset
+    for step in range(min(spec.max_read_len, 8) + 1):
+        # The caller only knows U >= L - step; vLLM's builder then adds `step`.
+        upper = torch.clamp(case.seq_lens - step, min=0) + slack
+        bound = seq_lens_upper_bound(upper, spec, out=torch.empty_like(upper), step=step)
+        # A padded row (L = 0) reads nothing at any step.
+        served = windowed + k * (case.seq_lens > 0)
+        assert bool((bound + step >= served).all()), (bound, step, windowed)
+
+
+@pytest.mark.parametrize(
+    ("window_size", "alignment", "future_offset"),
+    [
+        (64, 16, 0),
+        (64, 16, 3),
+        (128, 64, 0),
+        (5, 4, 2),
+        (1, 1, 0),
+        (33, 8, 7),
+        (100, 48, 1),
+    ],
+)
+def test_host_bound_is_the_tightest_bound(window_size, alignment, future_offset):
+    """For U >= 1 the bound equals the longest read that any L <= U can need."""
+    spec = WindowSpec(window_size, alignment, future_offset)
+    lengths = torch.arange(0, 4 * (window_size + alignment), dtype=torch.int32)
+    start, windowed = torch.empty_like(lengths), torch.empty_like(lengths)
+    window_seq_lens(lengths, spec, start_out=start, out=windowed)
+    served = windowed + future_offset * (lengths > 0)
+    running_max = torch.cummax(served, dim=0).values
+    bound = seq_lens_upper_bound(lengths, spec, out=torch.empty_like(lengths))
+    assert torch.equal(bound[1:], running_max[1:].int())
+
+
+def test_windowing_an_upper_bound_by_the_formula_is_not_a_bound():
+    """Why the host bound is truncated, not windowed: the windowed length is a sawtooth."""
+    spec = WindowSpec(64, 16, 0)
+    start, windowed = torch.empty(2, dtype=torch.int32), torch.empty(2, dtype=torch.int32)
+    window_seq_lens(torch.tensor([80, 79], dtype=torch.int32), spec, start_out=start, out=windowed)
+    assert windowed.tolist() == [64, 79]  # the formula applied to U = 80 gives 64 < 79
+    bound = seq_lens_upper_bound(
+        torch.tensor([80], dtype=torch.int32), spec, out=torch.empty(1, dtype=torch.int32)
+    )
+    assert bound.tolist() == [79]
+
+
+def test_alignment_is_the_lcm_of_the_groups_block_sizes():
+    assert lcm_alignment([16]) == 16
+    assert lcm_alignment([16, 64]) == 64
+    assert lcm_alignment([16, 24]) == 48
+    with pytest.raises(ValueError, match="positive integers"):
+        lcm_alignment([16, 0])
+
+
+def test_one_windowed_length_serves_groups_of_different_block_sizes():
+    """With blocks of 16 and 24 tokens the start is a multiple of 48, a block boundary in
+    both tables, so both cropped tables read exactly [start, L)."""
+    case = build_case(
+        [16, 24], window_size=50, future_offset=0, seq_lens=[130, 47, 0], extra_cols=0, seed=3
+    )
+    spec, start, windowed, cropped = apply_window(case)
+    assert spec.alignment == 48
+    assert start.tolist() == [48, 0, 0] and windowed.tolist() == [82, 47, 0]
+    for g, table in zip(case.groups, cropped, strict=True):
+        got, touched = g.cache.read(case.k[0][-1:], table[0], 82)
+        torch.testing.assert_close(
+            got, dense_attention(case.k[0][-1:], case.k[0], case.v[0], 48, 130)
+        )
+        assert touched == window_blocks(g.full_block_table[0], g.block_size, 48, 130)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"window_size": 0, "alignment": 16}, "window_size must be >= 1"),
+        ({"window_size": 8, "alignment": 0}, "alignment must be >= 1"),
+        ({"window_size": 8, "alignment": 16, "future_offset": 8}, "future_offset must be in"),
+        ({"window_size": 8, "alignment": 16, "future_offset": -1}, "future_offset must be in"),
+    ],
+)
+def test_window_spec_rejects_impossible_windows(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        WindowSpec(**kwargs)
+
+
+def test_block_size_must_divide_the_alignment():
+    with pytest.raises(ValueError, match="does not divide the alignment"):
+        WindowSpec(64, 48).max_window_blocks(32)
+
+
+def test_per_step_math_writes_only_into_its_persistent_buffers():
+    """The same storage is returned every step, and nothing the caller owns is written."""
+    spec = WindowSpec(64, 16, 3)
+    window = BlockTableWindow(spec, 16, max_num_reqs=8, device="cpu")
+    full = torch.arange(1, 4 * 30 + 1, dtype=torch.int32).reshape(4, 30)
+    full_before = full.clone()
+    start, windowed = torch.empty(8, dtype=torch.int32), torch.empty(8, dtype=torch.int32)
+    ptrs = set()
+    for lengths in ([10, 60, 200, 64], [300, 1, 0, 77]):
+        seq_lens = torch.tensor(lengths, dtype=torch.int32)
+        before = seq_lens.clone()
+        window_seq_lens(seq_lens, spec, start_out=start[:4], out=windowed[:4])
+        ptrs.add(window.gather(full, start, windowed, 4).data_ptr())
+        assert torch.equal(seq_lens, before)
+    assert ptrs == {window.block_table.data_ptr()}
+    assert torch.equal(full, full_before)

@@ -1,0 +1,99 @@
+"""Random paged batches for the window-math tests: full tables, caches and true K/V."""
+
+from dataclasses import dataclass
+
+import torch
+from hypothesis import strategies as st
+
+from vllm_ascend.worker.v2.spec_decode.draft_window.window import lcm_alignment
+
+from reference_attention import PagedKVCache
+
+NUM_HEADS, HEAD_DIM = 2, 4
+
+
+@dataclass
+class Group:
+    block_size: int
+    # [num_reqs, num_cols] int32: the full table, stale ids past each request's blocks
+    full_block_table: torch.Tensor
+    cache: PagedKVCache
+
+
+@dataclass
+class Case:
+    window_size: int
+    future_offset: int
+    # [num_reqs] int32: 0 marks a padded row
+    seq_lens: torch.Tensor
+    groups: list[Group]
+    # per request: true K and V [seq_len + future_offset, H, D] at absolute positions
+    k: list[torch.Tensor]
+    v: list[torch.Tensor]
+
+    @property
+    def alignment(self) -> int:
+        return lcm_alignment([g.block_size for g in self.groups])
+
+
+@st.composite
+def cases(draw, max_len: int = 400, max_window: int = 200, max_future: int = 6) -> Case:
+    block_sizes = draw(
+        st.lists(st.sampled_from([1, 2, 4, 8, 16, 32]), min_size=1, max_size=2, unique=True)
+    )
+    window_size = draw(st.integers(1, max_window))
+    future_offset = draw(st.integers(0, min(window_size - 1, max_future)))
+    # 0 is a padded row; bias towards lengths around block and window boundaries.
+    lengths = st.one_of(
+        st.just(0),
+        st.integers(1, max_len),
+        st.integers(max(window_size - 40, 1), window_size + 40),
+    )
+    seq_lens = draw(st.lists(lengths, min_size=1, max_size=4))
+    # 0 extra columns: the table ends right after the last block a request needs,
+    # inside the cropped table's width.
+    extra_cols = draw(st.integers(0, 3))
+    seed = draw(st.integers(0, 2**31 - 1))
+    return build_case(block_sizes, window_size, future_offset, seq_lens, extra_cols, seed)
+
+
+def build_case(
+    block_sizes: list[int],
+    window_size: int,
+    future_offset: int,
+    seq_lens: list[int],
+    extra_cols: int,
+    seed: int,
+) -> Case:
+    gen = torch.Generator().manual_seed(seed)
+    ends = [length + future_offset if length > 0 else 0 for length in seq_lens]
+    k = [torch.randn(end, NUM_HEADS, HEAD_DIM, generator=gen, dtype=torch.float64) for end in ends]
+    v = [torch.randn(end, NUM_HEADS, HEAD_DIM, generator=gen, dtype=torch.float64) for end in ends]
+    groups = []
+    for b in block_sizes:
+        blocks_per_req = [-(-end // b) for end in ends]
+        num_cols = max(max(blocks_per_req), 1) + extra_cols
+        num_blocks = sum(blocks_per_req) + 2
+        ids = (torch.randperm(num_blocks - 1, generator=gen) + 1).to(torch.int32)
+        # Stale ids past a request's own blocks, as the gathered tables keep them.
+        table = torch.randint(1, num_blocks, (len(seq_lens), num_cols), generator=gen)
+        table = table.to(torch.int32)
+        cache = PagedKVCache(num_blocks, b, NUM_HEADS, HEAD_DIM)
+        used = 0
+        for i, n in enumerate(blocks_per_req):
+            table[i, :n] = ids[used : used + n]
+            used += n
+            if seq_lens[i] == 0:
+                table[i] = 0  # a padded row of the gathered table is zero
+            else:
+                positions = torch.arange(ends[i])
+                cache.write(table[i], positions, k[i], v[i])
+        groups.append(Group(b, table, cache))
+    return Case(
+        window_size=window_size,
+        future_offset=future_offset,
+        seq_lens=torch.tensor(seq_lens, dtype=torch.int32),
+        groups=groups,
+        k=k,
+        v=v,
+    )

@@ -1,0 +1,217 @@
+"""The draft window's arithmetic: pure torch, device-agnostic, no vLLM import.
+
+Invariants (the whole feature rests on these two):
+
+1. **slot_mapping is never windowed.** The draft writes its KV through the full block
+   table at absolute positions; nothing here produces or touches a slot mapping. The
+   window only changes what attention *reads*, so the cache stays coherent whatever the
+   window is, and the target reads the same cache at full length.
+2. **Every KV length the attention kernel reads is windowed by the same arithmetic.**
+   The device ``seq_lens``, any exact host mirror of it and the cropped block table all
+   come from one ``start`` per request; a host *upper bound* is truncated by
+   :func:`seq_lens_upper_bound`, which keeps it a bound (see below).
+
+Notation. ``L``: a request's ``seq_lens`` (device); ``W``: ``draft_window_size``;
+``K``: the future offset, the number of tokens beyond ``L`` that the same metadata must
+still serve (0 where metadata is rebuilt every step); ``a``: the alignment, the tokens one
+column of the cropped table covers (a common multiple of the block sizes of every KV-cache
+group the window serves, so that one windowed length is valid for all of them);
+``b``: one group's block size (``b`` divides ``a``). Precondition: ``0 <= K < W``.
+
+    start    = floor(max(L + K - W, 0) / a) * a      block-aligned window start
+    windowed = L - start                              what the kernel reads at step 0
+    needed_b = ceil((windowed + K) / b)               columns the last served step reads
+                                                      (0 for a padded row, L == 0)
+
+Bounds, with short proofs:
+
+- ``0 <= start <= L`` and ``start = 0`` when ``L = 0`` (padded rows read nothing):
+  if ``L + K - W > 0`` then ``start <= L + K - W < L`` because ``K < W``.
+- ``windowed + K <= W + a - 1``: if ``L + K <= W`` then ``windowed + K = L + K <= W``;
+  otherwise ``start > L + K - W - a`` (flooring loses less than ``a``), so
+  ``windowed + K = L + K - start < W + a``. Hence every step reads at most
+  ``W + a - 1`` tokens and ``needed_b <= ceil((W + a - 1) / b)``, the clone's width.
+- ``windowed + K >= min(L + K, W)``: the draft never sees less than its window
+  (``start <= L + K - W`` whenever ``start > 0``).
+- Host bound: the host knows only ``U >= L``, and a step of the same metadata reads up
+  to ``windowed + K`` tokens. ``min(U + K, W + a - 1)`` bounds that, by the two bounds
+  above (``windowed + K <= L + K <= U + K`` and ``windowed + K <= W + a - 1``). It is also
+  the *smallest* bound for ``U >= 1``: ``windowed + K`` is a sawtooth in ``L`` that equals
+  ``L + K`` until ``L + K`` reaches ``W + a - 1`` and peaks there again at every tooth.
+  For ``K = 0`` this is a plain truncation of ``U``. Applying the windowing formula to
+  ``U`` instead is not a bound: with ``W = 64, a = 16, K = 0``, ``U = 80`` windows to 64
+  while ``L = 79 <= U`` windows to 79.
+
+Every function writes into caller-provided persistent buffers (``out=``), so a per-step
+caller allocates nothing on the device, and none reads a device value on the host.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+def lcm_alignment(block_sizes: Sequence[int]) -> int:
+    """The smallest alignment valid for every group: the lcm of their block sizes."""
+    if not block_sizes:
+        raise ValueError("lcm_alignment needs at least one block size, got none")
+    for block_size in block_sizes:
+        if not isinstance(block_size, int) or block_size < 1:
+            raise ValueError(f"block sizes must be positive integers, got {list(block_sizes)}")
+    return math.lcm(*block_sizes)
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """The static shape of one window: ``W``, ``a`` and ``K`` in the module docstring."""
+
+    window_size: int
+    alignment: int
+    future_offset: int = 0
+
+    def __post_init__(self) -> None:
+        if self.window_size < 1:
+            raise ValueError(f"window_size must be >= 1, got {self.window_size}")
+        if self.alignment < 1:
+            raise ValueError(f"alignment must be >= 1, got {self.alignment}")
+        if not 0 <= self.future_offset < self.window_size:
+            raise ValueError(
+                f"future_offset must be in [0, window_size={self.window_size}), "
+                f"got {self.future_offset}: a window must hold the tokens it still serves"
+            )
+
+    @property
+    def max_read_len(self) -> int:
+        """The longest KV length any served step reads: ``W + a - 1``."""
+        return self.window_size + self.alignment - 1
+
+    def max_window_blocks(self, block_size: int) -> int:
+        """Width of a cropped table whose columns are blocks of ``block_size`` tokens."""
+        if self.alignment % block_size != 0:
+            raise ValueError(
+                f"block_size {block_size} does not divide the alignment {self.alignment}"
+            )
+        return -(-self.max_read_len // block_size)
+
+
+def window_seq_lens(
+    # [n] int32, device or host
+    seq_lens: torch.Tensor,
+    spec: WindowSpec,
+    *,
+    # [n] int32, same device as seq_lens
+    start_out: torch.Tensor,
+    # [n] int32, same device as seq_lens
+    out: torch.Tensor,
+) -> torch.Tensor:
+    """Write each request's window start into ``start_out`` and windowed length into ``out``.
+
+    Works the same on the device ``seq_lens`` and on an exact host mirror of it, which is
+    how invariant 2 holds without a device-to-host copy.
+    """
+    torch.add(seq_lens, spec.future_offset - spec.window_size, out=start_out)
+    start_out.clamp_(min=0)
+    start_out.div_(spec.alignment, rounding_mode="floor")
+    start_out.mul_(spec.alignment)
+    torch.sub(seq_lens, start_out, out=out)
+    return out
+
+
+def seq_lens_upper_bound(
+    # [n] int32, host
+    upper_bound: torch.Tensor,
+    spec: WindowSpec,
+    *,
+    out: torch.Tensor,
+    step: int = 0,
+) -> torch.Tensor:
+    """The tightest host bound of what the windowed metadata reads, from a bound of ``L``.
+
+    ``step`` is what the caller adds to the result afterwards (vLLM's metadata builder
+    adds its ``step`` to ``seq_lens_cpu_upper_bound``): for every row, the result plus
+    ``step`` is at least ``windowed + K`` for every ``L <= upper_bound + step``. ``out``
+    may alias ``upper_bound``.
+    """
+    cap = spec.max_read_len - step
+    if cap < 0:
+        raise ValueError(
+            f"step {step} exceeds what a window of {spec.window_size} tokens "
+            f"(alignment {spec.alignment}) can read"
+        )
+    torch.add(upper_bound, spec.future_offset, out=out)
+    return out.clamp_(max=cap)
+
+
+class BlockTableWindow:
+    """The cropped block table of one KV-cache group, in persistent buffers.
+
+    The attention kernel reads ``block_table`` through graph replays, so it is allocated
+    once at ``[max_num_reqs, max_window_blocks]`` and only ever written in place.
+    """
+
+    def __init__(
+        self,
+        spec: WindowSpec,
+        block_size: int,
+        max_num_reqs: int,
+        device: torch.device | str,
+    ) -> None:
+        self.spec = spec
+        self.block_size = block_size
+        self.max_window_blocks = spec.max_window_blocks(block_size)
+        shape = (max_num_reqs, self.max_window_blocks)
+        # [max_num_reqs, max_window_blocks] int32: the persistent clone the draft reads.
+        self.block_table = torch.zeros(shape, dtype=torch.int32, device=device)
+        # [max_window_blocks] int64: column offsets inside the window.
+        self._cols = torch.arange(self.max_window_blocks, dtype=torch.int64, device=device)
+        # [max_num_reqs, max_window_blocks] int64: source column of each clone entry.
+        self._src_cols = torch.zeros(shape, dtype=torch.int64, device=device)
+        # [max_num_reqs, max_window_blocks] bool: clone entries past `needed`.
+        self._unused = torch.zeros(shape, dtype=torch.bool, device=device)
+        # [max_num_reqs] int32: first full-table column of the window.
+        self.start_block = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
+        # [max_num_reqs] int32: columns the last served step reads, within the table.
+        self.needed = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
+
+    def gather(
+        self,
+        # [>= num_reqs, num_cols] int32: the group's full table (never written)
+        full_block_table: torch.Tensor,
+        # [>= num_reqs] int32: from window_seq_lens
+        window_start: torch.Tensor,
+        # [>= num_reqs] int32: from window_seq_lens
+        windowed_seq_lens: torch.Tensor,
+        num_reqs: int,
+    ) -> torch.Tensor:
+        """Fill the clone's first ``num_reqs`` rows; return that persistent view.
+
+        Columns at or past ``needed`` and past the full table's width are zero (the null
+        block), and the gather index is clamped so it never leaves the table.
+        """
+        b = self.block_size
+        num_cols = full_block_table.shape[1]
+        start_block = self.start_block[:num_reqs]
+        needed = self.needed[:num_reqs]
+        src_cols = self._src_cols[:num_reqs]
+        unused = self._unused[:num_reqs]
+        out = self.block_table[:num_reqs]
+
+        torch.div(window_start[:num_reqs], b, rounding_mode="floor", out=start_block)
+        # needed = ceil((windowed + K * [L > 0]) / b); windowed is 0 exactly when L is 0.
+        windowed = windowed_seq_lens[:num_reqs]
+        torch.clamp(windowed, max=1, out=needed)
+        needed.mul_(self.spec.future_offset).add_(windowed).add_(b - 1)
+        needed.div_(b, rounding_mode="floor")
+        # Columns past the full table's width do not exist: count only those inside it.
+        needed.add_(start_block).clamp_(max=num_cols).sub_(start_block).clamp_(min=0)
+
+        torch.add(start_block.unsqueeze(1), self._cols.unsqueeze(0), out=src_cols)
+        src_cols.clamp_(max=num_cols - 1)
+        torch.gather(full_block_table[:num_reqs], 1, src_cols, out=out)
+        torch.ge(self._cols.unsqueeze(0), needed.unsqueeze(1), out=unused)
+        out.masked_fill_(unused, 0)
+        return out
