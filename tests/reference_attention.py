@@ -11,7 +11,7 @@ import torch
 
 
 class PagedKVCache:
-    def __init__(self, num_blocks: int, block_size: int, num_heads: int, head_dim: int):
+    def __init__(self, num_blocks: int, block_size: int, num_heads: int, head_dim: int) -> None:
         self.block_size = block_size
         shape = (num_blocks * block_size, num_heads, head_dim)
         self.k = torch.full(shape, float("nan"), dtype=torch.float64)
@@ -31,11 +31,16 @@ class PagedKVCache:
         self.v[slots] = v
 
     def read(
-        self, q: torch.Tensor, block_table_row: torch.Tensor, seq_len: int
+        self,
+        q: torch.Tensor,
+        block_table_row: torch.Tensor,
+        seq_len: int,
+        block_size: int | None = None,
     ) -> tuple[torch.Tensor, set[int]]:
         """Causal attention of `q` [q_len, H, D] over the first `seq_len` KV entries of a
-        row, exactly as a paged kernel indexes them. Returns (output, block ids read)."""
-        b = self.block_size
+        row, exactly as a paged kernel indexes them; `block_size` is the row's unit when it
+        holds smaller kernel blocks of the same cache. Returns (output, block ids read)."""
+        b = block_size or self.block_size
         j = torch.arange(seq_len)
         blocks = block_table_row[j // b].long()
         slots = blocks * b + j % b

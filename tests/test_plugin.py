@@ -1,12 +1,32 @@
 """The `vllm.general_plugins` entry point, as vLLM itself discovers and calls it."""
 
 import importlib.metadata
+import inspect
 
-from vllm.plugins import load_plugins_by_group
+import pytest
+from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
+from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
+from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, plugin
 
 ENTRY_POINT = "vllm_ascend.worker.v2.spec_decode.draft_window.plugin:register"
+HOOKED = [
+    (DraftModelSpeculator, "set_attn"),
+    (DraftModelSpeculator, "_build_attn_metadata"),
+    (DraftModelSpeculator, "_update_draft_decode_metadata"),
+    (DFlashSpeculator, "capture"),
+]
+
+
+@pytest.fixture(autouse=True)
+def clean_install():
+    hooks.uninstall()
+    yield
+    hooks.uninstall()
+
+
+def installed_methods():
+    return [cls.__dict__[name] for cls, name in HOOKED]
 
 
 def test_installed_distribution_declares_the_entry_point():
@@ -14,11 +34,99 @@ def test_installed_distribution_declares_the_entry_point():
     assert {p.name: p.value for p in points}.get("draft_window") == ENTRY_POINT
 
 
-def test_vllm_discovers_the_plugin_and_calling_it_twice_is_safe(monkeypatch):
+def test_vllm_discovers_the_plugin_and_it_installs_the_hooks_once(monkeypatch):
+    from vllm.plugins import load_plugins_by_group
+
     monkeypatch.setenv("VLLM_PLUGINS", "draft_window")
     plugins = load_plugins_by_group("vllm.general_plugins")
     assert set(plugins) == {"draft_window"}
-    assert plugins["draft_window"] is plugin.register
+    originals = installed_methods()
     plugins["draft_window"]()
+    first = installed_methods()
+    assert all(a is not b for a, b in zip(first, originals, strict=True))
     plugins["draft_window"]()
-    assert plugin.is_registered()
+    assert installed_methods() == first
+    # Every draft-model speculator inherits the hook; none overrides the choke point.
+    assert DFlashSpeculator._build_attn_metadata is first[1]
+
+
+def test_hooks_keep_the_signatures_of_the_methods_they_wrap():
+    originals = [inspect.signature(m) for m in installed_methods()]
+    plugin.register()
+    assert [inspect.signature(m) for m in installed_methods()] == originals
+
+
+def test_uninstall_restores_vllms_own_methods():
+    originals = installed_methods()
+    plugin.register()
+    hooks.uninstall()
+    assert installed_methods() == originals
+
+
+def test_a_moved_vllm_method_fails_loudly_at_start_up(monkeypatch):
+    def _build_attn_metadata(self, num_reqs, batch_desc, query_start_loc_np, step):
+        """vLLM without seq_lens_cpu_upper_bound."""
+
+    monkeypatch.setattr(DraftModelSpeculator, "_build_attn_metadata", _build_attn_metadata)
+    with pytest.raises(RuntimeError, match=r"_build_attn_metadata no longer takes "
+                                           r"\['seq_lens_cpu_upper_bound'\]"):  # fmt: skip
+        plugin.register()
+    assert DraftModelSpeculator.__dict__["set_attn"] is not None
+    assert not hasattr(DraftModelSpeculator.__dict__["set_attn"], "__draft_window_wraps__")
+
+
+@pytest.fixture
+def model_dir(tmp_path_factory):
+    from mrv2_speculators import tiny_model_dir
+
+    return tiny_model_dir(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture
+def restore_runner_choice():
+    from vllm.config import VllmConfig
+
+    saved = VllmConfig.__dict__["use_v2_model_runner"]
+    yield VllmConfig
+    VllmConfig.use_v2_model_runner = saved
+
+
+def config_for(model_dir, additional_config):
+    from mrv2_speculators import make_vllm_config
+
+    return make_vllm_config(model_dir, 512, 4, additional_config)
+
+
+@pytest.mark.parametrize("env", ["1", "0"])
+def test_runner_choice_is_unchanged_without_a_fallback(env, model_dir, restore_runner_choice,
+                                                       monkeypatch):  # fmt: skip
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", env)
+    config = config_for(model_dir, {"draft_window_size": 512})
+    before = config.use_v2_model_runner
+    plugin.register()
+    assert config.use_v2_model_runner == before == (env == "1")
+
+
+def test_a_v1_fallback_forced_by_the_window_alone_is_lifted(model_dir, restore_runner_choice,
+                                                           monkeypatch):  # fmt: skip
+    VllmConfig = restore_runner_choice
+    vllm_choice = VllmConfig.__dict__["use_v2_model_runner"].fget
+
+    def ascend_like_choice(self):
+        """Stand-in for a vllm-ascend patch: V1 whenever the window is set (no release
+        seen so far has one; the project detects it by behaviour, as it would this)."""
+        if (self.additional_config or {}).get("draft_window_size") is not None:
+            return False
+        return vllm_choice(self)
+
+    VllmConfig.use_v2_model_runner = property(ascend_like_choice)
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    windowed = config_for(model_dir, {"draft_window_size": 512, "other": 1})
+    assert windowed.use_v2_model_runner is False
+    plugin.register()
+    plugin.register()
+    assert windowed.use_v2_model_runner is True
+    assert windowed.additional_config == {"draft_window_size": 512, "other": 1}
+    # V1 asked for stays V1.
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
+    assert windowed.use_v2_model_runner is False

@@ -172,10 +172,13 @@ class BlockTableWindow:
         self._src_cols = torch.zeros(shape, dtype=torch.int64, device=device)
         # [max_num_reqs, max_window_blocks] bool: clone entries past `needed`.
         self._unused = torch.zeros(shape, dtype=torch.bool, device=device)
-        # [max_num_reqs] int32: first full-table column of the window.
-        self.start_block = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
-        # [max_num_reqs] int32: columns the last served step reads, within the table.
-        self.needed = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
+        # [max_num_reqs] int64: first full-table column of the window. The index math
+        # runs in int64, the gather's index dtype, so no op promotes into a temporary.
+        self.start_block = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
+        # [max_num_reqs] int64: columns the last served step reads, within the table.
+        self.needed = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
+        # [max_num_reqs] int64: the windowed lengths, widened.
+        self._windowed = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
 
     def gather(
         self,
@@ -200,9 +203,10 @@ class BlockTableWindow:
         unused = self._unused[:num_reqs]
         out = self.block_table[:num_reqs]
 
-        torch.div(window_start[:num_reqs], b, rounding_mode="floor", out=start_block)
+        windowed = self._windowed[:num_reqs]
+        windowed.copy_(windowed_seq_lens[:num_reqs])
+        start_block.copy_(window_start[:num_reqs]).div_(b, rounding_mode="floor")
         # needed = ceil((windowed + K * [L > 0]) / b); windowed is 0 exactly when L is 0.
-        windowed = windowed_seq_lens[:num_reqs]
         torch.clamp(windowed, max=1, out=needed)
         needed.mul_(self.spec.future_offset).add_(windowed).add_(b - 1)
         needed.div_(b, rounding_mode="floor")

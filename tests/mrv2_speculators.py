@@ -1,0 +1,154 @@
+"""Real vLLM 0.33.0 DFlash/DSpark speculators on CPU, wired to real attention groups.
+
+A speculator normally needs a loaded draft model and registered attention layers; here it
+is made with `object.__new__` and given the state its attention path reads. The builders
+are vLLM's real `TritonAttentionMetadataBuilder` (its `build` is plain Python and runs on
+CPU), made from a VllmConfig of a tiny model config written locally.
+"""
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import vllm.v1.worker.gpu.spec_decode.speculator as speculator_module
+from vllm.config import ModelConfig, VllmConfig
+from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
+from vllm.v1.worker.gpu.spec_decode.dspark.speculator import DSparkSpeculator
+from vllm.v1.worker.utils import AttentionGroup
+
+from mrv2_buffers import CPU, Mrv2Batch
+
+NUM_KV_HEADS, HEAD_SIZE = 2, 16
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": NUM_KV_HEADS,
+    "head_dim": HEAD_SIZE,
+    "num_hidden_layers": 2,
+    "vocab_size": 256,
+    "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-5,
+    "torch_dtype": "float32",
+}
+
+
+def tiny_model_dir(root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "config.json").write_text(json.dumps(TINY_LLAMA))
+    return root
+
+
+def make_vllm_config(
+    model_dir: Path, max_model_len: int, max_num_seqs: int, additional_config: dict | None
+) -> VllmConfig:
+    model_config = ModelConfig(
+        model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
+        max_model_len=max_model_len,
+    )  # fmt: skip
+    config = VllmConfig(model_config=model_config, additional_config=additional_config or {})
+    config.scheduler_config.max_num_seqs = max_num_seqs
+    return config
+
+
+@dataclass
+class GroupLayout:
+    """One KV-cache group: its manager block size, whether the draft reads it, and the
+    smaller kernel block size its backend uses (None: the same)."""
+
+    block_size: int
+    draft: bool = True
+    kernel_block_size: int | None = None
+
+
+@dataclass
+class Wired:
+    speculator: Any
+    batch: Mrv2Batch
+    attn_groups: list[list[AttentionGroup]]
+    # group id -> CommonAttentionMetadata each call handed to that group's builder
+    received: dict[int, list[Any]] = field(default_factory=dict)
+
+
+def wire_speculator(
+    cls: type,
+    batch: Mrv2Batch,
+    layouts: list[GroupLayout],
+    vllm_config: VllmConfig,
+    monkeypatch: pytest.MonkeyPatch,
+    method: str,
+    num_speculative_steps: int,
+    dcp_size: int = 1,
+) -> Wired:
+    """A real `cls` instance whose real `set_attn` attaches real attention groups."""
+    assert issubclass(cls, DFlashSpeculator)
+    attn_groups, received = [], {}
+    groups_spec = []
+    for g, layout in enumerate(layouts):
+        spec = FullAttentionSpec(
+            block_size=layout.block_size, num_kv_heads=NUM_KV_HEADS, head_size=HEAD_SIZE,
+            dtype=torch.float32,
+        )  # fmt: skip
+        names = [f"{'draft' if layout.draft else 'target'}.{g}"]
+        groups_spec.append(KVCacheGroupSpec(layer_names=names, kv_cache_spec=spec))
+        if not layout.draft:
+            attn_groups.append([])
+            continue
+        group = AttentionGroup(TritonAttentionBackend, names, spec, g)
+        group.create_metadata_builders(vllm_config, CPU, layout.kernel_block_size)
+        assert group.kernel_block_size == layout.kernel_block_size
+        _record_builds(group, received.setdefault(g, []))
+        attn_groups.append([group])
+    kv_cache_config = KVCacheConfig(num_blocks=1, kv_cache_tensors=[], kv_cache_groups=groups_spec)
+
+    s = object.__new__(cls)
+    s.vllm_config = vllm_config
+    s.method = method
+    s.device = CPU
+    s.num_speculative_steps = num_speculative_steps
+    s.num_query_per_req = num_speculative_steps + 1
+    s.max_num_reqs = batch.block_tables.max_num_reqs
+    s.max_num_tokens = batch.block_tables.max_num_batched_tokens
+    s.dcp_size = dcp_size
+    s.draft_max_seq_len = vllm_config.model_config.max_model_len
+    s.input_buffers = batch.input_buffers
+    s.arange_np = np.arange(s.max_num_reqs + 1, dtype=np.int32)
+    s.draft_is_prefilling = torch.zeros(s.max_num_reqs, dtype=torch.bool)
+    s.draft_attn_layer_names = {n for gs in groups_spec for n in gs.layer_names if "draft" in n}
+    s.requires_non_causal = False
+    # No draft weights on CPU: set_attn only asks the model for optional layer maps.
+    s.model = object()
+    # init_attn_backend needs the model's attention layers registered in the config;
+    # it returns the groups built above instead.
+    cg_support = type("CgSupport", (), {"min_cg_support": None})()
+    monkeypatch.setattr(
+        speculator_module, "init_attn_backend",
+        lambda *args, **kwargs: (attn_groups, cg_support, None),
+    )  # fmt: skip
+    s.set_attn(None, kv_cache_config, batch.block_tables, batch.input_buffers, None)
+    return Wired(s, batch, attn_groups, received)
+
+
+def _record_builds(group: AttentionGroup, log: list[Any]) -> None:
+    """Record what the real builder receives, then let it build."""
+    for builder in group.metadata_builders:
+        for name in ("build", "build_for_cudagraph_capture"):
+            real = getattr(builder, name)
+
+            def recording(*args, _real=real, **kwargs):
+                cam = kwargs.get("common_attn_metadata", args[-1] if args else None)
+                log.append(cam)
+                return _real(*args, **kwargs)
+
+            setattr(builder, name, recording)
+
+
+SPECULATOR_CLASSES = {"dflash": DFlashSpeculator, "dspark": DSparkSpeculator}

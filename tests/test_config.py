@@ -1,0 +1,139 @@
+"""`draft_window_size` validation, and what each speculator does with it at start-up."""
+
+import numpy as np
+import pytest
+from mrv2_speculators import (
+    SPECULATOR_CLASSES,
+    GroupLayout,
+    make_vllm_config,
+    tiny_model_dir,
+    wire_speculator,
+)
+
+from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, plugin
+from vllm_ascend.worker.v2.spec_decode.draft_window.config import DraftWindowConfig
+
+from mrv2_buffers import make_mrv2_batch
+
+MAX_MODEL_LEN = 1024
+ONE_GROUP = (GroupLayout(16),)
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (None, None), (1, 1), (4096, 4096), ("4096", 4096), (" 512 ", 512), (2048.0, 2048),
+])  # fmt: skip
+def test_accepted_values(value, expected):
+    config = DraftWindowConfig.from_additional_config({"draft_window_size": value})
+    assert config.draft_window_size == expected
+    assert config.enabled == (expected is not None)
+
+
+@pytest.mark.parametrize("additional_config", [None, {}, {"other_key": 1}])
+def test_absent_key_is_off(additional_config):
+    assert not DraftWindowConfig.from_additional_config(additional_config).enabled
+
+
+@pytest.mark.parametrize("value", [0, -4, True, False, 4.5, "abc", "", "1e3", [64], {"w": 1}])
+def test_rejected_values_name_the_key_the_value_and_what_is_allowed(value):
+    with pytest.raises(ValueError) as info:
+        DraftWindowConfig.from_additional_config({"draft_window_size": value})
+    message = str(info.value)
+    assert 'additional_config["draft_window_size"]' in message
+    assert repr(value) in message
+    assert "positive integer" in message and "null" in message
+
+
+class Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def warning(self, msg, *args):
+        self.calls.append(("warning", msg % args))
+
+    def info(self, msg, *args):
+        self.calls.append(("info", msg % args))
+
+
+@pytest.fixture
+def log(monkeypatch):
+    recorder = Recorder()
+    monkeypatch.setattr(hooks, "logger", recorder)
+    plugin.register()
+    yield recorder
+    hooks.uninstall()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return tiny_model_dir(tmp_path_factory.mktemp("tiny-llama"))
+
+
+def start(model_dir, monkeypatch, window, method="dspark", num_spec=3, dcp_size=1,
+          layouts=ONE_GROUP, model_type=None):  # fmt: skip
+    batch = make_mrv2_batch([g.block_size for g in layouts], [100], num_spec + 1, 1, 4,
+                            MAX_MODEL_LEN, np.random.default_rng(0))  # fmt: skip
+    config = make_vllm_config(model_dir, MAX_MODEL_LEN, 4, {"draft_window_size": window})
+    if model_type is not None:
+        config.model_config.hf_config.model_type = model_type
+    # The decision reads only `method`; other methods borrow the DFlash class for wiring.
+    cls = SPECULATOR_CLASSES.get(method, SPECULATOR_CLASSES["dflash"])
+    wired = wire_speculator(cls, batch, list(layouts), config, monkeypatch, method, num_spec,
+                            dcp_size=dcp_size)  # fmt: skip
+    return wired.speculator
+
+
+def test_window_on_logs_one_start_up_line(model_dir, monkeypatch, log):
+    layouts = (GroupLayout(16), GroupLayout(64, kernel_block_size=32))
+    s = start(model_dir, monkeypatch, 512, layouts=layouts)
+    assert s.draft_window is not None
+    assert log.calls == [(
+        "info",
+        "Draft KV window on for dspark: draft_window_size=512, the draft reads at most 575 "
+        "tokens per request; block sizes per KV-cache group {0: 16, 1: 64}, alignment 64, "
+        "future offset 0.",
+    )]  # fmt: skip
+
+
+def test_window_smaller_than_the_query_stretch_is_rejected(model_dir, monkeypatch, log):
+    with pytest.raises(ValueError, match=r"draft_window_size=7 is smaller than the 8 query "
+                                         r"tokens .* Use draft_window_size >= 8"):  # fmt: skip
+        start(model_dir, monkeypatch, 7, num_spec=7)
+
+
+def test_decode_context_parallel_is_rejected(model_dir, monkeypatch, log):
+    with pytest.raises(ValueError, match=r"decode_context_parallel_size=2"):
+        start(model_dir, monkeypatch, 512, dcp_size=2)
+
+
+def test_window_that_never_crops_stays_off_with_one_line(model_dir, monkeypatch, log):
+    s = start(model_dir, monkeypatch, MAX_MODEL_LEN)
+    assert s.draft_window is None
+    assert log.calls == [("info", "draft_window_size=1024 >= max_model_len=1024: the draft "
+                                  "window never crops; it stays off.")]  # fmt: skip
+
+
+def test_mtp_ignores_the_window_with_one_warning(model_dir, monkeypatch, log):
+    s = start(model_dir, monkeypatch, 512, method="mtp")
+    assert s.draft_window is None
+    ((level, message),) = log.calls
+    assert level == "warning" and "ignored for method 'mtp'" in message
+    assert "share the target's KV cache" in message
+
+
+def test_a_method_without_window_support_is_rejected(model_dir, monkeypatch, log):
+    with pytest.raises(ValueError, match=r"method 'eagle3'; supported: dflash, dspark"):
+        start(model_dir, monkeypatch, 512, method="eagle3")
+
+
+def test_dspark_with_a_deepseek_v4_target_warns_and_keeps_the_window(model_dir, monkeypatch,
+                                                                      log):  # fmt: skip
+    s = start(model_dir, monkeypatch, 512, model_type="deepseek_v4")
+    assert s.draft_window is not None
+    levels = [level for level, _ in log.calls]
+    assert levels == ["warning", "info"]
+    assert "DeepSeek-V4" in log.calls[0][1] and "stays on" in log.calls[0][1]
+
+
+def test_bad_value_fails_at_start_up(model_dir, monkeypatch, log):
+    with pytest.raises(ValueError, match=r"got 0 \(int\)"):
+        start(model_dir, monkeypatch, 0)

@@ -1,0 +1,364 @@
+"""DFlash and DSpark on Model Runner V2 build their draft attention metadata from windowed
+inputs: real speculators, real buffers, vLLM's real `_build_attn_metadata` and
+`build_attn_metadata`, and vLLM's real Triton attention metadata builder."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from mrv2_speculators import (
+    HEAD_SIZE,
+    NUM_KV_HEADS,
+    SPECULATOR_CLASSES,
+    GroupLayout,
+    Wired,
+    make_vllm_config,
+    tiny_model_dir,
+    wire_speculator,
+)
+from vllm.config.compilation import CUDAGraphMode
+from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
+from vllm.v1.worker.gpu.spec_decode.dflash.cudagraph import _prepare_dflash_inputs_to_capture
+
+from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, plugin
+
+from mrv1_adapter import load_mrv1_adapter_module
+from mrv2_buffers import (
+    Mrv2Batch,
+    fill_dflash_inputs,
+    fill_input_block_tables,
+    fill_slot_mappings,
+    make_mrv2_batch,
+)
+from reference_attention import PagedKVCache, dense_attention
+
+W = 64
+NUM_SPEC = 3
+Q = NUM_SPEC + 1
+MAX_MODEL_LEN = 2048
+MAX_NUM_REQS = 12
+# Contexts (each counts its Q query tokens, as DFlash's seq_lens do) shorter than, equal
+# to and far longer than W, and on both sides of block boundaries.
+SEQ_LENS = [5, 63, 64, 65, 79, 80, 1000, 2000, 129]
+
+LAYOUTS = {
+    "one_group": [GroupLayout(16)],
+    "target_group_and_two_draft_groups": [
+        GroupLayout(16, draft=False),
+        GroupLayout(16),
+        GroupLayout(32),
+    ],
+    "draft_group_with_smaller_kernel_blocks": [GroupLayout(64, kernel_block_size=32)],
+}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return tiny_model_dir(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(autouse=True)
+def installed():
+    plugin.register()
+    yield
+    hooks.uninstall()
+
+
+def make_batch(layouts, seq_lens=SEQ_LENS, num_reqs_padded=None, seed=0) -> Mrv2Batch:
+    return make_mrv2_batch(
+        block_sizes=[layout.block_size for layout in layouts],
+        seq_lens=seq_lens,
+        num_query_per_req=Q,
+        num_reqs_padded=num_reqs_padded or len(seq_lens),
+        max_num_reqs=MAX_NUM_REQS,
+        max_model_len=MAX_MODEL_LEN,
+        rng=np.random.default_rng(seed),
+    )
+
+
+def wire(method, layouts, batch, model_dir, monkeypatch, additional_config=None) -> Wired:
+    config = make_vllm_config(
+        model_dir, MAX_MODEL_LEN, MAX_NUM_REQS,
+        {"draft_window_size": W} if additional_config is None else additional_config,
+    )  # fmt: skip
+    return wire_speculator(
+        SPECULATOR_CLASSES[method], batch, layouts, config, monkeypatch, method, NUM_SPEC
+    )
+
+
+def build(wired: Wired, cg_mode=CUDAGraphMode.NONE, slack=0):
+    """What `DFlashSpeculator.propose` asks for: uniform queries, `step = Q`, and the
+    target's host bound of each context (here the exact context plus `slack`)."""
+    batch = wired.batch
+    n, n_pad = batch.num_reqs, batch.num_reqs_padded
+    full = cg_mode == CUDAGraphMode.FULL
+    desc = BatchExecutionDescriptor(
+        cg_mode=cg_mode, num_tokens=(n_pad if full else n) * Q, num_reqs=n_pad if full else None
+    )
+    bound = torch.tensor(batch.seq_lens - Q + slack, dtype=torch.int32)
+    return wired.speculator._build_uniform_attn_metadata(
+        batch_desc=desc, num_reqs=n, num_query_per_req=Q, seq_lens_cpu_upper_bound=bound, step=Q
+    )
+
+
+def true_kv(batch: Mrv2Batch, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    shape = (NUM_KV_HEADS, HEAD_SIZE)
+    k = [torch.randn(int(n), *shape, generator=gen, dtype=torch.float64) for n in batch.seq_lens]
+    v = [torch.randn(int(n), *shape, generator=gen, dtype=torch.float64) for n in batch.seq_lens]
+    return k, v
+
+
+def assert_reads_exactly_the_window(wired: Wired, layouts, metadata, window_size=W):
+    """Each draft group's metadata, read by the reference paged attention, equals dense
+    attention over [start, L) with start block-aligned for every draft group."""
+    batch = wired.batch
+    k, v = true_kv(batch)
+    window = wired.speculator.draft_window
+    for g, layout in enumerate(layouts):
+        if not layout.draft:
+            continue
+        md = metadata[f"draft.{g}"]
+        b, kb = layout.block_size, layout.kernel_block_size or layout.block_size
+        cache = PagedKVCache(MAX_NUM_REQS * (MAX_MODEL_LEN // b) + 1, b, NUM_KV_HEADS, HEAD_SIZE)
+        for i, length in enumerate(batch.seq_lens.tolist()):
+            full_row = torch.tensor(batch.req_block_ids[g][i], dtype=torch.int32)
+            cache.write(full_row, torch.arange(length), k[i], v[i])
+        for i, length in enumerate(batch.seq_lens.tolist()):
+            read_len = int(md.seq_lens[i])
+            start = length - read_len
+            assert start % window.spec.alignment == 0
+            assert min(length, window_size) <= read_len <= window.spec.max_read_len
+            q = k[i][length - Q : length] * 0.5
+            got, touched = cache.read(q, md.block_table[i], read_len, block_size=kb)
+            torch.testing.assert_close(got, dense_attention(q, k[i], v[i], start, length))
+            full_ids = batch.req_block_ids[g][i]
+            window_ids = full_ids[start // b : -(-length // b)]
+            if kb != b:
+                ratio = b // kb
+                window_ids = [x * ratio + j for x in window_ids for j in range(ratio)]
+                window_ids = window_ids[(start % b) // kb : -(-(length - start) // kb)]
+            assert touched == set(window_ids)
+        # Padded rows read nothing.
+        assert not md.seq_lens[batch.num_reqs :].any()
+
+
+@pytest.mark.parametrize("method", ["dflash", "dspark"])
+@pytest.mark.parametrize("layout_name", list(LAYOUTS))
+@pytest.mark.parametrize("cg_mode", [CUDAGraphMode.NONE, CUDAGraphMode.FULL], ids=str)
+def test_draft_attention_reads_exactly_the_window(method, layout_name, cg_mode, model_dir,
+                                                  monkeypatch):  # fmt: skip
+    layouts = LAYOUTS[layout_name]
+    batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
+    wired = wire(method, layouts, batch, model_dir, monkeypatch)
+    metadata = build(wired, cg_mode)
+    assert_reads_exactly_the_window(wired, layouts, metadata)
+    assert {name.split(".")[0] for name in metadata} == {"draft"}
+
+
+@pytest.mark.parametrize("layout_name", list(LAYOUTS))
+def test_builders_receive_windowed_inputs_and_untouched_slot_mappings(layout_name, model_dir,
+                                                                      monkeypatch):  # fmt: skip
+    layouts = LAYOUTS[layout_name]
+    batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
+    wired = wire("dspark", layouts, batch, model_dir, monkeypatch)
+    s = wired.speculator
+    seq_lens_before = batch.input_buffers.seq_lens.clone()
+    tables_before = [t.clone() for t in batch.block_tables.input_block_tables]
+    slots_before = batch.block_tables.slot_mappings.clone()
+    build(wired, CUDAGraphMode.FULL, slack=3)
+    window = s.draft_window
+    num_tokens = batch.num_reqs_padded * Q
+    for g, received in wired.received.items():
+        (cam,) = received
+        # The builder reads the persistent windowed buffers...
+        assert cam.seq_lens.data_ptr() == window.seq_lens.data_ptr()
+        if layouts[g].kernel_block_size is None:
+            assert cam.block_table_tensor.data_ptr() == window.windows[g].block_table.data_ptr()
+        # ...a host bound that holds for every windowed length, and a capped max_seq_len...
+        assert bool((cam.seq_lens_cpu_upper_bound >= cam.seq_lens).all())
+        assert int(cam.seq_lens.max()) <= cam.max_seq_len <= window.spec.max_read_len
+        # ...and the absolute slot mapping, same storage, same values.
+        assert cam.slot_mapping.data_ptr() == batch.block_tables.slot_mappings[g].data_ptr()
+        assert torch.equal(cam.slot_mapping, slots_before[g, :num_tokens])
+    # The shared inputs are never written, and the speculator gets its own objects back.
+    assert torch.equal(batch.input_buffers.seq_lens, seq_lens_before)
+    for table, before in zip(batch.block_tables.input_block_tables, tables_before, strict=True):
+        assert torch.equal(table, before)
+    assert torch.equal(batch.block_tables.slot_mappings, slots_before)
+    assert s.input_buffers is batch.input_buffers and s.block_tables is batch.block_tables
+    assert s.draft_max_seq_len == MAX_MODEL_LEN
+
+
+def test_groups_the_draft_does_not_read_are_left_alone(model_dir, monkeypatch):
+    layouts = LAYOUTS["target_group_and_two_draft_groups"]
+    batch = make_batch(layouts)
+    wired = wire("dflash", layouts, batch, model_dir, monkeypatch)
+    assert set(wired.speculator.draft_window.windows) == {1, 2}
+    assert set(wired.received) == {1, 2}
+
+
+# Views of persistent buffers; the other tensors are host tensors made per build.
+PERSISTENT = {"query_start_loc", "seq_lens", "block_table_tensor", "slot_mapping", "positions"}
+
+
+def compare_cams(a, b):
+    assert type(a) is type(b)
+    for name, value in vars(a).items():
+        other = getattr(b, name)
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, other), name
+            assert name not in PERSISTENT or value.data_ptr() == other.data_ptr(), name
+        elif name != "_token_to_req_indices_cache":
+            assert value == other, name
+
+
+@pytest.mark.parametrize("additional_config", [{}, {"draft_window_size": None}])
+def test_window_off_builders_receive_exactly_what_vllm_gives_them(additional_config, model_dir,
+                                                                 monkeypatch):  # fmt: skip
+    layouts = LAYOUTS["target_group_and_two_draft_groups"]
+    batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
+    hooks.uninstall()
+    plain = wire("dspark", layouts, batch, model_dir, monkeypatch, additional_config)
+    build(plain, CUDAGraphMode.FULL)
+    plugin.register()
+    ours = wire("dspark", layouts, batch, model_dir, monkeypatch, additional_config)
+    assert ours.speculator.draft_window is None
+    build(ours, CUDAGraphMode.FULL)
+    for g in plain.received:
+        compare_cams(plain.received[g][0], ours.received[g][0])
+
+
+def move_batch_into(src: Mrv2Batch, dst: Mrv2Batch) -> None:
+    """What the kernels of a later step write into the same persistent buffers."""
+    for name in ("seq_lens", "query_start_loc", "positions"):
+        getattr(dst.input_buffers, name).copy_(getattr(src.input_buffers, name))
+    for d, s in zip(dst.block_tables.input_block_tables, src.block_tables.input_block_tables,
+                    strict=True):  # fmt: skip
+        d.copy_(s)
+    dst.block_tables.slot_mappings.copy_(src.block_tables.slot_mappings)
+    for name in ("seq_lens", "idx_mapping", "req_block_ids", "num_reqs", "num_reqs_padded"):
+        setattr(dst, name, getattr(src, name))
+
+
+def test_persistent_buffers_are_reused_across_steps(model_dir, monkeypatch):
+    layouts = LAYOUTS["target_group_and_two_draft_groups"]
+    batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
+    wired = wire("dflash", layouts, batch, model_dir, monkeypatch)
+    first = build(wired, CUDAGraphMode.FULL)
+    # A later step: other lengths and fewer requests, written into the same buffers.
+    later = make_batch(layouts, seq_lens=[700, 64, 3], num_reqs_padded=4, seed=5)
+    move_batch_into(later, batch)
+    second = build(wired, CUDAGraphMode.FULL)
+    for name in first:
+        assert first[name].seq_lens.data_ptr() == second[name].seq_lens.data_ptr()
+        assert first[name].block_table.data_ptr() == second[name].block_table.data_ptr()
+    assert_reads_exactly_the_window(wired, layouts, second)
+
+
+def test_window_refresh_allocates_nothing_after_the_first_step(model_dir, monkeypatch):
+    layouts = LAYOUTS["target_group_and_two_draft_groups"]
+    batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
+    wired = wire("dflash", layouts, batch, model_dir, monkeypatch)
+    window = wired.speculator.draft_window
+    bound = torch.tensor(batch.seq_lens, dtype=torch.int32)
+    window.refresh(MAX_NUM_REQS)
+    window.host_upper_bound(bound, batch.num_reqs, Q)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                profile_memory=True) as prof:  # fmt: skip
+        window.refresh(MAX_NUM_REQS)
+        window.host_upper_bound(bound, batch.num_reqs, Q)
+    # A Python scalar operand (`x.add_(3)`) is wrapped as a 0-dim tensor; on an accelerator
+    # that stays a host value, on this CPU it shows as an allocation of at most 8 bytes.
+    # Any per-request temporary of these 12 rows would take at least 48 bytes.
+    sizes = [e.cpu_memory_usage for e in prof.events() if e.cpu_memory_usage > 0]
+    assert max(sizes, default=0) <= 8, sorted(set(sizes))
+
+
+def test_window_refresh_never_reads_a_device_value_on_the_host():
+    """On the meta device a tensor has no values, so `.item()`, `.tolist()`, `.cpu()` or a
+    data-dependent branch would raise: the refresh runs there, so it never syncs."""
+    from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
+
+    meta = torch.device("meta")
+    input_buffers = SimpleNamespace(seq_lens=torch.zeros(8, dtype=torch.int32, device=meta))
+    block_tables = SimpleNamespace(
+        block_sizes=[16, 32],
+        input_block_tables=[torch.zeros(8, 40, dtype=torch.int32, device=meta)] * 2,
+    )
+    window = Mrv2DraftWindow(64, 0, input_buffers, block_tables, [0, 1], 8, meta)
+    window.refresh(8)
+    assert window.seq_lens.device == meta
+
+
+def test_full_graph_capture_and_in_place_update_read_the_window(model_dir, monkeypatch):
+    """The FULL graph records the builder's tensors at capture; capture must hand it the
+    persistent windowed buffers, which the in-graph update then refreshes every step."""
+    layouts = [GroupLayout(16), GroupLayout(32)]
+    batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
+    wired = wire("dflash", layouts, batch, model_dir, monkeypatch)
+    s = wired.speculator
+    captured = {}
+
+    class CaptureOnCpu:
+        """CUDA graphs cannot be captured on CPU: this stand-in for the graph manager runs
+        vLLM's real capture-input preparation for one graph size."""
+
+        def capture(self, forward_fn, input_buffers, block_tables, attn_groups,
+                    kv_cache_config, max_model_len, causal, **kwargs):  # fmt: skip
+            state = _prepare_dflash_inputs_to_capture(
+                MAX_NUM_REQS, MAX_NUM_REQS * Q, input_buffers, block_tables, attn_groups,
+                kv_cache_config, max_model_len, skip_attn=False, causal=causal,
+            )  # fmt: skip
+            captured.update(state.attn_metadata)
+
+    s.query_cudagraph_manager = CaptureOnCpu()
+    s.sample_indices = torch.zeros(MAX_NUM_REQS * NUM_SPEC, dtype=torch.int64)
+    s.sample_pos = torch.zeros_like(s.sample_indices)
+    s.sample_idx_mapping = torch.zeros_like(s.sample_indices)
+    s._group_causal = True
+    s.capture()
+    window = s.draft_window
+    for g in (0, 1):
+        md = captured[f"draft.{g}"]
+        assert md.seq_lens.data_ptr() == window.seq_lens.data_ptr()
+        assert md.block_table.data_ptr() == window.windows[g].block_table.data_ptr()
+    assert s.input_buffers is batch.input_buffers and s.block_tables is batch.block_tables
+
+    # A replay step: the kernels write the real batch, then the recorded update runs.
+    fill_input_block_tables(batch)
+    fill_dflash_inputs(batch)
+    fill_slot_mappings(batch)
+    s._update_draft_decode_metadata(captured, MAX_NUM_REQS)
+    assert_reads_exactly_the_window(wired, layouts, captured)
+
+
+@pytest.mark.parametrize("layouts", [[GroupLayout(16)], [GroupLayout(32), GroupLayout(32)]],
+                         ids=["one_draft_group", "two_draft_groups"])  # fmt: skip
+@pytest.mark.parametrize("method", ["dflash", "dspark"])
+def test_mrv2_metadata_equals_the_released_mrv1_adapter(method, layouts, model_dir,
+                                                        monkeypatch):  # fmt: skip
+    """Same batch through MRV1's adapter (given the table's block size, K = 0 as MRV1
+    uses for DFlash/DSpark) and through the MRV2 path: same lengths, same columns."""
+    mrv1 = load_mrv1_adapter_module()
+    batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
+    wired = wire(method, layouts, batch, model_dir, monkeypatch)
+    metadata = build(wired, CUDAGraphMode.FULL)
+    n_pad = batch.num_reqs_padded
+    for g, layout in enumerate(layouts):
+        adapter = mrv1.SlidingWindowAdapter(W, layout.block_size, MAX_NUM_REQS, 0,
+                                            torch.device("cpu"))  # fmt: skip
+        cam = SimpleNamespace(
+            block_table_tensor=batch.block_tables.input_block_tables[g][:n_pad],
+            seq_lens=batch.input_buffers.seq_lens[:n_pad].clone(),
+        )
+        adapter.apply(cam)
+        md = metadata[f"draft.{g}"]
+        assert torch.equal(md.seq_lens, cam.seq_lens)
+        width = max(md.block_table.shape[1], cam.block_table_tensor.shape[1])
+        pad = torch.nn.functional.pad
+        assert torch.equal(
+            pad(md.block_table, (0, width - md.block_table.shape[1])),
+            pad(cam.block_table_tensor, (0, width - cam.block_table_tensor.shape[1])),
+        )

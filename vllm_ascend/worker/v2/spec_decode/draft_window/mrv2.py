@@ -1,0 +1,144 @@
+"""The draft window of one Model Runner V2 speculator.
+
+vLLM 0.33.0's ``DraftModelSpeculator._build_attn_metadata`` reads the draft's KV lengths
+from ``self.input_buffers.seq_lens`` and its block tables from
+``self.block_tables.input_block_tables``. The window hands it views of those two objects
+in which the draft's lengths and the draft groups' tables are replaced by persistent
+windowed buffers; everything else (query layout, positions, slot mappings, the other
+groups' tables) is the original object's. The originals are never written: the DFlash
+prep kernel and the target runner read them, and ``BlockTables`` is shared with the
+target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
+    BlockTableWindow,
+    WindowSpec,
+    lcm_alignment,
+    seq_lens_upper_bound,
+    window_seq_lens,
+)
+
+
+class InputBuffersView:
+    """The draft's ``InputBuffers`` whose ``seq_lens`` is the windowed buffer."""
+
+    def __init__(self, base: Any, seq_lens: torch.Tensor) -> None:
+        self.base = base
+        self.seq_lens = seq_lens
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.base, name)
+
+
+class BlockTablesView:
+    """The shared ``BlockTables`` whose draft groups read their cropped tables."""
+
+    def __init__(self, base: Any, windows: dict[int, BlockTableWindow]) -> None:
+        self.base = base
+        self.windows = windows
+
+    @property
+    def input_block_tables(self) -> list[torch.Tensor]:
+        tables = list(self.base.input_block_tables)
+        for g, window in self.windows.items():
+            tables[g] = window.block_table
+        return tables
+
+    def get_dummy_block_tables(self, num_reqs: int) -> tuple[torch.Tensor, ...]:
+        # NOTE: graph capture records these addresses, so the draft groups must get the
+        # persistent cropped tables, zeroed like vLLM zeroes its own dummy rows.
+        tables = list(self.base.get_dummy_block_tables(num_reqs))
+        for g, window in self.windows.items():
+            window.block_table[:num_reqs].zero_()
+            tables[g] = window.block_table[:num_reqs]
+        return tuple(tables)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.base, name)
+
+
+def block_table_units(block_tables: Any) -> Sequence[int]:
+    """Tokens per column of each group's ``input_block_tables``.
+
+    vLLM 0.33.0's ``BlockTables`` stores KV-cache-manager blocks of ``block_sizes[g]``
+    tokens; a subclass that stores kernel-block ids says so with ``kernel_block_sizes``.
+    """
+    kernel_block_sizes = getattr(block_tables, "kernel_block_sizes", None)
+    return kernel_block_sizes if kernel_block_sizes is not None else block_tables.block_sizes
+
+
+class Mrv2DraftWindow:
+    """Persistent windowed inputs of one speculator's draft attention, created once."""
+
+    def __init__(
+        self,
+        window_size: int,
+        future_offset: int,
+        input_buffers: Any,
+        block_tables: Any,
+        draft_group_ids: Sequence[int],
+        max_num_reqs: int,
+        device: torch.device,
+    ) -> None:
+        units = block_table_units(block_tables)
+        self.group_block_sizes = {g: int(units[g]) for g in draft_group_ids}
+        self.spec = WindowSpec(
+            window_size, lcm_alignment(list(self.group_block_sizes.values())), future_offset
+        )
+        self.windows = {
+            g: BlockTableWindow(self.spec, b, max_num_reqs, device)
+            for g, b in self.group_block_sizes.items()
+        }
+        # [max_num_reqs] int32: the windowed seq_lens the draft's attention reads.
+        # NOTE: graphs capture its address; it is only ever written in place.
+        self.seq_lens = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
+        # [max_num_reqs] int32: each request's window start (a multiple of the alignment).
+        self.window_start = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
+        # [max_num_reqs] int32, host: the windowed seq_lens_cpu_upper_bound.
+        self.seq_lens_cpu_upper_bound = torch.zeros(max_num_reqs, dtype=torch.int32)
+        self.input_buffers = InputBuffersView(input_buffers, self.seq_lens)
+        self.block_tables = BlockTablesView(block_tables, self.windows)
+
+    def refresh(self, num_reqs_padded: int) -> None:
+        """Window the first ``num_reqs_padded`` rows on the device: lengths and tables.
+
+        Device ops into persistent buffers only, so it may run inside a graph capture.
+        """
+        n = num_reqs_padded
+        window_seq_lens(
+            self.input_buffers.base.seq_lens[:n],
+            self.spec,
+            start_out=self.window_start[:n],
+            out=self.seq_lens[:n],
+        )
+        full_tables = self.block_tables.base.input_block_tables
+        for g, window in self.windows.items():
+            window.gather(full_tables[g], self.window_start, self.seq_lens, n)
+
+    def host_upper_bound(
+        self, seq_lens_cpu_upper_bound: torch.Tensor, num_reqs: int, step: int
+    ) -> torch.Tensor:
+        """A host bound that, once the builder adds ``step``, bounds every windowed read."""
+        out = self.seq_lens_cpu_upper_bound[:num_reqs]
+        seq_lens_upper_bound(seq_lens_cpu_upper_bound[:num_reqs], self.spec, out=out, step=step)
+        return self.seq_lens_cpu_upper_bound
+
+    @contextmanager
+    def swapped_into(self, speculator: Any) -> Iterator[None]:
+        """Let the speculator's own code read the windowed views; restore on exit."""
+        saved = (speculator.input_buffers, speculator.block_tables, speculator.draft_max_seq_len)
+        speculator.input_buffers = self.input_buffers
+        speculator.block_tables = self.block_tables
+        speculator.draft_max_seq_len = min(saved[2], self.spec.max_read_len)
+        try:
+            yield
+        finally:
+            speculator.input_buffers, speculator.block_tables, speculator.draft_max_seq_len = saved
