@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from vllm.v1.attention.backends.utils import PAD_SLOT_ID
+from vllm.v1.worker.block_table import get_block_table_width
 from vllm.v1.worker.gpu.block_table import BlockTables
 from vllm.v1.worker.gpu.input_batch import InputBuffers
 
@@ -55,7 +56,9 @@ def make_mrv2_batch(
     """
     num_reqs = len(seq_lens)
     assert num_reqs <= num_reqs_padded <= max_num_reqs
-    max_blocks = [-(-max_model_len // b) for b in block_sizes]
+    # As the model runner sizes them: enough blocks for max_model_len, rounded up to the
+    # 128-token alignment kernels load block ids in.
+    max_blocks = [get_block_table_width(-(-max_model_len // b), b) for b in block_sizes]
     block_tables = BlockTables(
         block_sizes=list(block_sizes),
         max_num_reqs=max_num_reqs,

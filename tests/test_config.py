@@ -105,11 +105,23 @@ def test_decode_context_parallel_is_rejected(model_dir, monkeypatch, log):
         start(model_dir, monkeypatch, 512, dcp_size=2)
 
 
-def test_window_that_never_crops_stays_off_with_one_line(model_dir, monkeypatch, log):
-    s = start(model_dir, monkeypatch, MAX_MODEL_LEN)
+@pytest.mark.parametrize(("window", "block_size"), [(1024, 16), (1000, 64), (1009, 16)])
+def test_window_that_never_crops_stays_off_with_one_line(window, block_size, model_dir,
+                                                         monkeypatch, log):  # fmt: skip
+    """The start moves in steps of the alignment: with max_model_len 1024, a window
+    within one block of it never crops."""
+    s = start(model_dir, monkeypatch, window, layouts=(GroupLayout(block_size),))
     assert s.draft_window is None
-    assert log.calls == [("info", "draft_window_size=1024 >= max_model_len=1024: the draft "
-                                  "window never crops; it stays off.")]  # fmt: skip
+    assert log.calls == [(
+        "info",
+        f"draft_window_size={window} never crops with max_model_len=1024 (the window start "
+        f"moves in steps of {block_size} tokens); the draft window stays off.",
+    )]  # fmt: skip
+
+
+def test_window_one_token_short_of_cropping_stays_on(model_dir, monkeypatch, log):
+    s = start(model_dir, monkeypatch, 1024 - 64, layouts=(GroupLayout(64, kernel_block_size=32),))
+    assert s.draft_window is not None
 
 
 def test_mtp_ignores_the_window_with_one_warning(model_dir, monkeypatch, log):

@@ -295,7 +295,7 @@ def test_window_refresh_never_reads_a_device_value_on_the_host():
 def test_full_graph_capture_and_in_place_update_read_the_window(model_dir, monkeypatch):
     """The FULL graph records the builder's tensors at capture; capture must hand it the
     persistent windowed buffers, which the in-graph update then refreshes every step."""
-    layouts = [GroupLayout(16), GroupLayout(32)]
+    layouts = [GroupLayout(16), GroupLayout(32), GroupLayout(64, kernel_block_size=32)]
     batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
     wired = wire("dflash", layouts, batch, model_dir, monkeypatch)
     s = wired.speculator
@@ -320,10 +320,14 @@ def test_full_graph_capture_and_in_place_update_read_the_window(model_dir, monke
     s._group_causal = True
     s.capture()
     window = s.draft_window
-    for g in (0, 1):
+    for g in (0, 1, 2):
         md = captured[f"draft.{g}"]
         assert md.seq_lens.data_ptr() == window.seq_lens.data_ptr()
-        assert md.block_table.data_ptr() == window.windows[g].block_table.data_ptr()
+        # A kernel-block group reads its own persistent kernel table, mapped from ours.
+        table = window.windows[g].block_table
+        if g == 2:
+            table = wired.attn_groups[g][0].kernel_block_table
+        assert md.block_table.data_ptr() == table.data_ptr()
     assert s.input_buffers is batch.input_buffers and s.block_tables is batch.block_tables
 
     # A replay step: the kernels write the real batch, then the recorded update runs.

@@ -22,7 +22,11 @@ from typing import Any
 from vllm.logger import init_logger
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY, DraftWindowConfig
-from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
+from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import (
+    Mrv2DraftWindow,
+    block_table_units,
+)
+from vllm_ascend.worker.v2.spec_decode.draft_window.window import lcm_alignment
 
 logger = init_logger(__name__)
 
@@ -72,16 +76,21 @@ def create_draft_window(speculator: Any) -> Mrv2DraftWindow | None:
             f"Use decode_context_parallel_size=1 or remove {KEY}."
         )
     future_offset = FUTURE_OFFSET[method]
+    draft_group_ids = [g for g, groups in enumerate(speculator.attn_groups) if groups]
+    units = block_table_units(speculator.block_tables)
+    alignment = lcm_alignment([int(units[g]) for g in draft_group_ids])
     max_model_len = speculator.max_model_len
-    if window_size >= max_model_len + future_offset:
+    # start > 0 needs L + K - W >= a for some L <= max_model_len.
+    if max_model_len + future_offset - window_size < alignment:
         logger.info(
-            "%s=%d >= max_model_len=%d: the draft window never crops; it stays off.",
+            "%s=%d never crops with max_model_len=%d (the window start moves in steps of "
+            "%d tokens); the draft window stays off.",
             KEY,
             window_size,
             max_model_len,
+            alignment,
         )
         return None
-    draft_group_ids = [g for g, groups in enumerate(speculator.attn_groups) if groups]
     window = Mrv2DraftWindow(
         window_size=window_size,
         future_offset=future_offset,
@@ -153,6 +162,13 @@ def _update_draft_decode_metadata(original: Callable) -> Callable:
         window: Mrv2DraftWindow | None = getattr(self, WINDOW_ATTR)
         if window is not None:
             window.refresh(num_reqs)
+            # A backend with smaller kernel blocks reads a kernel-block table that only a
+            # build maps; the update skips the build, so map the refreshed windows here
+            # (a write into the group's persistent table, fit for recording in a graph).
+            for g, cropped in window.windows.items():
+                for group in self.attn_groups[g]:
+                    if group.kernel_block_size is not None:
+                        group.map_to_kernel_block_table(cropped.block_table[:num_reqs])
         original(self, attn_metadata, num_reqs)
 
     return update_draft_decode_metadata

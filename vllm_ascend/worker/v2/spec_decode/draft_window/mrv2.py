@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+from vllm.v1.worker.block_table import get_block_table_width
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
     BlockTableWindow,
@@ -35,6 +36,8 @@ class InputBuffersView:
         self.seq_lens = seq_lens
 
     def __getattr__(self, name: str) -> Any:
+        if name == "base":  # not set yet (copy, unpickling): no recursion
+            raise AttributeError(name)
         return getattr(self.base, name)
 
 
@@ -62,6 +65,8 @@ class BlockTablesView:
         return tuple(tables)
 
     def __getattr__(self, name: str) -> Any:
+        if name == "base":  # not set yet (copy, unpickling): no recursion
+            raise AttributeError(name)
         return getattr(self.base, name)
 
 
@@ -73,6 +78,14 @@ def block_table_units(block_tables: Any) -> Sequence[int]:
     """
     kernel_block_sizes = getattr(block_tables, "kernel_block_sizes", None)
     return kernel_block_sizes if kernel_block_sizes is not None else block_tables.block_sizes
+
+
+def cropped_table_width(spec: WindowSpec, block_size: int, full_width: int) -> int:
+    """Columns of a cropped table: what the window reads, rounded up like vLLM rounds its
+    own tables (kernels load block ids a tile at a time), and never wider than the full
+    table, past which no window reads."""
+    width = get_block_table_width(spec.max_window_blocks(block_size), block_size)
+    return min(width, full_width)
 
 
 class Mrv2DraftWindow:
@@ -94,9 +107,14 @@ class Mrv2DraftWindow:
             window_size, lcm_alignment(list(self.group_block_sizes.values())), future_offset
         )
         self.windows = {
-            g: BlockTableWindow(self.spec, b, max_num_reqs, device)
+            g: BlockTableWindow(
+                self.spec, b, max_num_reqs, device,
+                width=cropped_table_width(
+                    self.spec, b, block_tables.input_block_tables[g].shape[1]
+                ),
+            )
             for g, b in self.group_block_sizes.items()
-        }
+        }  # fmt: skip
         # [max_num_reqs] int32: the windowed seq_lens the draft's attention reads.
         # NOTE: graphs capture its address; it is only ever written in place.
         self.seq_lens = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)

@@ -159,10 +159,14 @@ class BlockTableWindow:
         block_size: int,
         max_num_reqs: int,
         device: torch.device | str,
+        width: int | None = None,
     ) -> None:
+        """``width`` (default: ``spec.max_window_blocks(block_size)``) may be rounded up
+        for a kernel's padding, or capped at the full table's width, which no window
+        reads past."""
         self.spec = spec
         self.block_size = block_size
-        self.max_window_blocks = spec.max_window_blocks(block_size)
+        self.max_window_blocks = width or spec.max_window_blocks(block_size)
         shape = (max_num_reqs, self.max_window_blocks)
         # [max_num_reqs, max_window_blocks] int32: the persistent clone the draft reads.
         self.block_table = torch.zeros(shape, dtype=torch.int32, device=device)
