@@ -30,12 +30,17 @@ class Mrv2Batch:
     req_block_ids: list[list[list[int]]]
     num_reqs: int
     num_reqs_padded: int
-    num_query_per_req: int
+    # per request: its query tokens, the last ones before its seq_len
+    query_lens: list[int]
     max_model_len: int
 
     @property
     def num_tokens(self) -> int:
-        return self.num_reqs * self.num_query_per_req
+        return sum(self.query_lens)
+
+    @property
+    def query_start_loc_np(self) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(self.query_lens)]).astype(np.int32)
 
 
 def make_mrv2_batch(
@@ -47,14 +52,18 @@ def make_mrv2_batch(
     max_model_len: int,
     rng: np.random.Generator,
     lookahead_tokens: int = 0,
+    query_lens: list[int] | None = None,
 ) -> Mrv2Batch:
-    """A DFlash-style batch: `seq_lens` already count each request's query stretch.
+    """A batch whose `seq_lens` count each request's query (`query_lens`, default
+    `num_query_per_req` each): DFlash's layout, and the target's verify batch.
 
     Every request owns distinct random block ids (0 is the null block), sized for
     `seq_lens + lookahead_tokens`, in a random request-state row, so a wrong gather or a
     wrong column shows up as a wrong id.
     """
     num_reqs = len(seq_lens)
+    query_lens = list(query_lens or [num_query_per_req] * num_reqs)
+    max_num_tokens = max(max_num_reqs * num_query_per_req, sum(query_lens))
     assert num_reqs <= num_reqs_padded <= max_num_reqs
     # As the model runner sizes them: enough blocks for max_model_len, rounded up to the
     # 128-token alignment kernels load block ids in.
@@ -62,11 +71,11 @@ def make_mrv2_batch(
     block_tables = BlockTables(
         block_sizes=list(block_sizes),
         max_num_reqs=max_num_reqs,
-        max_num_batched_tokens=max_num_reqs * num_query_per_req,
+        max_num_batched_tokens=max_num_tokens,
         max_num_blocks_per_group=max_blocks,
         device=CPU,
     )
-    input_buffers = InputBuffers(max_num_reqs, max_num_reqs * num_query_per_req, CPU)
+    input_buffers = InputBuffers(max_num_reqs, max_num_tokens, CPU)
     idx_mapping = rng.permutation(max_num_reqs)[:num_reqs]
     req_block_ids = []
     for g, b in enumerate(block_sizes):
@@ -86,7 +95,7 @@ def make_mrv2_batch(
         req_block_ids=req_block_ids,
         num_reqs=num_reqs,
         num_reqs_padded=num_reqs_padded,
-        num_query_per_req=num_query_per_req,
+        query_lens=query_lens,
         max_model_len=max_model_len,
     )
     fill_persistent_block_tables(batch)
@@ -94,7 +103,7 @@ def make_mrv2_batch(
     for table in block_tables.input_block_tables:
         table.copy_(torch.from_numpy(rng.integers(1, 1 << 20, tuple(table.shape), np.int32)))
     fill_input_block_tables(batch)
-    fill_dflash_inputs(batch)
+    fill_query_inputs(batch)
     fill_slot_mappings(batch)
     return batch
 
@@ -123,28 +132,31 @@ def fill_input_block_tables(batch: Mrv2Batch) -> None:
         dst[batch.num_reqs : batch.num_reqs_padded] = 0
 
 
-def fill_dflash_inputs(batch: Mrv2Batch) -> None:
-    """`_prepare_dflash_inputs_kernel`'s lengths and query layout: each request's query is
-    its last `num_query_per_req` positions, `seq_lens` counts them, padded rows get
-    `seq_lens = 0` and an empty query."""
-    ib, q = batch.input_buffers, batch.num_query_per_req
+def fill_query_inputs(batch: Mrv2Batch, input_buffers=None) -> None:
+    """Lengths and query layout as `_prepare_dflash_inputs_kernel` writes them for DFlash
+    (and the target runner for its verify batch): each request's query is its last
+    `query_lens[i]` positions, `seq_lens` counts them, padded rows get `seq_lens = 0` and
+    an empty query."""
+    ib = input_buffers or batch.input_buffers
     n, n_pad = batch.num_reqs, batch.num_reqs_padded
+    qsl = torch.from_numpy(batch.query_start_loc_np)
     ib.seq_lens[:n] = torch.from_numpy(batch.seq_lens.astype(np.int32))
     ib.seq_lens[n:n_pad] = 0
-    ib.query_start_loc[: n + 1] = torch.arange(n + 1, dtype=torch.int32) * q
-    ib.query_start_loc[n + 1 : n_pad + 1] = n * q
-    for i, length in enumerate(batch.seq_lens):
-        ib.positions[i * q : (i + 1) * q] = torch.arange(int(length) - q, int(length))
+    ib.query_start_loc[: n + 1] = qsl
+    ib.query_start_loc[n + 1 : n_pad + 1] = int(qsl[-1])
+    for i, (length, q) in enumerate(zip(batch.seq_lens.tolist(), batch.query_lens, strict=True)):
+        ib.positions[int(qsl[i]) : int(qsl[i]) + q] = torch.arange(length - q, length)
 
 
-def fill_slot_mappings(batch: Mrv2Batch) -> None:
+def fill_slot_mappings(batch: Mrv2Batch, input_buffers=None) -> None:
     """`_compute_slot_mappings_kernel`: absolute slots through the full per-request table,
     `PAD_SLOT_ID` from the last real token to the end of the buffer."""
-    bt, ib, q = batch.block_tables, batch.input_buffers, batch.num_query_per_req
+    bt, ib = batch.block_tables, input_buffers or batch.input_buffers
+    qsl = batch.query_start_loc_np
     for g, b in enumerate(bt.block_sizes):
         table = bt.block_tables[g].gpu
         for i in range(batch.num_reqs):
             req = int(batch.idx_mapping[i])
-            pos = ib.positions[i * q : (i + 1) * q]
-            bt.slot_mappings[g, i * q : (i + 1) * q] = table[req, pos // b].long() * b + pos % b
+            pos = ib.positions[qsl[i] : qsl[i + 1]]
+            bt.slot_mappings[g, qsl[i] : qsl[i + 1]] = table[req, pos // b].long() * b + pos % b
         bt.slot_mappings[g, batch.num_tokens :] = PAD_SLOT_ID

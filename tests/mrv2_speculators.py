@@ -20,6 +20,8 @@ from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
 from vllm.v1.worker.gpu.spec_decode.dspark.speculator import DSparkSpeculator
+from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
+from vllm.v1.worker.gpu.spec_decode.mtp.speculator import MTPSpeculator
 from vllm.v1.worker.utils import AttentionGroup
 
 from mrv2_buffers import CPU, Mrv2Batch
@@ -87,9 +89,14 @@ def wire_speculator(
     method: str,
     num_speculative_steps: int,
     dcp_size: int = 1,
+    draft_input_buffers: Any = None,
+    model_state: Any = None,
 ) -> Wired:
-    """A real `cls` instance whose real `set_attn` attaches real attention groups."""
-    assert issubclass(cls, DFlashSpeculator)
+    """A real `cls` instance whose real `set_attn` attaches real attention groups.
+
+    DFlash drafts read the batch's buffers as their own; an EAGLE draft has its own
+    `draft_input_buffers` and reads the batch's as the target's.
+    """
     attn_groups, received = [], {}
     groups_spec = []
     for g, layout in enumerate(layouts):
@@ -114,12 +121,13 @@ def wire_speculator(
     s.method = method
     s.device = CPU
     s.num_speculative_steps = num_speculative_steps
-    s.num_query_per_req = num_speculative_steps + 1
+    if issubclass(cls, DFlashSpeculator):
+        s.num_query_per_req = num_speculative_steps + 1
     s.max_num_reqs = batch.block_tables.max_num_reqs
     s.max_num_tokens = batch.block_tables.max_num_batched_tokens
     s.dcp_size = dcp_size
     s.draft_max_seq_len = vllm_config.model_config.max_model_len
-    s.input_buffers = batch.input_buffers
+    s.input_buffers = draft_input_buffers or batch.input_buffers
     s.arange_np = np.arange(s.max_num_reqs + 1, dtype=np.int32)
     s.draft_is_prefilling = torch.zeros(s.max_num_reqs, dtype=torch.bool)
     s.draft_attn_layer_names = {n for gs in groups_spec for n in gs.layer_names if "draft" in n}
@@ -133,7 +141,7 @@ def wire_speculator(
         speculator_module, "init_attn_backend",
         lambda *args, **kwargs: (attn_groups, cg_support, None),
     )  # fmt: skip
-    s.set_attn(None, kv_cache_config, batch.block_tables, batch.input_buffers, None)
+    s.set_attn(model_state, kv_cache_config, batch.block_tables, batch.input_buffers, None)
     return Wired(s, batch, attn_groups, received)
 
 
@@ -151,4 +159,10 @@ def _record_builds(group: AttentionGroup, log: list[Any]) -> None:
             setattr(builder, name, recording)
 
 
-SPECULATOR_CLASSES = {"dflash": DFlashSpeculator, "dspark": DSparkSpeculator}
+SPECULATOR_CLASSES = {
+    "dflash": DFlashSpeculator,
+    "dspark": DSparkSpeculator,
+    "eagle": EagleSpeculator,
+    "eagle3": EagleSpeculator,
+    "mtp": MTPSpeculator,
+}

@@ -2,6 +2,11 @@
 
 import numpy as np
 import pytest
+
+from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, plugin
+from vllm_ascend.worker.v2.spec_decode.draft_window.config import DraftWindowConfig
+
+from mrv2_buffers import make_mrv2_batch
 from mrv2_speculators import (
     SPECULATOR_CLASSES,
     GroupLayout,
@@ -9,11 +14,6 @@ from mrv2_speculators import (
     tiny_model_dir,
     wire_speculator,
 )
-
-from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, plugin
-from vllm_ascend.worker.v2.spec_decode.draft_window.config import DraftWindowConfig
-
-from mrv2_buffers import make_mrv2_batch
 
 MAX_MODEL_LEN = 1024
 ONE_GROUP = (GroupLayout(16),)
@@ -133,8 +133,9 @@ def test_mtp_ignores_the_window_with_one_warning(model_dir, monkeypatch, log):
 
 
 def test_a_method_without_window_support_is_rejected(model_dir, monkeypatch, log):
-    with pytest.raises(ValueError, match=r"method 'eagle3'; supported: dflash, dspark"):
-        start(model_dir, monkeypatch, 512, method="eagle3")
+    with pytest.raises(ValueError, match=r"method 'draft_model'; supported: dflash, dspark, "
+                                         r"eagle, eagle3"):  # fmt: skip
+        start(model_dir, monkeypatch, 512, method="draft_model")
 
 
 def test_dspark_with_a_deepseek_v4_target_warns_and_keeps_the_window(model_dir, monkeypatch,

@@ -123,7 +123,7 @@ def test_fixture_buffers_have_the_documented_shapes_and_dtypes(fixture, request)
 @pytest.mark.parametrize("fixture", ["one_group_batch", "two_group_batch"])
 def test_fixture_buffers_hold_what_the_kernels_write(fixture, request):
     batch: Mrv2Batch = request.getfixturevalue(fixture)
-    bt, ib, q = batch.block_tables, batch.input_buffers, batch.num_query_per_req
+    bt, ib, q = batch.block_tables, batch.input_buffers, batch.query_lens[0]
     n, n_pad = batch.num_reqs, batch.num_reqs_padded
     assert ib.seq_lens[:n].tolist() == batch.seq_lens.tolist()
     assert not ib.seq_lens[n:n_pad].any()  # padded rows read nothing

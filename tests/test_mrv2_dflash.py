@@ -7,16 +7,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from mrv2_speculators import (
-    HEAD_SIZE,
-    NUM_KV_HEADS,
-    SPECULATOR_CLASSES,
-    GroupLayout,
-    Wired,
-    make_vllm_config,
-    tiny_model_dir,
-    wire_speculator,
-)
 from vllm.config.compilation import CUDAGraphMode
 from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
 from vllm.v1.worker.gpu.spec_decode.dflash.cudagraph import _prepare_dflash_inputs_to_capture
@@ -26,10 +16,20 @@ from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, plugin
 from mrv1_adapter import load_mrv1_adapter_module
 from mrv2_buffers import (
     Mrv2Batch,
-    fill_dflash_inputs,
     fill_input_block_tables,
+    fill_query_inputs,
     fill_slot_mappings,
     make_mrv2_batch,
+)
+from mrv2_speculators import (
+    HEAD_SIZE,
+    NUM_KV_HEADS,
+    SPECULATOR_CLASSES,
+    GroupLayout,
+    Wired,
+    make_vllm_config,
+    tiny_model_dir,
+    wire_speculator,
 )
 from reference_attention import PagedKVCache, dense_attention
 
@@ -238,7 +238,8 @@ def move_batch_into(src: Mrv2Batch, dst: Mrv2Batch) -> None:
                     strict=True):  # fmt: skip
         d.copy_(s)
     dst.block_tables.slot_mappings.copy_(src.block_tables.slot_mappings)
-    for name in ("seq_lens", "idx_mapping", "req_block_ids", "num_reqs", "num_reqs_padded"):
+    for name in ("seq_lens", "idx_mapping", "req_block_ids", "num_reqs", "num_reqs_padded",
+                 "query_lens"):  # fmt: skip
         setattr(dst, name, getattr(src, name))
 
 
@@ -332,7 +333,7 @@ def test_full_graph_capture_and_in_place_update_read_the_window(model_dir, monke
 
     # A replay step: the kernels write the real batch, then the recorded update runs.
     fill_input_block_tables(batch)
-    fill_dflash_inputs(batch)
+    fill_query_inputs(batch)
     fill_slot_mappings(batch)
     s._update_draft_decode_metadata(captured, MAX_NUM_REQS)
     assert_reads_exactly_the_window(wired, layouts, captured)

@@ -6,6 +6,12 @@ import inspect
 import pytest
 from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
 from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils import (
+    SpeculatorCudaGraphManager,
+)
+from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator import (
+    TargetDependentARSpeculator,
+)
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, plugin
 
@@ -15,6 +21,11 @@ HOOKED = [
     (DraftModelSpeculator, "_build_attn_metadata"),
     (DraftModelSpeculator, "_update_draft_decode_metadata"),
     (DFlashSpeculator, "capture"),
+    (TargetDependentARSpeculator, "propose"),
+    (TargetDependentARSpeculator, "_prefill"),
+    (TargetDependentARSpeculator, "init_cudagraph_manager"),
+    (TargetDependentARSpeculator, "_fused_multi_step_decode"),
+    (SpeculatorCudaGraphManager, "capture"),
 ]
 
 

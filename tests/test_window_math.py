@@ -202,3 +202,41 @@ def test_per_step_math_writes_only_into_its_persistent_buffers():
         assert torch.equal(seq_lens, before)
     assert ptrs == {window.block_table.data_ptr()}
     assert torch.equal(full, full_before)
+
+
+@settings(max_examples=200, deadline=None)
+@given(cases(max_future=0), st.data())
+def test_a_multi_token_pass_keeps_every_query_inside_its_window(case: Case, data):
+    """A draft prefill queries the last q tokens of each request: every query token reads
+    exactly [start, its position], the start stays block-aligned, and a chunk longer than
+    the window keeps its whole chunk."""
+    n = case.seq_lens.shape[0]
+    query_lens = torch.tensor(
+        [data.draw(st.integers(1, length)) if length else 0 for length in case.seq_lens.tolist()],
+        dtype=torch.int32,
+    )
+    spec = WindowSpec(case.window_size, case.alignment)
+    start, windowed = torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.int32)
+    window_seq_lens(case.seq_lens, spec, start_out=start, out=windowed, query_lens=query_lens)
+    bound = seq_lens_upper_bound(
+        case.seq_lens + 3, spec, out=torch.empty(n, dtype=torch.int32), query_lens=query_lens
+    )
+    assert bool((bound >= windowed).all())
+    for g in case.groups:
+        width = -(-(max(case.window_size, int(query_lens.max())) + spec.alignment - 1)
+                  // g.block_size)  # fmt: skip
+        window = BlockTableWindow(spec, g.block_size, max_num_reqs=n, device="cpu", width=width)
+        table = window.gather(g.full_block_table, start, windowed, n)
+        for i, length in enumerate(case.seq_lens.tolist()):
+            if not length:
+                continue
+            s, w, q = int(start[i]), int(windowed[i]), int(query_lens[i])
+            assert s % spec.alignment == 0 and s <= length - q
+            assert w >= min(length, case.window_size)
+            assert w <= max(case.window_size, q) + spec.alignment - 1
+            queries = case.k[i][length - q : length] * 0.5
+            got, touched = g.cache.read(queries, table[i], w)
+            torch.testing.assert_close(
+                got, dense_attention(queries, case.k[i], case.v[i], s, length)
+            )
+            assert touched == window_blocks(g.full_block_table[i], g.block_size, s, length)

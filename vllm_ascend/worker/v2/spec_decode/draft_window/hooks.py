@@ -9,16 +9,32 @@ draft's KV, and their installation.
 - ``DFlashSpeculator.capture``: captures through the windowed views, so the graphs read
   the persistent windowed buffers that the two paths above refresh.
 
+EAGLE/EAGLE3 (``TargetDependentARSpeculator``) also need:
+
+- ``propose`` and ``_prefill``: the draft prefill reuses the target's metadata dict; the
+  draft layers' entries are replaced by metadata built for the window through the draft's
+  own builders (the target's objects are never touched).
+- ``init_cudagraph_manager``: a FULL prefill graph would read the target's captured
+  buffers, so the draft prefill runs without FULL graphs when the window is on; the decode
+  graph manager is marked so that its capture goes through the windowed views
+  (``SpeculatorCudaGraphManager.capture``).
+- ``_fused_multi_step_decode``: its metadata serves every later draft step (refreshed in
+  place each step), so its host bound covers them all.
+
 With the window off each wrapper costs one attribute check.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+import torch
+from vllm.config.compilation import CUDAGraphMode
 from vllm.logger import init_logger
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY, DraftWindowConfig
@@ -33,8 +49,12 @@ logger = init_logger(__name__)
 WINDOW_ATTR = "draft_window"
 _WRAPPED_MARK = "__draft_window_wraps__"
 
-# Future offset per method: DFlash and DSpark seq_lens already count the query stretch.
-FUTURE_OFFSET = {"dflash": 0, "dspark": 0}
+# Future offset per method. DFlash and DSpark seq_lens already count the query stretch.
+# EAGLE windows every draft step afresh (a rebuild, or the in-place update recorded in the
+# fused graph), so each device window serves only the step it is made for.
+FUTURE_OFFSET = {"dflash": 0, "dspark": 0, "eagle": 0, "eagle3": 0}
+# Drafts whose first pass is a prefill over the target's batch (any query length).
+PREFILL_METHODS = frozenset({"eagle", "eagle3"})
 # Drafts that read the target's own KV cache: a draft-only window does not apply.
 SHARED_KV_METHODS = frozenset({"mtp"})
 
@@ -61,12 +81,13 @@ def create_draft_window(speculator: Any) -> Mrv2DraftWindow | None:
             f"method {method!r}; supported: {', '.join(sorted(FUTURE_OFFSET))}. Remove "
             f"{KEY} from additional_config or use one of those methods."
         )
-    num_query_per_req = speculator.num_query_per_req
-    if window_size < num_query_per_req:
+    # DFlash/DSpark query 1 + K tokens per request; EAGLE's prefill queries the verify chunk.
+    query_stretch = speculator.num_speculative_steps + 1
+    if window_size < query_stretch:
         raise ValueError(
-            f"{KEY}={window_size} is smaller than the {num_query_per_req} query tokens "
+            f"{KEY}={window_size} is smaller than the {query_stretch} query tokens "
             f"method {method!r} drafts per request (num_speculative_tokens + 1): the window "
-            f"must hold the draft's own queries. Use {KEY} >= {num_query_per_req}."
+            f"must hold the draft's own queries. Use {KEY} >= {query_stretch}."
         )
     if speculator.dcp_size > 1:
         raise ValueError(
@@ -99,6 +120,8 @@ def create_draft_window(speculator: Any) -> Mrv2DraftWindow | None:
         draft_group_ids=draft_group_ids,
         max_num_reqs=speculator.max_num_reqs,
         device=speculator.device,
+        # An EAGLE draft prefill queries whole target chunks; DFlash queries its stretch.
+        max_query_len=speculator.max_num_tokens if method in PREFILL_METHODS else query_stretch,
     )
     if method == "dspark" and _target_is_deepseek_v4(speculator):
         logger.warning(
@@ -148,8 +171,9 @@ def _build_attn_metadata(original: Callable) -> Callable:
         num_reqs = arguments["num_reqs"]
         window.refresh(arguments["batch_desc"].num_reqs or num_reqs)
         arguments["seq_lens_cpu_upper_bound"] = window.host_upper_bound(
-            arguments["seq_lens_cpu_upper_bound"], num_reqs, arguments["step"]
-        )
+            arguments["seq_lens_cpu_upper_bound"], num_reqs, arguments["step"],
+            extra_steps=window.host_extra_steps,
+        )  # fmt: skip
         with window.swapped_into(self):
             return original(*bound.args, **bound.kwargs)
 
@@ -186,11 +210,144 @@ def _capture(original: Callable) -> Callable:
     return capture
 
 
+def _propose(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def propose(self, input_batch: Any, *args: Any, **kwargs: Any) -> Any:
+        window: Mrv2DraftWindow | None = getattr(self, WINDOW_ATTR)
+        if window is None:
+            return original(self, input_batch, *args, **kwargs)
+        # The draft prefill builds its windowed metadata from the target's batch.
+        window.prefill_batch = input_batch
+        try:
+            return original(self, input_batch, *args, **kwargs)
+        finally:
+            window.prefill_batch = None
+
+    return propose
+
+
+def _prefill(original: Callable) -> Callable:
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def prefill(self, *args: Any, **kwargs: Any) -> Any:
+        window: Mrv2DraftWindow | None = getattr(self, WINDOW_ATTR)
+        if window is None or window.prefill_batch is None:
+            return original(self, *args, **kwargs)
+        bound = signature.bind(self, *args, **kwargs)
+        target_metadata = bound.arguments["attn_metadata"]
+        if target_metadata is None:
+            return original(*bound.args, **bound.kwargs)
+        draft_metadata = windowed_prefill_metadata(self, window, window.prefill_batch)
+        bound.arguments["attn_metadata"] = {**target_metadata, **draft_metadata}
+        return original(*bound.args, **bound.kwargs)
+
+    return prefill
+
+
+def windowed_prefill_metadata(speculator: Any, window: Mrv2DraftWindow, batch: Any) -> dict:
+    """The draft layers' prefill metadata: the target's batch, read through the window.
+
+    Built by vLLM's own ``ModelState.prepare_attn`` with the draft's attention groups, as
+    the target runner builds the target's (eager/PIECEWISE sizes), from the windowed
+    ``seq_lens`` of the target's lengths and the cropped tables.
+    """
+    n = batch.num_reqs
+    window.refresh(n, seq_lens=batch.seq_lens, query_start_loc=batch.query_start_loc)
+    query_lens_cpu = torch.from_numpy(np.diff(batch.query_start_loc_np[: n + 1]))
+    bound = window.host_upper_bound(batch.seq_lens_cpu_upper_bound, n, 0, query_lens_cpu)
+    windowed_batch = dataclasses.replace(
+        batch, seq_lens=window.seq_lens[:n], seq_lens_cpu_upper_bound=bound[:n]
+    )
+    block_tables = tuple(t[:n] for t in window.block_tables.input_block_tables)
+    return speculator.model_state.prepare_attn(
+        windowed_batch,
+        CUDAGraphMode.NONE,
+        block_tables,
+        speculator.block_tables.slot_mappings[:, : batch.num_tokens],
+        speculator.attn_groups,
+        speculator.kv_cache_config,
+    )
+
+
+def _init_cudagraph_manager(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def init_cudagraph_manager(self, cudagraph_mode: CUDAGraphMode) -> None:
+        original(self, cudagraph_mode)
+        window: Mrv2DraftWindow | None = getattr(self, WINDOW_ATTR)
+        if window is None:
+            return
+        prefill_manager = self.prefill_cudagraph_manager
+        if prefill_manager is not None and cudagraph_mode.has_full_cudagraphs():
+            mode = (
+                CUDAGraphMode.PIECEWISE
+                if cudagraph_mode.has_piecewise_cudagraphs()
+                else CUDAGraphMode.NONE
+            )
+            self.prefill_cudagraph_manager = type(prefill_manager)(
+                self.vllm_config, self.device, mode, prefill_manager.decode_query_len
+            )
+            logger.info(
+                "%s: the draft prefill runs with cudagraph mode %s instead of %s, so that its "
+                "metadata is built for the window at every step.",
+                KEY,
+                mode.name,
+                cudagraph_mode.name,
+            )
+        if self.decode_cudagraph_manager is not None:
+            setattr(self.decode_cudagraph_manager, WINDOW_ATTR, window)
+
+    return init_cudagraph_manager
+
+
+def _manager_capture(original: Callable) -> Callable:
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def capture(self, *args: Any, **kwargs: Any) -> None:
+        window: Mrv2DraftWindow | None = getattr(self, WINDOW_ATTR, None)
+        if window is None:
+            return original(self, *args, **kwargs)
+        # The decode graphs record the persistent windowed buffers.
+        bound = signature.bind(self, *args, **kwargs)
+        bound.arguments["input_buffers"] = window.input_buffers
+        bound.arguments["block_tables"] = window.block_tables
+        return original(*bound.args, **bound.kwargs)
+
+    return capture
+
+
+def _fused_multi_step_decode(original: Callable) -> Callable:
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def fused_multi_step_decode(self, *args: Any, **kwargs: Any) -> None:
+        window: Mrv2DraftWindow | None = getattr(self, WINDOW_ATTR)
+        if window is None:
+            return original(self, *args, **kwargs)
+        steps = signature.bind(self, *args, **kwargs).arguments["num_speculative_steps"]
+        # Built at step 1, the metadata serves steps 1 .. steps - 1.
+        window.host_extra_steps = max(steps - 2, 0)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            window.host_extra_steps = 0
+
+    return fused_multi_step_decode
+
+
 def _targets() -> list[tuple[type, str, Callable, tuple[str, ...]]]:
     """(class, method, wrapper factory, parameters the wrapper relies on)."""
     from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
     from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+    from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils import (
+        SpeculatorCudaGraphManager,
+    )
+    from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator import (
+        TargetDependentARSpeculator,
+    )
 
+    ar = TargetDependentARSpeculator
     return [
         (DraftModelSpeculator, "set_attn", _set_attn,
          ("model_state", "kv_cache_config", "block_tables", "target_input_buffers",
@@ -200,6 +357,28 @@ def _targets() -> list[tuple[type, str, Callable, tuple[str, ...]]]:
         (DraftModelSpeculator, "_update_draft_decode_metadata", _update_draft_decode_metadata,
          ("attn_metadata", "num_reqs")),
         (DFlashSpeculator, "capture", _capture, ()),
+        (ar, "propose", _propose, ("input_batch",)),
+        (ar, "_prefill", _prefill, ("num_reqs", "num_tokens", "attn_metadata")),
+        (ar, "init_cudagraph_manager", _init_cudagraph_manager, ("cudagraph_mode",)),
+        (ar, "_fused_multi_step_decode", _fused_multi_step_decode, ("num_speculative_steps",)),
+        (SpeculatorCudaGraphManager, "capture", _manager_capture,
+         ("input_buffers", "block_tables")),
+    ]  # fmt: skip
+
+
+def _used() -> list[tuple[type, str, tuple[str, ...]]]:
+    """Methods the wrappers call without wrapping them, and the parameters they pass."""
+    from vllm.v1.worker.gpu.model_states.interface import ModelState
+    from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils import (
+        SpeculatorCudaGraphManager,
+    )
+
+    return [
+        (ModelState, "prepare_attn",
+         ("input_batch", "cudagraph_mode", "block_tables", "slot_mappings", "attn_groups",
+          "kv_cache_config")),
+        (SpeculatorCudaGraphManager, "__init__",
+         ("vllm_config", "device", "cudagraph_mode", "decode_query_len")),
     ]  # fmt: skip
 
 
@@ -208,8 +387,10 @@ def install() -> None:
     from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
     targets = _targets()
-    for cls, name, _, required in targets:
-        method = cls.__dict__.get(name)
+    # Wrapped methods must be defined on the class itself; used ones may be inherited.
+    checks = [(cls, name, required, cls.__dict__.get(name)) for cls, name, _, required in targets]
+    checks += [(cls, name, required, getattr(cls, name, None)) for cls, name, required in _used()]
+    for cls, name, required, method in checks:
         if method is None:
             raise RuntimeError(
                 f"draft window: vLLM's {cls.__name__} has no method {name!r} to hook; this "

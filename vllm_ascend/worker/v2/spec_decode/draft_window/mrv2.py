@@ -80,11 +80,15 @@ def block_table_units(block_tables: Any) -> Sequence[int]:
     return kernel_block_sizes if kernel_block_sizes is not None else block_tables.block_sizes
 
 
-def cropped_table_width(spec: WindowSpec, block_size: int, full_width: int) -> int:
-    """Columns of a cropped table: what the window reads, rounded up like vLLM rounds its
-    own tables (kernels load block ids a tile at a time), and never wider than the full
-    table, past which no window reads."""
-    width = get_block_table_width(spec.max_window_blocks(block_size), block_size)
+def cropped_table_width(
+    spec: WindowSpec, block_size: int, full_width: int, max_query_len: int
+) -> int:
+    """Columns of a cropped table: what the window reads (a query chunk longer than the
+    window keeps its whole chunk: ``max(W, q) + a - 1`` tokens), rounded up like vLLM
+    rounds its own tables (kernels load block ids a tile at a time), and never wider than
+    the full table, past which no window reads."""
+    max_read_len = max(spec.window_size, max_query_len) + spec.alignment - 1
+    width = get_block_table_width(-(-max_read_len // block_size), block_size)
     return min(width, full_width)
 
 
@@ -100,7 +104,10 @@ class Mrv2DraftWindow:
         draft_group_ids: Sequence[int],
         max_num_reqs: int,
         device: torch.device,
+        max_query_len: int = 1,
     ) -> None:
+        """``max_query_len``: the longest query of one request in a pass the window serves
+        (DFlash: its query stretch; EAGLE: a draft prefill chunk)."""
         units = block_table_units(block_tables)
         self.group_block_sizes = {g: int(units[g]) for g in draft_group_ids}
         self.spec = WindowSpec(
@@ -110,7 +117,7 @@ class Mrv2DraftWindow:
             g: BlockTableWindow(
                 self.spec, b, max_num_reqs, device,
                 width=cropped_table_width(
-                    self.spec, b, block_tables.input_block_tables[g].shape[1]
+                    self.spec, b, block_tables.input_block_tables[g].shape[1], max_query_len
                 ),
             )
             for g, b in self.group_block_sizes.items()
@@ -120,33 +127,67 @@ class Mrv2DraftWindow:
         self.seq_lens = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
         # [max_num_reqs] int32: each request's window start (a multiple of the alignment).
         self.window_start = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
+        # [max_num_reqs] int32: query tokens per request of a multi-token pass.
+        self.query_lens = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
         # [max_num_reqs] int32, host: the windowed seq_lens_cpu_upper_bound.
         self.seq_lens_cpu_upper_bound = torch.zeros(max_num_reqs, dtype=torch.int32)
         self.input_buffers = InputBuffersView(input_buffers, self.seq_lens)
+        # Host-side state of the current propose (EAGLE): the target's batch for the draft
+        # prefill, and how many later steps reuse the metadata being built.
+        self.prefill_batch: Any = None
+        self.host_extra_steps = 0
         self.block_tables = BlockTablesView(block_tables, self.windows)
 
-    def refresh(self, num_reqs_padded: int) -> None:
+    def refresh(
+        self,
+        num_reqs_padded: int,
+        seq_lens: torch.Tensor | None = None,
+        query_start_loc: torch.Tensor | None = None,
+    ) -> None:
         """Window the first ``num_reqs_padded`` rows on the device: lengths and tables.
 
-        Device ops into persistent buffers only, so it may run inside a graph capture.
+        ``seq_lens`` defaults to the draft's own; a draft prefill passes the target's, with
+        its ``query_start_loc`` so that every query token stays inside its window. Device
+        ops into persistent buffers only, so it may run inside a graph capture.
         """
         n = num_reqs_padded
+        source = self.input_buffers.base.seq_lens if seq_lens is None else seq_lens
+        query_lens = None
+        if query_start_loc is not None:
+            query_lens = self.query_lens[:n]
+            torch.sub(query_start_loc[1 : n + 1], query_start_loc[:n], out=query_lens)
         window_seq_lens(
-            self.input_buffers.base.seq_lens[:n],
+            source[:n],
             self.spec,
             start_out=self.window_start[:n],
             out=self.seq_lens[:n],
+            query_lens=query_lens,
         )
         full_tables = self.block_tables.base.input_block_tables
         for g, window in self.windows.items():
             window.gather(full_tables[g], self.window_start, self.seq_lens, n)
 
     def host_upper_bound(
-        self, seq_lens_cpu_upper_bound: torch.Tensor, num_reqs: int, step: int
+        self,
+        seq_lens_cpu_upper_bound: torch.Tensor,
+        num_reqs: int,
+        step: int,
+        query_lens_cpu: torch.Tensor | None = None,
+        extra_steps: int = 0,
     ) -> torch.Tensor:
-        """A host bound that, once the builder adds ``step``, bounds every windowed read."""
+        """A host bound that, once the builder adds ``step``, bounds every windowed read,
+        also those of ``extra_steps`` later steps that reuse the metadata (one token each)."""
         out = self.seq_lens_cpu_upper_bound[:num_reqs]
-        seq_lens_upper_bound(seq_lens_cpu_upper_bound[:num_reqs], self.spec, out=out, step=step)
+        seq_lens_upper_bound(
+            seq_lens_cpu_upper_bound[:num_reqs],
+            self.spec,
+            out=out,
+            step=step,
+            query_lens=None if query_lens_cpu is None else query_lens_cpu[:num_reqs],
+        )
+        if extra_steps:
+            # min(U + extra, cap) = min(min(U, cap) + extra, cap), cap = W + a - 1 - step.
+            out.add_(extra_steps).clamp_(max=self.spec.max_read_len - step)
         return self.seq_lens_cpu_upper_bound
 
     @contextmanager

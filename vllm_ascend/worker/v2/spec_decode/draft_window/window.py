@@ -42,6 +42,10 @@ Bounds, with short proofs:
   ``U`` instead is not a bound: with ``W = 64, a = 16, K = 0``, ``U = 80`` windows to 64
   while ``L = 79 <= U`` windows to 79.
 
+A pass whose queries are several tokens (a draft prefill) also keeps ``start <= L - q``, so
+each query token reads at least itself; only a chunk longer than the window is affected,
+and it reads at most ``q + a - 1`` tokens.
+
 Every function writes into caller-provided persistent buffers (``out=``), so a per-step
 caller allocates nothing on the device, and none reads a device value on the host.
 """
@@ -107,16 +111,28 @@ def window_seq_lens(
     start_out: torch.Tensor,
     # [n] int32, same device as seq_lens
     out: torch.Tensor,
+    # [n] int32, same device as seq_lens: tokens each request queries in this pass
+    query_lens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Write each request's window start into ``start_out`` and windowed length into ``out``.
 
     Works the same on the device ``seq_lens`` and on an exact host mirror of it, which is
     how invariant 2 holds without a device-to-host copy.
+
+    With ``query_lens`` (a pass whose queries are several tokens, such as a draft prefill
+    over a verify chunk or a prompt chunk), the start is also kept at or before
+    ``floor((L - q) / a) * a``, so every query token reads at least itself: a chunk
+    longer than the window keeps the whole chunk, and reads at most ``q + a - 1``.
     """
     torch.add(seq_lens, spec.future_offset - spec.window_size, out=start_out)
     start_out.clamp_(min=0)
     start_out.div_(spec.alignment, rounding_mode="floor")
     start_out.mul_(spec.alignment)
+    if query_lens is not None:
+        # `out` holds the latest start that still covers the first query token.
+        torch.sub(seq_lens, query_lens, out=out)
+        out.div_(spec.alignment, rounding_mode="floor").mul_(spec.alignment)
+        torch.minimum(start_out, out, out=start_out)
     torch.sub(seq_lens, start_out, out=out)
     return out
 
@@ -128,13 +144,16 @@ def seq_lens_upper_bound(
     *,
     out: torch.Tensor,
     step: int = 0,
+    # [n] int32, host: as for window_seq_lens
+    query_lens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The tightest host bound of what the windowed metadata reads, from a bound of ``L``.
 
     ``step`` is what the caller adds to the result afterwards (vLLM's metadata builder
     adds its ``step`` to ``seq_lens_cpu_upper_bound``): for every row, the result plus
-    ``step`` is at least ``windowed + K`` for every ``L <= upper_bound + step``. ``out``
-    may alias ``upper_bound``.
+    ``step`` is at least ``windowed + K`` for every ``L <= upper_bound + step``. With
+    ``query_lens`` a chunk longer than the window may read up to ``q + a - 1``. ``out``
+    may alias ``upper_bound``. Host only: it may allocate host tensors.
     """
     cap = spec.max_read_len - step
     if cap < 0:
@@ -143,7 +162,10 @@ def seq_lens_upper_bound(
             f"(alignment {spec.alignment}) can read"
         )
     torch.add(upper_bound, spec.future_offset, out=out)
-    return out.clamp_(max=cap)
+    if query_lens is None:
+        return out.clamp_(max=cap)
+    caps = query_lens.clamp(min=spec.window_size) + (spec.alignment - 1 - step)
+    return torch.minimum(out, caps, out=out)
 
 
 class BlockTableWindow:

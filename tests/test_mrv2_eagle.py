@@ -1,0 +1,485 @@
+"""EAGLE/EAGLE3 on Model Runner V2 read only the window at the draft prefill and at every
+draft decode step: the real `EagleSpeculator` methods, vLLM's real `DefaultModelState`
+and Triton attention metadata builders, read by the reference paged attention."""
+
+import dataclasses
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from vllm.config.compilation import CUDAGraphMode
+from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
+from vllm.v1.attention.backends.utils import PAD_SLOT_ID
+from vllm.v1.kv_cache_interface import FullAttentionSpec
+from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
+from vllm.v1.worker.gpu.input_batch import InputBatch, InputBuffers
+from vllm.v1.worker.gpu.model_states.default import DefaultModelState
+from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
+from vllm.v1.worker.utils import AttentionGroup
+
+from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, plugin
+
+from mrv1_adapter import load_mrv1_adapter_module
+from mrv2_buffers import (
+    CPU,
+    Mrv2Batch,
+    fill_input_block_tables,
+    fill_query_inputs,
+    fill_slot_mappings,
+    make_mrv2_batch,
+)
+from mrv2_speculators import (
+    HEAD_SIZE,
+    NUM_KV_HEADS,
+    GroupLayout,
+    Wired,
+    make_vllm_config,
+    tiny_model_dir,
+    wire_speculator,
+)
+from reference_attention import PagedKVCache, dense_attention
+
+W = 64
+MAX_MODEL_LEN = 1024
+MAX_NUM_REQS = 8
+# Contexts before the verify chunk, around block (16) and window (64) boundaries.
+CONTEXTS = [2, 47, 48, 57, 63, 64, 65, 200, 700]
+LAYOUTS = {
+    "one_group": [GroupLayout(16)],
+    "two_groups": [GroupLayout(16), GroupLayout(32)],
+}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return tiny_model_dir(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(autouse=True)
+def installed():
+    plugin.register()
+    yield
+    hooks.uninstall()
+
+
+@dataclasses.dataclass
+class Eagle:
+    wired: Wired
+    batch: Mrv2Batch  # the target's verify batch; its buffers are the target's
+    input_batch: InputBatch
+    target_metadata: dict
+    num_spec: int
+    num_rejected: np.ndarray
+    k: list[torch.Tensor]
+    v: list[torch.Tensor]
+    caches: dict[int, PagedKVCache]
+
+    @property
+    def s(self):
+        return self.wired.speculator
+
+
+def setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=CONTEXTS, seed=0,
+                prefill_chunk=None, window=W) -> Eagle:  # fmt: skip
+    """A target verify batch (each request: context + num_spec + 1 query tokens; optionally
+    one request prefilling a long chunk), its real target metadata, and a wired draft."""
+    rng = np.random.default_rng(seed)
+    contexts = contexts[: MAX_NUM_REQS - (prefill_chunk is not None)]
+    query_lens = [num_spec + 1] * len(contexts)
+    seq_lens = [c + num_spec + 1 for c in contexts]
+    if prefill_chunk is not None:
+        query_lens.append(prefill_chunk)
+        seq_lens.append(prefill_chunk + 30)
+    n = len(seq_lens)
+    batch = make_mrv2_batch([g.block_size for g in layouts], seq_lens, num_spec + 1, n,
+                            MAX_NUM_REQS, MAX_MODEL_LEN, rng, lookahead_tokens=num_spec,
+                            query_lens=query_lens)  # fmt: skip
+    config = make_vllm_config(model_dir, MAX_MODEL_LEN, MAX_NUM_REQS, {"draft_window_size": window})
+    model_state = DefaultModelState(config, torch.nn.Module(), None, CPU)
+    draft_buffers = InputBuffers(MAX_NUM_REQS, batch.block_tables.max_num_batched_tokens, CPU)
+    wired = wire_speculator(EagleSpeculator, batch, layouts, config, monkeypatch, "eagle3",
+                            num_spec, draft_input_buffers=draft_buffers,
+                            model_state=model_state)  # fmt: skip
+    s = wired.speculator
+    s.kv_cache_config = s.kv_cache_config  # set by set_attn
+    s.target_input_buffers = batch.input_buffers
+    s.last_token_indices = torch.zeros(MAX_NUM_REQS, dtype=torch.int64)
+    s.current_draft_step = torch.tensor(0, dtype=torch.int64)
+    s.idx_mapping = torch.full((MAX_NUM_REQS,), -1, dtype=torch.int64)
+    s.idx_mapping[:n] = torch.from_numpy(batch.idx_mapping)
+    s.pcp_manager = None
+
+    # The target runner's batch and metadata; vLLM's make_dummy writes dummy values into
+    # the target buffers, so the kernels' real values are written again afterwards.
+    input_batch = InputBatch.make_dummy(n, batch.num_tokens, batch.input_buffers)
+    fill_query_inputs(batch)
+    fill_slot_mappings(batch)
+    input_batch = dataclasses.replace(
+        input_batch,
+        num_scheduled_tokens=np.array(query_lens, dtype=np.int32),
+        query_start_loc_np=batch.query_start_loc_np,
+        seq_lens_cpu_upper_bound=torch.tensor(seq_lens, dtype=torch.int32),
+        max_query_len=max(query_lens),
+        idx_mapping_np=batch.idx_mapping,
+        idx_mapping=torch.from_numpy(batch.idx_mapping),
+    )
+    target_groups = []
+    for g, layout in enumerate(layouts):
+        spec = FullAttentionSpec(block_size=layout.block_size, num_kv_heads=NUM_KV_HEADS,
+                                 head_size=HEAD_SIZE, dtype=torch.float32)  # fmt: skip
+        # The target runner's groups hold the draft layers too (same backend and spec).
+        group = AttentionGroup(TritonAttentionBackend, [f"target.{g}", f"draft.{g}"], spec, g)
+        group.create_metadata_builders(config, CPU)
+        target_groups.append([group])
+    bt = batch.block_tables
+    target_metadata = model_state.prepare_attn(
+        input_batch, CUDAGraphMode.NONE, tuple(t[:n] for t in bt.input_block_tables),
+        bt.slot_mappings[:, : batch.num_tokens], target_groups, s.kv_cache_config,
+    )  # fmt: skip
+
+    # True K/V of every position a step can read, written through the full tables.
+    gen = torch.Generator().manual_seed(seed)
+    ends = [length + num_spec for length in seq_lens]
+    k = [torch.randn(e, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64) for e in ends]
+    v = [torch.randn(e, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64) for e in ends]
+    caches = {}
+    for g, layout in enumerate(layouts):
+        b = layout.block_size
+        cache = PagedKVCache(bt.block_tables[g].gpu.numel() + 1, b, NUM_KV_HEADS, HEAD_SIZE)
+        for i, e in enumerate(ends):
+            row = torch.tensor(batch.req_block_ids[g][i], dtype=torch.int32)
+            cache.write(row, torch.arange(e), k[i], v[i])
+        caches[g] = cache
+    num_rejected = rng.integers(0, num_spec + 1, n)
+    if prefill_chunk is not None:
+        num_rejected[-1] = 0
+    return Eagle(wired, batch, input_batch, target_metadata, num_spec, num_rejected, k, v,
+                 caches)  # fmt: skip
+
+
+def run_prefill(e: Eagle) -> dict:
+    """`_prefill` as `propose` calls it (the propose wrapper has stashed the batch)."""
+    seen = {}
+
+    def run_model(num_tokens, attn_metadata, slot_mappings, **kwargs):
+        # No draft weights on CPU: record what the draft layers would read.
+        seen.update(attn_metadata)
+        hidden = torch.zeros(num_tokens, 4)
+        return hidden, hidden
+
+    e.s._run_model = run_model
+    e.s.draft_window.prefill_batch = e.input_batch
+    try:
+        e.s._prefill(e.batch.num_reqs, e.batch.num_tokens, e.target_metadata, None,
+                     num_tokens_across_dp=None, skip_sample=True)  # fmt: skip
+    finally:
+        e.s.draft_window.prefill_batch = None
+    return seen
+
+
+def emulate_prepare_decode_inputs(e: Eagle) -> None:
+    """`_prepare_decode_inputs_kernel` after the prefill: each request's first draft step
+    sits right after its last accepted token."""
+    ib, n = e.s.input_buffers, e.batch.num_reqs
+    accepted = torch.from_numpy(e.batch.seq_lens - e.num_rejected).to(torch.int32)
+    ib.seq_lens[:n] = accepted + 1
+    ib.seq_lens[n:] = 0
+    ib.positions[:n] = accepted.long()
+    ib.query_start_loc[: MAX_NUM_REQS + 1] = torch.arange(MAX_NUM_REQS + 1).clamp(max=n)
+
+
+def emulate_slot_mappings(e: Eagle, monkeypatch) -> None:
+    """`BlockTables.compute_slot_mappings` for one token per request (Triton on GPU)."""
+    bt = e.batch.block_tables
+
+    def compute_slot_mappings(idx_mapping, query_start_loc, positions, num_tokens_padded,
+                              out=None):  # fmt: skip
+        for g, b in enumerate(bt.block_sizes):
+            table = bt.block_tables[g].gpu
+            for i, req in enumerate(idx_mapping.tolist()):
+                pos = int(positions[i])
+                bt.slot_mappings[g, i] = int(table[req, pos // b]) * b + pos % b
+            bt.slot_mappings[g, len(idx_mapping) :] = PAD_SLOT_ID
+        return bt.slot_mappings[:, :num_tokens_padded]
+
+    monkeypatch.setattr(bt, "compute_slot_mappings", compute_slot_mappings)
+
+
+def run_decode(e: Eagle, monkeypatch, fused: bool) -> list[dict]:
+    """The real multi-step decode loop; each step's draft forward is replaced by a record
+    of what its draft layers read, then `update_draft_inputs`' increments."""
+    if e.num_spec <= 1:
+        return []  # propose returns after the prefill
+    emulate_prepare_decode_inputs(e)
+    emulate_slot_mappings(e, monkeypatch)
+    s, ib, n = e.s, e.s.input_buffers, e.batch.num_reqs
+    steps = []
+
+    def generate_draft(num_reqs, num_tokens_padded, attn_metadata, slot_mappings, *args,
+                       **kwargs):  # fmt: skip
+        steps.append({
+            "lengths": ib.seq_lens[:n].clone(),
+            "slots": e.batch.block_tables.slot_mappings[:, :n].clone(),
+            **{name: (md.seq_lens.clone(), md.block_table.clone())
+               for name, md in attn_metadata.items()},
+        })  # fmt: skip
+        if int(s.current_draft_step) < e.num_spec - 1:
+            ib.positions[:n] += 1
+            ib.seq_lens[:n] += 1
+
+    s._generate_draft = generate_draft
+    s.supports_decode_metadata_update = fused
+    decode = s._fused_multi_step_decode if fused else s._multi_step_decode
+    desc = BatchExecutionDescriptor(cg_mode=CUDAGraphMode.NONE, num_tokens=n, num_reqs=None)
+    decode(n, False, desc, None, e.input_batch.seq_lens_cpu_upper_bound, e.num_spec)
+    return steps
+
+
+def read_step(e: Eagle, g: int, block_size: int, lengths, read_lens, tables, i: int):
+    """Reference read of request i's single query at the step's last position."""
+    length, read = int(lengths[i]), int(read_lens[i])
+    q = e.k[i][length - 1 : length] * 0.5
+    got, touched = e.caches[g].read(q, tables[i], read)
+    expected = dense_attention(q, e.k[i], e.v[i], length - read, length)
+    return got, expected, touched
+
+
+@pytest.mark.parametrize("num_spec", [1, 2, 3, 5, 7])
+@pytest.mark.parametrize("layout_name", list(LAYOUTS))
+@pytest.mark.parametrize("fused", [False, True], ids=["rebuild_each_step", "in_place_update"])
+def test_every_draft_decode_step_reads_exactly_its_window(num_spec, layout_name, fused,
+                                                          model_dir, monkeypatch):  # fmt: skip
+    layouts = LAYOUTS[layout_name]
+    e = setup_eagle(model_dir, monkeypatch, num_spec, layouts, seed=num_spec)
+    steps = run_decode(e, monkeypatch, fused)
+    assert len(steps) == num_spec - 1
+    spec = e.s.draft_window.spec
+    for record in steps:
+        for g, layout in enumerate(layouts):
+            read_lens, tables = record[f"draft.{g}"]
+            for i in range(e.batch.num_reqs):
+                length, read = int(record["lengths"][i]), int(read_lens[i])
+                assert min(length, W) <= read <= spec.max_read_len
+                assert (length - read) % spec.alignment == 0
+                got, expected, touched = read_step(e, g, layout.block_size, record["lengths"],
+                                                   read_lens, tables, i)  # fmt: skip
+                torch.testing.assert_close(got, expected)
+                ids = e.batch.req_block_ids[g][i]
+                b = layout.block_size
+                assert touched == set(ids[(length - read) // b : -(-length // b)])
+    # The host bound the builders got holds for every step its metadata serves: one
+    # build per step when rebuilt, one build for all steps when updated in place.
+    for g, received in e.wired.received.items():
+        served = [[r] for r in steps] if not fused else [steps] * bool(steps)
+        assert len(received) == len(served)
+        for cam, records in zip(received, served, strict=True):
+            for record in records:
+                assert bool((cam.seq_lens_cpu_upper_bound >= record[f"draft.{g}"][0]).all())
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["rebuild_each_step", "in_place_update"])
+def test_slot_mappings_are_identical_with_and_without_the_window(fused, model_dir, monkeypatch):
+    layouts = LAYOUTS["two_groups"]
+    with_window = run_decode(setup_eagle(model_dir, monkeypatch, 4, layouts), monkeypatch, fused)
+    hooks.uninstall()
+    plain = setup_eagle(model_dir, monkeypatch, 4, layouts)
+    without = run_decode(plain, monkeypatch, fused)
+    assert plain.s.draft_window is None
+    for a, b in zip(with_window, without, strict=True):
+        assert torch.equal(a["slots"], b["slots"]) and torch.equal(a["lengths"], b["lengths"])
+
+
+@pytest.mark.parametrize("layout_name", list(LAYOUTS))
+@pytest.mark.parametrize("prefill_chunk", [None, 40, 300], ids=["decodes", "short", "long"])
+def test_draft_prefill_reads_the_window_and_leaves_the_target_metadata_alone(
+    layout_name, prefill_chunk, model_dir, monkeypatch
+):
+    layouts = LAYOUTS[layout_name]
+    e = setup_eagle(model_dir, monkeypatch, 3, layouts, prefill_chunk=prefill_chunk)
+    target_before = {name: (md, md.seq_lens.clone(), md.block_table.clone())
+                     for name, md in e.target_metadata.items()}  # fmt: skip
+    seen = run_prefill(e)
+    spec = e.s.draft_window.spec
+    for name, (md, lengths, table) in target_before.items():
+        assert e.target_metadata[name] is md
+        assert torch.equal(md.seq_lens, lengths) and torch.equal(md.block_table, table)
+        if name.startswith("target"):
+            assert seen[name] is md  # the target's layers are not the draft's business
+        else:
+            assert seen[name] is not md
+    qsl = e.batch.query_start_loc_np
+    for g, layout in enumerate(layouts):
+        b = layout.block_size
+        md = seen[f"draft.{g}"]
+        assert md.slot_mapping.data_ptr() == e.batch.block_tables.slot_mappings[g].data_ptr()
+        for i, length in enumerate(e.batch.seq_lens.tolist()):
+            q_len, read = int(qsl[i + 1] - qsl[i]), int(md.seq_lens[i])
+            start = length - read
+            # Every query token reads at least itself; a chunk longer than the window keeps
+            # its whole chunk.
+            assert read >= min(length, max(W, q_len)) and start % spec.alignment == 0
+            assert read <= max(W, q_len) + spec.alignment - 1
+            q = e.k[i][length - q_len : length] * 0.5
+            got, touched = e.caches[g].read(q, md.block_table[i], read)
+            torch.testing.assert_close(got, dense_attention(q, e.k[i], e.v[i], start, length))
+            assert touched == set(e.batch.req_block_ids[g][i][start // b : -(-length // b)])
+
+
+def test_propose_hands_the_target_batch_to_the_prefill_and_forgets_it(model_dir, monkeypatch):
+    import vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator as ar_module
+
+    e = setup_eagle(model_dir, monkeypatch, 3, LAYOUTS["one_group"])
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def prepare_prefill_inputs(*args, **kwargs):
+        # The first Triton kernel of propose; what the draft window holds then is recorded.
+        seen.append(e.s.draft_window.prefill_batch)
+        raise Stop
+
+    monkeypatch.setattr(ar_module, "prepare_prefill_inputs", prepare_prefill_inputs)
+    e.s.temperature = torch.zeros(MAX_NUM_REQS)
+    e.s.seeds = torch.zeros(MAX_NUM_REQS, dtype=torch.int64)
+    e.s.num_speculative_steps = 3
+    e.s.draft_max_seq_len = MAX_MODEL_LEN
+    e.s.method = "eagle"
+    e.s.hidden_states = torch.zeros(64, 4)
+    e.s.model = SimpleNamespace()
+    n = e.batch.num_reqs
+    zeros = torch.zeros(n, dtype=torch.int64)
+    with pytest.raises(Stop):
+        e.s.propose(e.input_batch, e.target_metadata, {}, torch.zeros(64, 4), None, zeros,
+                    zeros, zeros, zeros, e.s.temperature, e.s.seeds)  # fmt: skip
+    assert seen == [e.input_batch]
+    assert e.s.draft_window.prefill_batch is None
+
+
+@pytest.mark.parametrize("num_spec", [2, 3, 4, 7])
+def test_final_step_equals_mrv1_and_earlier_steps_avoid_its_needed_columns_defect(
+    num_spec, model_dir, monkeypatch
+):
+    """MRV1 windows once with K = num_speculative_tokens on context-only lengths and reuses
+    its table for every step. At the final step both windows coincide; at earlier steps
+    MRV1's table lacks the columns of the newest tokens where they cross a block."""
+    mrv1 = load_mrv1_adapter_module()
+    layouts = [GroupLayout(16)]
+    contexts = [61 - num_spec, 62 - num_spec, 64 - num_spec, 77 - num_spec, 300]
+    e = setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=contexts, seed=11)
+    e.num_rejected[:] = 0
+    steps = run_decode(e, monkeypatch, fused=False)
+    final = steps[-1]
+    final_lengths = final["lengths"]
+    adapter = mrv1.SlidingWindowAdapter(W, 16, MAX_NUM_REQS, num_spec, torch.device("cpu"))
+    n = e.batch.num_reqs
+    full = e.batch.block_tables.input_block_tables[0][:n]
+    # MRV1's context-only lengths: its last step reads seq_lens + K = our final lengths.
+    cam = SimpleNamespace(block_table_tensor=full, seq_lens=(final_lengths - num_spec).int())
+    adapter.apply(cam)
+    read_lens, table = final["draft.0"]
+    assert torch.equal(read_lens, cam.seq_lens + num_spec)
+    mrv1_table = cam.block_table_tensor
+    for i in range(n):
+        cols = -(-int(cam.seq_lens[i]) // 16)
+        assert torch.equal(table[i, :cols], mrv1_table[i, :cols])
+    defects = 0
+    for j, record in enumerate(steps):
+        lengths = record["lengths"]
+        ours_lens, ours_table = record["draft.0"]
+        for i in range(n):
+            # MRV1 at this step: its table, its length grown by one per step.
+            mrv1_read = int(cam.seq_lens[i]) + (int(lengths[i]) - int(final_lengths[i])) + num_spec
+            got, expected, _ = read_step(e, 0, 16, lengths, ours_lens, ours_table, i)
+            torch.testing.assert_close(got, expected)
+            length = int(lengths[i])
+            q = e.k[i][length - 1 : length] * 0.5
+            mrv1_got, mrv1_touched = e.caches[0].read(q, mrv1_table[i], mrv1_read)
+            mrv1_expected = dense_attention(q, e.k[i], e.v[i], length - mrv1_read, length)
+            if 0 in mrv1_touched:
+                defects += 1
+                assert not torch.allclose(mrv1_got, mrv1_expected, equal_nan=True)
+        assert j < len(steps)
+    # Contexts were chosen so that MRV1 hits its defect at least once for K >= 2.
+    assert defects > 0
+
+
+def test_full_graphs_prefill_runs_without_them_and_decode_graphs_read_the_window(
+    model_dir, monkeypatch
+):
+    """FULL_AND_PIECEWISE: the draft prefill manager loses its FULL graphs (they would read
+    the target's captured buffers); the fused decode graph is captured through the window
+    and, replayed, reads exactly each step's window."""
+    import vllm.v1.worker.gpu.cudagraph_utils as cudagraph_utils
+    from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils import (
+        SpeculatorBatchDescriptor,
+    )
+
+    num_spec = 4
+    layouts = LAYOUTS["two_groups"]
+    e = setup_eagle(model_dir, monkeypatch, num_spec, layouts, seed=5)
+    s, n = e.s, e.batch.num_reqs
+    s.supports_decode_metadata_update = True
+    # One process, no torch.distributed: a single-rank pipeline group.
+    single_rank = SimpleNamespace(is_first_rank=True, is_last_rank=True)
+    monkeypatch.setattr(cudagraph_utils, "get_pp_group", lambda: single_rank)
+    # The CPU platform has no graph memory pool to hand out.
+    monkeypatch.setattr(type(cudagraph_utils.current_platform), "get_global_graph_pool",
+                        lambda self: None)  # fmt: skip
+    s.init_cudagraph_manager(CUDAGraphMode.FULL_AND_PIECEWISE)
+    assert s.prefill_cudagraph_manager.cudagraph_mode == CUDAGraphMode.PIECEWISE
+    assert s.decode_cudagraph_manager.draft_window is s.draft_window
+
+    def capture(self, create_forward_fn, progress_bar_desc=""):
+        # CUDA graphs cannot be captured on CPU: prepare each FULL graph's inputs as vLLM
+        # does at capture and keep its forward; "replay" runs it on those same tensors.
+        self.cpu_graphs = {
+            desc: create_forward_fn(desc, False)
+            for desc in self._capture_descs.get(CUDAGraphMode.FULL, [])
+        }
+
+    monkeypatch.setattr(cudagraph_utils.CudaGraphManager, "capture", capture)
+    monkeypatch.setattr(cudagraph_utils.CudaGraphManager, "run_fullgraph",
+                        lambda self, desc: self.cpu_graphs[desc](CUDAGraphMode.FULL))  # fmt: skip
+    desc = SpeculatorBatchDescriptor(
+        cg_mode=CUDAGraphMode.FULL, num_tokens=n, num_reqs=n, uniform_token_count=1,
+        num_speculative_tokens=num_spec,
+    )  # fmt: skip
+    s.prefill_cudagraph_manager._capture_descs = {}
+    s.decode_cudagraph_manager._capture_descs = {CUDAGraphMode.FULL: [desc]}
+    # No speculative config in the tiny VllmConfig: a fixed number of speculative tokens.
+    s.speculative_config = SimpleNamespace(uses_dynamic_speculative_decoding=lambda: False)
+    s.capture()
+    assert list(s.decode_cudagraph_manager.cpu_graphs) == [desc]
+    assert s.input_buffers is not s.draft_window.input_buffers  # restored after capture
+
+    # A replay: the target runner gathers this step's tables (capture zeroed them), the
+    # decode kernels write the real batch, then the graph runs.
+    fill_input_block_tables(e.batch)
+    s.idx_mapping[:n] = torch.from_numpy(e.batch.idx_mapping)
+    steps = []
+
+    def record(num_reqs, num_tokens_padded, attn_metadata, *args, **kwargs):
+        steps.append({"lengths": s.input_buffers.seq_lens[:n].clone(),
+                      **{name: (md.seq_lens.clone(), md.block_table.clone())
+                         for name, md in attn_metadata.items()}})  # fmt: skip
+        if int(s.current_draft_step) < num_spec - 1:
+            s.input_buffers.positions[:n] += 1
+            s.input_buffers.seq_lens[:n] += 1
+
+    s._generate_draft = record
+    emulate_prepare_decode_inputs(e)
+    emulate_slot_mappings(e, monkeypatch)
+    s._fused_multi_step_decode(n, False, desc, None, e.input_batch.seq_lens_cpu_upper_bound,
+                               num_spec)  # fmt: skip
+    assert len(steps) == num_spec - 1
+    window = s.draft_window
+    for record_ in steps:
+        for g, layout in enumerate(layouts):
+            read_lens, tables = record_[f"draft.{g}"]
+            for i in range(n):
+                got, expected, _ = read_step(e, g, layout.block_size, record_["lengths"],
+                                             read_lens, tables, i)  # fmt: skip
+                torch.testing.assert_close(got, expected)
+                assert int(read_lens[i]) <= window.spec.max_read_len
