@@ -63,7 +63,8 @@ def make_mrv2_batch(
     """
     num_reqs = len(seq_lens)
     query_lens = list(query_lens or [num_query_per_req] * num_reqs)
-    max_num_tokens = max(max_num_reqs * num_query_per_req, sum(query_lens))
+    # Room past the batch's tokens, as a real step rarely fills the token budget.
+    max_num_tokens = max(max_num_reqs * num_query_per_req, sum(query_lens) + 16)
     assert num_reqs <= num_reqs_padded <= max_num_reqs
     # As the model runner sizes them: enough blocks for max_model_len, rounded up to the
     # 128-token alignment kernels load block ids in.

@@ -150,3 +150,11 @@ def test_dspark_with_a_deepseek_v4_target_warns_and_keeps_the_window(model_dir, 
 def test_bad_value_fails_at_start_up(model_dir, monkeypatch, log):
     with pytest.raises(ValueError, match=r"got 0 \(int\)"):
         start(model_dir, monkeypatch, 0)
+
+
+def test_prefix_lm_multimodal_targets_are_rejected(model_dir, monkeypatch, log):
+    from vllm.config import ModelConfig
+
+    monkeypatch.setattr(ModelConfig, "is_mm_prefix_lm", property(lambda self: True))
+    with pytest.raises(ValueError, match=r"prefix-LM multimodal targets"):
+        start(model_dir, monkeypatch, 512, method="eagle3")

@@ -233,11 +233,14 @@ def test_window_off_builders_receive_exactly_what_vllm_gives_them(additional_con
 def move_batch_into(src: Mrv2Batch, dst: Mrv2Batch) -> None:
     """What the kernels of a later step write into the same persistent buffers."""
     for name in ("seq_lens", "query_start_loc", "positions"):
-        getattr(dst.input_buffers, name).copy_(getattr(src.input_buffers, name))
+        d, s = getattr(dst.input_buffers, name), getattr(src.input_buffers, name)
+        width = min(d.shape[0], s.shape[0])
+        d[:width].copy_(s[:width])
     for d, s in zip(dst.block_tables.input_block_tables, src.block_tables.input_block_tables,
                     strict=True):  # fmt: skip
         d.copy_(s)
-    dst.block_tables.slot_mappings.copy_(src.block_tables.slot_mappings)
+    width = min(dst.block_tables.slot_mappings.shape[1], src.block_tables.slot_mappings.shape[1])
+    dst.block_tables.slot_mappings[:, :width].copy_(src.block_tables.slot_mappings[:, :width])
     for name in ("seq_lens", "idx_mapping", "req_block_ids", "num_reqs", "num_reqs_padded",
                  "query_lens"):  # fmt: skip
         setattr(dst, name, getattr(src, name))

@@ -123,6 +123,8 @@ def setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=CONTEXTS, se
         max_query_len=max(query_lens),
         idx_mapping_np=batch.idx_mapping,
         idx_mapping=torch.from_numpy(batch.idx_mapping),
+        # The long chunk, if any, is a prompt still prefilling: its host length is exact.
+        is_prefilling_np=np.array([False] * len(contexts) + [True] * (prefill_chunk is not None)),
     )
     target_groups = []
     for g, layout in enumerate(layouts):
@@ -158,8 +160,9 @@ def setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=CONTEXTS, se
                  caches)  # fmt: skip
 
 
-def run_prefill(e: Eagle) -> dict:
-    """`_prefill` as `propose` calls it (the propose wrapper has stashed the batch)."""
+def run_prefill(e: Eagle, num_tokens_padded: int | None = None) -> dict:
+    """`_prefill` as `propose` calls it (the propose wrapper has stashed the batch); a
+    PIECEWISE dispatch may pad the token count."""
     seen = {}
 
     def run_model(num_tokens, attn_metadata, slot_mappings, **kwargs):
@@ -171,8 +174,9 @@ def run_prefill(e: Eagle) -> dict:
     e.s._run_model = run_model
     e.s.draft_window.prefill_batch = e.input_batch
     try:
-        e.s._prefill(e.batch.num_reqs, e.batch.num_tokens, e.target_metadata, None,
-                     num_tokens_across_dp=None, skip_sample=True)  # fmt: skip
+        e.s._prefill(e.batch.num_reqs, num_tokens_padded or e.batch.num_tokens,
+                     e.target_metadata, None, num_tokens_across_dp=None,
+                     skip_sample=True)  # fmt: skip
     finally:
         e.s.draft_window.prefill_batch = None
     return seen
@@ -199,7 +203,9 @@ def emulate_slot_mappings(e: Eagle, monkeypatch) -> None:
             table = bt.block_tables[g].gpu
             for i, req in enumerate(idx_mapping.tolist()):
                 pos = int(positions[i])
-                bt.slot_mappings[g, i] = int(table[req, pos // b]) * b + pos % b
+                # idx_mapping -1 marks a padded row: it writes nowhere.
+                slot = int(table[req, pos // b]) * b + pos % b if req >= 0 else PAD_SLOT_ID
+                bt.slot_mappings[g, i] = slot
             bt.slot_mappings[g, len(idx_mapping) :] = PAD_SLOT_ID
         return bt.slot_mappings[:, :num_tokens_padded]
 
@@ -223,6 +229,7 @@ def run_decode(e: Eagle, monkeypatch, fused: bool) -> list[dict]:
             "slots": e.batch.block_tables.slot_mappings[:, :n].clone(),
             **{name: (md.seq_lens.clone(), md.block_table.clone())
                for name, md in attn_metadata.items()},
+            "md_slots": {name: md.slot_mapping[:n].clone() for name, md in attn_metadata.items()},
         })  # fmt: skip
         if int(s.current_draft_step) < e.num_spec - 1:
             ib.positions[:n] += 1
@@ -237,15 +244,16 @@ def run_decode(e: Eagle, monkeypatch, fused: bool) -> list[dict]:
 
 
 def read_step(e: Eagle, g: int, block_size: int, lengths, read_lens, tables, i: int):
-    """Reference read of request i's single query at the step's last position."""
+    """Reference read of request i's single query at the step's last position, through a
+    table whose columns are blocks of `block_size` tokens."""
     length, read = int(lengths[i]), int(read_lens[i])
     q = e.k[i][length - 1 : length] * 0.5
-    got, touched = e.caches[g].read(q, tables[i], read)
+    got, touched = e.caches[g].read(q, tables[i], read, block_size=block_size)
     expected = dense_attention(q, e.k[i], e.v[i], length - read, length)
     return got, expected, touched
 
 
-@pytest.mark.parametrize("num_spec", [1, 2, 3, 5, 7])
+@pytest.mark.parametrize("num_spec", [2, 3, 5, 7])
 @pytest.mark.parametrize("layout_name", list(LAYOUTS))
 @pytest.mark.parametrize("fused", [False, True], ids=["rebuild_each_step", "in_place_update"])
 def test_every_draft_decode_step_reads_exactly_its_window(num_spec, layout_name, fused,
@@ -286,20 +294,36 @@ def test_slot_mappings_are_identical_with_and_without_the_window(fused, model_di
     plain = setup_eagle(model_dir, monkeypatch, 4, layouts)
     without = run_decode(plain, monkeypatch, fused)
     assert plain.s.draft_window is None
+    assert len(with_window) == 3
     for a, b in zip(with_window, without, strict=True):
-        assert torch.equal(a["slots"], b["slots"]) and torch.equal(a["lengths"], b["lengths"])
+        assert torch.equal(a["lengths"], b["lengths"])
+        # What each draft layer's metadata hands the KV write: absolute and unchanged.
+        for name, slots in b["md_slots"].items():
+            assert torch.equal(a["md_slots"][name], slots), name
 
 
 @pytest.mark.parametrize("layout_name", list(LAYOUTS))
 @pytest.mark.parametrize("prefill_chunk", [None, 40, 300], ids=["decodes", "short", "long"])
+@pytest.mark.parametrize("num_spec", [1, 3, 7])
 def test_draft_prefill_reads_the_window_and_leaves_the_target_metadata_alone(
-    layout_name, prefill_chunk, model_dir, monkeypatch
+    num_spec, layout_name, prefill_chunk, model_dir, monkeypatch
 ):
     layouts = LAYOUTS[layout_name]
-    e = setup_eagle(model_dir, monkeypatch, 3, layouts, prefill_chunk=prefill_chunk)
+    e = setup_eagle(model_dir, monkeypatch, num_spec, layouts, prefill_chunk=prefill_chunk)
     target_before = {name: (md, md.seq_lens.clone(), md.block_table.clone())
                      for name, md in e.target_metadata.items()}  # fmt: skip
-    seen = run_prefill(e)
+    slots = e.batch.block_tables.slot_mappings
+    slots[:, e.batch.num_tokens :] = 12345  # stale slots of an earlier, larger step
+    padded = e.batch.num_tokens + 5
+    seen = run_prefill(e, padded)
+    # Slots past the target's tokens up to the prefill's padded count write nowhere.
+    assert bool((slots[:, e.batch.num_tokens : padded] == PAD_SLOT_ID).all())
+    # The host bound the builders got: exact on prefill rows, a bound elsewhere.
+    prefilling = torch.from_numpy(e.input_batch.is_prefilling_np)
+    for received in e.wired.received.values():
+        (cam,) = received
+        assert bool((cam.seq_lens_cpu_upper_bound >= cam.seq_lens).all())
+        assert torch.equal(cam.seq_lens_cpu_upper_bound[prefilling], cam.seq_lens[prefilling])
     spec = e.s.draft_window.spec
     for name, (md, lengths, table) in target_before.items():
         assert e.target_metadata[name] is md
@@ -385,7 +409,7 @@ def test_final_step_equals_mrv1_and_earlier_steps_avoid_its_needed_columns_defec
         cols = -(-int(cam.seq_lens[i]) // 16)
         assert torch.equal(table[i, :cols], mrv1_table[i, :cols])
     defects = 0
-    for j, record in enumerate(steps):
+    for record in steps:
         lengths = record["lengths"]
         ours_lens, ours_table = record["draft.0"]
         for i in range(n):
@@ -400,7 +424,6 @@ def test_final_step_equals_mrv1_and_earlier_steps_avoid_its_needed_columns_defec
             if 0 in mrv1_touched:
                 defects += 1
                 assert not torch.allclose(mrv1_got, mrv1_expected, equal_nan=True)
-        assert j < len(steps)
     # Contexts were chosen so that MRV1 hits its defect at least once for K >= 2.
     assert defects > 0
 
@@ -417,9 +440,12 @@ def test_full_graphs_prefill_runs_without_them_and_decode_graphs_read_the_window
     )
 
     num_spec = 4
-    layouts = LAYOUTS["two_groups"]
-    e = setup_eagle(model_dir, monkeypatch, num_spec, layouts, seed=5)
+    # A kernel-block group too, and fewer requests than the captured graph's size.
+    layouts = [GroupLayout(16), GroupLayout(64, kernel_block_size=32)]
+    e = setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=[2, 60, 64, 130, 200, 700],
+                    seed=5)  # fmt: skip
     s, n = e.s, e.batch.num_reqs
+    n_graph = MAX_NUM_REQS
     s.supports_decode_metadata_update = True
     # One process, no torch.distributed: a single-rank pipeline group.
     single_rank = SimpleNamespace(is_first_rank=True, is_last_rank=True)
@@ -443,7 +469,7 @@ def test_full_graphs_prefill_runs_without_them_and_decode_graphs_read_the_window
     monkeypatch.setattr(cudagraph_utils.CudaGraphManager, "run_fullgraph",
                         lambda self, desc: self.cpu_graphs[desc](CUDAGraphMode.FULL))  # fmt: skip
     desc = SpeculatorBatchDescriptor(
-        cg_mode=CUDAGraphMode.FULL, num_tokens=n, num_reqs=n, uniform_token_count=1,
+        cg_mode=CUDAGraphMode.FULL, num_tokens=n_graph, num_reqs=n_graph, uniform_token_count=1,
         num_speculative_tokens=num_spec,
     )  # fmt: skip
     s.prefill_cudagraph_manager._capture_descs = {}
@@ -458,6 +484,7 @@ def test_full_graphs_prefill_runs_without_them_and_decode_graphs_read_the_window
     # decode kernels write the real batch, then the graph runs.
     fill_input_block_tables(e.batch)
     s.idx_mapping[:n] = torch.from_numpy(e.batch.idx_mapping)
+    s.idx_mapping[n:] = -1
     steps = []
 
     def record(num_reqs, num_tokens_padded, attn_metadata, *args, **kwargs):
@@ -478,8 +505,10 @@ def test_full_graphs_prefill_runs_without_them_and_decode_graphs_read_the_window
     for record_ in steps:
         for g, layout in enumerate(layouts):
             read_lens, tables = record_[f"draft.{g}"]
+            assert not read_lens[n:].any()  # padded rows of the graph read nothing
+            unit = layout.kernel_block_size or layout.block_size
             for i in range(n):
-                got, expected, _ = read_step(e, g, layout.block_size, record_["lengths"],
-                                             read_lens, tables, i)  # fmt: skip
+                got, expected, _ = read_step(e, g, unit, record_["lengths"], read_lens,
+                                             tables, i)  # fmt: skip
                 torch.testing.assert_close(got, expected)
                 assert int(read_lens[i]) <= window.spec.max_read_len

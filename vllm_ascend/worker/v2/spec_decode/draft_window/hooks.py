@@ -36,13 +36,17 @@ import numpy as np
 import torch
 from vllm.config.compilation import CUDAGraphMode
 from vllm.logger import init_logger
+from vllm.v1.attention.backends.utils import PAD_SLOT_ID
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY, DraftWindowConfig
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import (
     Mrv2DraftWindow,
     block_table_units,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.window import lcm_alignment
+from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
+    lcm_alignment,
+    window_seq_lens,
+)
 
 logger = init_logger(__name__)
 
@@ -88,6 +92,12 @@ def create_draft_window(speculator: Any) -> Mrv2DraftWindow | None:
             f"{KEY}={window_size} is smaller than the {query_stretch} query tokens "
             f"method {method!r} drafts per request (num_speculative_tokens + 1): the window "
             f"must hold the draft's own queries. Use {KEY} >= {query_stretch}."
+        )
+    if getattr(speculator.vllm_config.model_config, "is_mm_prefix_lm", False):
+        raise ValueError(
+            f"{KEY}={window_size} does not support prefix-LM multimodal targets: their "
+            f"bidirectional image spans are placed in absolute positions that a cropped "
+            f"draft table no longer uses. Remove {KEY} for this model."
         )
     if speculator.dcp_size > 1:
         raise ValueError(
@@ -238,8 +248,15 @@ def _prefill(original: Callable) -> Callable:
         target_metadata = bound.arguments["attn_metadata"]
         if target_metadata is None:
             return original(*bound.args, **bound.kwargs)
-        draft_metadata = windowed_prefill_metadata(self, window, window.prefill_batch)
+        batch = window.prefill_batch
+        draft_metadata = windowed_prefill_metadata(self, window, batch)
         bound.arguments["attn_metadata"] = {**target_metadata, **draft_metadata}
+        # Without FULL prefill graphs a PIECEWISE prefill may pad past the target's padded
+        # token count; those slots must write nowhere (a graph may record the KV write).
+        slot_mappings = self.block_tables.slot_mappings
+        slot_mappings[:, batch.num_tokens_after_padding : bound.arguments["num_tokens"]].fill_(
+            PAD_SLOT_ID
+        )
         return original(*bound.args, **bound.kwargs)
 
     return prefill
@@ -255,9 +272,24 @@ def windowed_prefill_metadata(speculator: Any, window: Mrv2DraftWindow, batch: A
     n = batch.num_reqs
     window.refresh(n, seq_lens=batch.seq_lens, query_start_loc=batch.query_start_loc)
     query_lens_cpu = torch.from_numpy(np.diff(batch.query_start_loc_np[: n + 1]))
-    bound = window.host_upper_bound(batch.seq_lens_cpu_upper_bound, n, 0, query_lens_cpu)
+    bound = window.host_upper_bound(batch.seq_lens_cpu_upper_bound, n, 0, query_lens_cpu)[:n]
+    # NOTE: vLLM keeps the host bound exact for prefill rows, and builders (MLA) rely on it
+    # (context = bound - q); there the same windowing applied to the exact host length
+    # gives the exact windowed length.
+    prefilling = torch.from_numpy(batch.is_prefilling_np[:n])
+    if bool(prefilling.any()):
+        exact = batch.seq_lens_cpu_upper_bound[:n]
+        windowed = torch.empty_like(exact)
+        window_seq_lens(exact, window.spec, start_out=torch.empty_like(exact), out=windowed,
+                        query_lens=query_lens_cpu.to(exact.dtype))  # fmt: skip
+        bound[prefilling] = windowed[prefilling]
     windowed_batch = dataclasses.replace(
-        batch, seq_lens=window.seq_lens[:n], seq_lens_cpu_upper_bound=bound[:n]
+        batch,
+        seq_lens=window.seq_lens[:n],
+        seq_lens_cpu_upper_bound=bound,
+        # Prompt lengths feed the target's restricted-SWA prefix, in absolute positions
+        # the cropped tables no longer use; draft layers have no such prefix.
+        prompt_lens=None,
     )
     block_tables = tuple(t[:n] for t in window.block_tables.input_block_tables)
     return speculator.model_state.prepare_attn(
