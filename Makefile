@@ -48,9 +48,14 @@ demo: setup  ## The main job: the window inspector.
 	@echo "make demo: the window inspector is not built yet (issue: 'The main job and the numbers')." >&2
 	@exit 1
 
-bench: setup  ## Benchmarks into benchmarks/results/.
-	@echo "make bench: the benchmarks are not built yet (issue: 'The main job and the numbers')." >&2
-	@exit 1
+BENCH_STAMP := $(VENV)/.bench-done
+
+$(BENCH_STAMP): requirements/bench.txt | $(STAMP)
+	$(PIP) install -q -r requirements/bench.txt
+	touch $@
+
+bench: setup $(BENCH_STAMP)  ## Benchmarks into benchmarks/results/ (a few minutes).
+	$(PY) benchmarks/bench_window.py
 
 e2e-ascend: setup  ## End-to-end check with vllm serve on an Ascend host.
 	@echo "make e2e-ascend: the end-to-end harness is not built yet (issue: 'End to end')." >&2

@@ -229,13 +229,16 @@ class BlockTableWindow:
         unused = self._unused[:num_reqs]
         out = self.block_table[:num_reqs]
 
-        windowed = self._windowed[:num_reqs]
-        windowed.copy_(windowed_seq_lens[:num_reqs])
         start_block.copy_(window_start[:num_reqs]).div_(b, rounding_mode="floor")
         # needed = ceil((windowed + K * [L > 0]) / b); windowed is 0 exactly when L is 0.
-        torch.clamp(windowed, max=1, out=needed)
-        needed.mul_(self.spec.future_offset).add_(windowed).add_(b - 1)
-        needed.div_(b, rounding_mode="floor")
+        if self.spec.future_offset:
+            windowed = self._windowed[:num_reqs]
+            windowed.copy_(windowed_seq_lens[:num_reqs])
+            torch.clamp(windowed, max=1, out=needed)
+            needed.mul_(self.spec.future_offset).add_(windowed)
+        else:
+            needed.copy_(windowed_seq_lens[:num_reqs])
+        needed.add_(b - 1).div_(b, rounding_mode="floor")
         # Columns past the full table's width do not exist: count only those inside it.
         needed.add_(start_block).clamp_(max=num_cols).sub_(start_block).clamp_(min=0)
 
