@@ -26,10 +26,10 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import PagedKVCache  # noqa: E402
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow  # noqa: E402
 
 from mrv1_adapter import load_mrv1_adapter_module  # noqa: E402
-from reference_attention import PagedKVCache  # noqa: E402
 
 BLOCK_SIZE = 128
 BATCH_SIZES = [1, 64, 256, 1024]

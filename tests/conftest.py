@@ -5,17 +5,17 @@ The shims run at import time, before any test builds a vLLM object.
 
 import numpy as np
 import pytest
-import vllm.platforms
-import vllm.platforms.cpu
-import vllm.v1.worker.gpu.buffer_utils as buffer_utils
 
-# The vllm wheel detects no platform on a CPU-only host, and BlockTables needs a device type.
-vllm.platforms._current_platform = vllm.platforms.cpu.CpuPlatform()
-# UVA buffers want pinned memory, which a CPU-only torch cannot give; plain tensors do here.
-buffer_utils.is_uva_available = lambda: False
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.shims import apply_cpu_shims
+
+apply_cpu_shims()
+
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import (  # noqa: E402
+    Mrv2Batch,
+    make_mrv2_batch,
+)
 
 from mrv1_adapter import load_mrv1_adapter_module  # noqa: E402
-from mrv2_buffers import Mrv2Batch, make_mrv2_batch  # noqa: E402
 
 
 @pytest.fixture

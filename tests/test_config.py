@@ -5,9 +5,8 @@ import pytest
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, plugin
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import DraftWindowConfig
-
-from mrv2_buffers import make_mrv2_batch
-from mrv2_speculators import (
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import make_mrv2_batch
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import (
     SPECULATOR_CLASSES,
     GroupLayout,
     make_vllm_config,
@@ -77,7 +76,7 @@ def start(model_dir, monkeypatch, window, method="dspark", num_spec=3, dcp_size=
         config.model_config.hf_config.model_type = model_type
     # The decision reads only `method`; other methods borrow the DFlash class for wiring.
     cls = SPECULATOR_CLASSES.get(method, SPECULATOR_CLASSES["dflash"])
-    wired = wire_speculator(cls, batch, list(layouts), config, monkeypatch, method, num_spec,
+    wired = wire_speculator(cls, batch, list(layouts), config, method, num_spec,
                             dcp_size=dcp_size)  # fmt: skip
     return wired.speculator
 
@@ -158,3 +157,22 @@ def test_prefix_lm_multimodal_targets_are_rejected(model_dir, monkeypatch, log):
     monkeypatch.setattr(ModelConfig, "is_mm_prefix_lm", property(lambda self: True))
     with pytest.raises(ValueError, match=r"prefix-LM multimodal targets"):
         start(model_dir, monkeypatch, 512, method="eagle3")
+
+
+def test_start_up_line_goes_through_vllms_logger(model_dir, monkeypatch):
+    """A server configures vLLM's "vllm" logger; the window's lines must reach it."""
+    import logging
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    vllm_logger = logging.getLogger("vllm")
+    monkeypatch.setattr(vllm_logger, "level", logging.INFO)
+    vllm_logger.addHandler(handler)
+    plugin.register()
+    try:
+        start(model_dir, monkeypatch, 512)
+    finally:
+        vllm_logger.removeHandler(handler)
+        hooks.uninstall()
+    assert any("Draft KV window on for dspark" in r.getMessage() for r in records)

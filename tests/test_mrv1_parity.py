@@ -8,6 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import dense_attention
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
     BlockTableWindow,
     WindowSpec,
@@ -15,7 +16,6 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
     window_seq_lens,
 )
 
-from reference_attention import dense_attention
 from window_cases import build_case
 
 HOST_MIRRORS = ("seq_lens_cpu", "_seq_lens_cpu", "parallel_draft_seq_lens_cpu")

@@ -12,16 +12,18 @@ from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
 from vllm.v1.worker.gpu.spec_decode.dflash.cudagraph import _prepare_dflash_inputs_to_capture
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, plugin
-
-from mrv1_adapter import load_mrv1_adapter_module
-from mrv2_buffers import (
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import (
     Mrv2Batch,
     fill_input_block_tables,
     fill_query_inputs,
     fill_slot_mappings,
     make_mrv2_batch,
 )
-from mrv2_speculators import (
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
+    PagedKVCache,
+    dense_attention,
+)
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import (
     HEAD_SIZE,
     NUM_KV_HEADS,
     SPECULATOR_CLASSES,
@@ -31,7 +33,8 @@ from mrv2_speculators import (
     tiny_model_dir,
     wire_speculator,
 )
-from reference_attention import PagedKVCache, dense_attention
+
+from mrv1_adapter import load_mrv1_adapter_module
 
 W = 64
 NUM_SPEC = 3
@@ -82,9 +85,7 @@ def wire(method, layouts, batch, model_dir, monkeypatch, additional_config=None)
         model_dir, MAX_MODEL_LEN, MAX_NUM_REQS,
         {"draft_window_size": W} if additional_config is None else additional_config,
     )  # fmt: skip
-    return wire_speculator(
-        SPECULATOR_CLASSES[method], batch, layouts, config, monkeypatch, method, NUM_SPEC
-    )
+    return wire_speculator(SPECULATOR_CLASSES[method], batch, layouts, config, method, NUM_SPEC)
 
 
 def build(wired: Wired, cg_mode=CUDAGraphMode.NONE, slack=0):

@@ -19,9 +19,7 @@ from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
 from vllm.v1.worker.utils import AttentionGroup
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, plugin
-
-from mrv1_adapter import load_mrv1_adapter_module
-from mrv2_buffers import (
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import (
     CPU,
     Mrv2Batch,
     fill_input_block_tables,
@@ -29,7 +27,11 @@ from mrv2_buffers import (
     fill_slot_mappings,
     make_mrv2_batch,
 )
-from mrv2_speculators import (
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
+    PagedKVCache,
+    dense_attention,
+)
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import (
     HEAD_SIZE,
     NUM_KV_HEADS,
     GroupLayout,
@@ -38,7 +40,8 @@ from mrv2_speculators import (
     tiny_model_dir,
     wire_speculator,
 )
-from reference_attention import PagedKVCache, dense_attention
+
+from mrv1_adapter import load_mrv1_adapter_module
 
 W = 64
 MAX_MODEL_LEN = 1024
@@ -98,7 +101,7 @@ def setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=CONTEXTS, se
     config = make_vllm_config(model_dir, MAX_MODEL_LEN, MAX_NUM_REQS, {"draft_window_size": window})
     model_state = DefaultModelState(config, torch.nn.Module(), None, CPU)
     draft_buffers = InputBuffers(MAX_NUM_REQS, batch.block_tables.max_num_batched_tokens, CPU)
-    wired = wire_speculator(EagleSpeculator, batch, layouts, config, monkeypatch, "eagle3",
+    wired = wire_speculator(EagleSpeculator, batch, layouts, config, "eagle3",
                             num_spec, draft_input_buffers=draft_buffers,
                             model_state=model_state)  # fmt: skip
     s = wired.speculator

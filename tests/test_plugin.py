@@ -88,7 +88,7 @@ def test_a_moved_vllm_method_fails_loudly_at_start_up(monkeypatch):
 
 @pytest.fixture
 def model_dir(tmp_path_factory):
-    from mrv2_speculators import tiny_model_dir
+    from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import tiny_model_dir
 
     return tiny_model_dir(tmp_path_factory.mktemp("tiny-llama"))
 
@@ -103,7 +103,7 @@ def restore_runner_choice():
 
 
 def config_for(model_dir, additional_config):
-    from mrv2_speculators import make_vllm_config
+    from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import make_vllm_config
 
     return make_vllm_config(model_dir, 512, 4, additional_config)
 

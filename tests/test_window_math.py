@@ -6,6 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import dense_attention
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
     BlockTableWindow,
     WindowSpec,
@@ -14,7 +15,6 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
     window_seq_lens,
 )
 
-from reference_attention import dense_attention
 from window_cases import Case, build_case, cases
 
 

@@ -5,9 +5,8 @@ from dataclasses import dataclass
 import torch
 from hypothesis import strategies as st
 
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import PagedKVCache
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import lcm_alignment
-
-from reference_attention import PagedKVCache
 
 NUM_HEADS, HEAD_DIM = 2, 4
 

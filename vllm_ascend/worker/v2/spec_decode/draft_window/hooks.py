@@ -48,7 +48,8 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
     window_seq_lens,
 )
 
-logger = init_logger(__name__)
+# A child of vLLM's "vllm" logger, so the lines reach vLLM's configured handler.
+logger = init_logger("vllm.draft_window")
 
 WINDOW_ATTR = "draft_window"
 _WRAPPED_MARK = "__draft_window_wraps__"

@@ -39,7 +39,7 @@ def lift_v1_fallback() -> None:
     if not isinstance(prop, property) or hasattr(prop.fget, _LIFT_MARK):
         return
     original = prop.fget
-    logger = init_logger(__name__)
+    logger = init_logger("vllm.draft_window")
 
     @functools.wraps(original)
     def use_v2_model_runner(self) -> bool:

@@ -1,4 +1,4 @@
-"""Real vLLM 0.33.0 DFlash/DSpark speculators on CPU, wired to real attention groups.
+"""Real vLLM 0.33.0 speculators on CPU, wired to real attention groups.
 
 A speculator normally needs a loaded draft model and registered attention layers; here it
 is made with `object.__new__` and given the state its attention path reads. The builders
@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 import torch
 import vllm.v1.worker.gpu.spec_decode.speculator as speculator_module
 from vllm.config import ModelConfig, VllmConfig
@@ -24,7 +23,7 @@ from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
 from vllm.v1.worker.gpu.spec_decode.mtp.speculator import MTPSpeculator
 from vllm.v1.worker.utils import AttentionGroup
 
-from mrv2_buffers import CPU, Mrv2Batch
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import CPU, Mrv2Batch
 
 NUM_KV_HEADS, HEAD_SIZE = 2, 16
 TINY_LLAMA = {
@@ -43,9 +42,11 @@ TINY_LLAMA = {
 }
 
 
-def tiny_model_dir(root: Path) -> Path:
+def tiny_model_dir(root: Path, max_position_embeddings: int = 8192) -> Path:
+    """A tiny Llama config (no weights): enough for vLLM's configs and builders."""
     root.mkdir(parents=True, exist_ok=True)
-    (root / "config.json").write_text(json.dumps(TINY_LLAMA))
+    config = {**TINY_LLAMA, "max_position_embeddings": max_position_embeddings}
+    (root / "config.json").write_text(json.dumps(config))
     return root
 
 
@@ -85,7 +86,6 @@ def wire_speculator(
     batch: Mrv2Batch,
     layouts: list[GroupLayout],
     vllm_config: VllmConfig,
-    monkeypatch: pytest.MonkeyPatch,
     method: str,
     num_speculative_steps: int,
     dcp_size: int = 1,
@@ -135,13 +135,14 @@ def wire_speculator(
     # No draft weights on CPU: set_attn only asks the model for optional layer maps.
     s.model = object()
     # init_attn_backend needs the model's attention layers registered in the config;
-    # it returns the groups built above instead.
+    # set_attn gets the groups built above instead, for this call only.
     cg_support = type("CgSupport", (), {"min_cg_support": None})()
-    monkeypatch.setattr(
-        speculator_module, "init_attn_backend",
-        lambda *args, **kwargs: (attn_groups, cg_support, None),
-    )  # fmt: skip
-    s.set_attn(model_state, kv_cache_config, batch.block_tables, batch.input_buffers, None)
+    real_init_attn_backend = speculator_module.init_attn_backend
+    speculator_module.init_attn_backend = lambda *args, **kwargs: (attn_groups, cg_support, None)
+    try:
+        s.set_attn(model_state, kv_cache_config, batch.block_tables, batch.input_buffers, None)
+    finally:
+        speculator_module.init_attn_backend = real_init_attn_backend
     return Wired(s, batch, attn_groups, received)
 
 

@@ -1,0 +1,47 @@
+"""The window inspector (`make demo`): its table, its checks and its errors."""
+
+import pytest
+
+from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, inspect
+
+
+@pytest.fixture(autouse=True)
+def uninstall_after():
+    yield
+    hooks.uninstall()
+
+
+def test_inspector_prints_a_checked_row_per_request(capsys):
+    code = inspect.main(["--window", "256", "--seq-lens", "100,256,1000,5000",
+                         "--block-sizes", "16,32", "--method", "dspark", "--method", "eagle3",
+                         "--no-progress"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    for method in ("dspark", "eagle3"):
+        assert f"{method}: draft_window_size=256, block sizes [16, 32], alignment 32" in out
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert len(rows) == 8 and all(row[-1] == "ok" for row in rows)
+    # dspark, 5000-token context (+4 query tokens): start 4736 = floor((5004 - 256) / 32) * 32.
+    assert rows[3][:4] == ["5000", "5004", "4736", "268"]
+
+
+def test_inspector_writes_its_plot(tmp_path):
+    path = tmp_path / "blocks.png"
+    code = inspect.main(["--window", "64", "--seq-lens", "50,300", "--method", "dspark",
+                         "--no-progress", "--plot", str(path)])  # fmt: skip
+    assert code == 0 and path.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--window", "0"], 'additional_config["draft_window_size"] must be a positive integer'),
+    (["--window", "abc"], "got 'abc'"),
+    (["--block-sizes", "16,x"], "--block-sizes must be comma-separated positive integers"),
+    (["--seq-lens", "0"], "--seq-lens must be comma-separated positive integers"),
+    (["--window", "3", "--num-spec-tokens", "3"], "smaller than the draft's query stretch"),
+    (["--method", "mtp"], "invalid choice: 'mtp'"),
+])  # fmt: skip
+def test_bad_flags_stop_with_a_clear_error(argv, message, capsys):
+    with pytest.raises(SystemExit) as info:
+        inspect.main(argv)
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
