@@ -190,6 +190,7 @@ def test_builders_receive_windowed_inputs_and_untouched_slot_mappings(layout_nam
     assert torch.equal(batch.block_tables.slot_mappings, slots_before)
     assert s.input_buffers is batch.input_buffers and s.block_tables is batch.block_tables
     assert s.draft_max_seq_len == MAX_MODEL_LEN
+    assert window.num_builds == 1
 
 
 def test_groups_the_draft_does_not_read_are_left_alone(model_dir, monkeypatch):

@@ -177,6 +177,9 @@ def _build_attn_metadata(original: Callable) -> Callable:
         window: Mrv2DraftWindow | None = getattr(self, WINDOW_ATTR)
         if window is None:
             return original(self, *args, **kwargs)
+        window.num_builds += 1
+        if window.num_builds == 1:
+            logger.info("Draft KV window active: the first draft metadata build is windowed.")
         bound = signature.bind(self, *args, **kwargs)
         arguments = bound.arguments
         num_reqs = arguments["num_reqs"]

@@ -136,6 +136,8 @@ class Mrv2DraftWindow:
         # prefill, and how many later steps reuse the metadata being built.
         self.prefill_batch: Any = None
         self.host_extra_steps = 0
+        # Windowed builds so far: proof at run time that the window is in the path.
+        self.num_builds = 0
         self.block_tables = BlockTablesView(block_tables, self.windows)
 
     def refresh(

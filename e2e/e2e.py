@@ -1,0 +1,408 @@
+"""End-to-end check of the draft window with `vllm serve` on Ascend NPUs (or CUDA GPUs).
+
+    make e2e-ascend                   # default scenario: Qwen3-8B + EAGLE3, W=512, TP=2
+    make e2e-ascend DRY_RUN=1         # print every command, run nothing
+    E2E_SCENARIO=dspark make e2e-ascend
+    DEVICE=cuda make e2e-ascend       # the same harness on vLLM's CUDA V2 runner
+    DEVICE=cuda E2E_SCENARIO=tiny make e2e-ascend   # random tiny models, downloads nothing
+
+For each run of the scenario (V2 runner with the window, V2 without it, V1 runner with the
+window) it starts `vllm serve`, waits for health, sends prompts longer and shorter than W,
+reads vLLM's speculative-decoding metrics and the greedy outputs, and stops the server (also
+on failure). It then asserts: greedy outputs identical across runs (the target decides the
+output), per-position acceptance of V2 with the window within 0.1 of the golden file, and V2
+with the window at least V1 with the window minus 0.05; and writes a JSON and markdown
+report with a plot of acceptance by position. Model locations come from TARGET_MODEL and
+DRAFT_MODEL (local paths work with no network).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+KEY = "draft_window_size"
+FILLER = "This is a padding sentence for testing sliding window draft attention. "
+
+
+@dataclass
+class Scenario:
+    name: str
+    target: str
+    draft: str
+    method: str
+    num_spec: int
+    window: int
+    tp: int
+    max_model_len: int
+    golden: Path | None
+    extra_args: list[str] = field(default_factory=list)
+    token_prompts: bool = False  # tiny random models: token ids instead of text
+
+
+def scenarios(env: dict[str, str]) -> dict[str, Scenario]:
+    golden = ROOT / "e2e" / "golden"
+    return {
+        # As the upstream MRV1 end-to-end test of the window: Qwen3-8B, EAGLE3, K=3, W=512.
+        "eagle3": Scenario(
+            "eagle3", env.get("TARGET_MODEL", "Qwen/Qwen3-8B"),
+            env.get("DRAFT_MODEL", "RedHatAI/Qwen3-8B-speculator.eagle3"), "eagle3", 3,
+            int(env.get("WINDOW", 512)), int(env.get("TP", 2)), 4096,
+            golden / "eagle3_qwen3_8b_w512.json",
+        ),
+        "dspark": Scenario(
+            "dspark", env.get("TARGET_MODEL", "Qwen/Qwen3-8B"),
+            env.get("DRAFT_MODEL", "deepseek-ai/dspark_qwen3_8b_block7"), "dspark", 7,
+            int(env.get("WINDOW", 512)), int(env.get("TP", 1)), 4096,
+            golden / "dspark_qwen3_8b_w512.json",
+        ),
+        "tiny": Scenario(
+            "tiny", "", "", "eagle3", 3, int(env.get("WINDOW", 64)), 1, 2048, None,
+            ["--load-format", "dummy", "--skip-tokenizer-init", "--enforce-eager"],
+            token_prompts=True,
+        ),
+    }  # fmt: skip
+
+
+@dataclass
+class Run:
+    name: str
+    v2: bool
+    window: int | None
+
+
+def runs(scenario: Scenario, device: str) -> list[Run]:
+    out = [Run("v2_window", True, scenario.window), Run("v2_no_window", True, None)]
+    if device == "ascend":
+        out.append(Run("v1_window", False, scenario.window))
+    return out
+
+
+def serve_command(scenario: Scenario, run: Run, port: int) -> tuple[dict[str, str], list[str]]:
+    env = {"VLLM_USE_V2_MODEL_RUNNER": "1" if run.v2 else "0"}
+    spec = {"method": scenario.method, "model": scenario.draft,
+            "num_speculative_tokens": scenario.num_spec}  # fmt: skip
+    cmd = [
+        "vllm", "serve", scenario.target, "--port", str(port),
+        "--tensor-parallel-size", str(scenario.tp),
+        "--max-model-len", str(scenario.max_model_len),
+        "--speculative-config", json.dumps(spec),
+        *scenario.extra_args,
+    ]  # fmt: skip
+    if run.window is not None:
+        cmd += ["--additional-config", json.dumps({KEY: run.window})]
+    return env, cmd
+
+
+def prompts(scenario: Scenario) -> tuple[list, list]:
+    """(prompts longer than W, a few shorter ones). The long one mirrors the upstream MRV1
+    end-to-end test of the window, whose acceptance the golden file records."""
+    if scenario.token_prompts:
+        long = [(7 * i) % 200 + 10 for i in range(3 * scenario.window)]
+        return [long], [long[: scenario.window // 2], list(range(10, 40))]
+    long = FILLER * max(80, scenario.window // 6) + " What is 2+2?"
+    return [long], ["What is the capital of France?", "Count from one to five."]
+
+
+def complete(base: str, model: str, scenario: Scenario, prompt) -> object:
+    """One greedy completion: chat for text (the server applies the chat template), plain
+    completion for token ids."""
+    if scenario.token_prompts:
+        body = {"model": model, "prompt": prompt, "max_tokens": 32, "temperature": 0}
+        choice = json.loads(_http(f"{base}/v1/completions", body))["choices"][0]
+        return choice.get("token_ids") or choice["text"]
+    body = {"model": model, "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": 32, "temperature": 0}  # fmt: skip
+    return json.loads(_http(f"{base}/v1/chat/completions", body))["choices"][0]["message"][
+        "content"
+    ]
+
+
+def plan(scenario: Scenario, device: str, port: int) -> list[str]:
+    """Every command the harness runs, in order, as a shell would show it."""
+    py = shlex.quote(sys.executable)
+    lines = [f"{py} -m pip install --no-deps {shlex.quote(str(ROOT))}"]
+    if device == "ascend":
+        lines.append("# verify: no vllm-ascend file was replaced (RECORD hashes before = after)")
+    for run in runs(scenario, device):
+        env, cmd = serve_command(scenario, run, port)
+        lines.append(" ".join(f"{k}={v}" for k, v in env.items()) + " " + shlex.join(cmd))
+        lines.append(f"curl -sf http://127.0.0.1:{port}/health  # until healthy")
+        long, short = prompts(scenario)
+        endpoint = "completions" if scenario.token_prompts else "chat/completions"
+        lines.append(f"curl -s http://127.0.0.1:{port}/metrics  # before")
+        lines.append(f"curl -s http://127.0.0.1:{port}/v1/{endpoint}  # {len(long)} prompt(s) "
+                     f"longer than W={scenario.window}, greedy")  # fmt: skip
+        lines.append(f"curl -s http://127.0.0.1:{port}/metrics  # after: acceptance by position")
+        lines.append(f"curl -s http://127.0.0.1:{port}/v1/{endpoint}  # {len(short)} shorter "
+                     "prompt(s), greedy")  # fmt: skip
+        lines.append("kill -INT <server process group>  # also on failure")
+    return lines
+
+
+def acceptance(before: str, after: str, num_spec: int) -> dict:
+    """Per-position acceptance and mean acceptance length from two /metrics scrapes."""
+
+    def counters(text: str) -> tuple[float, list[float]]:
+        drafts, per_pos = 0.0, [0.0] * num_spec
+        for line in text.splitlines():
+            if line.startswith("vllm:spec_decode_num_drafts_total"):
+                drafts += float(line.rsplit(" ", 1)[1])
+            elif line.startswith("vllm:spec_decode_num_accepted_tokens_per_pos_total"):
+                pos = int(re.search(r'position="(\d+)"', line).group(1))
+                if pos < num_spec:
+                    per_pos[pos] += float(line.rsplit(" ", 1)[1])
+        return drafts, per_pos
+
+    d0, p0 = counters(before)
+    d1, p1 = counters(after)
+    drafts = d1 - d0
+    if drafts <= 0:
+        raise RuntimeError("no speculative drafts were counted: is speculative decoding on?")
+    per_pos = [(b - a) / drafts for a, b in zip(p0, p1, strict=True)]
+    return {"drafts": drafts, "per_position": per_pos, "mean_length": 1 + sum(per_pos)}
+
+
+def check(results: dict[str, dict], golden: list[float] | None) -> list[str]:
+    """The assertions; returns the failures (empty when everything holds)."""
+    failures = []
+    outputs = {name: r["outputs"] for name, r in results.items()}
+    reference = outputs["v2_window"]
+    for name, out in outputs.items():
+        if out != reference:
+            failures.append(f"greedy outputs of {name} differ from v2_window")
+    ours = results["v2_window"]["acceptance"]
+    if golden is not None:
+        for i, (got, want) in enumerate(zip(ours["per_position"], golden, strict=False)):
+            if abs(got - want) > 0.1:
+                failures.append(f"acceptance at position {i}: {got:.3f}, golden {want:.3f} (+-0.1)")
+    if "v1_window" in results:
+        v1 = results["v1_window"]["acceptance"]["mean_length"]
+        if ours["mean_length"] < v1 - 0.05:
+            failures.append(f"V2 with the window: mean acceptance {ours['mean_length']:.3f} < "
+                            f"V1 with the window {v1:.3f} - 0.05")  # fmt: skip
+    return failures
+
+
+def _http(url: str, payload: dict | None = None, timeout: float = 600) -> str:
+    data = None if payload is None else json.dumps(payload).encode()
+    request = urllib.request.Request(url, data=data,
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return response.read().decode()
+
+
+class Server:
+    """`vllm serve` in its own process group, stopped on exit whatever happens."""
+
+    def __init__(self, env: dict[str, str], cmd: list[str], log: Path, port: int):
+        self.port = port
+        self.log = log.open("w")
+        self.proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=self.log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+
+    def wait_healthy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"vllm serve exited with {self.proc.returncode}; see {self.log.name}"
+                )
+            try:
+                _http(f"http://127.0.0.1:{self.port}/health", timeout=5)
+                return
+            except OSError:
+                time.sleep(5)
+        raise TimeoutError(f"vllm serve not healthy after {timeout:.0f} s; see {self.log.name}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGINT)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.log.close()
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def record_hashes(dist: str) -> dict[str, str]:
+    """Current sha256 of every file a distribution's RECORD lists."""
+    out = {}
+    for f in metadata.distribution(dist).files or []:
+        path = Path(f.locate())
+        if path.is_file() and f.hash is not None:
+            digest = hashlib.sha256(path.read_bytes()).digest()
+            out[str(f)] = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+    return out
+
+
+def install(device: str) -> None:
+    before = record_hashes("vllm-ascend") if device == "ascend" else {}
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", str(ROOT)], check=True)
+    if device == "ascend":
+        after = record_hashes("vllm-ascend")
+        changed = sorted(p for p, h in before.items() if after.get(p) != h)
+        if changed:
+            raise SystemExit(f"installing this project changed vllm-ascend files: {changed[:5]}")
+
+
+def run_scenario(scenario: Scenario, device: str, port: int, out_dir: Path) -> int:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    install(device)
+    results = {}
+    for run in runs(scenario, device):
+        env, cmd = serve_command(scenario, run, port)
+        print(f"[e2e] {run.name}: {' '.join(f'{k}={v}' for k, v in env.items())} {shlex.join(cmd)}",
+              flush=True)  # fmt: skip
+        with Server(env, cmd, out_dir / f"{run.name}.log", port) as server:
+            server.wait_healthy(timeout=1800)
+            base = f"http://127.0.0.1:{port}"
+            model = json.loads(_http(f"{base}/v1/models"))["data"][0]["id"]
+            long, short = prompts(scenario)
+            before = _http(f"{base}/metrics")
+            outputs = [complete(base, model, scenario, p) for p in long]
+            after = _http(f"{base}/metrics")
+            outputs += [complete(base, model, scenario, p) for p in short]
+        log = (out_dir / f"{run.name}.log").read_text(errors="replace")
+        results[run.name] = {
+            "outputs": outputs,
+            "acceptance": acceptance(before, after, scenario.num_spec),
+            # The start-up line and the line of the first windowed build.
+            "window_active": "Draft KV window on for" in log and "Draft KV window active" in log,
+        }
+    golden = None
+    if scenario.golden is not None:
+        if not scenario.golden.exists():
+            raise SystemExit(f"no golden file {scenario.golden}: write the measured per-position "
+                             f"acceptance of a trusted run there")  # fmt: skip
+        golden = json.loads(scenario.golden.read_text())["per_position"]
+    failures = check(results, golden)
+    if not results["v2_window"]["window_active"]:
+        failures.append("the V2 server with the window did not log the window on and active")
+    if results["v2_no_window"]["window_active"]:
+        failures.append("the V2 server without the window logged the window as on")
+    write_report(out_dir, scenario, device, results, golden, failures)
+    for failure in failures:
+        print(f"[e2e] FAILED: {failure}")
+    print(f"[e2e] {'passed' if not failures else 'failed'}; report in {out_dir}")
+    return 1 if failures else 0
+
+
+def write_report(out_dir, scenario, device, results, golden, failures) -> None:
+    report = {"scenario": scenario.name, "device": device, "window": scenario.window,
+              "runs": results, "golden": golden, "failures": failures}  # fmt: skip
+    (out_dir / "report.json").write_text(json.dumps(report, indent=2, default=str))
+    lines = [
+        f"# Draft window end to end: {scenario.name} on {device}",
+        "",
+        "| run | mean acceptance length | per-position acceptance |",
+        "|---|---:|---|",
+    ]
+    for name, r in results.items():
+        a = r["acceptance"]
+        lines.append(f"| {name} | {a['mean_length']:.3f} | "
+                     f"{', '.join(f'{x:.2f}' for x in a['per_position'])} |")  # fmt: skip
+    lines += ["", "Failures: " + ("none" if not failures else "; ".join(failures)), "",
+              "![acceptance](acceptance.png)", ""]  # fmt: skip
+    (out_dir / "report.md").write_text("\n".join(lines))
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, r in results.items():
+        per_pos = r["acceptance"]["per_position"]
+        ax.plot(range(len(per_pos)), per_pos, marker="o", label=name)
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("acceptance rate")
+    ax.set_title(f"{scenario.name}: window {scenario.window} vs none")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out_dir / "acceptance.png", dpi=110)
+
+
+def tiny_models(root: Path, scenario: Scenario) -> None:
+    """Random tiny target and EAGLE3 draft configs, loaded with load_format=dummy."""
+    target = root / "target"
+    draft = root / "draft"
+    target.mkdir(parents=True)
+    draft.mkdir(parents=True)
+    common = {"hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 1024,
+              "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
+              "torch_dtype": "bfloat16"}  # fmt: skip
+    (target / "config.json").write_text(json.dumps(
+        {**common, "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+         "num_hidden_layers": 4}))  # fmt: skip
+    (draft / "config.json").write_text(json.dumps(
+        {**common, "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
+         "num_hidden_layers": 1, "draft_vocab_size": 1024}))  # fmt: skip
+    scenario.target, scenario.draft = str(target), str(draft)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=["ascend", "cuda"],
+                        default=os.environ.get("DEVICE", "ascend"))  # fmt: skip
+    parser.add_argument("--scenario", default=os.environ.get("E2E_SCENARIO", "eagle3"))
+    parser.add_argument("--dry-run", action="store_true",
+                        default=os.environ.get("DRY_RUN", "") not in ("", "0"))  # fmt: skip
+    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", 8123)))
+    parser.add_argument("--out", type=Path, default=ROOT / "e2e" / "results")
+    args = parser.parse_args(argv)
+    table = scenarios(dict(os.environ))
+    if args.scenario not in table:
+        parser.error(f"E2E_SCENARIO={args.scenario!r} is not one of {sorted(table)}")
+    scenario = table[args.scenario]
+    if scenario.name == "tiny" and args.device != "cuda":
+        parser.error("E2E_SCENARIO=tiny runs on vLLM's CUDA V2 runner: set DEVICE=cuda")
+    if args.dry_run:
+        if scenario.name == "tiny":
+            scenario.target, scenario.draft = "<tmp>/target", "<tmp>/draft"
+        print("\n".join(plan(scenario, args.device, args.port)))
+        return 0
+    probe = "npu-smi" if args.device == "ascend" else "nvidia-smi"
+    if shutil.which(probe) is None:
+        what = "Ascend NPUs" if args.device == "ascend" else "CUDA GPUs"
+        print(f"needs {what}: {probe} not found", file=sys.stderr)
+        return 2
+    if args.device == "ascend":
+        try:
+            metadata.version("vllm-ascend")
+        except metadata.PackageNotFoundError:
+            print("needs vllm-ascend installed in this environment", file=sys.stderr)
+            return 2
+    with tempfile.TemporaryDirectory() as tmp:
+        if scenario.name == "tiny":
+            tiny_models(Path(tmp), scenario)
+        return run_scenario(scenario, args.device, args.port, args.out / scenario.name)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

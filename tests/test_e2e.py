@@ -1,0 +1,148 @@
+"""The end-to-end harness, as far as it runs without NPUs: its plan, its refusal, its
+metrics arithmetic and assertions, and its server lifecycle."""
+
+import importlib.util
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("e2e_harness", ROOT / "e2e" / "e2e.py")
+e2e = importlib.util.module_from_spec(spec)
+sys.modules["e2e_harness"] = e2e
+spec.loader.exec_module(e2e)
+
+
+def plan_lines(capsys, argv, monkeypatch, **env):
+    for key in ("E2E_SCENARIO", "DEVICE", "DRY_RUN", "TARGET_MODEL", "DRAFT_MODEL", "TP"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert e2e.main(argv) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def serve_lines(lines):
+    return [line for line in lines if " vllm serve " in line]
+
+
+def test_default_plan_installs_then_runs_v2_with_and_without_the_window_and_v1(capsys, monkeypatch):
+    lines = plan_lines(capsys, ["--dry-run"], monkeypatch)
+    assert lines[0].endswith(f"-m pip install --no-deps {ROOT}")
+    assert "no vllm-ascend file was replaced" in lines[1]
+    v2_window, v2_plain, v1_window = serve_lines(lines)
+    assert v2_window.startswith("VLLM_USE_V2_MODEL_RUNNER=1 vllm serve Qwen/Qwen3-8B ")
+    assert "--tensor-parallel-size 2" in v2_window
+    assert '"method": "eagle3"' in v2_window and '"num_speculative_tokens": 3' in v2_window
+    assert """--additional-config '{"draft_window_size": 512}'""" in v2_window
+    assert (
+        v2_plain.startswith("VLLM_USE_V2_MODEL_RUNNER=1 ") and "--additional-config" not in v2_plain
+    )
+    assert v1_window.startswith("VLLM_USE_V2_MODEL_RUNNER=0 ") and "draft_window_size" in v1_window
+    # Every server is stopped, and metrics are read around the long prompt.
+    assert sum("kill -INT" in line for line in lines) == 3
+    assert sum("/metrics" in line for line in lines) == 6
+    assert any("longer than W=512" in line for line in lines)
+
+
+def test_dspark_scenario_and_local_models_come_from_the_environment(capsys, monkeypatch):
+    lines = plan_lines(capsys, [], monkeypatch, DRY_RUN="1", E2E_SCENARIO="dspark",
+                       TARGET_MODEL="/models/qwen3-8b", DRAFT_MODEL="/models/dspark")  # fmt: skip
+    v2_window = serve_lines(lines)[0]
+    assert "vllm serve /models/qwen3-8b " in v2_window
+    assert '"method": "dspark", "model": "/models/dspark", "num_speculative_tokens": 7' in v2_window
+    assert "--tensor-parallel-size 1" in v2_window
+
+
+def test_tiny_cuda_mode_downloads_nothing_and_compares_window_on_and_off(capsys, monkeypatch):
+    lines = plan_lines(capsys, [], monkeypatch, DRY_RUN="1", E2E_SCENARIO="tiny", DEVICE="cuda")
+    serves = serve_lines(lines)
+    assert len(serves) == 2
+    assert all("--load-format dummy" in line and "<tmp>/target" in line for line in serves)
+    assert not any("vllm-ascend" in line for line in lines)
+
+
+def test_tiny_mode_needs_cuda(monkeypatch, capsys):
+    monkeypatch.setenv("E2E_SCENARIO", "tiny")
+    monkeypatch.delenv("DEVICE", raising=False)
+    with pytest.raises(SystemExit) as info:
+        e2e.main(["--dry-run"])
+    assert info.value.code == 2 and "set DEVICE=cuda" in capsys.readouterr().err
+
+
+def test_without_npus_it_stops_at_once_with_exit_code_2():
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable}
+    result = subprocess.run(
+        ["make", "-s", "e2e-ascend"], cwd=ROOT, capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 2
+    assert "needs Ascend NPUs: npu-smi not found" in result.stderr
+
+
+def test_make_dry_run_prints_the_plan():
+    result = subprocess.run(["make", "-s", "e2e-ascend", "DRY_RUN=1"], cwd=ROOT,
+                            capture_output=True, text=True,
+                            env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})  # fmt: skip
+    assert result.returncode == 0
+    assert len(serve_lines(result.stdout.splitlines())) == 3
+
+
+METRICS = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {drafts}
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="0"}} {p0}
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="1"}} {p1}
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="2"}} {p2}
+"""
+
+
+def test_acceptance_comes_from_the_metric_deltas():
+    before = METRICS.format(drafts=10.0, p0=5.0, p1=2.0, p2=1.0)
+    after = METRICS.format(drafts=110.0, p0=75.0, p1=42.0, p2=31.0)
+    got = e2e.acceptance(before, after, 3)
+    assert got["drafts"] == 100 and got["per_position"] == [0.7, 0.4, 0.3]
+    assert got["mean_length"] == pytest.approx(2.4)
+    with pytest.raises(RuntimeError, match="no speculative drafts"):
+        e2e.acceptance(before, before, 3)
+
+
+def result(outputs, per_pos):
+    return {"outputs": outputs, "acceptance": {"per_position": per_pos,
+                                               "mean_length": 1 + sum(per_pos)}}  # fmt: skip
+
+
+def test_checks_flag_output_drift_golden_drift_and_a_v2_below_v1():
+    good = {"v2_window": result(["a"], [0.7, 0.4, 0.3]), "v2_no_window": result(["a"], [0.1] * 3),
+            "v1_window": result(["a"], [0.7, 0.4, 0.3])}  # fmt: skip
+    assert e2e.check(good, [0.7, 0.4, 0.3]) == []
+    bad = {"v2_window": result(["a"], [0.5, 0.4, 0.3]), "v2_no_window": result(["b"], [0.1] * 3),
+           "v1_window": result(["a"], [0.7, 0.4, 0.3])}  # fmt: skip
+    failures = e2e.check(bad, [0.7, 0.4, 0.3])
+    assert any("v2_no_window differ" in f for f in failures)
+    assert any("position 0" in f for f in failures)
+    assert any("< V1 with the window" in f for f in failures)
+
+
+def test_server_is_stopped_and_leaves_no_process(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # A stand-in for vllm serve: answers every GET with 200 on loopback.
+    script = (
+        "import http.server, sys\n"
+        "class H(http.server.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        "        self.send_response(200); self.end_headers(); self.wfile.write(b'ok')\n"
+        "    def log_message(self, *a): pass\n"
+        f"http.server.HTTPServer(('127.0.0.1', {port}), H).serve_forever()\n"
+    )
+    with e2e.Server({}, [sys.executable, "-c", script], tmp_path / "server.log", port) as server:
+        server.wait_healthy(timeout=30)
+        pid = server.proc.pid
+    assert server.proc.poll() is not None
+    with pytest.raises(ProcessLookupError):
+        import os
+
+        os.kill(pid, 0)
