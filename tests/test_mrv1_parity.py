@@ -55,6 +55,19 @@ def zero_pad(table: torch.Tensor, width: int) -> torch.Tensor:
     return torch.nn.functional.pad(table, (0, width - table.shape[1]))
 
 
+def both_with_equal_lengths(mrv1, batch):
+    """Run both on one batch; assert equal device lengths and host mirrors; return the two
+    cropped tables zero-padded to one width, and the windowed lengths."""
+    window_size, b, k, seq_lens, table = batch
+    cam = run_mrv1(mrv1, window_size, b, k, seq_lens, table)
+    windowed, host_windowed, ours = run_ours(window_size, b, k, seq_lens, table)
+    assert torch.equal(windowed, cam.seq_lens)
+    for name in HOST_MIRRORS:
+        assert torch.equal(host_windowed, getattr(cam, name)), name
+    width = max(ours.shape[1], cam.block_table_tensor.shape[1])
+    return zero_pad(ours, width), zero_pad(cam.block_table_tensor, width), windowed
+
+
 @st.composite
 def batches(draw, future_offset=None):
     block_size = draw(st.sampled_from([1, 4, 16, 64, 128]))
@@ -74,14 +87,8 @@ def batches(draw, future_offset=None):
 @given(batches(future_offset=0))
 def test_dflash_and_dspark_window_equals_mrv1_exactly(mrv1, batch):
     """K = 0: device lengths, exact host mirrors and the whole cropped table match."""
-    window_size, b, k, seq_lens, table = batch
-    cam = run_mrv1(mrv1, window_size, b, k, seq_lens, table)
-    windowed, host_windowed, ours = run_ours(window_size, b, k, seq_lens, table)
-    assert torch.equal(windowed, cam.seq_lens)
-    for name in HOST_MIRRORS:
-        assert torch.equal(host_windowed, getattr(cam, name)), name
-    width = max(ours.shape[1], cam.block_table_tensor.shape[1])
-    assert torch.equal(zero_pad(ours, width), zero_pad(cam.block_table_tensor, width))
+    ours, theirs, _ = both_with_equal_lengths(mrv1, batch)
+    assert torch.equal(ours, theirs)
 
 
 @settings(max_examples=400, deadline=None)
@@ -89,14 +96,8 @@ def test_dflash_and_dspark_window_equals_mrv1_exactly(mrv1, batch):
 def test_eagle_window_equals_mrv1_except_the_columns_mrv1_leaves_out(mrv1, batch):
     """K > 0: lengths match; the tables match except for the columns of the K future
     tokens, which MRV1 zeroes and ours takes from the full table."""
-    window_size, b, k, seq_lens, table = batch
-    cam = run_mrv1(mrv1, window_size, b, k, seq_lens, table)
-    windowed, host_windowed, ours = run_ours(window_size, b, k, seq_lens, table)
-    assert torch.equal(windowed, cam.seq_lens)
-    for name in HOST_MIRRORS:
-        assert torch.equal(host_windowed, getattr(cam, name)), name
-    width = max(ours.shape[1], cam.block_table_tensor.shape[1])
-    ours, theirs = zero_pad(ours, width), zero_pad(cam.block_table_tensor, width)
+    _, b, k, seq_lens, table = batch
+    ours, theirs, windowed = both_with_equal_lengths(mrv1, batch)
     for i, (length, w) in enumerate(zip(seq_lens.tolist(), windowed.tolist(), strict=True)):
         mrv1_needed = -(-w // b)
         assert torch.equal(ours[i, :mrv1_needed], theirs[i, :mrv1_needed])
