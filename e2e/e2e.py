@@ -124,7 +124,8 @@ def complete(base: str, model: str, scenario: Scenario, prompt) -> object:
     """One greedy completion: chat for text (the server applies the chat template), plain
     completion for token ids."""
     if scenario.token_prompts:
-        body = {"model": model, "prompt": prompt, "max_tokens": 32, "temperature": 0}
+        body = {"model": model, "prompt": prompt, "max_tokens": 32, "temperature": 0,
+                "return_token_ids": True}  # fmt: skip
         choice = json.loads(_http(f"{base}/v1/completions", body))["choices"][0]
         return choice.get("token_ids") or choice["text"]
     body = {"model": model, "messages": [{"role": "user", "content": prompt}],
