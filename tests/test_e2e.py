@@ -26,7 +26,7 @@ def plan_lines(capsys, argv, monkeypatch, **env):
 
 
 def serve_lines(lines):
-    return [line for line in lines if " vllm serve " in line]
+    return [line for line in lines if " -m vllm.entrypoints.cli.main serve " in line]
 
 
 def test_default_plan_installs_then_runs_v2_with_and_without_the_window_and_v1(capsys, monkeypatch):
@@ -34,7 +34,8 @@ def test_default_plan_installs_then_runs_v2_with_and_without_the_window_and_v1(c
     assert lines[0].endswith(f"-m pip install --no-deps {ROOT}")
     assert "no vllm-ascend file was replaced" in lines[1]
     v2_window, v2_plain, v1_window = serve_lines(lines)
-    assert v2_window.startswith("VLLM_USE_V2_MODEL_RUNNER=1 vllm serve Qwen/Qwen3-8B ")
+    assert v2_window.startswith(f"VLLM_USE_V2_MODEL_RUNNER=1 {sys.executable} -m ")
+    assert " serve Qwen/Qwen3-8B " in v2_window
     assert "--tensor-parallel-size 2" in v2_window
     assert '"method": "eagle3"' in v2_window and '"num_speculative_tokens": 3' in v2_window
     assert """--additional-config '{"draft_window_size": 512}'""" in v2_window
@@ -44,15 +45,15 @@ def test_default_plan_installs_then_runs_v2_with_and_without_the_window_and_v1(c
     assert v1_window.startswith("VLLM_USE_V2_MODEL_RUNNER=0 ") and "draft_window_size" in v1_window
     # Every server is stopped, and metrics are read around the long prompt.
     assert sum("kill -INT" in line for line in lines) == 3
-    assert sum("/metrics" in line for line in lines) == 6
-    assert any("longer than W=512" in line for line in lines)
+    assert sum("/metrics" in line for line in lines) == 9
+    assert any("the golden prompt, longer than W=512" in line for line in lines)
 
 
 def test_dspark_scenario_and_local_models_come_from_the_environment(capsys, monkeypatch):
     lines = plan_lines(capsys, [], monkeypatch, DRY_RUN="1", E2E_SCENARIO="dspark",
                        TARGET_MODEL="/models/qwen3-8b", DRAFT_MODEL="/models/dspark")  # fmt: skip
     v2_window = serve_lines(lines)[0]
-    assert "vllm serve /models/qwen3-8b " in v2_window
+    assert " serve /models/qwen3-8b " in v2_window
     assert '"method": "dspark", "model": "/models/dspark", "num_speculative_tokens": 7' in v2_window
     assert "--tensor-parallel-size 1" in v2_window
 
@@ -111,6 +112,14 @@ def test_acceptance_comes_from_the_metric_deltas():
 def result(outputs, per_pos):
     return {"outputs": outputs, "acceptance": {"per_position": per_pos,
                                                "mean_length": 1 + sum(per_pos)}}  # fmt: skip
+
+
+def test_a_missing_golden_stops_before_any_server_starts(tmp_path, monkeypatch):
+    scenario = e2e.scenarios({"WINDOW": "640"})["eagle3"]
+    assert scenario.golden.name == "eagle3_qwen3_8b_w640.json" and not scenario.golden.exists()
+    monkeypatch.setattr(e2e, "install", lambda device: pytest.fail("installed before the check"))
+    with pytest.raises(SystemExit, match="RECORD_GOLDEN=1"):
+        e2e.run_scenario(scenario, "ascend", 1, tmp_path)
 
 
 def test_checks_flag_output_drift_golden_drift_and_a_v2_below_v1():

@@ -18,7 +18,8 @@ def test_inspector_prints_a_checked_row_per_request(capsys):
     out = capsys.readouterr().out
     assert code == 0
     for method in ("dspark", "eagle3"):
-        assert f"{method}: draft_window_size=256, block sizes [16, 32], alignment 32" in out
+        assert "draft_window_size=256, block sizes [16, 32], alignment 32" in out
+        assert f"\n{method} (" in out
     rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
     assert len(rows) == 8 and all(row[-1] == "ok" for row in rows)
     # dspark, 5000-token context (+4 query tokens): start 4736 = floor((5004 - 256) / 32) * 32.
@@ -45,3 +46,21 @@ def test_bad_flags_stop_with_a_clear_error(argv, message, capsys):
         inspect.main(argv)
     assert info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_inspector_fails_when_the_window_is_wrong(capsys, monkeypatch):
+    """A window that reads less than W (here: the math told W = 100) is caught."""
+    from vllm_ascend.worker.v2.spec_decode.draft_window import window as window_math
+
+    real = window_math.WindowSpec
+    monkeypatch.setattr(
+        window_math, "WindowSpec",
+        lambda window_size, alignment, future_offset=0: real(100, alignment, future_offset),
+    )  # fmt: skip
+    from vllm_ascend.worker.v2.spec_decode.draft_window import mrv2
+
+    monkeypatch.setattr(mrv2, "WindowSpec", window_math.WindowSpec)
+    code = inspect.main(["--window", "256", "--seq-lens", "1000,5000", "--method", "dspark",
+                         "--no-progress"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 1 and "FAILED" in out

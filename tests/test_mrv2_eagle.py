@@ -266,6 +266,7 @@ def test_every_draft_decode_step_reads_exactly_its_window(num_spec, layout_name,
     steps = run_decode(e, monkeypatch, fused)
     assert len(steps) == num_spec - 1
     spec = e.s.draft_window.spec
+    assert e.s.draft_window.block_tables.windows is e.s.draft_window.windows  # the narrow ones
     for record in steps:
         for g, layout in enumerate(layouts):
             read_lens, tables = record[f"draft.{g}"]
@@ -336,9 +337,14 @@ def test_draft_prefill_reads_the_window_and_leaves_the_target_metadata_alone(
         else:
             assert seen[name] is not md
     qsl = e.batch.query_start_loc_np
+    window = e.s.draft_window
     for g, layout in enumerate(layouts):
         b = layout.block_size
         md = seen[f"draft.{g}"]
+        # The prefill reads its own wide tables; the per-step tables stay window-narrow.
+        assert md.block_table.data_ptr() == window.chunk_windows[g].block_table.data_ptr()
+        assert window.windows[g].max_window_blocks * b < W + spec.alignment + 128
+        assert window.chunk_windows[g].max_window_blocks * b >= max(np.diff(qsl))
         assert md.slot_mapping.data_ptr() == e.batch.block_tables.slot_mappings[g].data_ptr()
         for i, length in enumerate(e.batch.seq_lens.tolist()):
             q_len, read = int(qsl[i + 1] - qsl[i]), int(md.seq_lens[i])

@@ -131,8 +131,10 @@ def create_draft_window(speculator: Any) -> Mrv2DraftWindow | None:
         draft_group_ids=draft_group_ids,
         max_num_reqs=speculator.max_num_reqs,
         device=speculator.device,
-        # An EAGLE draft prefill queries whole target chunks; DFlash queries its stretch.
-        max_query_len=speculator.max_num_tokens if method in PREFILL_METHODS else query_stretch,
+        # DFlash queries its stretch every step; an EAGLE decode step one token, and its
+        # draft prefill whole target chunks.
+        max_query_len=1 if method in PREFILL_METHODS else query_stretch,
+        max_chunk_len=speculator.max_num_tokens if method in PREFILL_METHODS else None,
     )
     if method == "dspark" and _target_is_deepseek_v4(speculator):
         logger.warning(

@@ -105,23 +105,33 @@ class Mrv2DraftWindow:
         max_num_reqs: int,
         device: torch.device,
         max_query_len: int = 1,
+        max_chunk_len: int | None = None,
     ) -> None:
-        """``max_query_len``: the longest query of one request in a pass the window serves
-        (DFlash: its query stretch; EAGLE: a draft prefill chunk)."""
+        """``max_query_len``: the longest query of one request in the passes that read the
+        window every step (DFlash: its query stretch; EAGLE decode: 1). ``max_chunk_len``:
+        the longest query chunk of a draft prefill (EAGLE), which gets wider tables of its
+        own so that the per-step tables stay as narrow as the window."""
         units = block_table_units(block_tables)
         self.group_block_sizes = {g: int(units[g]) for g in draft_group_ids}
         self.spec = WindowSpec(
             window_size, lcm_alignment(list(self.group_block_sizes.values())), future_offset
         )
-        self.windows = {
-            g: BlockTableWindow(
-                self.spec, b, max_num_reqs, device,
-                width=cropped_table_width(
-                    self.spec, b, block_tables.input_block_tables[g].shape[1], max_query_len
-                ),
-            )
-            for g, b in self.group_block_sizes.items()
-        }  # fmt: skip
+
+        def tables(query_len: int) -> dict[int, BlockTableWindow]:
+            return {
+                g: BlockTableWindow(
+                    self.spec, b, max_num_reqs, device,
+                    width=cropped_table_width(
+                        self.spec, b, block_tables.input_block_tables[g].shape[1], query_len
+                    ),
+                )
+                for g, b in self.group_block_sizes.items()
+            }  # fmt: skip
+
+        # Per draft group: the cropped tables every step reads (graphs capture these) ...
+        self.windows = tables(max_query_len)
+        # ... and, for a draft prefill over long chunks, wider ones used only there.
+        self.chunk_windows = tables(max_chunk_len) if max_chunk_len else self.windows
         # [max_num_reqs] int32: the windowed seq_lens the draft's attention reads.
         # NOTE: graphs capture its address; it is only ever written in place.
         self.seq_lens = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
@@ -165,8 +175,11 @@ class Mrv2DraftWindow:
             out=self.seq_lens[:n],
             query_lens=query_lens,
         )
+        windows = self.windows if query_start_loc is None else self.chunk_windows
+        # The views hand the builder the tables this pass filled.
+        self.block_tables.windows = windows
         full_tables = self.block_tables.base.input_block_tables
-        for g, window in self.windows.items():
+        for g, window in windows.items():
             window.gather(full_tables[g], self.window_start, self.seq_lens, n)
 
     def host_upper_bound(

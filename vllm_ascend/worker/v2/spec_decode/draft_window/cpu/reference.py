@@ -36,6 +36,7 @@ class PagedKVCache:
         block_table_row: torch.Tensor,
         seq_len: int,
         block_size: int | None = None,
+        track_blocks: bool = True,
     ) -> tuple[torch.Tensor, set[int]]:
         """Causal attention of `q` [q_len, H, D] over the first `seq_len` KV entries of a
         row, exactly as a paged kernel indexes them; `block_size` is the row's unit when it
@@ -45,7 +46,7 @@ class PagedKVCache:
         blocks = block_table_row[j // b].long()
         slots = blocks * b + j % b
         out = _causal_attention(q, self.k[slots], self.v[slots])
-        return out, {int(x) for x in blocks}
+        return out, {int(x) for x in blocks} if track_blocks else set()
 
 
 def dense_attention(
