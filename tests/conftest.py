@@ -50,3 +50,21 @@ def two_group_batch() -> Mrv2Batch:
 def mrv1():
     """The released vllm-ascend 0.26.0rc1 `spec_decode/utils.py`, loaded standalone."""
     return load_mrv1_adapter_module()
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory):
+    """A tiny model config written locally (no weights), for vLLM's configs and builders."""
+    from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import tiny_model_dir
+
+    return tiny_model_dir(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture
+def window_hooks():
+    """The plugin installed for one test, as vLLM loads it; vLLM's own methods after."""
+    from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, plugin
+
+    plugin.register()
+    yield
+    hooks.uninstall()

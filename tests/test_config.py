@@ -10,7 +10,6 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import (
     SPECULATOR_CLASSES,
     GroupLayout,
     make_vllm_config,
-    tiny_model_dir,
     wire_speculator,
 )
 
@@ -60,11 +59,6 @@ def log(monkeypatch):
     plugin.register()
     yield recorder
     hooks.uninstall()
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return tiny_model_dir(tmp_path_factory.mktemp("tiny-llama"))
 
 
 def start(model_dir, monkeypatch, window, method="dspark", num_spec=3, dcp_size=1,

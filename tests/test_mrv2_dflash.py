@@ -30,7 +30,6 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import (
     GroupLayout,
     Wired,
     make_vllm_config,
-    tiny_model_dir,
     wire_speculator,
 )
 
@@ -56,16 +55,8 @@ LAYOUTS = {
 }
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return tiny_model_dir(tmp_path_factory.mktemp("tiny-llama"))
-
-
-@pytest.fixture(autouse=True)
-def installed():
-    plugin.register()
-    yield
-    hooks.uninstall()
+# Every test here runs with the plugin installed, as vLLM loads it.
+pytestmark = pytest.mark.usefixtures("window_hooks")
 
 
 def make_batch(layouts, seq_lens=SEQ_LENS, num_reqs_padded=None, seed=0) -> Mrv2Batch:

@@ -18,7 +18,7 @@ from vllm.v1.worker.gpu.model_states.default import DefaultModelState
 from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
 from vllm.v1.worker.utils import AttentionGroup
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, plugin
+from vllm_ascend.worker.v2.spec_decode.draft_window import hooks
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import (
     CPU,
     Mrv2Batch,
@@ -37,7 +37,6 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import (
     GroupLayout,
     Wired,
     make_vllm_config,
-    tiny_model_dir,
     wire_speculator,
 )
 
@@ -54,16 +53,8 @@ LAYOUTS = {
 }
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return tiny_model_dir(tmp_path_factory.mktemp("tiny-llama"))
-
-
-@pytest.fixture(autouse=True)
-def installed():
-    plugin.register()
-    yield
-    hooks.uninstall()
+# Every test here runs with the plugin installed, as vLLM loads it.
+pytestmark = pytest.mark.usefixtures("window_hooks")
 
 
 @dataclasses.dataclass

@@ -87,13 +87,6 @@ def test_a_moved_vllm_method_fails_loudly_at_start_up(monkeypatch):
 
 
 @pytest.fixture
-def model_dir(tmp_path_factory):
-    from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import tiny_model_dir
-
-    return tiny_model_dir(tmp_path_factory.mktemp("tiny-llama"))
-
-
-@pytest.fixture
 def restore_runner_choice():
     from vllm.config import VllmConfig
 
