@@ -1,15 +1,20 @@
 """The window math against a reference: attention read through the cropped block table
-must equal dense attention over exactly the window, for every step the metadata serves."""
+must equal dense attention over exactly the sinks and the window, for every step the
+metadata serves."""
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import dense_attention
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
+    dense_attention,
+    window_positions,
+)
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
     BlockTableWindow,
     WindowSpec,
+    align_sinks,
     lcm_alignment,
     seq_lens_upper_bound,
     window_seq_lens,
@@ -19,7 +24,7 @@ from window_cases import Case, build_case, cases
 
 
 def apply_window(case: Case) -> tuple[WindowSpec, torch.Tensor, torch.Tensor, list[torch.Tensor]]:
-    spec = WindowSpec(case.window_size, case.alignment, case.future_offset)
+    spec = WindowSpec(case.window_size, case.alignment, case.future_offset, case.sink_size)
     n = case.seq_lens.shape[0]
     start, windowed = torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.int32)
     window_seq_lens(case.seq_lens, spec, start_out=start, out=windowed)
@@ -30,15 +35,17 @@ def apply_window(case: Case) -> tuple[WindowSpec, torch.Tensor, torch.Tensor, li
     return spec, start, windowed, cropped
 
 
-def window_blocks(full_row: torch.Tensor, b: int, start: int, end: int) -> set[int]:
-    """Block ids of the full table that hold absolute positions [start, end)."""
-    return {int(x) for x in full_row[start // b : -(-end // b)]}
+def window_blocks(full_row: torch.Tensor, b: int, start: int, end: int, sinks: int = 0) -> set[int]:
+    """Block ids of the full table that hold absolute positions [0, min(sinks, start)) and
+    [start, end)."""
+    return {int(x) for x in full_row[window_positions(start, end, sinks) // b]}
 
 
 @settings(max_examples=300, deadline=None)
 @given(cases())
 def test_draft_reads_exactly_the_window_at_every_served_step(case: Case):
     spec, start, windowed, cropped = apply_window(case)
+    sinks = spec.sink_size
     for i, length in enumerate(case.seq_lens.tolist()):
         if length == 0:
             continue
@@ -49,8 +56,10 @@ def test_draft_reads_exactly_the_window_at_every_served_step(case: Case):
                 end = length + j
                 q = case.k[i][end - 1 : end] * 0.5 + 0.1
                 got, touched = g.cache.read(q, table[i], w + j)
-                torch.testing.assert_close(got, dense_attention(q, case.k[i], case.v[i], s, end))
-                assert touched == window_blocks(g.full_block_table[i], g.block_size, s, end)
+                expected = dense_attention(q, case.k[i], case.v[i], s, end, sinks)
+                torch.testing.assert_close(got, expected)
+                full_row = g.full_block_table[i]
+                assert touched == window_blocks(full_row, g.block_size, s, end, sinks)
                 assert w + j <= spec.max_read_len
 
 
@@ -70,26 +79,33 @@ def test_unwindowed_read_is_dense_attention_over_the_whole_context(case: Case):
 @given(cases())
 def test_window_bounds_and_padded_rows(case: Case):
     spec, start, windowed, cropped = apply_window(case)
-    lengths, k = case.seq_lens.long(), case.future_offset
+    lengths, k, sinks = case.seq_lens.long(), case.future_offset, spec.sink_size
     # Start is block-aligned for every group and never past the context.
     assert bool((start % spec.alignment == 0).all()) and bool((start <= lengths).all())
     real = lengths > 0
-    # The draft sees at least its window (or everything), at most W + a - 1 tokens.
-    assert bool((windowed[real] + k >= torch.clamp(lengths[real] + k, max=spec.window_size)).all())
+    # The draft sees at least its sinks and window (or everything), at most S + W + a - 1.
+    least = torch.clamp(lengths[real] + k, max=sinks + spec.window_size)
+    assert bool((windowed[real] + k >= least).all())
     assert bool((windowed + k <= spec.max_read_len).all())
     for g, table in zip(case.groups, cropped, strict=True):
-        assert table.shape[1] == spec.max_window_blocks(g.block_size)
+        b = g.block_size
+        assert table.shape[1] == spec.max_window_blocks(b)
         for i in range(len(lengths)):
             if not real[i]:
                 assert int(windowed[i]) == 0 and not table[i].any()
                 continue
-            first = int(start[i]) // g.block_size
-            last = -(-(int(lengths[i]) + k) // g.block_size)
-            num_cols = g.full_block_table.shape[1]
-            used = min(last, num_cols) - first
-            # Exactly the window's columns, then the null block.
-            assert torch.equal(table[i, :used], g.full_block_table[i, first : first + used])
-            assert not table[i, used:].any()
+            full_row = g.full_block_table[i]
+            num_cols = full_row.shape[0]
+            last = min(-(-(int(lengths[i]) + k) // b), num_cols)
+            if int(start[i]) <= sinks:
+                # Sinks and window meet: exactly the unwindowed read.
+                assert int(windowed[i]) == int(lengths[i])
+                columns = full_row[:last]
+            else:
+                # The sink columns, the window's columns, then the null block.
+                columns = torch.cat([full_row[: sinks // b], full_row[int(start[i]) // b : last]])
+            assert torch.equal(table[i, : len(columns)], columns)
+            assert not table[i, len(columns) :].any()
 
 
 @settings(max_examples=300, deadline=None)
@@ -120,8 +136,15 @@ def test_host_bound_stays_an_upper_bound_after_the_step_the_parent_adds(case: Ca
 )
 def test_host_bound_is_the_tightest_bound(window_size, alignment, future_offset):
     """For U >= 1 the bound equals the longest read that any L <= U can need."""
-    spec = WindowSpec(window_size, alignment, future_offset)
-    lengths = torch.arange(0, 4 * (window_size + alignment), dtype=torch.int32)
+    for sinks in (0, alignment, 3 * alignment):
+        spec = WindowSpec(window_size, alignment, future_offset, sinks)
+        assert_bound_is_the_running_maximum(spec)
+
+
+def assert_bound_is_the_running_maximum(spec: WindowSpec) -> None:
+    future_offset = spec.future_offset
+    edge = spec.sink_size + spec.window_size + spec.alignment
+    lengths = torch.arange(0, 4 * edge, dtype=torch.int32)
     start, windowed = torch.empty_like(lengths), torch.empty_like(lengths)
     window_seq_lens(lengths, spec, start_out=start, out=windowed)
     served = windowed + future_offset * (lengths > 0)
@@ -208,14 +231,15 @@ def test_per_step_math_writes_only_into_its_persistent_buffers():
 @given(cases(max_future=0), st.data())
 def test_a_multi_token_pass_keeps_every_query_inside_its_window(case: Case, data):
     """A draft prefill queries the last q tokens of each request: every query token reads
-    exactly [start, its position], the start stays block-aligned, and a chunk longer than
-    the window keeps its whole chunk."""
+    exactly the sinks and [start, its position], the start stays block-aligned, and a chunk
+    longer than the window keeps its whole chunk."""
     n = case.seq_lens.shape[0]
     query_lens = torch.tensor(
         [data.draw(st.integers(1, length)) if length else 0 for length in case.seq_lens.tolist()],
         dtype=torch.int32,
     )
-    spec = WindowSpec(case.window_size, case.alignment)
+    spec = WindowSpec(case.window_size, case.alignment, 0, case.sink_size)
+    sinks = spec.sink_size
     start, windowed = torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.int32)
     window_seq_lens(case.seq_lens, spec, start_out=start, out=windowed, query_lens=query_lens)
     bound = seq_lens_upper_bound(
@@ -223,7 +247,7 @@ def test_a_multi_token_pass_keeps_every_query_inside_its_window(case: Case, data
     )
     assert bool((bound >= windowed).all())
     for g in case.groups:
-        width = -(-(max(case.window_size, int(query_lens.max())) + spec.alignment - 1)
+        width = -(-(sinks + max(case.window_size, int(query_lens.max())) + spec.alignment - 1)
                   // g.block_size)  # fmt: skip
         window = BlockTableWindow(spec, g.block_size, max_num_reqs=n, device="cpu", width=width)
         table = window.gather(g.full_block_table, start, windowed, n)
@@ -232,11 +256,40 @@ def test_a_multi_token_pass_keeps_every_query_inside_its_window(case: Case, data
                 continue
             s, w, q = int(start[i]), int(windowed[i]), int(query_lens[i])
             assert s % spec.alignment == 0 and s <= length - q
-            assert w >= min(length, case.window_size)
-            assert w <= max(case.window_size, q) + spec.alignment - 1
+            assert w >= min(length, sinks + case.window_size)
+            assert w <= sinks + max(case.window_size, q) + spec.alignment - 1
             queries = case.k[i][length - q : length] * 0.5
             got, touched = g.cache.read(queries, table[i], w)
             torch.testing.assert_close(
-                got, dense_attention(queries, case.k[i], case.v[i], s, length)
+                got, dense_attention(queries, case.k[i], case.v[i], s, length, sinks)
             )
-            assert touched == window_blocks(g.full_block_table[i], g.block_size, s, length)
+            full_row = g.full_block_table[i]
+            assert touched == window_blocks(full_row, g.block_size, s, length, sinks)
+
+
+def test_sinks_are_rounded_up_to_whole_columns_of_the_cropped_table():
+    assert [align_sinks(s, 16) for s in (0, 1, 16, 17, 64)] == [0, 16, 16, 32, 64]
+    assert align_sinks(20, 48) == 48
+    with pytest.raises(ValueError, match=">= 0"):
+        align_sinks(-1, 16)
+    with pytest.raises(ValueError, match="multiple of the alignment 16"):
+        WindowSpec(64, 16, 0, 20)
+
+
+def test_sinks_and_window_of_one_request_around_where_they_part():
+    """W = 64, a = 16, S = 16, one group of 16-token blocks: up to L = 95 the window
+    starts at or before the sinks' end and the read is the whole context; from L = 96 on
+    the first block is kept, then the window's blocks."""
+    spec = WindowSpec(64, 16, 0, 16)
+    lengths = torch.tensor([10, 79, 95, 96, 200, 0], dtype=torch.int32)
+    start, windowed = torch.empty_like(lengths), torch.empty_like(lengths)
+    window_seq_lens(lengths, spec, start_out=start, out=windowed)
+    assert start.tolist() == [0, 0, 16, 32, 128, 0]
+    assert windowed.tolist() == [10, 79, 95, 80, 88, 0]
+    full = torch.arange(1, 6 * 13 + 1, dtype=torch.int32).reshape(6, 13)
+    table = BlockTableWindow(spec, 16, 6, "cpu").gather(full, start, windowed, 6)
+    assert table.shape[1] == 6  # ceil((16 + 64 + 15) / 16)
+    assert table[2, :6].tolist() == full[2, :6].tolist() and not table[2, 6:].any()
+    assert table[3, :5].tolist() == full[3, [0, 2, 3, 4, 5]].tolist()
+    assert table[4, :6].tolist() == full[4, [0, 8, 9, 10, 11, 12]].tolist()
+    assert not table[5].any()

@@ -6,7 +6,7 @@ import torch
 from hypothesis import strategies as st
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import PagedKVCache
-from vllm_ascend.worker.v2.spec_decode.draft_window.window import lcm_alignment
+from vllm_ascend.worker.v2.spec_decode.draft_window.window import align_sinks, lcm_alignment
 
 NUM_HEADS, HEAD_DIM = 2, 4
 
@@ -29,31 +29,45 @@ class Case:
     # per request: true K and V [seq_len + future_offset, H, D] at absolute positions
     k: list[torch.Tensor]
     v: list[torch.Tensor]
+    # draft_attention_sinks as configured (rounded up to the alignment by the window)
+    sink_tokens: int = 0
 
     @property
     def alignment(self) -> int:
         return lcm_alignment([g.block_size for g in self.groups])
 
+    @property
+    def sink_size(self) -> int:
+        return align_sinks(self.sink_tokens, self.alignment)
+
 
 @st.composite
-def cases(draw, max_len: int = 400, max_window: int = 200, max_future: int = 6) -> Case:
+def cases(
+    draw, max_len: int = 400, max_window: int = 200, max_future: int = 6, sinks: bool = True
+) -> Case:
     block_sizes = draw(
         st.lists(st.sampled_from([1, 2, 4, 8, 16, 32]), min_size=1, max_size=2, unique=True)
     )
     window_size = draw(st.integers(1, max_window))
     future_offset = draw(st.integers(0, min(window_size - 1, max_future)))
+    # Half without sinks, half with up to a few alignments of them.
+    sink_tokens = draw(st.one_of(st.just(0), st.integers(1, 100))) if sinks else 0
+    # Where the first tokens start to be left out.
+    edge = window_size + align_sinks(sink_tokens, lcm_alignment(block_sizes))
     # 0 is a padded row; bias towards lengths around block and window boundaries.
     lengths = st.one_of(
         st.just(0),
         st.integers(1, max_len),
-        st.integers(max(window_size - 40, 1), window_size + 40),
+        st.integers(max(edge - 40, 1), edge + 40),
     )
     seq_lens = draw(st.lists(lengths, min_size=1, max_size=4))
     # 0 extra columns: the table ends right after the last block a request needs,
     # inside the cropped table's width.
     extra_cols = draw(st.integers(0, 3))
     seed = draw(st.integers(0, 2**31 - 1))
-    return build_case(block_sizes, window_size, future_offset, seq_lens, extra_cols, seed)
+    case = build_case(block_sizes, window_size, future_offset, seq_lens, extra_cols, seed)
+    case.sink_tokens = sink_tokens
+    return case
 
 
 def build_case(

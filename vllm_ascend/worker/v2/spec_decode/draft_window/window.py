@@ -16,35 +16,47 @@ Notation. ``L``: a request's ``seq_lens`` (device); ``W``: ``draft_window_size``
 still serve (0 where metadata is rebuilt every step); ``a``: the alignment, the tokens one
 column of the cropped table covers (a common multiple of the block sizes of every KV-cache
 group the window serves, so that one windowed length is valid for all of them);
-``b``: one group's block size (``b`` divides ``a``). Precondition: ``0 <= K < W``.
+``b``: one group's block size (``b`` divides ``a``); ``S``: the attention sinks, the first
+tokens every request keeps besides its window (``draft_attention_sinks`` rounded up to a
+multiple of ``a``; 0 for a plain window). Precondition: ``0 <= K < W``.
 
     start    = floor(max(L + K - W, 0) / a) * a      block-aligned window start
-    windowed = L - start                              what the kernel reads at step 0
+    skip     = max(start - S, 0)                      tokens left out between sinks and window
+    windowed = L - skip                               what the kernel reads at step 0
     needed_b = ceil((windowed + K) / b)               columns the last served step reads
                                                       (0 for a padded row, L == 0)
+
+The cropped table is the sink columns ``[0, S / b)`` of the full table followed by its
+columns from ``(S + skip) / b = start / b`` on, so the kernel reads ``[0, S)`` and then
+``[start, L)`` as one sequence of ``windowed`` tokens. Keys are cached already rotated and
+queries keep their absolute positions, so the gap changes nothing but what is read; the
+queries stay the last tokens read, so the causal mask still lets each see its own past
+inside the window. Where sinks and window meet (``start <= S``) nothing is skipped: the
+read is exactly the unwindowed one. With ``S = 0``, ``skip = start``.
 
 Bounds, with short proofs:
 
 - ``0 <= start <= L`` and ``start = 0`` when ``L = 0`` (padded rows read nothing):
   if ``L + K - W > 0`` then ``start <= L + K - W < L`` because ``K < W``.
-- ``windowed + K <= W + a - 1``: if ``L + K <= W`` then ``windowed + K = L + K <= W``;
-  otherwise ``start > L + K - W - a`` (flooring loses less than ``a``), so
-  ``windowed + K = L + K - start < W + a``. Hence every step reads at most
-  ``W + a - 1`` tokens and ``needed_b <= ceil((W + a - 1) / b)``, the clone's width.
-- ``windowed + K >= min(L + K, W)``: the draft never sees less than its window
-  (``start <= L + K - W`` whenever ``start > 0``).
+- ``windowed + K <= S + W + a - 1``: ``L + K - start <= W + a - 1`` (if ``L + K <= W``,
+  ``start = 0``; otherwise ``start > L + K - W - a``, flooring loses less than ``a``). If
+  ``skip > 0``, ``windowed + K = S + (L + K - start)``; if not, ``start <= S`` and
+  ``windowed + K = L + K <= S + W + a - 1``. Hence every step reads at most
+  ``S + W + a - 1`` tokens and ``needed_b <= ceil((S + W + a - 1) / b)``, the clone's width.
+- ``windowed + K >= min(L + K, S + W)``: the draft never sees less than its sinks and its
+  window (``start <= L + K - W`` whenever ``start > 0``).
 - Host bound: the host knows only ``U >= L``, and a step of the same metadata reads up
-  to ``windowed + K`` tokens. ``min(U + K, W + a - 1)`` bounds that, by the two bounds
-  above (``windowed + K <= L + K <= U + K`` and ``windowed + K <= W + a - 1``). It is also
-  the *smallest* bound for ``U >= 1``: ``windowed + K`` is a sawtooth in ``L`` that equals
-  ``L + K`` until ``L + K`` reaches ``W + a - 1`` and peaks there again at every tooth.
-  For ``K = 0`` this is a plain truncation of ``U``. Applying the windowing formula to
-  ``U`` instead is not a bound: with ``W = 64, a = 16, K = 0``, ``U = 80`` windows to 64
-  while ``L = 79 <= U`` windows to 79.
+  to ``windowed + K`` tokens. ``min(U + K, S + W + a - 1)`` bounds that, by the bound
+  above and ``windowed <= L <= U``. It is also the *smallest* bound for ``U >= 1``:
+  ``windowed + K`` is a sawtooth in ``L`` that equals ``L + K`` until ``L + K`` reaches
+  ``S + W + a - 1`` and peaks there again at every tooth. For ``K = 0`` this is a plain
+  truncation of ``U``. Applying the windowing formula to ``U`` instead is not a bound:
+  with ``W = 64, a = 16, K = 0, S = 0``, ``U = 80`` windows to 64 while ``L = 79 <= U``
+  windows to 79.
 
 A pass whose queries are several tokens (a draft prefill) also keeps ``start <= L - q``, so
 each query token reads at least itself; only a chunk longer than the window is affected,
-and it reads at most ``q + a - 1`` tokens.
+and it reads at most ``S + q + a - 1`` tokens.
 
 Every function writes into caller-provided persistent buffers (``out=``), so a per-step
 caller allocates nothing on the device, and none reads a device value on the host.
@@ -69,13 +81,21 @@ def lcm_alignment(block_sizes: Sequence[int]) -> int:
     return math.lcm(*block_sizes)
 
 
+def align_sinks(sink_tokens: int, alignment: int) -> int:
+    """``draft_attention_sinks`` rounded up to whole columns of the cropped table."""
+    if sink_tokens < 0:
+        raise ValueError(f"attention sinks must be >= 0 tokens, got {sink_tokens}")
+    return -(-sink_tokens // alignment) * alignment
+
+
 @dataclass(frozen=True)
 class WindowSpec:
-    """The static shape of one window: ``W``, ``a`` and ``K`` in the module docstring."""
+    """The static shape of one window: ``W``, ``a``, ``K`` and ``S`` in the module docstring."""
 
     window_size: int
     alignment: int
     future_offset: int = 0
+    sink_size: int = 0
 
     def __post_init__(self) -> None:
         if self.window_size < 1:
@@ -87,11 +107,16 @@ class WindowSpec:
                 f"future_offset must be in [0, window_size={self.window_size}), "
                 f"got {self.future_offset}: a window must hold the tokens it still serves"
             )
+        if self.sink_size < 0 or self.sink_size % self.alignment:
+            raise ValueError(
+                f"sink_size must be a multiple of the alignment {self.alignment} (see "
+                f"align_sinks), got {self.sink_size}"
+            )
 
     @property
     def max_read_len(self) -> int:
-        """The longest KV length any served step reads: ``W + a - 1``."""
-        return self.window_size + self.alignment - 1
+        """The longest KV length any served step reads: ``S + W + a - 1``."""
+        return self.sink_size + self.window_size + self.alignment - 1
 
     def max_window_blocks(self, block_size: int) -> int:
         """Width of a cropped table whose columns are blocks of ``block_size`` tokens."""
@@ -114,7 +139,8 @@ def window_seq_lens(
     # [n] int32, same device as seq_lens: tokens each request queries in this pass
     query_lens: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Write each request's window start into ``start_out`` and windowed length into ``out``.
+    """Write each request's window start into ``start_out`` and the length its attention
+    reads (sinks and window) into ``out``.
 
     Works the same on the device ``seq_lens`` and on an exact host mirror of it, which is
     how invariant 2 holds without a device-to-host copy.
@@ -122,7 +148,7 @@ def window_seq_lens(
     With ``query_lens`` (a pass whose queries are several tokens, such as a draft prefill
     over a verify chunk or a prompt chunk), the start is also kept at or before
     ``floor((L - q) / a) * a``, so every query token reads at least itself: a chunk
-    longer than the window keeps the whole chunk, and reads at most ``q + a - 1``.
+    longer than the window keeps the whole chunk, and reads at most ``S + q + a - 1``.
     """
     torch.add(seq_lens, spec.future_offset - spec.window_size, out=start_out)
     start_out.clamp_(min=0)
@@ -133,7 +159,13 @@ def window_seq_lens(
         torch.sub(seq_lens, query_lens, out=out)
         out.div_(spec.alignment, rounding_mode="floor").mul_(spec.alignment)
         torch.minimum(start_out, out, out=start_out)
-    torch.sub(seq_lens, start_out, out=out)
+    if spec.sink_size:
+        # `out` holds skip = max(start - S, 0), then L - skip.
+        torch.sub(start_out, spec.sink_size, out=out)
+        out.clamp_(min=0)
+        torch.sub(seq_lens, out, out=out)
+    else:
+        torch.sub(seq_lens, start_out, out=out)
     return out
 
 
@@ -152,7 +184,7 @@ def seq_lens_upper_bound(
     ``step`` is what the caller adds to the result afterwards (vLLM's metadata builder
     adds its ``step`` to ``seq_lens_cpu_upper_bound``): for every row, the result plus
     ``step`` is at least ``windowed + K`` for every ``L <= upper_bound + step``. With
-    ``query_lens`` a chunk longer than the window may read up to ``q + a - 1``. ``out``
+    ``query_lens`` a chunk longer than the window may read up to ``S + q + a - 1``. ``out``
     may alias ``upper_bound``. Host only: it may allocate host tensors.
     """
     cap = spec.max_read_len - step
@@ -164,7 +196,7 @@ def seq_lens_upper_bound(
     torch.add(upper_bound, spec.future_offset, out=out)
     if query_lens is None:
         return out.clamp_(max=cap)
-    caps = query_lens.clamp(min=spec.window_size) + (spec.alignment - 1 - step)
+    caps = query_lens.clamp(min=spec.window_size) + (spec.sink_size + spec.alignment - 1 - step)
     return torch.minimum(out, caps, out=out)
 
 
@@ -194,13 +226,16 @@ class BlockTableWindow:
         self.block_table = torch.zeros(shape, dtype=torch.int32, device=device)
         # [max_window_blocks] int64: column offsets inside the window.
         self._cols = torch.arange(self.max_window_blocks, dtype=torch.int64, device=device)
+        # [max_window_blocks] int64: 1 for the clone's columns past the sink columns.
+        self._past_sinks = (self._cols >= spec.sink_size // block_size).long()
         # [max_num_reqs, max_window_blocks] int64: source column of each clone entry.
         self._src_cols = torch.zeros(shape, dtype=torch.int64, device=device)
         # [max_num_reqs, max_window_blocks] bool: clone entries past `needed`.
         self._unused = torch.zeros(shape, dtype=torch.bool, device=device)
-        # [max_num_reqs] int64: first full-table column of the window. The index math
-        # runs in int64, the gather's index dtype, so no op promotes into a temporary.
-        self.start_block = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
+        # [max_num_reqs] int64: full-table columns left out between the sink columns and
+        # the window (without sinks: the window's first column). The index math runs in
+        # int64, the gather's index dtype, so no op promotes into a temporary.
+        self.skip_blocks = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
         # [max_num_reqs] int64: columns the last served step reads, within the table.
         self.needed = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
         # [max_num_reqs] int64: the windowed lengths, widened.
@@ -218,18 +253,23 @@ class BlockTableWindow:
     ) -> torch.Tensor:
         """Fill the clone's first ``num_reqs`` rows; return that persistent view.
 
-        Columns at or past ``needed`` and past the full table's width are zero (the null
-        block), and the gather index is clamped so it never leaves the table.
+        Clone column ``c`` holds full column ``c`` for a sink column and ``c + skip / b``
+        past them. Columns at or past ``needed`` and past the full table's width are zero
+        (the null block), and the gather index is clamped so it never leaves the table.
         """
         b = self.block_size
         num_cols = full_block_table.shape[1]
-        start_block = self.start_block[:num_reqs]
+        sink_size = self.spec.sink_size
+        skip_blocks = self.skip_blocks[:num_reqs]
         needed = self.needed[:num_reqs]
         src_cols = self._src_cols[:num_reqs]
         unused = self._unused[:num_reqs]
         out = self.block_table[:num_reqs]
 
-        start_block.copy_(window_start[:num_reqs]).div_(b, rounding_mode="floor")
+        skip_blocks.copy_(window_start[:num_reqs])
+        if sink_size:
+            skip_blocks.sub_(sink_size).clamp_(min=0)
+        skip_blocks.div_(b, rounding_mode="floor")
         # needed = ceil((windowed + K * [L > 0]) / b); windowed is 0 exactly when L is 0.
         if self.spec.future_offset:
             windowed = self._windowed[:num_reqs]
@@ -239,10 +279,15 @@ class BlockTableWindow:
         else:
             needed.copy_(windowed_seq_lens[:num_reqs])
         needed.add_(b - 1).div_(b, rounding_mode="floor")
-        # Columns past the full table's width do not exist: count only those inside it.
-        needed.add_(start_block).clamp_(max=num_cols).sub_(start_block).clamp_(min=0)
+        # Columns past the full table's width do not exist: count only those inside it
+        # (the last one read is column needed - 1 + skip / b).
+        needed.add_(skip_blocks).clamp_(max=num_cols).sub_(skip_blocks).clamp_(min=0)
 
-        torch.add(start_block.unsqueeze(1), self._cols.unsqueeze(0), out=src_cols)
+        if sink_size:
+            torch.mul(skip_blocks.unsqueeze(1), self._past_sinks.unsqueeze(0), out=src_cols)
+            src_cols.add_(self._cols)
+        else:
+            torch.add(skip_blocks.unsqueeze(1), self._cols.unsqueeze(0), out=src_cols)
         src_cols.clamp_(max=num_cols - 1)
         torch.gather(full_block_table[:num_reqs], 1, src_cols, out=out)
         torch.ge(self._cols.unsqueeze(0), needed.unsqueeze(1), out=unused)

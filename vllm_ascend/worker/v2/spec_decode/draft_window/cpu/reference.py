@@ -50,11 +50,26 @@ class PagedKVCache:
 
 
 def dense_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int, end: int
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int, end: int, sinks: int = 0
 ) -> torch.Tensor:
     """Causal attention of `q` (the last q_len positions before `end`) over the true K/V
-    [positions, H, D] at absolute positions [start, end)."""
-    return _causal_attention(q, k[start:end], v[start:end])
+    [positions, H, D] at absolute positions [0, min(sinks, start)) and [start, end)."""
+    kept = window_positions(start, end, sinks)
+    return _causal_attention(q, k[kept], v[kept])
+
+
+def window_positions(start: int, end: int, sinks: int = 0) -> torch.Tensor:
+    """Absolute positions [0, min(sinks, start)) then [start, end), ascending."""
+    return torch.cat([torch.arange(min(sinks, start)), torch.arange(start, end)])
+
+
+def positions_read(length: int, read_len: int, sinks: int = 0) -> tuple[int, torch.Tensor]:
+    """What a windowed read of `read_len` KV entries of a `length`-token context covers:
+    the first `sinks` positions, then the recent ones, with the `length - read_len` in
+    between left out. Returns (the window start, the positions)."""
+    skip = length - read_len
+    start = sinks + skip if skip else 0
+    return start, window_positions(start, length, sinks)
 
 
 def _causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
