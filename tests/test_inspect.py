@@ -55,7 +55,9 @@ def test_inspector_fails_when_the_window_is_wrong(capsys, monkeypatch):
     real = window_math.WindowSpec
     monkeypatch.setattr(
         window_math, "WindowSpec",
-        lambda window_size, alignment, future_offset=0: real(100, alignment, future_offset),
+        lambda window_size, alignment, future_offset=0, sink_size=0: real(
+            100, alignment, future_offset, sink_size
+        ),
     )  # fmt: skip
     from vllm_ascend.worker.v2.spec_decode.draft_window import mrv2
 

@@ -1,4 +1,5 @@
-"""``draft_window_size`` from ``--additional-config``, validated once at start-up."""
+"""``draft_window_size`` and ``draft_attention_sinks`` from ``--additional-config``,
+validated once at start-up."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 KEY = "draft_window_size"
+SINKS_KEY = "draft_attention_sinks"
 
 
 class DraftWindowConfig(BaseModel):
@@ -16,18 +18,23 @@ class DraftWindowConfig(BaseModel):
     ``draft_window_size`` absent or None turns the window off. Otherwise it is the number
     of most recent tokens the draft attends to; integral strings such as ``"4096"`` are
     accepted, as vllm-ascend's validated config accepts them.
+
+    ``draft_attention_sinks`` (default 0): the first tokens of every request the draft
+    attends to besides its window, rounded up to the window's alignment once the block
+    sizes are known. Only valid together with ``draft_window_size``.
     """
 
     model_config = ConfigDict(frozen=True)
 
     draft_window_size: int | None = Field(default=None, ge=1)
+    draft_attention_sinks: int = Field(default=0, ge=0)
 
-    @field_validator("draft_window_size", mode="before")
+    @field_validator("draft_window_size", "draft_attention_sinks", mode="before")
     @classmethod
     def _no_booleans(cls, value: Any) -> Any:
         # pydantic's lax mode reads True as 1; a boolean here is a mistake, not a size.
         if isinstance(value, bool):
-            raise ValueError("a boolean is not a window size")
+            raise ValueError("a boolean is not a number of tokens")
         return value
 
     @property
@@ -38,12 +45,30 @@ class DraftWindowConfig(BaseModel):
     def from_additional_config(
         cls, additional_config: Mapping[str, Any] | None
     ) -> DraftWindowConfig:
-        value = (additional_config or {}).get(KEY)
+        additional_config = additional_config or {}
+        value = additional_config.get(KEY)
         try:
-            return cls(draft_window_size=value)
+            window = cls(draft_window_size=value)
         except ValidationError:
             raise ValueError(
                 f'additional_config["{KEY}"] must be a positive integer number of tokens '
                 f'(an integral string such as "4096" is accepted), or null to turn the '
                 f"draft window off; got {value!r} ({type(value).__name__})"
+            ) from None
+        sinks = additional_config.get(SINKS_KEY)
+        if sinks is None:
+            return window
+        if not window.enabled:
+            raise ValueError(
+                f'additional_config["{SINKS_KEY}"]={sinks!r} needs '
+                f'additional_config["{KEY}"]: the sinks are kept beside the draft window. '
+                f"Set {KEY} too, or remove {SINKS_KEY}."
+            )
+        try:
+            return cls(draft_window_size=window.draft_window_size, draft_attention_sinks=sinks)
+        except ValidationError:
+            raise ValueError(
+                f'additional_config["{SINKS_KEY}"] must be an integer number of tokens >= 0 '
+                f'(an integral string such as "64" is accepted; 0 or null for none); got '
+                f"{sinks!r} ({type(sinks).__name__})"
             ) from None

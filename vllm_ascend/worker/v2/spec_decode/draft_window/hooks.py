@@ -38,12 +38,17 @@ from vllm.config.compilation import CUDAGraphMode
 from vllm.logger import init_logger
 from vllm.v1.attention.backends.utils import PAD_SLOT_ID
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY, DraftWindowConfig
+from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
+    KEY,
+    SINKS_KEY,
+    DraftWindowConfig,
+)
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import (
     Mrv2DraftWindow,
     block_table_units,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
+    align_sinks,
     lcm_alignment,
     window_seq_lens,
 )
@@ -70,13 +75,15 @@ def create_draft_window(speculator: Any) -> Mrv2DraftWindow | None:
     if not config.enabled:
         return None
     window_size = config.draft_window_size
+    sink_tokens = config.draft_attention_sinks
     method = speculator.method
     if method in SHARED_KV_METHODS:
         logger.warning(
-            "%s=%d is ignored for method %r: its draft layers share the target's KV cache "
-            "and attention, which the window must not crop.",
+            "%s=%d%s is ignored for method %r: its draft layers share the target's KV "
+            "cache and attention, which the window must not crop.",
             KEY,
             window_size,
+            f" with {SINKS_KEY}={sink_tokens}" if sink_tokens else "",
             method,
         )
         return None
@@ -111,14 +118,17 @@ def create_draft_window(speculator: Any) -> Mrv2DraftWindow | None:
     draft_group_ids = [g for g, groups in enumerate(speculator.attn_groups) if groups]
     units = block_table_units(speculator.block_tables)
     alignment = lcm_alignment([int(units[g]) for g in draft_group_ids])
+    sink_size = align_sinks(sink_tokens, alignment)
     max_model_len = speculator.max_model_len
-    # start > 0 needs L + K - W >= a for some L <= max_model_len.
-    if max_model_len + future_offset - window_size < alignment:
+    # A read leaves tokens out once start > S, which needs L + K - W >= S + a for some
+    # L <= max_model_len.
+    if max_model_len + future_offset - window_size - sink_size < alignment:
         logger.info(
-            "%s=%d never crops with max_model_len=%d (the window start moves in steps of "
+            "%s=%d%s never crops with max_model_len=%d (the window start moves in steps of "
             "%d tokens); the draft window stays off.",
             KEY,
             window_size,
+            f" with {sink_size} attention sinks" if sink_size else "",
             max_model_len,
             alignment,
         )
@@ -135,6 +145,7 @@ def create_draft_window(speculator: Any) -> Mrv2DraftWindow | None:
         # draft prefill whole target chunks.
         max_query_len=1 if method in PREFILL_METHODS else query_stretch,
         max_chunk_len=speculator.max_num_tokens if method in PREFILL_METHODS else None,
+        attention_sinks=sink_size,
     )
     if method == "dspark" and _target_is_deepseek_v4(speculator):
         logger.warning(
@@ -144,17 +155,29 @@ def create_draft_window(speculator: Any) -> Mrv2DraftWindow | None:
             window_size,
         )
     logger.info(
-        "Draft KV window on for %s: %s=%d, the draft reads at most %d tokens per request; "
+        "Draft KV window on for %s: %s=%d%s, the draft reads at most %d tokens per request; "
         "block sizes per KV-cache group %s, alignment %d, future offset %d.",
         method,
         KEY,
         window_size,
+        _sinks_phrase(sink_tokens, sink_size, alignment),
         window.spec.max_read_len,
         window.group_block_sizes,
         window.spec.alignment,
         future_offset,
     )
     return window
+
+
+def _sinks_phrase(sink_tokens: int, sink_size: int, alignment: int) -> str:
+    if not sink_size:
+        return ""
+    if sink_size == sink_tokens:
+        return f" with the first {sink_size} tokens as attention sinks"
+    return (
+        f" with the first {sink_size} tokens as attention sinks ({SINKS_KEY}={sink_tokens} "
+        f"rounded up to the alignment {alignment})"
+    )
 
 
 def _target_is_deepseek_v4(speculator: Any) -> bool:

@@ -7,7 +7,7 @@ Runs a batch through vLLM 0.33.0's real Model Runner V2 draft metadata build on 
 prints per request the window start, the windowed length, the blocks and KV bytes the
 draft reads against the full context, and the checks it ran: slot mappings identical with
 and without the window, and the reference paged attention through the windowed metadata
-equal to dense attention over exactly the window.
+equal to dense attention over exactly the window (and the attention sinks, with --sinks).
 """
 
 from __future__ import annotations
@@ -19,7 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY, DraftWindowConfig
+from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
+    KEY,
+    SINKS_KEY,
+    DraftWindowConfig,
+)
 
 DEFAULT_SEQ_LENS = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
 METHODS = ("dspark", "dflash", "eagle3", "eagle")
@@ -33,6 +37,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__.splitlines()[0],
     )
     parser.add_argument("--window", default="2048", help=f"{KEY} (default 2048)")
+    parser.add_argument(
+        "--sinks", default="0", help=f"{SINKS_KEY}: first tokens kept besides the window"
+    )
     parser.add_argument(
         "--block-sizes", default="128", help="block size of each draft KV group, comma-separated"
     )
@@ -56,9 +63,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     try:
-        args.window = DraftWindowConfig.from_additional_config({KEY: args.window}).draft_window_size
-        if args.window is None:
+        config = DraftWindowConfig.from_additional_config({KEY: args.window,
+                                                           SINKS_KEY: args.sinks})  # fmt: skip
+        if config.draft_window_size is None:
             raise ValueError(f"--window: {KEY} must be set to inspect a window")
+        args.window, args.sinks = config.draft_window_size, config.draft_attention_sinks
         args.block_sizes = _positive_ints("--block-sizes", args.block_sizes)
         args.seq_lens = _positive_ints("--seq-lens", args.seq_lens)
         for name in ("num_spec_tokens", "draft_layers", "kv_heads", "head_dim", "dtype_bytes"):
@@ -97,6 +106,7 @@ def inspect_method(args, method: str, model_dir: Path, progress) -> list[dict]:
     from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
         PagedKVCache,
         dense_attention,
+        positions_read,
     )
     from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import (
         SPECULATOR_CLASSES,
@@ -119,7 +129,8 @@ def inspect_method(args, method: str, model_dir: Path, progress) -> list[dict]:
     cls = SPECULATOR_CLASSES[method]
 
     def build(window: int | None):
-        config = make_vllm_config(model_dir, max_model_len, n, {KEY: window})
+        additional = {KEY: window, SINKS_KEY: args.sinks} if window else {}
+        config = make_vllm_config(model_dir, max_model_len, n, additional)
         draft_buffers = None if parallel else batch.input_buffers
         wired = wire_speculator(cls, batch, layouts, config, method, k_spec,
                                 draft_input_buffers=draft_buffers)  # fmt: skip
@@ -153,13 +164,15 @@ def inspect_method(args, method: str, model_dir: Path, progress) -> list[dict]:
                 slots = wired.received[g][-1].slot_mapping[qsl[i] : qsl[i + 1]]
                 checks.append(slots.tolist() == truth)
             read = int(windowed[name].seq_lens[i])
-            start = length - read
-            # The window's own bounds: block-aligned start, at least min(L, W) tokens, at
-            # most W + a - 1 (DFlash/DSpark: the query stretch is within W).
+            # What the read covers: the sinks, then [start, L); everything if nothing is
+            # left out.
+            start, kept = positions_read(length, read, spec.sink_size)
+            # The window's own bounds: block-aligned start, at least min(L, S + W) tokens,
+            # at most S + W + a - 1 (DFlash/DSpark: the query stretch is within W).
             checks.append(start % spec.alignment == 0)
-            checks.append(min(length, args.window) <= read <= spec.max_read_len)
-            checks.append(_reference_check(batch, g, b, i, length, start, read, query,
-                                           windowed[name].block_table[i], PagedKVCache,
+            checks.append(min(length, spec.sink_size + args.window) <= read <= spec.max_read_len)
+            checks.append(_reference_check(batch, g, b, i, length, start, spec.sink_size, kept,
+                                           query, windowed[name].block_table[i], PagedKVCache,
                                            dense_attention))  # fmt: skip
             checks.append(int(plain[name].seq_lens[i]) == length)
             progress.update(1)
@@ -169,14 +182,15 @@ def inspect_method(args, method: str, model_dir: Path, progress) -> list[dict]:
             "context": length - query, "seq_len": length, "start": start, "windowed": read,
             "blocks": -(-read // b0) if read else 0, "full_blocks": -(-length // b0),
             "kv_bytes": read * per_token, "full_kv_bytes": length * per_token,
-            "ok": all(checks), "alignment": spec.alignment,
+            "ok": all(checks), "alignment": spec.alignment, "sinks": spec.sink_size,
         })  # fmt: skip
     return rows
 
 
-def _reference_check(batch, g, b, i, length, start, read, query, table, cache_cls, dense) -> bool:
+def _reference_check(batch, g, b, i, length, start, sinks, kept, query, table, cache_cls,
+                     dense) -> bool:  # fmt: skip
     """Reference paged attention through the windowed table equals dense attention over
-    exactly [start, length)."""
+    exactly the sinks and [start, length), and reads only their blocks."""
     import torch
 
     gen = torch.Generator().manual_seed(i)
@@ -187,17 +201,19 @@ def _reference_check(batch, g, b, i, length, start, read, query, table, cache_cl
     cache = cache_cls(max(ids) + 1, b, CHECK_HEADS, CHECK_HEAD_DIM)
     cache.write(torch.tensor(ids, dtype=torch.int32), torch.arange(length), k, v)
     q = k[length - query : length]
-    got, touched = cache.read(q, table, read)
-    expected = dense(q, k, v, start, length)
-    return bool(torch.allclose(got, expected)) and touched == set(ids[start // b : -(-length // b)])
+    got, touched = cache.read(q, table, len(kept))
+    expected = dense(q, k, v, start, length, sinks)
+    return bool(torch.allclose(got, expected)) and touched == {ids[p // b] for p in kept.tolist()}
 
 
 def print_table(method: str, args, rows: list[dict]) -> None:
     mib = 1 << 20
     what = "its query pass" if method in ("dspark", "dflash") else "its first draft decode step"
-    print(f"\n{method} ({what}): {KEY}={args.window}, block sizes {args.block_sizes}, "
-          f"alignment {rows[0]['alignment']}, {args.num_spec_tokens} speculative tokens; "
-          f"blocks of {args.block_sizes[0]} tokens")  # fmt: skip
+    sinks = rows[0]["sinks"]
+    with_sinks = f", attention sinks {sinks} ({SINKS_KEY}={args.sinks})" if sinks else ""
+    print(f"\n{method} ({what}): {KEY}={args.window}{with_sinks}, block sizes "
+          f"{args.block_sizes}, alignment {rows[0]['alignment']}, {args.num_spec_tokens} "
+          f"speculative tokens; blocks of {args.block_sizes[0]} tokens")  # fmt: skip
     header = (f"{'context':>8} {'seq_len':>8} {'start':>8} {'windowed':>8} {'blocks':>13} "
               f"{'KV MiB read':>20} {'reduction':>9}  checks")  # fmt: skip
     print(header)
@@ -212,8 +228,9 @@ def print_table(method: str, args, rows: list[dict]) -> None:
     print(f"batch: the draft reads {total[0] / mib:.1f} MiB of KV instead of "
           f"{total[1] / mib:.1f} MiB ({total[1] / max(total[0], 1):.1f}x less). Checks: slot "
           f"mappings absolute with and without the window; window start block-aligned, length "
-          f"between min(L, W) and W + a - 1; reference paged attention through the windowed "
-          f"metadata equals dense attention over the window.")  # fmt: skip
+          f"between min(L, S + W) and S + W + a - 1 (S: sinks, {sinks} here); reference paged "
+          f"attention through the windowed metadata equals dense attention over the sinks "
+          f"and the window.")  # fmt: skip
 
 
 def plot(path: Path, method: str, args, rows: list[dict]) -> None:
@@ -226,18 +243,26 @@ def plot(path: Path, method: str, args, rows: list[dict]) -> None:
 
     b = args.block_sizes[0]
     fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.5))
+    sliver = max(r["full_blocks"] for r in rows) / 150
     for y, r in enumerate(rows):
         ax.barh(y, r["full_blocks"], height=0.7, color="#c8d6e5",
                 label="target reads" if y == 0 else None)  # fmt: skip
-        ax.barh(y, r["blocks"], left=r["start"] // b, height=0.7, color="#ee5253",
-                label="draft reads" if y == 0 else None)  # fmt: skip
+        # Blocks the draft reads: the sinks (when the window has left them), the window.
+        sink_blocks = r["sinks"] // b if r["start"] > r["sinks"] else 0
+        if sink_blocks:
+            # At least a sliver wide, so that one sink block shows beside 1,000 others.
+            ax.barh(y, max(sink_blocks, sliver), height=0.7, color="#5f27cd",
+                    label="draft reads (sinks)" if y == len(rows) - 1 else None)  # fmt: skip
+        ax.barh(y, r["blocks"] - sink_blocks, left=r["start"] // b, height=0.7,
+                color="#ee5253", label="draft reads" if y == 0 else None)  # fmt: skip
         ax.text(r["full_blocks"], y, f"  {r['blocks']}/{r['full_blocks']}", va="center",
                 fontsize=8)  # fmt: skip
     ax.set_yticks(range(len(rows)), [f"{r['context']:,}" for r in rows])
     ax.set_xlim(0, max(r["full_blocks"] for r in rows) * 1.12)
     ax.set_xlabel(f"KV block index ({b} tokens each)")
     ax.set_ylabel("context (tokens)")
-    ax.set_title(f"{method}, {KEY}={args.window}: blocks each side reads per request")
+    sinks = f", {SINKS_KEY}={args.sinks}" if args.sinks else ""
+    ax.set_title(f"{method}, {KEY}={args.window}{sinks}: blocks each side reads per request")
     ax.legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)

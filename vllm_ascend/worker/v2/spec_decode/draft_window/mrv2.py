@@ -22,6 +22,7 @@ from vllm.v1.worker.block_table import get_block_table_width
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
     BlockTableWindow,
     WindowSpec,
+    align_sinks,
     lcm_alignment,
     seq_lens_upper_bound,
     window_seq_lens,
@@ -83,11 +84,11 @@ def block_table_units(block_tables: Any) -> Sequence[int]:
 def cropped_table_width(
     spec: WindowSpec, block_size: int, full_width: int, max_query_len: int
 ) -> int:
-    """Columns of a cropped table: what the window reads (a query chunk longer than the
-    window keeps its whole chunk: ``max(W, q) + a - 1`` tokens), rounded up like vLLM
+    """Columns of a cropped table: what the sinks and the window read (a query chunk longer
+    than the window keeps its whole chunk: ``S + max(W, q) + a - 1`` tokens), rounded up like vLLM
     rounds its own tables (kernels load block ids a tile at a time), and never wider than
     the full table, past which no window reads."""
-    max_read_len = max(spec.window_size, max_query_len) + spec.alignment - 1
+    max_read_len = spec.sink_size + max(spec.window_size, max_query_len) + spec.alignment - 1
     width = get_block_table_width(-(-max_read_len // block_size), block_size)
     return min(width, full_width)
 
@@ -106,15 +107,18 @@ class Mrv2DraftWindow:
         device: torch.device,
         max_query_len: int = 1,
         max_chunk_len: int | None = None,
+        attention_sinks: int = 0,
     ) -> None:
         """``max_query_len``: the longest query of one request in the passes that read the
         window every step (DFlash: its query stretch; EAGLE decode: 1). ``max_chunk_len``:
         the longest query chunk of a draft prefill (EAGLE), which gets wider tables of its
-        own so that the per-step tables stay as narrow as the window."""
+        own so that the per-step tables stay as narrow as the window. ``attention_sinks``:
+        the first tokens kept besides the window, rounded up to the alignment here."""
         units = block_table_units(block_tables)
         self.group_block_sizes = {g: int(units[g]) for g in draft_group_ids}
+        alignment = lcm_alignment(list(self.group_block_sizes.values()))
         self.spec = WindowSpec(
-            window_size, lcm_alignment(list(self.group_block_sizes.values())), future_offset
+            window_size, alignment, future_offset, align_sinks(attention_sinks, alignment)
         )
 
         def tables(query_len: int) -> dict[int, BlockTableWindow]:
@@ -201,7 +205,7 @@ class Mrv2DraftWindow:
             query_lens=None if query_lens_cpu is None else query_lens_cpu[:num_reqs],
         )
         if extra_steps:
-            # min(U + extra, cap) = min(min(U, cap) + extra, cap), cap = W + a - 1 - step.
+            # min(U + extra, cap) = min(min(U, cap) + extra, cap), cap = S + W + a - 1 - step.
             out.add_(extra_steps).clamp_(max=self.spec.max_read_len - step)
         return self.seq_lens_cpu_upper_bound
 
