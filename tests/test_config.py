@@ -1,4 +1,5 @@
-"""`draft_window_size` validation, and what each speculator does with it at start-up."""
+"""`draft_window_size` and `draft_attention_sinks` validation, and what each speculator
+does with them at start-up."""
 
 import numpy as np
 import pytest
@@ -41,6 +42,48 @@ def test_rejected_values_name_the_key_the_value_and_what_is_allowed(value):
     assert "positive integer" in message and "null" in message
 
 
+@pytest.mark.parametrize(("value", "expected"), [
+    (None, 0), (0, 0), (1, 1), (64, 64), ("64", 64), (" 16 ", 16), (32.0, 32),
+])  # fmt: skip
+def test_accepted_sinks(value, expected):
+    config = DraftWindowConfig.from_additional_config(
+        {"draft_window_size": 512, "draft_attention_sinks": value}
+    )
+    assert config.draft_attention_sinks == expected and config.draft_window_size == 512
+
+
+def test_sinks_default_to_zero():
+    assert (
+        DraftWindowConfig.from_additional_config({"draft_window_size": 512}).draft_attention_sinks
+        == 0
+    )
+
+
+@pytest.mark.parametrize("value", [-1, True, False, 4.5, "abc", "", [64]])
+def test_rejected_sinks_name_the_key_the_value_and_what_is_allowed(value):
+    with pytest.raises(ValueError) as info:
+        DraftWindowConfig.from_additional_config(
+            {"draft_window_size": 512, "draft_attention_sinks": value}
+        )
+    message = str(info.value)
+    assert 'additional_config["draft_attention_sinks"]' in message
+    assert repr(value) in message and "integer number of tokens >= 0" in message
+
+
+@pytest.mark.parametrize("window", [None, "absent"])
+@pytest.mark.parametrize("sinks", [0, 64])
+def test_sinks_without_a_window_are_rejected(window, sinks):
+    additional = {"draft_attention_sinks": sinks}
+    if window != "absent":
+        additional["draft_window_size"] = window
+    with pytest.raises(ValueError) as info:
+        DraftWindowConfig.from_additional_config(additional)
+    message = str(info.value)
+    assert f'additional_config["draft_attention_sinks"]={sinks}' in message
+    assert 'needs additional_config["draft_window_size"]' in message
+    assert "Set draft_window_size too, or remove draft_attention_sinks." in message
+
+
 class Recorder:
     def __init__(self):
         self.calls = []
@@ -62,10 +105,13 @@ def log(monkeypatch):
 
 
 def start(model_dir, monkeypatch, window, method="dspark", num_spec=3, dcp_size=1,
-          layouts=ONE_GROUP, model_type=None):  # fmt: skip
+          layouts=ONE_GROUP, model_type=None, sinks=None):  # fmt: skip
     batch = make_mrv2_batch([g.block_size for g in layouts], [100], num_spec + 1, 1, 4,
                             MAX_MODEL_LEN, np.random.default_rng(0))  # fmt: skip
-    config = make_vllm_config(model_dir, MAX_MODEL_LEN, 4, {"draft_window_size": window})
+    additional = {"draft_window_size": window}
+    if sinks is not None:
+        additional["draft_attention_sinks"] = sinks
+    config = make_vllm_config(model_dir, MAX_MODEL_LEN, 4, additional)
     if model_type is not None:
         config.model_config.hf_config.model_type = model_type
     # The decision reads only `method`; other methods borrow the DFlash class for wiring.
@@ -85,6 +131,21 @@ def test_window_on_logs_one_start_up_line(model_dir, monkeypatch, log):
         "tokens per request; block sizes per KV-cache group {0: 16, 1: 64}, alignment 64, "
         "future offset 0.",
     )]  # fmt: skip
+
+
+@pytest.mark.parametrize(("sinks", "phrase"), [
+    (64, "with the first 64 tokens as attention sinks, the draft reads at most 639"),
+    (20, "with the first 64 tokens as attention sinks (draft_attention_sinks=20 rounded up to "
+         "the alignment 64), the draft reads at most 639"),
+    (0, "draft_window_size=512, the draft reads at most 575"),
+])  # fmt: skip
+def test_start_up_line_names_the_sinks_as_the_window_keeps_them(sinks, phrase, model_dir,
+                                                                monkeypatch, log):  # fmt: skip
+    layouts = (GroupLayout(16), GroupLayout(64, kernel_block_size=32))
+    s = start(model_dir, monkeypatch, 512, layouts=layouts, sinks=sinks)
+    assert s.draft_window.spec.sink_size == (64 if sinks else 0)
+    ((level, message),) = log.calls
+    assert level == "info" and phrase in message
 
 
 def test_window_smaller_than_the_query_stretch_is_rejected(model_dir, monkeypatch, log):
@@ -112,17 +173,37 @@ def test_window_that_never_crops_stays_off_with_one_line(window, block_size, mod
     )]  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("window", "sinks", "on"), [(896, 64, True), (897, 64, False), (960, 0, True), (961, 0, False)]
+)
+def test_sinks_count_where_a_window_starts_to_leave_tokens_out(window, sinks, on, model_dir,
+                                                                monkeypatch, log):  # fmt: skip
+    """With max_model_len 1024 and 64-token blocks, a read leaves tokens out only once the
+    window start passes the sinks: L - W >= S + 64 for some L <= 1024."""
+    s = start(model_dir, monkeypatch, window, layouts=(GroupLayout(64),), sinks=sinks)
+    assert (s.draft_window is not None) == on
+    if not on:
+        assert log.calls == [(
+            "info",
+            f"draft_window_size={window}{' with 64 attention sinks' if sinks else ''} never "
+            f"crops with max_model_len=1024 (the window start moves in steps of 64 tokens); "
+            f"the draft window stays off.",
+        )]  # fmt: skip
+
+
 def test_window_one_token_short_of_cropping_stays_on(model_dir, monkeypatch, log):
     s = start(model_dir, monkeypatch, 1024 - 64, layouts=(GroupLayout(64, kernel_block_size=32),))
     assert s.draft_window is not None
 
 
-def test_mtp_ignores_the_window_with_one_warning(model_dir, monkeypatch, log):
-    s = start(model_dir, monkeypatch, 512, method="mtp")
+@pytest.mark.parametrize("sinks", [None, 64])
+def test_mtp_ignores_the_window_with_one_warning(sinks, model_dir, monkeypatch, log):
+    s = start(model_dir, monkeypatch, 512, method="mtp", sinks=sinks)
     assert s.draft_window is None
     ((level, message),) = log.calls
     assert level == "warning" and "ignored for method 'mtp'" in message
     assert "share the target's KV cache" in message
+    assert ("draft_attention_sinks=64" in message) == (sinks is not None)
 
 
 def test_a_method_without_window_support_is_rejected(model_dir, monkeypatch, log):
@@ -143,6 +224,8 @@ def test_dspark_with_a_deepseek_v4_target_warns_and_keeps_the_window(model_dir, 
 def test_bad_value_fails_at_start_up(model_dir, monkeypatch, log):
     with pytest.raises(ValueError, match=r"got 0 \(int\)"):
         start(model_dir, monkeypatch, 0)
+    with pytest.raises(ValueError, match=r"draft_attention_sinks.*got -1 \(int\)"):
+        start(model_dir, monkeypatch, 512, sinks=-1)
 
 
 def test_prefix_lm_multimodal_targets_are_rejected(model_dir, monkeypatch, log):

@@ -1,6 +1,7 @@
 """DFlash and DSpark on Model Runner V2 build their draft attention metadata from windowed
-inputs: real speculators, real buffers, vLLM's real `_build_attn_metadata` and
-`build_attn_metadata`, and vLLM's real Triton attention metadata builder."""
+inputs (with and without attention sinks): real speculators, real buffers, vLLM's real
+`_build_attn_metadata` and `build_attn_metadata`, and vLLM's real Triton attention metadata
+builder."""
 
 from types import SimpleNamespace
 
@@ -22,6 +23,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import (
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
     PagedKVCache,
     dense_attention,
+    positions_read,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import (
     HEAD_SIZE,
@@ -41,8 +43,11 @@ Q = NUM_SPEC + 1
 MAX_MODEL_LEN = 2048
 MAX_NUM_REQS = 12
 # Contexts (each counts its Q query tokens, as DFlash's seq_lens do) shorter than, equal
-# to and far longer than W, and on both sides of block boundaries.
-SEQ_LENS = [5, 63, 64, 65, 79, 80, 1000, 2000, 129]
+# to and far longer than W, and on both sides of block boundaries and of where sinks and
+# window part (S + W + a: 112 to 192 for the sinks below).
+SEQ_LENS = [5, 63, 64, 65, 79, 80, 1000, 2000, 129, 111, 160]
+# draft_attention_sinks: 20 rounds up to 32 (alignments 16 and 32) or 64 (alignment 64).
+SINKS = [0, 20]
 
 LAYOUTS = {
     "one_group": [GroupLayout(16)],
@@ -71,11 +76,13 @@ def make_batch(layouts, seq_lens=SEQ_LENS, num_reqs_padded=None, seed=0) -> Mrv2
     )
 
 
-def wire(method, layouts, batch, model_dir, monkeypatch, additional_config=None) -> Wired:
-    config = make_vllm_config(
-        model_dir, MAX_MODEL_LEN, MAX_NUM_REQS,
-        {"draft_window_size": W} if additional_config is None else additional_config,
-    )  # fmt: skip
+def wire(method, layouts, batch, model_dir, monkeypatch, additional_config=None,
+         sinks=None) -> Wired:  # fmt: skip
+    if additional_config is None:
+        additional_config = {"draft_window_size": W}
+        if sinks is not None:
+            additional_config["draft_attention_sinks"] = sinks
+    config = make_vllm_config(model_dir, MAX_MODEL_LEN, MAX_NUM_REQS, additional_config)
     return wire_speculator(SPECULATOR_CLASSES[method], batch, layouts, config, method, NUM_SPEC)
 
 
@@ -102,12 +109,21 @@ def true_kv(batch: Mrv2Batch, seed=0):
     return k, v
 
 
+def kv_block_ids(full_ids: list[int], b: int, kb: int, positions: torch.Tensor) -> set[int]:
+    """Ids of the blocks holding `positions` in a table of b-token blocks, or in its map
+    to kb-token kernel blocks (block x holds kernel blocks x * b / kb + j)."""
+    ids = torch.tensor(full_ids)[positions // b] * (b // kb) + (positions % b) // kb
+    return set(ids.tolist())
+
+
 def assert_reads_exactly_the_window(wired: Wired, layouts, metadata, window_size=W):
     """Each draft group's metadata, read by the reference paged attention, equals dense
-    attention over [start, L) with start block-aligned for every draft group."""
+    attention over the sinks [0, S) and [start, L), with start block-aligned for every
+    draft group (everything when the two meet)."""
     batch = wired.batch
     k, v = true_kv(batch)
     window = wired.speculator.draft_window
+    sinks = window.spec.sink_size
     for g, layout in enumerate(layouts):
         if not layout.draft:
             continue
@@ -119,19 +135,14 @@ def assert_reads_exactly_the_window(wired: Wired, layouts, metadata, window_size
             cache.write(full_row, torch.arange(length), k[i], v[i])
         for i, length in enumerate(batch.seq_lens.tolist()):
             read_len = int(md.seq_lens[i])
-            start = length - read_len
+            start, kept = positions_read(length, read_len, sinks)
             assert start % window.spec.alignment == 0
-            assert min(length, window_size) <= read_len <= window.spec.max_read_len
+            assert min(length, sinks + window_size) <= read_len <= window.spec.max_read_len
             q = k[i][length - Q : length] * 0.5
             got, touched = cache.read(q, md.block_table[i], read_len, block_size=kb)
-            torch.testing.assert_close(got, dense_attention(q, k[i], v[i], start, length))
-            full_ids = batch.req_block_ids[g][i]
-            window_ids = full_ids[start // b : -(-length // b)]
-            if kb != b:
-                ratio = b // kb
-                window_ids = [x * ratio + j for x in window_ids for j in range(ratio)]
-                window_ids = window_ids[(start % b) // kb : -(-(length - start) // kb)]
-            assert touched == set(window_ids)
+            expected = dense_attention(q, k[i], v[i], start, length, sinks)
+            torch.testing.assert_close(got, expected)
+            assert touched == kv_block_ids(batch.req_block_ids[g][i], b, kb, kept)
         # Padded rows read nothing.
         assert not md.seq_lens[batch.num_reqs :].any()
 
@@ -139,22 +150,28 @@ def assert_reads_exactly_the_window(wired: Wired, layouts, metadata, window_size
 @pytest.mark.parametrize("method", ["dflash", "dspark"])
 @pytest.mark.parametrize("layout_name", list(LAYOUTS))
 @pytest.mark.parametrize("cg_mode", [CUDAGraphMode.NONE, CUDAGraphMode.FULL], ids=str)
-def test_draft_attention_reads_exactly_the_window(method, layout_name, cg_mode, model_dir,
+@pytest.mark.parametrize("sinks", SINKS)
+def test_draft_attention_reads_exactly_the_window(method, layout_name, cg_mode, sinks, model_dir,
                                                   monkeypatch):  # fmt: skip
     layouts = LAYOUTS[layout_name]
     batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
-    wired = wire(method, layouts, batch, model_dir, monkeypatch)
+    wired = wire(method, layouts, batch, model_dir, monkeypatch, sinks=sinks)
+    assert wired.speculator.draft_window.spec.sink_size == (
+        0 if not sinks else max(32, wired.speculator.draft_window.spec.alignment)
+    )
     metadata = build(wired, cg_mode)
     assert_reads_exactly_the_window(wired, layouts, metadata)
     assert {name.split(".")[0] for name in metadata} == {"draft"}
 
 
 @pytest.mark.parametrize("layout_name", list(LAYOUTS))
-def test_builders_receive_windowed_inputs_and_untouched_slot_mappings(layout_name, model_dir,
+@pytest.mark.parametrize("sinks", SINKS)
+def test_builders_receive_windowed_inputs_and_untouched_slot_mappings(layout_name, sinks,
+                                                                      model_dir,
                                                                       monkeypatch):  # fmt: skip
     layouts = LAYOUTS[layout_name]
     batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
-    wired = wire("dspark", layouts, batch, model_dir, monkeypatch)
+    wired = wire("dspark", layouts, batch, model_dir, monkeypatch, sinks=sinks)
     s = wired.speculator
     seq_lens_before = batch.input_buffers.seq_lens.clone()
     tables_before = [t.clone() for t in batch.block_tables.input_block_tables]
@@ -239,13 +256,14 @@ def move_batch_into(src: Mrv2Batch, dst: Mrv2Batch) -> None:
         setattr(dst, name, getattr(src, name))
 
 
-def test_persistent_buffers_are_reused_across_steps(model_dir, monkeypatch):
+@pytest.mark.parametrize("sinks", SINKS)
+def test_persistent_buffers_are_reused_across_steps(sinks, model_dir, monkeypatch):
     layouts = LAYOUTS["target_group_and_two_draft_groups"]
     batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
-    wired = wire("dflash", layouts, batch, model_dir, monkeypatch)
+    wired = wire("dflash", layouts, batch, model_dir, monkeypatch, sinks=sinks)
     first = build(wired, CUDAGraphMode.FULL)
     # A later step: other lengths and fewer requests, written into the same buffers.
-    later = make_batch(layouts, seq_lens=[700, 64, 3], num_reqs_padded=4, seed=5)
+    later = make_batch(layouts, seq_lens=[700, 64, 3, 150], num_reqs_padded=5, seed=5)
     move_batch_into(later, batch)
     second = build(wired, CUDAGraphMode.FULL)
     for name in first:
@@ -254,10 +272,11 @@ def test_persistent_buffers_are_reused_across_steps(model_dir, monkeypatch):
     assert_reads_exactly_the_window(wired, layouts, second)
 
 
-def test_window_refresh_allocates_nothing_after_the_first_step(model_dir, monkeypatch):
+@pytest.mark.parametrize("sinks", SINKS)
+def test_window_refresh_allocates_nothing_after_the_first_step(sinks, model_dir, monkeypatch):
     layouts = LAYOUTS["target_group_and_two_draft_groups"]
     batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
-    wired = wire("dflash", layouts, batch, model_dir, monkeypatch)
+    wired = wire("dflash", layouts, batch, model_dir, monkeypatch, sinks=sinks)
     window = wired.speculator.draft_window
     bound = torch.tensor(batch.seq_lens, dtype=torch.int32)
     window.refresh(MAX_NUM_REQS)
@@ -273,7 +292,8 @@ def test_window_refresh_allocates_nothing_after_the_first_step(model_dir, monkey
     assert max(sizes, default=0) <= 8, sorted(set(sizes))
 
 
-def test_window_refresh_never_reads_a_device_value_on_the_host():
+@pytest.mark.parametrize("sinks", SINKS)
+def test_window_refresh_never_reads_a_device_value_on_the_host(sinks):
     """On the meta device a tensor has no values, so `.item()`, `.tolist()`, `.cpu()` or a
     data-dependent branch would raise: the refresh runs there, so it never syncs."""
     from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
@@ -284,17 +304,19 @@ def test_window_refresh_never_reads_a_device_value_on_the_host():
         block_sizes=[16, 32],
         input_block_tables=[torch.zeros(8, 40, dtype=torch.int32, device=meta)] * 2,
     )
-    window = Mrv2DraftWindow(64, 0, input_buffers, block_tables, [0, 1], 8, meta)
+    window = Mrv2DraftWindow(64, 0, input_buffers, block_tables, [0, 1], 8, meta,
+                             attention_sinks=sinks)  # fmt: skip
     window.refresh(8)
     assert window.seq_lens.device == meta
 
 
-def test_full_graph_capture_and_in_place_update_read_the_window(model_dir, monkeypatch):
+@pytest.mark.parametrize("sinks", SINKS)
+def test_full_graph_capture_and_in_place_update_read_the_window(sinks, model_dir, monkeypatch):
     """The FULL graph records the builder's tensors at capture; capture must hand it the
     persistent windowed buffers, which the in-graph update then refreshes every step."""
     layouts = [GroupLayout(16), GroupLayout(32), GroupLayout(64, kernel_block_size=32)]
     batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
-    wired = wire("dflash", layouts, batch, model_dir, monkeypatch)
+    wired = wire("dflash", layouts, batch, model_dir, monkeypatch, sinks=sinks)
     s = wired.speculator
     captured = {}
 
@@ -338,13 +360,14 @@ def test_full_graph_capture_and_in_place_update_read_the_window(model_dir, monke
 @pytest.mark.parametrize("layouts", [[GroupLayout(16)], [GroupLayout(32), GroupLayout(32)]],
                          ids=["one_draft_group", "two_draft_groups"])  # fmt: skip
 @pytest.mark.parametrize("method", ["dflash", "dspark"])
-def test_mrv2_metadata_equals_the_released_mrv1_adapter(method, layouts, model_dir,
+@pytest.mark.parametrize("sinks", [None, 0], ids=["no_sinks_key", "zero_sinks"])
+def test_mrv2_metadata_equals_the_released_mrv1_adapter(method, layouts, sinks, model_dir,
                                                         monkeypatch):  # fmt: skip
     """Same batch through MRV1's adapter (given the table's block size, K = 0 as MRV1
     uses for DFlash/DSpark) and through the MRV2 path: same lengths, same columns."""
     mrv1 = load_mrv1_adapter_module()
     batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
-    wired = wire(method, layouts, batch, model_dir, monkeypatch)
+    wired = wire(method, layouts, batch, model_dir, monkeypatch, sinks=sinks)
     metadata = build(wired, CUDAGraphMode.FULL)
     n_pad = batch.num_reqs_padded
     for g, layout in enumerate(layouts):
@@ -363,3 +386,41 @@ def test_mrv2_metadata_equals_the_released_mrv1_adapter(method, layouts, model_d
             pad(md.block_table, (0, width - md.block_table.shape[1])),
             pad(cam.block_table_tensor, (0, width - cam.block_table_tensor.shape[1])),
         )
+
+
+def test_zero_sinks_build_exactly_what_the_plain_window_builds(model_dir, monkeypatch):
+    """draft_attention_sinks = 0 is the plain window: builders get equal inputs, field by
+    field, for every draft group."""
+    layouts = LAYOUTS["target_group_and_two_draft_groups"]
+    batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
+    plain = wire("dspark", layouts, batch, model_dir, monkeypatch)
+    build(plain, CUDAGraphMode.FULL)
+    zero = wire("dspark", layouts, batch, model_dir, monkeypatch, sinks=0)
+    build(zero, CUDAGraphMode.FULL)
+    for g in plain.received:
+        a, b = plain.received[g][0], zero.received[g][0]
+        for name, value in vars(a).items():
+            if isinstance(value, torch.Tensor):
+                assert torch.equal(value, getattr(b, name)), name
+            elif name != "_token_to_req_indices_cache":
+                assert value == getattr(b, name), name
+
+
+def test_sinks_change_only_what_is_read(model_dir, monkeypatch):
+    """With sinks the builders still get the persistent buffers and vLLM's own slot
+    mapping; lengths grow by the sinks exactly where the window has left them."""
+    layouts = LAYOUTS["one_group"]
+    batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
+    plain = wire("dspark", layouts, batch, model_dir, monkeypatch)
+    build(plain, CUDAGraphMode.FULL)
+    with_sinks = wire("dspark", layouts, batch, model_dir, monkeypatch, sinks=32)
+    build(with_sinks, CUDAGraphMode.FULL)
+    (a,), (b,) = plain.received[0], with_sinks.received[0]
+    assert torch.equal(a.slot_mapping, b.slot_mapping)
+    assert b.slot_mapping.data_ptr() == batch.block_tables.slot_mappings[0].data_ptr()
+    lengths = torch.tensor(batch.seq_lens, dtype=torch.int32)
+    n = batch.num_reqs
+    # Where the plain window reads less than W + S, the sinks' window reads everything.
+    short = a.seq_lens[:n] + 32 > lengths
+    assert torch.equal(b.seq_lens[:n][short], lengths[short])
+    assert torch.equal(b.seq_lens[:n][~short], a.seq_lens[:n][~short] + 32)

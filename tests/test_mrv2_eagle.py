@@ -1,5 +1,5 @@
-"""EAGLE/EAGLE3 on Model Runner V2 read only the window at the draft prefill and at every
-draft decode step: the real `EagleSpeculator` methods, vLLM's real `DefaultModelState`
+"""EAGLE/EAGLE3 on Model Runner V2 read only the window (and the attention sinks, when set)
+at the draft prefill and at every draft decode step: the real `EagleSpeculator` methods, vLLM's real `DefaultModelState`
 and Triton attention metadata builders, read by the reference paged attention."""
 
 import dataclasses
@@ -30,6 +30,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import (
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
     PagedKVCache,
     dense_attention,
+    positions_read,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import (
     HEAD_SIZE,
@@ -44,9 +45,12 @@ from mrv1_adapter import load_mrv1_adapter_module
 
 W = 64
 MAX_MODEL_LEN = 1024
-MAX_NUM_REQS = 8
-# Contexts before the verify chunk, around block (16) and window (64) boundaries.
-CONTEXTS = [2, 47, 48, 57, 63, 64, 65, 200, 700]
+MAX_NUM_REQS = 12
+# draft_attention_sinks: 20 rounds up to 32 (one group of 16-token blocks, or 16 and 32).
+SINKS = [0, 20]
+# Contexts before the verify chunk, around block (16) and window (64) boundaries, and
+# around where sinks of 32 and the window part (96 + 16).
+CONTEXTS = [2, 47, 48, 57, 63, 64, 65, 200, 700, 105, 120]
 LAYOUTS = {
     "one_group": [GroupLayout(16)],
     "two_groups": [GroupLayout(16), GroupLayout(32)],
@@ -75,7 +79,7 @@ class Eagle:
 
 
 def setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=CONTEXTS, seed=0,
-                prefill_chunk=None, window=W) -> Eagle:  # fmt: skip
+                prefill_chunk=None, window=W, sinks=0) -> Eagle:  # fmt: skip
     """A target verify batch (each request: context + num_spec + 1 query tokens; optionally
     one request prefilling a long chunk), its real target metadata, and a wired draft."""
     rng = np.random.default_rng(seed)
@@ -89,7 +93,10 @@ def setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=CONTEXTS, se
     batch = make_mrv2_batch([g.block_size for g in layouts], seq_lens, num_spec + 1, n,
                             MAX_NUM_REQS, MAX_MODEL_LEN, rng, lookahead_tokens=num_spec,
                             query_lens=query_lens)  # fmt: skip
-    config = make_vllm_config(model_dir, MAX_MODEL_LEN, MAX_NUM_REQS, {"draft_window_size": window})
+    additional = {"draft_window_size": window}
+    if sinks:
+        additional["draft_attention_sinks"] = sinks
+    config = make_vllm_config(model_dir, MAX_MODEL_LEN, MAX_NUM_REQS, additional)
     model_state = DefaultModelState(config, torch.nn.Module(), None, CPU)
     draft_buffers = InputBuffers(MAX_NUM_REQS, batch.block_tables.max_num_batched_tokens, CPU)
     wired = wire_speculator(EagleSpeculator, batch, layouts, config, "eagle3",
@@ -239,38 +246,47 @@ def run_decode(e: Eagle, monkeypatch, fused: bool) -> list[dict]:
 
 def read_step(e: Eagle, g: int, block_size: int, lengths, read_lens, tables, i: int):
     """Reference read of request i's single query at the step's last position, through a
-    table whose columns are blocks of `block_size` tokens."""
+    table whose columns are blocks of `block_size` tokens, and dense attention over what
+    that read must cover: the sinks and [start, L)."""
     length, read = int(lengths[i]), int(read_lens[i])
+    sinks = e.s.draft_window.spec.sink_size
+    start, _ = positions_read(length, read, sinks)
     q = e.k[i][length - 1 : length] * 0.5
     got, touched = e.caches[g].read(q, tables[i], read, block_size=block_size)
-    expected = dense_attention(q, e.k[i], e.v[i], length - read, length)
+    expected = dense_attention(q, e.k[i], e.v[i], start, length, sinks)
     return got, expected, touched
+
+
+def expected_blocks(e: Eagle, g: int, b: int, i: int, length: int, read: int) -> set[int]:
+    """Block ids of the full table that hold the positions a read must cover."""
+    _, kept = positions_read(length, read, e.s.draft_window.spec.sink_size)
+    return {e.batch.req_block_ids[g][i][p // b] for p in kept.tolist()}
 
 
 @pytest.mark.parametrize("num_spec", [2, 3, 5, 7])
 @pytest.mark.parametrize("layout_name", list(LAYOUTS))
 @pytest.mark.parametrize("fused", [False, True], ids=["rebuild_each_step", "in_place_update"])
-def test_every_draft_decode_step_reads_exactly_its_window(num_spec, layout_name, fused,
+@pytest.mark.parametrize("sinks", SINKS)
+def test_every_draft_decode_step_reads_exactly_its_window(num_spec, layout_name, fused, sinks,
                                                           model_dir, monkeypatch):  # fmt: skip
     layouts = LAYOUTS[layout_name]
-    e = setup_eagle(model_dir, monkeypatch, num_spec, layouts, seed=num_spec)
+    e = setup_eagle(model_dir, monkeypatch, num_spec, layouts, seed=num_spec, sinks=sinks)
     steps = run_decode(e, monkeypatch, fused)
     assert len(steps) == num_spec - 1
     spec = e.s.draft_window.spec
+    assert spec.sink_size == (32 if sinks else 0)
     assert e.s.draft_window.block_tables.windows is e.s.draft_window.windows  # the narrow ones
     for record in steps:
         for g, layout in enumerate(layouts):
             read_lens, tables = record[f"draft.{g}"]
             for i in range(e.batch.num_reqs):
                 length, read = int(record["lengths"][i]), int(read_lens[i])
-                assert min(length, W) <= read <= spec.max_read_len
-                assert (length - read) % spec.alignment == 0
+                assert min(length, spec.sink_size + W) <= read <= spec.max_read_len
+                assert positions_read(length, read, spec.sink_size)[0] % spec.alignment == 0
                 got, expected, touched = read_step(e, g, layout.block_size, record["lengths"],
                                                    read_lens, tables, i)  # fmt: skip
                 torch.testing.assert_close(got, expected)
-                ids = e.batch.req_block_ids[g][i]
-                b = layout.block_size
-                assert touched == set(ids[(length - read) // b : -(-length // b)])
+                assert touched == expected_blocks(e, g, layout.block_size, i, length, read)
     # The host bound the builders got holds for every step its metadata serves: one
     # build per step when rebuilt, one build for all steps when updated in place.
     for g, received in e.wired.received.items():
@@ -300,11 +316,13 @@ def test_slot_mappings_are_identical_with_and_without_the_window(fused, model_di
 @pytest.mark.parametrize("layout_name", list(LAYOUTS))
 @pytest.mark.parametrize("prefill_chunk", [None, 40, 300], ids=["decodes", "short", "long"])
 @pytest.mark.parametrize("num_spec", [1, 3, 7])
+@pytest.mark.parametrize("sinks", SINKS)
 def test_draft_prefill_reads_the_window_and_leaves_the_target_metadata_alone(
-    num_spec, layout_name, prefill_chunk, model_dir, monkeypatch
+    num_spec, layout_name, prefill_chunk, sinks, model_dir, monkeypatch
 ):
     layouts = LAYOUTS[layout_name]
-    e = setup_eagle(model_dir, monkeypatch, num_spec, layouts, prefill_chunk=prefill_chunk)
+    e = setup_eagle(model_dir, monkeypatch, num_spec, layouts, prefill_chunk=prefill_chunk,
+                    sinks=sinks)  # fmt: skip
     target_before = {name: (md, md.seq_lens.clone(), md.block_table.clone())
                      for name, md in e.target_metadata.items()}  # fmt: skip
     slots = e.batch.block_tables.slot_mappings
@@ -334,20 +352,23 @@ def test_draft_prefill_reads_the_window_and_leaves_the_target_metadata_alone(
         md = seen[f"draft.{g}"]
         # The prefill reads its own wide tables; the per-step tables stay window-narrow.
         assert md.block_table.data_ptr() == window.chunk_windows[g].block_table.data_ptr()
-        assert window.windows[g].max_window_blocks * b < W + spec.alignment + 128
+        assert window.windows[g].max_window_blocks * b < spec.sink_size + W + spec.alignment + 128
         assert window.chunk_windows[g].max_window_blocks * b >= max(np.diff(qsl))
         assert md.slot_mapping.data_ptr() == e.batch.block_tables.slot_mappings[g].data_ptr()
+        sinks = spec.sink_size
         for i, length in enumerate(e.batch.seq_lens.tolist()):
             q_len, read = int(qsl[i + 1] - qsl[i]), int(md.seq_lens[i])
-            start = length - read
+            start, _ = positions_read(length, read, sinks)
             # Every query token reads at least itself; a chunk longer than the window keeps
             # its whole chunk.
-            assert read >= min(length, max(W, q_len)) and start % spec.alignment == 0
-            assert read <= max(W, q_len) + spec.alignment - 1
+            assert start <= length - q_len and start % spec.alignment == 0
+            assert read >= min(length, sinks + max(W, q_len))
+            assert read <= sinks + max(W, q_len) + spec.alignment - 1
             q = e.k[i][length - q_len : length] * 0.5
             got, touched = e.caches[g].read(q, md.block_table[i], read)
-            torch.testing.assert_close(got, dense_attention(q, e.k[i], e.v[i], start, length))
-            assert touched == set(e.batch.req_block_ids[g][i][start // b : -(-length // b)])
+            expected = dense_attention(q, e.k[i], e.v[i], start, length, sinks)
+            torch.testing.assert_close(got, expected)
+            assert touched == expected_blocks(e, g, b, i, length, read)
 
 
 def test_propose_hands_the_target_batch_to_the_prefill_and_forgets_it(model_dir, monkeypatch):
@@ -428,8 +449,9 @@ def test_final_step_equals_mrv1_and_earlier_steps_avoid_its_needed_columns_defec
     assert defects > 0
 
 
+@pytest.mark.parametrize("sinks", SINKS)
 def test_full_graphs_prefill_runs_without_them_and_decode_graphs_read_the_window(
-    model_dir, monkeypatch
+    sinks, model_dir, monkeypatch
 ):
     """FULL_AND_PIECEWISE: the draft prefill manager loses its FULL graphs (they would read
     the target's captured buffers); the fused decode graph is captured through the window
@@ -443,7 +465,7 @@ def test_full_graphs_prefill_runs_without_them_and_decode_graphs_read_the_window
     # A kernel-block group too, and fewer requests than the captured graph's size.
     layouts = [GroupLayout(16), GroupLayout(64, kernel_block_size=32)]
     e = setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=[2, 60, 64, 130, 200, 700],
-                    seed=5)  # fmt: skip
+                    seed=5, sinks=sinks)  # fmt: skip
     s, n = e.s, e.batch.num_reqs
     n_graph = MAX_NUM_REQS
     s.supports_decode_metadata_update = True
