@@ -26,16 +26,33 @@ def test_inspector_prints_a_checked_row_per_request(capsys):
     assert rows[3][:4] == ["5000", "5004", "4736", "268"]
 
 
-def test_inspector_writes_its_plot(tmp_path):
+def test_inspector_checks_sinks_beside_the_window(capsys):
+    code = inspect.main(["--window", "256", "--sinks", "20", "--seq-lens", "100,300,1000,5000",
+                         "--block-sizes", "32", "--method", "dspark", "--method", "eagle3",
+                         "--no-progress"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "draft_window_size=256, attention sinks 32 (draft_attention_sinks=20)" in out
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert len(rows) == 8 and all(row[-1] == "ok" for row in rows)
+    # dspark, 300-token context (+4): start 32 = floor((304 - 256) / 32) * 32 meets the
+    # sinks, so all 304 are read; 5000 (+4): start 4736, 32 sinks + 268 recent tokens.
+    assert rows[1][:4] == ["300", "304", "0", "304"]
+    assert rows[3][:4] == ["5000", "5004", "4736", "300"]
+
+
+@pytest.mark.parametrize("sinks", ["0", "16"])
+def test_inspector_writes_its_plot(sinks, tmp_path):
     path = tmp_path / "blocks.png"
-    code = inspect.main(["--window", "64", "--seq-lens", "50,300", "--method", "dspark",
-                         "--no-progress", "--plot", str(path)])  # fmt: skip
+    code = inspect.main(["--window", "64", "--sinks", sinks, "--seq-lens", "50,300",
+                         "--method", "dspark", "--no-progress", "--plot", str(path)])  # fmt: skip
     assert code == 0 and path.read_bytes()[:4] == b"\x89PNG"
 
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--window", "0"], 'additional_config["draft_window_size"] must be a positive integer'),
     (["--window", "abc"], "got 'abc'"),
+    (["--sinks", "-1"], 'additional_config["draft_attention_sinks"] must be an integer'),
     (["--block-sizes", "16,x"], "--block-sizes must be comma-separated positive integers"),
     (["--seq-lens", "0"], "--seq-lens must be comma-separated positive integers"),
     (["--window", "3", "--num-spec-tokens", "3"], "smaller than the draft's query stretch"),
