@@ -42,10 +42,10 @@ def run_ours(window_size, block_size, future_offset, seq_lens, full_block_table)
     spec = WindowSpec(window_size, block_size, future_offset)
     n = seq_lens.shape[0]
     start, windowed = torch.empty_like(seq_lens), torch.empty_like(seq_lens)
-    window_seq_lens(seq_lens, spec, start_out=start, out=windowed)
+    window_seq_lens(seq_lens, spec, skip_out=start, out=windowed)
     # Exact host mirrors go through the same function on the host copy.
     host_start, host_windowed = torch.empty_like(seq_lens), torch.empty_like(seq_lens)
-    window_seq_lens(seq_lens.clone(), spec, start_out=host_start, out=host_windowed)
+    window_seq_lens(seq_lens.clone(), spec, skip_out=host_start, out=host_windowed)
     window = BlockTableWindow(spec, block_size, max_num_reqs=n, device="cpu")
     table = window.gather(full_block_table, start, windowed, n)
     return windowed, host_windowed, table
@@ -167,7 +167,7 @@ def test_mrv1_upper_bound_mirror_is_not_a_bound_and_ours_is(mrv1, upper, longer_
     adapter.apply(cam)
     spec = WindowSpec(window_size, b)
     start, read = torch.empty(1, dtype=torch.int32), torch.empty(1, dtype=torch.int32)
-    window_seq_lens(torch.tensor([longer_read], dtype=torch.int32), spec, start_out=start, out=read)
+    window_seq_lens(torch.tensor([longer_read], dtype=torch.int32), spec, skip_out=start, out=read)
     ours = seq_lens_upper_bound(bound_tensor, spec, out=torch.empty_like(bound_tensor))
     assert int(cam.seq_lens_cpu_upper_bound) < int(read)  # MRV1's "bound" is exceeded
     assert int(ours) == int(read) == window_size + b - 1

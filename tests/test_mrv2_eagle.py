@@ -1,6 +1,7 @@
 """EAGLE/EAGLE3 on Model Runner V2 read only the window (and the attention sinks, when set)
-at the draft prefill and at every draft decode step: the real `EagleSpeculator` methods, vLLM's real `DefaultModelState`
-and Triton attention metadata builders, read by the reference paged attention."""
+at the draft prefill and at every draft decode step: the real `EagleSpeculator` methods,
+vLLM's real `DefaultModelState` and Triton attention metadata builders, read by the
+reference paged attention."""
 
 import dataclasses
 from types import SimpleNamespace

@@ -26,13 +26,19 @@ from window_cases import Case, build_case, cases
 def apply_window(case: Case) -> tuple[WindowSpec, torch.Tensor, torch.Tensor, list[torch.Tensor]]:
     spec = WindowSpec(case.window_size, case.alignment, case.future_offset, case.sink_size)
     n = case.seq_lens.shape[0]
-    start, windowed = torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.int32)
-    window_seq_lens(case.seq_lens, spec, start_out=start, out=windowed)
+    skip, windowed = torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.int32)
+    window_seq_lens(case.seq_lens, spec, skip_out=skip, out=windowed)
     cropped = []
     for g in case.groups:
         window = BlockTableWindow(spec, g.block_size, max_num_reqs=n + 2, device="cpu")
-        cropped.append(window.gather(g.full_block_table, start, windowed, n))
-    return spec, start, windowed, cropped
+        cropped.append(window.gather(g.full_block_table, skip, windowed, n))
+    return spec, window_starts(skip, spec.sink_size), windowed, cropped
+
+
+def window_starts(skip: torch.Tensor, sinks: int) -> torch.Tensor:
+    """Where each read resumes after its sinks: S + skip; 0 where nothing is left out (the
+    read is then [0, L), whatever the window start between 0 and S)."""
+    return torch.where(skip > 0, skip + sinks, 0)
 
 
 def window_blocks(full_row: torch.Tensor, b: int, start: int, end: int, sinks: int = 0) -> set[int]:
@@ -146,7 +152,7 @@ def assert_bound_is_the_running_maximum(spec: WindowSpec) -> None:
     edge = spec.sink_size + spec.window_size + spec.alignment
     lengths = torch.arange(0, 4 * edge, dtype=torch.int32)
     start, windowed = torch.empty_like(lengths), torch.empty_like(lengths)
-    window_seq_lens(lengths, spec, start_out=start, out=windowed)
+    window_seq_lens(lengths, spec, skip_out=start, out=windowed)
     served = windowed + future_offset * (lengths > 0)
     running_max = torch.cummax(served, dim=0).values
     bound = seq_lens_upper_bound(lengths, spec, out=torch.empty_like(lengths))
@@ -157,7 +163,7 @@ def test_windowing_an_upper_bound_by_the_formula_is_not_a_bound():
     """Why the host bound is truncated, not windowed: the windowed length is a sawtooth."""
     spec = WindowSpec(64, 16, 0)
     start, windowed = torch.empty(2, dtype=torch.int32), torch.empty(2, dtype=torch.int32)
-    window_seq_lens(torch.tensor([80, 79], dtype=torch.int32), spec, start_out=start, out=windowed)
+    window_seq_lens(torch.tensor([80, 79], dtype=torch.int32), spec, skip_out=start, out=windowed)
     assert windowed.tolist() == [64, 79]  # the formula applied to U = 80 gives 64 < 79
     bound = seq_lens_upper_bound(
         torch.tensor([80], dtype=torch.int32), spec, out=torch.empty(1, dtype=torch.int32)
@@ -220,7 +226,7 @@ def test_per_step_math_writes_only_into_its_persistent_buffers():
     for lengths in ([10, 60, 200, 64], [300, 1, 0, 77]):
         seq_lens = torch.tensor(lengths, dtype=torch.int32)
         before = seq_lens.clone()
-        window_seq_lens(seq_lens, spec, start_out=start[:4], out=windowed[:4])
+        window_seq_lens(seq_lens, spec, skip_out=start[:4], out=windowed[:4])
         ptrs.add(window.gather(full, start, windowed, 4).data_ptr())
         assert torch.equal(seq_lens, before)
     assert ptrs == {window.block_table.data_ptr()}
@@ -240,8 +246,9 @@ def test_a_multi_token_pass_keeps_every_query_inside_its_window(case: Case, data
     )
     spec = WindowSpec(case.window_size, case.alignment, 0, case.sink_size)
     sinks = spec.sink_size
-    start, windowed = torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.int32)
-    window_seq_lens(case.seq_lens, spec, start_out=start, out=windowed, query_lens=query_lens)
+    skip, windowed = torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.int32)
+    window_seq_lens(case.seq_lens, spec, skip_out=skip, out=windowed, query_lens=query_lens)
+    start = window_starts(skip, sinks)
     bound = seq_lens_upper_bound(
         case.seq_lens + 3, spec, out=torch.empty(n, dtype=torch.int32), query_lens=query_lens
     )
@@ -250,7 +257,7 @@ def test_a_multi_token_pass_keeps_every_query_inside_its_window(case: Case, data
         width = -(-(sinks + max(case.window_size, int(query_lens.max())) + spec.alignment - 1)
                   // g.block_size)  # fmt: skip
         window = BlockTableWindow(spec, g.block_size, max_num_reqs=n, device="cpu", width=width)
-        table = window.gather(g.full_block_table, start, windowed, n)
+        table = window.gather(g.full_block_table, skip, windowed, n)
         for i, length in enumerate(case.seq_lens.tolist()):
             if not length:
                 continue
@@ -282,12 +289,13 @@ def test_sinks_and_window_of_one_request_around_where_they_part():
     the first block is kept, then the window's blocks."""
     spec = WindowSpec(64, 16, 0, 16)
     lengths = torch.tensor([10, 79, 95, 96, 200, 0], dtype=torch.int32)
-    start, windowed = torch.empty_like(lengths), torch.empty_like(lengths)
-    window_seq_lens(lengths, spec, start_out=start, out=windowed)
-    assert start.tolist() == [0, 0, 16, 32, 128, 0]
+    skip, windowed = torch.empty_like(lengths), torch.empty_like(lengths)
+    window_seq_lens(lengths, spec, skip_out=skip, out=windowed)
+    # Window starts 0, 0, 16, 32, 128: what lies between the sinks' end (16) and them.
+    assert skip.tolist() == [0, 0, 0, 16, 112, 0]
     assert windowed.tolist() == [10, 79, 95, 80, 88, 0]
     full = torch.arange(1, 6 * 13 + 1, dtype=torch.int32).reshape(6, 13)
-    table = BlockTableWindow(spec, 16, 6, "cpu").gather(full, start, windowed, 6)
+    table = BlockTableWindow(spec, 16, 6, "cpu").gather(full, skip, windowed, 6)
     assert table.shape[1] == 6  # ceil((16 + 64 + 15) / 16)
     assert table[2, :6].tolist() == full[2, :6].tolist() and not table[2, 6:].any()
     assert table[3, :5].tolist() == full[3, [0, 2, 3, 4, 5]].tolist()

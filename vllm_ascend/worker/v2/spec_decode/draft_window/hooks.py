@@ -309,7 +309,7 @@ def windowed_prefill_metadata(speculator: Any, window: Mrv2DraftWindow, batch: A
     if bool(prefilling.any()):
         exact = batch.seq_lens_cpu_upper_bound[:n]
         windowed = torch.empty_like(exact)
-        window_seq_lens(exact, window.spec, start_out=torch.empty_like(exact), out=windowed,
+        window_seq_lens(exact, window.spec, skip_out=torch.empty_like(exact), out=windowed,
                         query_lens=query_lens_cpu.to(exact.dtype))  # fmt: skip
         bound[prefilling] = windowed[prefilling]
     windowed_batch = dataclasses.replace(

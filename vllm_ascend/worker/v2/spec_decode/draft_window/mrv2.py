@@ -139,8 +139,9 @@ class Mrv2DraftWindow:
         # [max_num_reqs] int32: the windowed seq_lens the draft's attention reads.
         # NOTE: graphs capture its address; it is only ever written in place.
         self.seq_lens = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
-        # [max_num_reqs] int32: each request's window start (a multiple of the alignment).
-        self.window_start = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
+        # [max_num_reqs] int32: each request's tokens left out between its sinks and its
+        # window (without sinks: the window start), a multiple of the alignment.
+        self.window_skip = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
         # [max_num_reqs] int32: query tokens per request of a multi-token pass.
         self.query_lens = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
         # [max_num_reqs] int32, host: the windowed seq_lens_cpu_upper_bound.
@@ -175,7 +176,7 @@ class Mrv2DraftWindow:
         window_seq_lens(
             source[:n],
             self.spec,
-            start_out=self.window_start[:n],
+            skip_out=self.window_skip[:n],
             out=self.seq_lens[:n],
             query_lens=query_lens,
         )
@@ -184,7 +185,7 @@ class Mrv2DraftWindow:
         self.block_tables.windows = windows
         full_tables = self.block_tables.base.input_block_tables
         for g, window in windows.items():
-            window.gather(full_tables[g], self.window_start, self.seq_lens, n)
+            window.gather(full_tables[g], self.window_skip, self.seq_lens, n)
 
     def host_upper_bound(
         self,

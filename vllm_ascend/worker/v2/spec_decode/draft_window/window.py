@@ -8,7 +8,7 @@ Invariants (the whole feature rests on these two):
    window is, and the target reads the same cache at full length.
 2. **Every KV length the attention kernel reads is windowed by the same arithmetic.**
    The device ``seq_lens``, any exact host mirror of it and the cropped block table all
-   come from one ``start`` per request; a host *upper bound* is truncated by
+   come from one ``skip`` per request (below); a host *upper bound* is truncated by
    :func:`seq_lens_upper_bound`, which keeps it a bound (see below).
 
 Notation. ``L``: a request's ``seq_lens`` (device); ``W``: ``draft_window_size``;
@@ -22,9 +22,13 @@ multiple of ``a``; 0 for a plain window). Precondition: ``0 <= K < W``.
 
     start    = floor(max(L + K - W, 0) / a) * a      block-aligned window start
     skip     = max(start - S, 0)                      tokens left out between sinks and window
+             = floor(max(L + K - W - S, 0) / a) * a   (S is a multiple of a)
     windowed = L - skip                               what the kernel reads at step 0
     needed_b = ceil((windowed + K) / b)               columns the last served step reads
                                                       (0 for a padded row, L == 0)
+
+The second form of ``skip`` is the window start for a window of ``W + S``: sinks cost no
+extra op in the length math, only one per group in the table's column index.
 
 The cropped table is the sink columns ``[0, S / b)`` of the full table followed by its
 columns from ``(S + skip) / b = start / b`` on, so the kernel reads ``[0, S)`` and then
@@ -133,14 +137,15 @@ def window_seq_lens(
     spec: WindowSpec,
     *,
     # [n] int32, same device as seq_lens
-    start_out: torch.Tensor,
+    skip_out: torch.Tensor,
     # [n] int32, same device as seq_lens
     out: torch.Tensor,
     # [n] int32, same device as seq_lens: tokens each request queries in this pass
     query_lens: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Write each request's window start into ``start_out`` and the length its attention
-    reads (sinks and window) into ``out``.
+    """Write each request's ``skip`` (the tokens left out between its sinks and its window;
+    without sinks, the window start) into ``skip_out`` and the length its attention reads
+    (sinks and window) into ``out``.
 
     Works the same on the device ``seq_lens`` and on an exact host mirror of it, which is
     how invariant 2 holds without a device-to-host copy.
@@ -150,22 +155,19 @@ def window_seq_lens(
     ``floor((L - q) / a) * a``, so every query token reads at least itself: a chunk
     longer than the window keeps the whole chunk, and reads at most ``S + q + a - 1``.
     """
-    torch.add(seq_lens, spec.future_offset - spec.window_size, out=start_out)
-    start_out.clamp_(min=0)
-    start_out.div_(spec.alignment, rounding_mode="floor")
-    start_out.mul_(spec.alignment)
+    sinks = spec.sink_size
+    torch.add(seq_lens, spec.future_offset - spec.window_size - sinks, out=skip_out)
+    skip_out.clamp_(min=0)
+    skip_out.div_(spec.alignment, rounding_mode="floor")
+    skip_out.mul_(spec.alignment)
     if query_lens is not None:
-        # `out` holds the latest start that still covers the first query token.
+        # `out` holds the skip of the latest start that still covers the first query token.
         torch.sub(seq_lens, query_lens, out=out)
+        if sinks:
+            out.sub_(sinks).clamp_(min=0)
         out.div_(spec.alignment, rounding_mode="floor").mul_(spec.alignment)
-        torch.minimum(start_out, out, out=start_out)
-    if spec.sink_size:
-        # `out` holds skip = max(start - S, 0), then L - skip.
-        torch.sub(start_out, spec.sink_size, out=out)
-        out.clamp_(min=0)
-        torch.sub(seq_lens, out, out=out)
-    else:
-        torch.sub(seq_lens, start_out, out=out)
+        torch.minimum(skip_out, out, out=skip_out)
+    torch.sub(seq_lens, skip_out, out=out)
     return out
 
 
@@ -245,8 +247,8 @@ class BlockTableWindow:
         self,
         # [>= num_reqs, num_cols] int32: the group's full table (never written)
         full_block_table: torch.Tensor,
-        # [>= num_reqs] int32: from window_seq_lens
-        window_start: torch.Tensor,
+        # [>= num_reqs] int32: skip, from window_seq_lens
+        skip: torch.Tensor,
         # [>= num_reqs] int32: from window_seq_lens
         windowed_seq_lens: torch.Tensor,
         num_reqs: int,
@@ -259,17 +261,13 @@ class BlockTableWindow:
         """
         b = self.block_size
         num_cols = full_block_table.shape[1]
-        sink_size = self.spec.sink_size
         skip_blocks = self.skip_blocks[:num_reqs]
         needed = self.needed[:num_reqs]
         src_cols = self._src_cols[:num_reqs]
         unused = self._unused[:num_reqs]
         out = self.block_table[:num_reqs]
 
-        skip_blocks.copy_(window_start[:num_reqs])
-        if sink_size:
-            skip_blocks.sub_(sink_size).clamp_(min=0)
-        skip_blocks.div_(b, rounding_mode="floor")
+        skip_blocks.copy_(skip[:num_reqs]).div_(b, rounding_mode="floor")
         # needed = ceil((windowed + K * [L > 0]) / b); windowed is 0 exactly when L is 0.
         if self.spec.future_offset:
             windowed = self._windowed[:num_reqs]
@@ -283,7 +281,7 @@ class BlockTableWindow:
         # (the last one read is column needed - 1 + skip / b).
         needed.add_(skip_blocks).clamp_(max=num_cols).sub_(skip_blocks).clamp_(min=0)
 
-        if sink_size:
+        if self.spec.sink_size:
             torch.mul(skip_blocks.unsqueeze(1), self._past_sinks.unsqueeze(0), out=src_cols)
             src_cols.add_(self._cols)
         else:
