@@ -2,6 +2,7 @@
 
 import importlib.metadata
 import inspect
+import re
 
 import pytest
 from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
@@ -90,9 +91,9 @@ def test_a_moved_vllm_method_fails_loudly_at_start_up(monkeypatch):
 def restore_runner_choice():
     from vllm.config import VllmConfig
 
-    saved = VllmConfig.__dict__["use_v2_model_runner"]
+    saved = VllmConfig.__dict__["use_v2_model_runner"], VllmConfig.__dict__["__post_init__"]
     yield VllmConfig
-    VllmConfig.use_v2_model_runner = saved
+    VllmConfig.use_v2_model_runner, VllmConfig.__post_init__ = saved
 
 
 def config_for(model_dir, additional_config):
@@ -134,3 +135,87 @@ def test_a_v1_fallback_forced_by_the_window_alone_is_lifted(model_dir, restore_r
     # V1 asked for stays V1.
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
     assert windowed.use_v2_model_runner is False
+
+
+def speculative_config_for(model_dir, additional_config):
+    """A real VllmConfig with a draft-model speculative config: the tiny model drafts for
+    itself."""
+    from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig, VllmConfig
+
+    model_config = ModelConfig(
+        model=str(model_dir), skip_tokenizer_init=True, dtype="float32", max_model_len=512,
+    )  # fmt: skip
+    parallel_config = ParallelConfig()
+    speculative_config = SpeculativeConfig(
+        method="draft_model", model=str(model_dir), num_speculative_tokens=2,
+        target_model_config=model_config, target_parallel_config=parallel_config,
+    )  # fmt: skip
+    return VllmConfig(
+        model_config=model_config, parallel_config=parallel_config,
+        speculative_config=speculative_config, additional_config=additional_config,
+    )  # fmt: skip
+
+
+SINKS_ON_V1 = (
+    "draft_attention_sinks=64 needs Model Runner V2 (VLLM_USE_V2_MODEL_RUNNER=1): "
+    "vllm-ascend's Model Runner V1 draft window has no attention sinks. "
+    "Set VLLM_USE_V2_MODEL_RUNNER=1 or remove draft_attention_sinks."
+)
+
+
+def test_attention_sinks_on_model_runner_v1_are_refused_with_the_fix(model_dir,
+                                                                    restore_runner_choice,
+                                                                    monkeypatch):  # fmt: skip
+    additional_config = {"draft_window_size": 512, "draft_attention_sinks": "64"}
+    plugin.register()
+    plugin.register()
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
+    # The complete config says V1: start-up stops.
+    with pytest.raises(ValueError, match=re.escape(SINKS_ON_V1)):
+        speculative_config_for(model_dir, additional_config)
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    assert speculative_config_for(model_dir, additional_config).use_v2_model_runner
+
+
+def test_sinks_are_refused_on_v1_also_when_a_platform_patch_replaces_the_runner_choice(
+    model_dir, restore_runner_choice, monkeypatch
+):
+    """vllm-ascend 0.26.0rc1 replaces `VllmConfig.use_v2_model_runner` with a property that
+    answers VLLM_USE_V2_MODEL_RUNNER alone (V1 when unset), possibly after this plugin."""
+    VllmConfig = restore_runner_choice
+    plugin.register()
+    VllmConfig.use_v2_model_runner = property(lambda self: False)  # the stand-in patch
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    with pytest.raises(ValueError, match=re.escape(SINKS_ON_V1)):
+        speculative_config_for(model_dir, {"draft_window_size": 512, "draft_attention_sinks": 64})
+
+
+@pytest.mark.parametrize(("env", "speculative", "sinks", "expected"), [
+    ("0", True, 0, False),
+    ("0", True, None, False),
+    ("0", False, 64, False),
+    ("1", True, 64, True),
+])  # fmt: skip
+def test_runner_choice_is_unchanged_unless_v1_would_ignore_sinks(env, speculative, sinks,
+                                                                 expected, model_dir,
+                                                                 restore_runner_choice,
+                                                                 monkeypatch):  # fmt: skip
+    plugin.register()
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", env)
+    make = speculative_config_for if speculative else config_for
+    config = make(model_dir, {"draft_window_size": 512, "draft_attention_sinks": sinks})
+    assert config.use_v2_model_runner is expected
+
+
+@pytest.mark.parametrize(("additional_config", "error"), [
+    ({"draft_window_size": 512, "draft_attention_sinks": -1}, "must be an integer number"),
+    ({"draft_attention_sinks": 64}, 'needs additional_config["draft_window_size"]'),
+])  # fmt: skip
+def test_invalid_sinks_on_model_runner_v1_raise_the_configs_error(additional_config, error,
+                                                                  model_dir,
+                                                                  restore_runner_choice,
+                                                                  monkeypatch):  # fmt: skip
+    plugin.register()
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
+    with pytest.raises(ValueError, match=re.escape(error)):
+        speculative_config_for(model_dir, additional_config)

@@ -1,0 +1,184 @@
+"""`draft_attention_sinks` passes vllm-ascend's own validation of `additional_config`: a
+strict `AscendConfig` drops it and still checks every other key; a lenient one is untouched.
+"""
+
+import importlib.util
+import sys
+import zipfile
+from types import ModuleType
+
+import pydantic
+import pytest
+from pydantic.dataclasses import dataclass
+
+from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, plugin
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import make_vllm_config
+
+from mrv1_adapter import VLLM_ASCEND_VERSION, WHEEL_DIR
+
+MODULE = "vllm_ascend.ascend_config"
+RELEASED_MEMBER = "vllm_ascend/ascend_config.py"
+
+# Stand-in for vllm-ascend's ascend_config.py after its config migration, which needs a newer
+# vllm_ascend than can be imported here. The same shape: `AscendConfig` a pydantic dataclass
+# forbidding unknown keys, declaring draft_window_size, naming a sub-config defined below it
+# (so pydantic completes it on first use), built by `init_ascend_config` from
+# additional_config minus the keys the factory passes itself.
+STRICT_ASCEND_CONFIG = """
+from __future__ import annotations
+
+import dataclasses
+
+from pydantic import ConfigDict
+from pydantic.dataclasses import dataclass
+
+config = dataclass(config=ConfigDict(extra="forbid"))
+
+
+@config
+class AscendConfig:
+    enable_kv_nz: bool = False
+    draft_window_size: int | None = None
+    scheduler_config: SchedulerConfig = dataclasses.field(default_factory=lambda: SchedulerConfig())
+
+
+@config
+class SchedulerConfig:
+    enable_balance_scheduling: bool = False
+
+
+def init_ascend_config(vllm_config):
+    additional_config = vllm_config.additional_config or {}
+    scheduler_config = SchedulerConfig(**additional_config.get("scheduler_config", {}))
+    non_user_keys = {"refresh", "scheduler_config"}
+    kwargs = {k: v for k, v in additional_config.items() if k not in non_user_keys}
+    return AscendConfig(scheduler_config=scheduler_config, **kwargs)
+"""
+
+
+@pytest.fixture(autouse=True)
+def registered_for_one_test(monkeypatch):
+    """register() also installs the hooks and wraps the runner choice and the config's
+    completion; all undone after."""
+    from vllm.config import VllmConfig
+
+    for name in ("use_v2_model_runner", "__post_init__"):
+        monkeypatch.setattr(VllmConfig, name, VllmConfig.__dict__[name])
+    yield
+    hooks.uninstall()
+
+
+def load_released_ascend_config() -> ModuleType:
+    """The released vllm-ascend `ascend_config.py`, loaded alone: at the top it imports only
+    vLLM, the rest of `vllm_ascend` inside the methods that need it."""
+    wheels = sorted(WHEEL_DIR.glob(f"vllm_ascend-{VLLM_ASCEND_VERSION}-*.whl"))
+    if not wheels:
+        raise FileNotFoundError(
+            f"no vllm_ascend-{VLLM_ASCEND_VERSION} wheel in {WHEEL_DIR}: run `make setup`"
+        )
+    target = WHEEL_DIR / f"vllm_ascend-{VLLM_ASCEND_VERSION}" / RELEASED_MEMBER
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(wheels[0]) as wheel:
+            target.write_bytes(wheel.read(RELEASED_MEMBER))
+    spec = importlib.util.spec_from_file_location(MODULE, target)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def install_module(monkeypatch, module: ModuleType) -> ModuleType:
+    monkeypatch.setitem(sys.modules, MODULE, module)
+    return module
+
+
+def install_strict_ascend_config(monkeypatch) -> ModuleType:
+    module = install_module(monkeypatch, ModuleType(MODULE))
+    exec(STRICT_ASCEND_CONFIG, module.__dict__)
+    return module
+
+
+def build(module, model_dir, additional_config):
+    return module.init_ascend_config(make_vllm_config(model_dir, 512, 4, additional_config))
+
+
+def test_register_works_without_vllm_ascend_config(monkeypatch):
+    # None in sys.modules makes the import fail as if vllm-ascend were not installed.
+    monkeypatch.setitem(sys.modules, MODULE, None)
+    plugin.register()
+
+
+def test_the_released_lenient_ascend_config_is_left_untouched(monkeypatch):
+    released = install_module(monkeypatch, load_released_ascend_config())
+    assert not pydantic.dataclasses.is_pydantic_dataclass(released.AscendConfig)
+    init = released.AscendConfig.__init__
+    plugin.register()
+    assert released.AscendConfig.__init__ is init
+
+
+def test_a_strict_ascend_config_rejects_the_sinks_key_without_the_plugin(model_dir, monkeypatch):
+    strict = install_strict_ascend_config(monkeypatch)
+    with pytest.raises(ValueError, match="draft_attention_sinks"):
+        build(strict, model_dir, {"draft_window_size": 4096, "draft_attention_sinks": 64})
+
+
+def test_a_strict_ascend_config_accepts_the_sinks_key_once_registered(model_dir, monkeypatch):
+    strict = install_strict_ascend_config(monkeypatch)
+    assert not strict.AscendConfig.__pydantic_complete__
+    plugin.register()
+    # Twice: pydantic completing the class on first use must not drop the wrapper.
+    for _ in range(2):
+        ascend_config = build(strict, model_dir, {"draft_window_size": "4096",
+                                                  "draft_attention_sinks": 64})  # fmt: skip
+        assert ascend_config.draft_window_size == 4096
+        assert not hasattr(ascend_config, "draft_attention_sinks")
+
+
+@pytest.mark.parametrize(("additional_config", "rejected"), [
+    ({"draft_window_size": 4096, "draft_attention_sink": 64}, "draft_attention_sink"),
+    ({"draft_window_size": "big", "draft_attention_sinks": 64}, "draft_window_size"),
+    ({"draft_attention_sinks": 64, "scheduler_config": {"balance": 1}}, "balance"),
+])  # fmt: skip
+def test_a_strict_ascend_config_still_rejects_other_bad_keys(additional_config, rejected,
+                                                             model_dir, monkeypatch):  # fmt: skip
+    strict = install_strict_ascend_config(monkeypatch)
+    plugin.register()
+    with pytest.raises(ValueError, match=rejected):
+        build(strict, model_dir, additional_config)
+
+
+def test_registering_twice_wraps_a_strict_ascend_config_once(monkeypatch):
+    strict = install_strict_ascend_config(monkeypatch)
+    plugin.register()
+    wrapped = strict.AscendConfig.__init__
+    plugin.register()
+    assert strict.AscendConfig.__init__ is wrapped
+    # One wrapper, around pydantic's own __init__.
+    assert not hasattr(wrapped.__wrapped__, "__wrapped__")
+
+
+def test_a_strict_ascend_config_that_declares_the_sinks_is_left_untouched(monkeypatch):
+    @dataclass(config=pydantic.ConfigDict(extra="forbid"))
+    class AscendConfig:
+        draft_window_size: int | None = None
+        draft_attention_sinks: int = 0
+
+    module = install_module(monkeypatch, ModuleType(MODULE))
+    module.AscendConfig = AscendConfig
+    init = AscendConfig.__init__
+    plugin.register()
+    assert AscendConfig.__init__ is init
+    assert AscendConfig(draft_window_size=8, draft_attention_sinks="4").draft_attention_sinks == 4
+
+
+def test_a_strict_pydantic_model_drops_the_sinks_key_too(monkeypatch):
+    class AscendConfig(pydantic.BaseModel):
+        model_config = pydantic.ConfigDict(extra="forbid")
+        draft_window_size: int | None = None
+
+    module = install_module(monkeypatch, ModuleType(MODULE))
+    module.AscendConfig = AscendConfig
+    plugin.register()
+    assert AscendConfig(draft_window_size="8", draft_attention_sinks=4).draft_window_size == 8
+    with pytest.raises(ValueError, match="draft_attention_sink"):
+        AscendConfig(draft_attention_sink=4)
