@@ -228,8 +228,8 @@ class BlockTableWindow:
         self.block_table = torch.zeros(shape, dtype=torch.int32, device=device)
         # [max_window_blocks] int64: column offsets inside the window.
         self._cols = torch.arange(self.max_window_blocks, dtype=torch.int64, device=device)
-        # [max_window_blocks] int64: 1 for the clone's columns past the sink columns.
-        self._past_sinks = (self._cols >= spec.sink_size // block_size).long()
+        # Sink columns of the clone: the full table's first columns, in every row.
+        self._num_sink_cols = min(spec.sink_size // block_size, self.max_window_blocks)
         # [max_num_reqs, max_window_blocks] int64: source column of each clone entry.
         self._src_cols = torch.zeros(shape, dtype=torch.int64, device=device)
         # [max_num_reqs, max_window_blocks] bool: clone entries past `needed`.
@@ -281,11 +281,10 @@ class BlockTableWindow:
         # (the last one read is column needed - 1 + skip / b).
         needed.add_(skip_blocks).clamp_(max=num_cols).sub_(skip_blocks).clamp_(min=0)
 
-        if self.spec.sink_size:
-            torch.mul(skip_blocks.unsqueeze(1), self._past_sinks.unsqueeze(0), out=src_cols)
-            src_cols.add_(self._cols)
-        else:
-            torch.add(skip_blocks.unsqueeze(1), self._cols.unsqueeze(0), out=src_cols)
+        torch.add(skip_blocks.unsqueeze(1), self._cols.unsqueeze(0), out=src_cols)
+        if self._num_sink_cols:
+            sink_cols = self._num_sink_cols
+            src_cols[:, :sink_cols].copy_(self._cols[:sink_cols].unsqueeze(0))
         src_cols.clamp_(max=num_cols - 1)
         torch.gather(full_block_table[:num_reqs], 1, src_cols, out=out)
         torch.ge(self._cols.unsqueeze(0), needed.unsqueeze(1), out=unused)
