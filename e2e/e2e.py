@@ -5,6 +5,7 @@
     E2E_SCENARIO=dspark make e2e-ascend
     DEVICE=cuda make e2e-ascend       # the same harness on vLLM's CUDA V2 runner
     DEVICE=cuda E2E_SCENARIO=tiny make e2e-ascend   # random tiny models, downloads nothing
+    SINKS=64 make e2e-ascend          # V2 with the window and 64 attention sinks
 
 For each run of the scenario (V2 runner with the window, V2 without it, V1 runner with the
 window) it starts `vllm serve`, waits for health, sends prompts longer and shorter than W,
@@ -13,7 +14,9 @@ on failure). It then asserts: greedy outputs identical across runs (the target d
 output), per-position acceptance of V2 with the window within 0.1 of the golden file, and V2
 with the window at least V1 with the window minus 0.05; and writes a JSON and markdown
 report with a plot of acceptance by position. Model locations come from TARGET_MODEL and
-DRAFT_MODEL (local paths work with no network).
+DRAFT_MODEL (local paths work with no network). With SINKS, the V2 run with the window also
+keeps that many attention sinks (its golden file is one of its own); V1 has no sinks, so
+its run keeps the plain window as the floor to compare with.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "draft_window_size"
+SINKS_KEY = "draft_attention_sinks"
 PLUGIN_MODULE = "vllm_ascend.worker.v2.spec_decode.draft_window.plugin"
 FILLER = "This is a padding sentence for testing sliding window draft attention. "
 
@@ -56,24 +60,28 @@ class Scenario:
     max_model_len: int
     golden: Path | None
     extra_args: list[str] = field(default_factory=list)
+    sinks: int = 0
     token_prompts: bool = False  # tiny random models: token ids instead of text
 
 
 def scenarios(env: dict[str, str]) -> dict[str, Scenario]:
     golden = ROOT / "e2e" / "golden"
-    return {
+    sinks = int(env.get("SINKS", 0))
+    # Sinks change what the draft reads, so they have golden files of their own.
+    suffix = f"_s{sinks}" if sinks else ""
+    found = {
         # As the upstream MRV1 end-to-end test of the window: Qwen3-8B, EAGLE3, K=3, W=512.
         "eagle3": Scenario(
             "eagle3", env.get("TARGET_MODEL", "Qwen/Qwen3-8B"),
             env.get("DRAFT_MODEL", "RedHatAI/Qwen3-8B-speculator.eagle3"), "eagle3", 3,
             int(env.get("WINDOW", 512)), int(env.get("TP", 2)), 4096,
-            golden / f"eagle3_qwen3_8b_w{env.get('WINDOW', 512)}.json",
+            golden / f"eagle3_qwen3_8b_w{env.get('WINDOW', 512)}{suffix}.json",
         ),
         "dspark": Scenario(
             "dspark", env.get("TARGET_MODEL", "Qwen/Qwen3-8B"),
             env.get("DRAFT_MODEL", "deepseek-ai/dspark_qwen3_8b_block7"), "dspark", 7,
             int(env.get("WINDOW", 512)), int(env.get("TP", 1)), 4096,
-            golden / f"dspark_qwen3_8b_w{env.get('WINDOW', 512)}.json",
+            golden / f"dspark_qwen3_8b_w{env.get('WINDOW', 512)}{suffix}.json",
         ),
         "tiny": Scenario(
             "tiny", "", "", "eagle3", 3, int(env.get("WINDOW", 64)), 1, 2048, None,
@@ -81,6 +89,9 @@ def scenarios(env: dict[str, str]) -> dict[str, Scenario]:
             token_prompts=True,
         ),
     }  # fmt: skip
+    for scenario in found.values():
+        scenario.sinks = sinks
+    return found
 
 
 @dataclass
@@ -88,10 +99,12 @@ class Run:
     name: str
     v2: bool
     window: int | None
+    sinks: int = 0
 
 
 def runs(scenario: Scenario, device: str) -> list[Run]:
-    out = [Run("v2_window", True, scenario.window), Run("v2_no_window", True, None)]
+    out = [Run("v2_window", True, scenario.window, scenario.sinks),
+           Run("v2_no_window", True, None)]  # fmt: skip
     if device == "ascend":
         out.append(Run("v1_window", False, scenario.window))
     return out
@@ -111,7 +124,8 @@ def serve_command(scenario: Scenario, run: Run, port: int) -> tuple[dict[str, st
         *scenario.extra_args,
     ]  # fmt: skip
     if run.window is not None:
-        cmd += ["--additional-config", json.dumps({KEY: run.window})]
+        additional = {KEY: run.window, **({SINKS_KEY: run.sinks} if run.sinks else {})}
+        cmd += ["--additional-config", json.dumps(additional)]
     return env, cmd
 
 

@@ -17,7 +17,7 @@ spec.loader.exec_module(e2e)
 
 
 def plan_lines(capsys, argv, monkeypatch, **env):
-    for key in ("E2E_SCENARIO", "DEVICE", "DRY_RUN", "TARGET_MODEL", "DRAFT_MODEL", "TP"):
+    for key in ("E2E_SCENARIO", "DEVICE", "DRY_RUN", "TARGET_MODEL", "DRAFT_MODEL", "TP", "SINKS"):
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -47,6 +47,16 @@ def test_default_plan_installs_then_runs_v2_with_and_without_the_window_and_v1(c
     assert sum("kill -INT" in line for line in lines) == 3
     assert sum("/metrics" in line for line in lines) == 9
     assert any("the golden prompt, longer than W=512" in line for line in lines)
+
+
+def test_sinks_go_to_the_v2_window_run_only_and_have_their_own_golden(capsys, monkeypatch):
+    lines = plan_lines(capsys, ["--dry-run"], monkeypatch, SINKS="64")
+    v2_window, v2_plain, v1_window = serve_lines(lines)
+    assert """'{"draft_window_size": 512, "draft_attention_sinks": 64}'""" in v2_window
+    assert "--additional-config" not in v2_plain
+    assert """'{"draft_window_size": 512}'""" in v1_window and "sinks" not in v1_window
+    scenario = e2e.scenarios({"SINKS": "64"})["eagle3"]
+    assert scenario.golden.name == "eagle3_qwen3_8b_w512_s64.json"
 
 
 def test_dspark_scenario_and_local_models_come_from_the_environment(capsys, monkeypatch):
