@@ -305,8 +305,12 @@ def test_window_refresh_never_reads_a_device_value_on_the_host(sinks):
         input_block_tables=[torch.zeros(8, 40, dtype=torch.int32, device=meta)] * 2,
     )
     window = Mrv2DraftWindow(64, 0, input_buffers, block_tables, [0, 1], 8, meta,
-                             attention_sinks=sinks)  # fmt: skip
+                             max_chunk_len=300, attention_sinks=sinks)  # fmt: skip
     window.refresh(8)
+    # The multi-token pass of an EAGLE draft prefill, over the target's lengths.
+    target_seq_lens = torch.zeros(8, dtype=torch.int32, device=meta)
+    query_start_loc = torch.zeros(9, dtype=torch.int32, device=meta)
+    window.refresh(8, seq_lens=target_seq_lens, query_start_loc=query_start_loc)
     assert window.seq_lens.device == meta
 
 

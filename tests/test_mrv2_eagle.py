@@ -370,6 +370,11 @@ def test_draft_prefill_reads_the_window_and_leaves_the_target_metadata_alone(
             expected = dense_attention(q, e.k[i], e.v[i], start, length, sinks)
             torch.testing.assert_close(got, expected)
             assert touched == expected_blocks(e, g, b, i, length, read)
+    # After the prefill the views hand out the per-step tables again (a capture's dummies;
+    # vLLM zeroes its own dummy rows, so this comes last).
+    assert window.block_tables.windows is window.windows
+    for g, dummy in enumerate(window.block_tables.get_dummy_block_tables(2)):
+        assert dummy.data_ptr() == window.windows[g].block_table.data_ptr()
 
 
 def test_propose_hands_the_target_batch_to_the_prefill_and_forgets_it(model_dir, monkeypatch):

@@ -219,3 +219,10 @@ def test_invalid_sinks_on_model_runner_v1_raise_the_configs_error(additional_con
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
     with pytest.raises(ValueError, match=re.escape(error)):
         speculative_config_for(model_dir, additional_config)
+
+
+def test_sinks_without_a_window_are_an_error_without_a_draft(model_dir, restore_runner_choice):
+    plugin.register()
+    message = 'needs additional_config["draft_window_size"]'
+    with pytest.raises(ValueError, match=re.escape(message)):
+        config_for(model_dir, {"draft_attention_sinks": 64})

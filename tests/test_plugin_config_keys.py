@@ -182,3 +182,26 @@ def test_a_strict_pydantic_model_drops_the_sinks_key_too(monkeypatch):
     assert AscendConfig(draft_window_size="8", draft_attention_sinks=4).draft_window_size == 8
     with pytest.raises(ValueError, match="draft_attention_sink"):
         AscendConfig(draft_attention_sink=4)
+
+
+def test_a_failed_adaptation_warns_and_start_up_goes_on(monkeypatch):
+    """Most deployments never set the key: the plugin must not stop vLLM over it."""
+    import logging
+
+    def broken():
+        raise RuntimeError("AscendConfig moved")
+
+    monkeypatch.setattr(plugin, "_accept_sinks_key", broken)
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    vllm_logger = logging.getLogger("vllm")
+    monkeypatch.setattr(vllm_logger, "level", logging.INFO)
+    vllm_logger.addHandler(handler)
+    try:
+        plugin.register()
+    finally:
+        vllm_logger.removeHandler(handler)
+    (record,) = [r for r in records if "draft_attention_sinks" in r.getMessage()]
+    assert record.levelname == "WARNING"
+    assert "(RuntimeError: AscendConfig moved)" in record.getMessage()

@@ -274,6 +274,16 @@ def test_a_multi_token_pass_keeps_every_query_inside_its_window(case: Case, data
             assert touched == window_blocks(full_row, g.block_size, s, length, sinks)
 
 
+def test_a_multi_token_pass_must_not_serve_later_steps():
+    spec = WindowSpec(64, 16, 2)
+    lengths = torch.tensor([100], dtype=torch.int32)
+    with pytest.raises(ValueError, match="future_offset must be 0 with query_lens, got 2"):
+        window_seq_lens(lengths, spec, skip_out=torch.empty_like(lengths),
+                        out=torch.empty_like(lengths), query_lens=lengths)  # fmt: skip
+    with pytest.raises(ValueError, match="future_offset must be 0 with query_lens, got 2"):
+        seq_lens_upper_bound(lengths, spec, out=torch.empty_like(lengths), query_lens=lengths)
+
+
 def test_sinks_are_rounded_up_to_whole_columns_of_the_cropped_table():
     assert [align_sinks(s, 16) for s in (0, 1, 16, 17, 64)] == [0, 16, 16, 32, 64]
     assert align_sinks(20, 48) == 48

@@ -321,14 +321,19 @@ def windowed_prefill_metadata(speculator: Any, window: Mrv2DraftWindow, batch: A
         prompt_lens=None,
     )
     block_tables = tuple(t[:n] for t in window.block_tables.input_block_tables)
-    return speculator.model_state.prepare_attn(
-        windowed_batch,
-        CUDAGraphMode.NONE,
-        block_tables,
-        speculator.block_tables.slot_mappings[:, : batch.num_tokens],
-        speculator.attn_groups,
-        speculator.kv_cache_config,
-    )
+    try:
+        return speculator.model_state.prepare_attn(
+            windowed_batch,
+            CUDAGraphMode.NONE,
+            block_tables,
+            speculator.block_tables.slot_mappings[:, : batch.num_tokens],
+            speculator.attn_groups,
+            speculator.kv_cache_config,
+        )
+    finally:
+        # The prefill's metadata holds the wide tables; everything else (decode builds, a
+        # graph capture's dummy tables) reads the per-step ones.
+        window.block_tables.windows = window.windows
 
 
 def _init_cudagraph_manager(original: Callable) -> Callable:

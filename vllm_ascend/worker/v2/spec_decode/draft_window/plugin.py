@@ -85,8 +85,9 @@ def refuse_sinks_on_v1() -> None:
     silently ignored would change what the draft attends to. Checked once each
     ``VllmConfig`` is complete (``__post_init__``), in the process that builds it, after
     every plugin and platform patch has settled how ``use_v2_model_runner`` answers: a
-    vllm-ascend release replaces that property, possibly after this plugin has run. Sinks
-    0 or unset, or no speculative config, change nothing.
+    vllm-ascend release replaces that property, possibly after this plugin has run. A set
+    sinks key is validated there (it needs ``draft_window_size``), with a draft or not;
+    sinks 0 or unset, or no speculative config, change nothing else.
     """
     from vllm.config import VllmConfig
 
@@ -105,11 +106,12 @@ def refuse_sinks_on_v1() -> None:
 
 def _refuse_sinks_on_v1(vllm_config) -> None:
     additional = vllm_config.additional_config
-    if vllm_config.speculative_config is None or not isinstance(additional, dict):
+    if not isinstance(additional, dict) or additional.get(SINKS_KEY) is None:
         return
-    if additional.get(SINKS_KEY) is None:
-        return
+    # Validated wherever it is set, a draft or not: it needs draft_window_size.
     sinks = DraftWindowConfig.from_additional_config(additional).draft_attention_sinks
+    if vllm_config.speculative_config is None:
+        return
     if sinks > 0 and not vllm_config.use_v2_model_runner:
         raise ValueError(
             f"{SINKS_KEY}={sinks} needs Model Runner V2 (VLLM_USE_V2_MODEL_RUNNER=1): "
@@ -119,6 +121,25 @@ def _refuse_sinks_on_v1(vllm_config) -> None:
 
 
 def accept_sinks_key() -> None:
+    """Let vllm-ascend's strictly validated ``AscendConfig`` pass ``draft_attention_sinks``;
+    where that fails, say so and go on (most deployments never set the key, and a plugin
+    error would stop every vLLM start-up).
+    """
+    try:
+        _accept_sinks_key()
+    except Exception as error:
+        from vllm.logger import init_logger
+
+        init_logger("vllm.draft_window").warning(
+            "Could not let vllm-ascend's AscendConfig accept %s (%s: %s); vllm-ascend may "
+            "reject the key as unknown.",
+            SINKS_KEY,
+            type(error).__name__,
+            error,
+        )
+
+
+def _accept_sinks_key() -> None:
     """Let vllm-ascend's strictly validated ``AscendConfig`` pass ``draft_attention_sinks``.
 
     vllm-ascend builds ``AscendConfig`` from the keys of ``additional_config``. Releases up

@@ -58,7 +58,8 @@ Bounds, with short proofs:
   with ``W = 64, a = 16, K = 0, S = 0``, ``U = 80`` windows to 64 while ``L = 79 <= U``
   windows to 79.
 
-A pass whose queries are several tokens (a draft prefill) also keeps ``start <= L - q``, so
+A pass whose queries are several tokens (a draft prefill, ``K = 0``) also keeps
+``start <= L - q``, so
 each query token reads at least itself; only a chunk longer than the window is affected,
 and it reads at most ``S + q + a - 1`` tokens.
 
@@ -155,6 +156,11 @@ def window_seq_lens(
     ``floor((L - q) / a) * a``, so every query token reads at least itself: a chunk
     longer than the window keeps the whole chunk, and reads at most ``S + q + a - 1``.
     """
+    if query_lens is not None and spec.future_offset:
+        raise ValueError(
+            f"a multi-token pass is windowed for itself: future_offset must be 0 with "
+            f"query_lens, got {spec.future_offset}"
+        )
     sinks = spec.sink_size
     torch.add(seq_lens, spec.future_offset - spec.window_size - sinks, out=skip_out)
     skip_out.clamp_(min=0)
@@ -194,6 +200,11 @@ def seq_lens_upper_bound(
         raise ValueError(
             f"step {step} exceeds what a window of {spec.window_size} tokens "
             f"(alignment {spec.alignment}) can read"
+        )
+    if query_lens is not None and spec.future_offset:
+        raise ValueError(
+            f"a multi-token pass is windowed for itself: future_offset must be 0 with "
+            f"query_lens, got {spec.future_offset}"
         )
     torch.add(upper_bound, spec.future_offset, out=out)
     if query_lens is None:
