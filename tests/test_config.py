@@ -148,6 +148,14 @@ def test_start_up_line_names_the_sinks_as_the_window_keeps_them(sinks, phrase, m
     assert level == "info" and phrase in message
 
 
+def test_start_up_line_of_eagle_says_what_a_long_prefill_chunk_reads(model_dir, monkeypatch,
+                                                                     log):  # fmt: skip
+    start(model_dir, monkeypatch, 512, method="eagle3", sinks=20)
+    ((_, message),) = log.calls
+    assert "the draft reads at most 559 tokens per request (a draft prefill chunk longer than " \
+           "the window: the chunk and at most 47 more);" in message  # fmt: skip
+
+
 def test_window_smaller_than_the_query_stretch_is_rejected(model_dir, monkeypatch, log):
     with pytest.raises(ValueError, match=r"draft_window_size=7 is smaller than the 8 query "
                                          r"tokens .* Use draft_window_size >= 8"):  # fmt: skip

@@ -155,13 +155,18 @@ def create_draft_window(speculator: Any) -> Mrv2DraftWindow | None:
             window_size,
         )
     logger.info(
-        "Draft KV window on for %s: %s=%d%s, the draft reads at most %d tokens per request; "
+        "Draft KV window on for %s: %s=%d%s, the draft reads at most %d tokens per request%s; "
         "block sizes per KV-cache group %s, alignment %d, future offset %d.",
         method,
         KEY,
         window_size,
         _sinks_phrase(sink_tokens, sink_size, alignment),
         window.spec.max_read_len,
+        # A draft prefill keeps a whole query chunk longer than the window (window.py).
+        f" (a draft prefill chunk longer than the window: the chunk and at most "
+        f"{sink_size + alignment - 1} more)"
+        if method in PREFILL_METHODS
+        else "",
         window.group_block_sizes,
         window.spec.alignment,
         future_offset,
