@@ -61,6 +61,21 @@ def model_dir(tmp_path_factory):
 
 
 @pytest.fixture
+def vllm_log_records(monkeypatch):
+    """What reaches vLLM's "vllm" logger at INFO and above, as a server configures it."""
+    import logging
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    vllm_logger = logging.getLogger("vllm")
+    monkeypatch.setattr(vllm_logger, "level", logging.INFO)
+    vllm_logger.addHandler(handler)
+    yield records
+    vllm_logger.removeHandler(handler)
+
+
+@pytest.fixture
 def window_hooks():
     """The plugin installed for one test, as vLLM loads it; vLLM's own methods after."""
     from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, plugin

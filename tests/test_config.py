@@ -244,20 +244,11 @@ def test_prefix_lm_multimodal_targets_are_rejected(model_dir, monkeypatch, log):
         start(model_dir, monkeypatch, 512, method="eagle3")
 
 
-def test_start_up_line_goes_through_vllms_logger(model_dir, monkeypatch):
+def test_start_up_line_goes_through_vllms_logger(model_dir, monkeypatch, vllm_log_records):
     """A server configures vLLM's "vllm" logger; the window's lines must reach it."""
-    import logging
-
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    vllm_logger = logging.getLogger("vllm")
-    monkeypatch.setattr(vllm_logger, "level", logging.INFO)
-    vllm_logger.addHandler(handler)
     plugin.register()
     try:
         start(model_dir, monkeypatch, 512)
     finally:
-        vllm_logger.removeHandler(handler)
         hooks.uninstall()
-    assert any("Draft KV window on for dspark" in r.getMessage() for r in records)
+    assert any("Draft KV window on for dspark" in r.getMessage() for r in vllm_log_records)

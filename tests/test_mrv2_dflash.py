@@ -213,13 +213,15 @@ def test_groups_the_draft_does_not_read_are_left_alone(model_dir, monkeypatch):
 PERSISTENT = {"query_start_loc", "seq_lens", "block_table_tensor", "slot_mapping", "positions"}
 
 
-def compare_cams(a, b):
+def compare_cams(a, b, same_storage=True):
+    """Field by field equal; with `same_storage`, the persistent ones also the same buffers."""
     assert type(a) is type(b)
     for name, value in vars(a).items():
         other = getattr(b, name)
         if isinstance(value, torch.Tensor):
             assert torch.equal(value, other), name
-            assert name not in PERSISTENT or value.data_ptr() == other.data_ptr(), name
+            if same_storage and name in PERSISTENT:
+                assert value.data_ptr() == other.data_ptr(), name
         elif name != "_token_to_req_indices_cache":
             assert value == other, name
 
@@ -402,12 +404,8 @@ def test_zero_sinks_build_exactly_what_the_plain_window_builds(model_dir, monkey
     zero = wire("dspark", layouts, batch, model_dir, monkeypatch, sinks=0)
     build(zero, CUDAGraphMode.FULL)
     for g in plain.received:
-        a, b = plain.received[g][0], zero.received[g][0]
-        for name, value in vars(a).items():
-            if isinstance(value, torch.Tensor):
-                assert torch.equal(value, getattr(b, name)), name
-            elif name != "_token_to_req_indices_cache":
-                assert value == getattr(b, name), name
+        # Two windows, so two sets of persistent buffers: equal values, not storage.
+        compare_cams(plain.received[g][0], zero.received[g][0], same_storage=False)
 
 
 def test_sinks_change_only_what_is_read(model_dir, monkeypatch):

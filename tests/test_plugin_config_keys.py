@@ -2,9 +2,7 @@
 strict `AscendConfig` drops it and still checks every other key; a lenient one is untouched.
 """
 
-import importlib.util
 import sys
-import zipfile
 from types import ModuleType
 
 import pydantic
@@ -14,7 +12,7 @@ from pydantic.dataclasses import dataclass
 from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, plugin
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import make_vllm_config
 
-from mrv1_adapter import VLLM_ASCEND_VERSION, WHEEL_DIR
+from mrv1_adapter import load_released_file
 
 MODULE = "vllm_ascend.ascend_config"
 RELEASED_MEMBER = "vllm_ascend/ascend_config.py"
@@ -71,20 +69,7 @@ def registered_for_one_test(monkeypatch):
 def load_released_ascend_config() -> ModuleType:
     """The released vllm-ascend `ascend_config.py`, loaded alone: at the top it imports only
     vLLM, the rest of `vllm_ascend` inside the methods that need it."""
-    wheels = sorted(WHEEL_DIR.glob(f"vllm_ascend-{VLLM_ASCEND_VERSION}-*.whl"))
-    if not wheels:
-        raise FileNotFoundError(
-            f"no vllm_ascend-{VLLM_ASCEND_VERSION} wheel in {WHEEL_DIR}: run `make setup`"
-        )
-    target = WHEEL_DIR / f"vllm_ascend-{VLLM_ASCEND_VERSION}" / RELEASED_MEMBER
-    if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with zipfile.ZipFile(wheels[0]) as wheel:
-            target.write_bytes(wheel.read(RELEASED_MEMBER))
-    spec = importlib.util.spec_from_file_location(MODULE, target)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_released_file(RELEASED_MEMBER, MODULE)
 
 
 def install_module(monkeypatch, module: ModuleType) -> ModuleType:
@@ -184,24 +169,14 @@ def test_a_strict_pydantic_model_drops_the_sinks_key_too(monkeypatch):
         AscendConfig(draft_attention_sink=4)
 
 
-def test_a_failed_adaptation_warns_and_start_up_goes_on(monkeypatch):
+def test_a_failed_adaptation_warns_and_start_up_goes_on(monkeypatch, vllm_log_records):
     """Most deployments never set the key: the plugin must not stop vLLM over it."""
-    import logging
 
     def broken():
         raise RuntimeError("AscendConfig moved")
 
     monkeypatch.setattr(plugin, "_accept_sinks_key", broken)
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    vllm_logger = logging.getLogger("vllm")
-    monkeypatch.setattr(vllm_logger, "level", logging.INFO)
-    vllm_logger.addHandler(handler)
-    try:
-        plugin.register()
-    finally:
-        vllm_logger.removeHandler(handler)
-    (record,) = [r for r in records if "draft_attention_sinks" in r.getMessage()]
+    plugin.register()
+    (record,) = [r for r in vllm_log_records if "draft_attention_sinks" in r.getMessage()]
     assert record.levelname == "WARNING"
     assert "(RuntimeError: AscendConfig moved)" in record.getMessage()
