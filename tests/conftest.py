@@ -78,8 +78,8 @@ def vllm_log_records(monkeypatch):
 @pytest.fixture
 def window_hooks():
     """The plugin installed for one test, as vLLM loads it; vLLM's own methods after."""
-    from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, plugin
+    from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
 
     plugin.register()
     yield
-    hooks.uninstall()
+    plugin.unregister()

@@ -101,7 +101,7 @@ def log(monkeypatch):
     monkeypatch.setattr(hooks, "logger", recorder)
     plugin.register()
     yield recorder
-    hooks.uninstall()
+    plugin.unregister()
 
 
 def start(model_dir, monkeypatch, window, method="dspark", num_spec=3, dcp_size=1,
@@ -250,5 +250,5 @@ def test_start_up_line_goes_through_vllms_logger(model_dir, monkeypatch, vllm_lo
     try:
         start(model_dir, monkeypatch, 512)
     finally:
-        hooks.uninstall()
+        plugin.unregister()
     assert any("Draft KV window on for dspark" in r.getMessage() for r in vllm_log_records)

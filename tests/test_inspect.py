@@ -2,13 +2,13 @@
 
 import pytest
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, inspect
+from vllm_ascend.worker.v2.spec_decode.draft_window import inspect, plugin
 
 
 @pytest.fixture(autouse=True)
 def uninstall_after():
     yield
-    hooks.uninstall()
+    plugin.unregister()
 
 
 def test_inspector_prints_a_checked_row_per_request(capsys):

@@ -12,7 +12,7 @@ from vllm.config.compilation import CUDAGraphMode
 from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
 from vllm.v1.worker.gpu.spec_decode.dflash.cudagraph import _prepare_dflash_inputs_to_capture
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, plugin
+from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import (
     Mrv2Batch,
     fill_input_block_tables,
@@ -231,7 +231,7 @@ def test_window_off_builders_receive_exactly_what_vllm_gives_them(additional_con
                                                                  monkeypatch):  # fmt: skip
     layouts = LAYOUTS["target_group_and_two_draft_groups"]
     batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
-    hooks.uninstall()
+    plugin.unregister()
     plain = wire("dspark", layouts, batch, model_dir, monkeypatch, additional_config)
     build(plain, CUDAGraphMode.FULL)
     plugin.register()

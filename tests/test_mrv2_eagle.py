@@ -19,7 +19,7 @@ from vllm.v1.worker.gpu.model_states.default import DefaultModelState
 from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
 from vllm.v1.worker.utils import AttentionGroup
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import hooks
+from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import (
     CPU,
     Mrv2Batch,
@@ -302,10 +302,10 @@ def test_every_draft_decode_step_reads_exactly_its_window(num_spec, layout_name,
 def test_slot_mappings_are_identical_with_and_without_the_window(fused, model_dir, monkeypatch):
     layouts = LAYOUTS["two_groups"]
     with_window = run_decode(setup_eagle(model_dir, monkeypatch, 4, layouts), monkeypatch, fused)
-    hooks.uninstall()
+    plugin.unregister()
     plain = setup_eagle(model_dir, monkeypatch, 4, layouts)
     without = run_decode(plain, monkeypatch, fused)
-    assert plain.s.draft_window is None
+    assert getattr(plain.s, "draft_window", None) is None
     assert len(with_window) == 3
     for a, b in zip(with_window, without, strict=True):
         assert torch.equal(a["lengths"], b["lengths"])

@@ -1,5 +1,6 @@
 """The `vllm.general_plugins` entry point, as vLLM itself discovers and calls it."""
 
+import functools
 import importlib.metadata
 import inspect
 import re
@@ -14,7 +15,10 @@ from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator import (
     TargetDependentARSpeculator,
 )
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, plugin
+from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import (
+    make_speculative_vllm_config,
+)
 
 ENTRY_POINT = "vllm_ascend.worker.v2.spec_decode.draft_window.plugin:register"
 HOOKED = [
@@ -32,9 +36,9 @@ HOOKED = [
 
 @pytest.fixture(autouse=True)
 def clean_install():
-    hooks.uninstall()
+    plugin.unregister()
     yield
-    hooks.uninstall()
+    plugin.unregister()
 
 
 def installed_methods():
@@ -71,20 +75,8 @@ def test_hooks_keep_the_signatures_of_the_methods_they_wrap():
 def test_uninstall_restores_vllms_own_methods():
     originals = installed_methods()
     plugin.register()
-    hooks.uninstall()
+    plugin.unregister()
     assert installed_methods() == originals
-
-
-def test_a_moved_vllm_method_fails_loudly_at_start_up(monkeypatch):
-    def _build_attn_metadata(self, num_reqs, batch_desc, query_start_loc_np, step):
-        """vLLM without seq_lens_cpu_upper_bound."""
-
-    monkeypatch.setattr(DraftModelSpeculator, "_build_attn_metadata", _build_attn_metadata)
-    with pytest.raises(RuntimeError, match=r"_build_attn_metadata no longer takes "
-                                           r"\['seq_lens_cpu_upper_bound'\]"):  # fmt: skip
-        plugin.register()
-    assert DraftModelSpeculator.__dict__["set_attn"] is not None
-    assert not hasattr(DraftModelSpeculator.__dict__["set_attn"], "__draft_window_wraps__")
 
 
 @pytest.fixture
@@ -138,22 +130,7 @@ def test_a_v1_fallback_forced_by_the_window_alone_is_lifted(model_dir, restore_r
 
 
 def speculative_config_for(model_dir, additional_config):
-    """A real VllmConfig with a draft-model speculative config: the tiny model drafts for
-    itself."""
-    from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig, VllmConfig
-
-    model_config = ModelConfig(
-        model=str(model_dir), skip_tokenizer_init=True, dtype="float32", max_model_len=512,
-    )  # fmt: skip
-    parallel_config = ParallelConfig()
-    speculative_config = SpeculativeConfig(
-        method="draft_model", model=str(model_dir), num_speculative_tokens=2,
-        target_model_config=model_config, target_parallel_config=parallel_config,
-    )  # fmt: skip
-    return VllmConfig(
-        model_config=model_config, parallel_config=parallel_config,
-        speculative_config=speculative_config, additional_config=additional_config,
-    )  # fmt: skip
+    return make_speculative_vllm_config(model_dir, additional_config)
 
 
 SINKS_ON_V1 = (
@@ -226,3 +203,75 @@ def test_sinks_without_a_window_are_an_error_without_a_draft(model_dir, restore_
     message = 'needs additional_config["draft_window_size"]'
     with pytest.raises(ValueError, match=re.escape(message)):
         config_for(model_dir, {"draft_attention_sinks": 64})
+
+
+def another_plugins_wrapper(method, calls):
+    """What a second plugin typically does: functools.wraps, which also copies the wrapped
+    function's __dict__ (and so any mark a wrapper carries)."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        calls.append(type(self).__name__)
+        return method(self, *args, **kwargs)
+
+    return wrapper
+
+
+def window_build(model_dir, monkeypatch):
+    """A DSpark draft with draft_window_size=64: what its builder received."""
+    from test_mrv2_dflash import LAYOUTS, build, make_batch, wire
+
+    layouts = LAYOUTS["one_group"]
+    wired = wire("dspark", layouts, make_batch(layouts), model_dir, monkeypatch)
+    build(wired)
+    (received,) = wired.received[0]
+    return wired, received
+
+
+def test_a_second_plugin_wrapping_ours_is_kept_and_ours_goes_inert(model_dir, monkeypatch):
+    plugin.register()
+    ours = DraftModelSpeculator.__dict__["_build_attn_metadata"]
+    calls = []
+    theirs = another_plugins_wrapper(ours, calls)
+    monkeypatch.setattr(DraftModelSpeculator, "_build_attn_metadata", theirs)
+    # Idempotent: ours is found inside theirs, nothing is wrapped again.
+    plugin.register()
+    assert DraftModelSpeculator.__dict__["_build_attn_metadata"] is theirs
+    wired, received = window_build(model_dir, monkeypatch)
+    assert received.seq_lens.data_ptr() == wired.speculator.draft_window.seq_lens.data_ptr()
+    assert calls == ["DSparkSpeculator"]
+    # Unregistering cannot take ours out of their chain without dropping theirs: both stay,
+    # and ours makes no window, so the build is vLLM's own.
+    plugin.unregister()
+    assert DraftModelSpeculator.__dict__["_build_attn_metadata"] is theirs
+    wired, received = window_build(model_dir, monkeypatch)
+    assert wired.speculator.draft_window is None
+    assert received.seq_lens.data_ptr() == wired.batch.input_buffers.seq_lens.data_ptr()
+    assert calls == ["DSparkSpeculator"] * 2
+
+
+def test_a_second_plugin_wrapping_before_ours_is_wrapped_and_restored(model_dir, monkeypatch):
+    vllms = DraftModelSpeculator.__dict__["_build_attn_metadata"]
+    calls = []
+    theirs = another_plugins_wrapper(vllms, calls)
+    monkeypatch.setattr(DraftModelSpeculator, "_build_attn_metadata", theirs)
+    plugin.register()
+    plugin.register()
+    ours = DraftModelSpeculator.__dict__["_build_attn_metadata"]
+    assert ours is not theirs and ours.__wrapped__ is theirs
+    wired, received = window_build(model_dir, monkeypatch)
+    assert received.seq_lens.data_ptr() == wired.speculator.draft_window.seq_lens.data_ptr()
+    assert calls == ["DSparkSpeculator"]
+    plugin.unregister()
+    assert DraftModelSpeculator.__dict__["_build_attn_metadata"] is theirs
+
+
+def test_unregister_restores_the_runner_choice_and_the_config_check():
+    from vllm.config import VllmConfig
+
+    before = {name: VllmConfig.__dict__[name] for name in ("use_v2_model_runner",
+                                                          "__post_init__")}  # fmt: skip
+    plugin.register()
+    assert all(VllmConfig.__dict__[name] is not attr for name, attr in before.items())
+    plugin.unregister()
+    assert all(VllmConfig.__dict__[name] is attr for name, attr in before.items())

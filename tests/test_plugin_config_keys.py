@@ -9,7 +9,7 @@ import pydantic
 import pytest
 from pydantic.dataclasses import dataclass
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, plugin
+from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import make_vllm_config
 
 from mrv1_adapter import load_released_file
@@ -63,7 +63,7 @@ def registered_for_one_test(monkeypatch):
     for name in ("use_v2_model_runner", "__post_init__"):
         monkeypatch.setattr(VllmConfig, name, VllmConfig.__dict__[name])
     yield
-    hooks.uninstall()
+    plugin.unregister()
 
 
 def load_released_ascend_config() -> ModuleType:
@@ -180,3 +180,12 @@ def test_a_failed_adaptation_warns_and_start_up_goes_on(monkeypatch, vllm_log_re
     (record,) = [r for r in vllm_log_records if "draft_attention_sinks" in r.getMessage()]
     assert record.levelname == "WARNING"
     assert "(RuntimeError: AscendConfig moved)" in record.getMessage()
+
+
+def test_unregister_restores_the_strict_ascend_config(model_dir, monkeypatch):
+    strict = install_strict_ascend_config(monkeypatch)
+    plugin.register()
+    build(strict, model_dir, {"draft_window_size": 4096, "draft_attention_sinks": 64})
+    plugin.unregister()
+    with pytest.raises(ValueError, match="draft_attention_sinks"):
+        build(strict, model_dir, {"draft_window_size": 4096, "draft_attention_sinks": 64})

@@ -1,5 +1,5 @@
-"""The wrappers around vLLM 0.33.0's speculator methods, one per path that reads the
-draft's KV, and their installation.
+"""The wrappers around vLLM's speculator methods, one per path that reads the draft's KV
+(``lines.py`` says which methods each supported line has; ``install.py`` installs them).
 
 - ``set_attn``: creates the speculator's window once, before any graph capture.
 - ``_build_attn_metadata``: the choke point every draft metadata build goes through
@@ -21,7 +21,9 @@ EAGLE/EAGLE3 (``TargetDependentARSpeculator``) also need:
 - ``_fused_multi_step_decode``: its metadata serves every later draft step (refreshed in
   place each step), so its host bound covers them all.
 
-With the window off each wrapper costs one attribute check.
+Each wrapper names its path on the window (``Mrv2DraftWindow.path``), so that the run-time
+proof (``proof.py``) can check once per path that the builders received the window, and
+name the path when they did not. With the window off each wrapper costs one attribute check.
 """
 
 from __future__ import annotations
@@ -47,6 +49,11 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import (
     Mrv2DraftWindow,
     block_table_units,
 )
+from vllm_ascend.worker.v2.spec_decode.draft_window.proof import (
+    UPDATE_PATH,
+    WindowNotInPathError,
+    WindowProof,
+)
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
     align_sinks,
     lcm_alignment,
@@ -57,7 +64,17 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
 logger = init_logger("vllm.draft_window")
 
 WINDOW_ATTR = "draft_window"
-_WRAPPED_MARK = "__draft_window_wraps__"
+# A speculator whose set_attn never ran through the hook has no window attribute at all.
+_UNSET = object()
+# False once uninstalled: wrappers that another plugin's wrapper keeps in place (install.py)
+# then make no window, and so change nothing.
+ACTIVE = False
+
+# Path names, as the run-time proof reports them.
+BUILD_PATH = "DraftModelSpeculator._build_attn_metadata"
+DFLASH_CAPTURE_PATH = "DFlashSpeculator.capture"
+PREFILL_PATH = "TargetDependentARSpeculator._prefill"
+DECODE_CAPTURE_PATH = "SpeculatorCudaGraphManager.capture"
 
 # Future offset per method. DFlash and DSpark seq_lens already count the query stretch.
 # EAGLE windows every draft step afresh (a rebuild, or the in-place update recorded in the
@@ -171,7 +188,31 @@ def create_draft_window(speculator: Any) -> Mrv2DraftWindow | None:
         window.spec.alignment,
         future_offset,
     )
+    window.proof = WindowProof(speculator, window)
     return window
+
+
+def window_of(speculator: Any) -> Mrv2DraftWindow | None:
+    """The speculator's window, None when off.
+
+    A speculator whose ``set_attn`` did not run through the hook (a subclass that overrides
+    it without ``super()``) has none: with the window asked for, that is an error, never a
+    silent unwindowed draft.
+    """
+    window = getattr(speculator, WINDOW_ATTR, _UNSET)
+    if window is not _UNSET:
+        return window
+    vllm_config = getattr(speculator, "vllm_config", None)
+    additional = getattr(vllm_config, "additional_config", None)
+    if ACTIVE and DraftWindowConfig.from_additional_config(additional).enabled:
+        raise WindowNotInPathError(
+            f"draft window not in the path: {type(speculator).__name__}.set_attn did not "
+            f"run through the window's hook (an override of DraftModelSpeculator.set_attn "
+            f"without super()?), so its draft has no window although {KEY} is set. Windowing "
+            f"it is not supported: remove {KEY}, or report the path."
+        )
+    setattr(speculator, WINDOW_ATTR, None)
+    return None
 
 
 def _sinks_phrase(sink_tokens: int, sink_size: int, alignment: int) -> str:
@@ -194,7 +235,7 @@ def _set_attn(original: Callable) -> Callable:
     @functools.wraps(original)
     def set_attn(self, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
-        setattr(self, WINDOW_ATTR, create_draft_window(self))
+        setattr(self, WINDOW_ATTR, create_draft_window(self) if ACTIVE else None)
 
     return set_attn
 
@@ -204,7 +245,7 @@ def _build_attn_metadata(original: Callable) -> Callable:
 
     @functools.wraps(original)
     def build_attn_metadata(self, *args: Any, **kwargs: Any) -> Any:
-        window: Mrv2DraftWindow | None = getattr(self, WINDOW_ATTR)
+        window = window_of(self)
         if window is None:
             return original(self, *args, **kwargs)
         window.num_builds += 1
@@ -218,7 +259,7 @@ def _build_attn_metadata(original: Callable) -> Callable:
             arguments["seq_lens_cpu_upper_bound"], num_reqs, arguments["step"],
             extra_steps=window.host_extra_steps,
         )  # fmt: skip
-        with window.swapped_into(self):
+        with window.swapped_into(self, BUILD_PATH):
             return original(*bound.args, **bound.kwargs)
 
     return build_attn_metadata
@@ -227,17 +268,19 @@ def _build_attn_metadata(original: Callable) -> Callable:
 def _update_draft_decode_metadata(original: Callable) -> Callable:
     @functools.wraps(original)
     def update_draft_decode_metadata(self, attn_metadata: Any, num_reqs: int) -> None:
-        window: Mrv2DraftWindow | None = getattr(self, WINDOW_ATTR)
-        if window is not None:
-            window.refresh(num_reqs)
-            # A backend with smaller kernel blocks reads a kernel-block table that only a
-            # build maps; the update skips the build, so map the refreshed windows here
-            # (a write into the group's persistent table, fit for recording in a graph).
-            for g, cropped in window.windows.items():
-                for group in self.attn_groups[g]:
-                    if group.kernel_block_size is not None:
-                        group.map_to_kernel_block_table(cropped.block_table[:num_reqs])
-        original(self, attn_metadata, num_reqs)
+        window = window_of(self)
+        if window is None:
+            return original(self, attn_metadata, num_reqs)
+        window.refresh(num_reqs)
+        # A backend with smaller kernel blocks reads a kernel-block table that only a
+        # build maps; the update skips the build, so map the refreshed windows here
+        # (a write into the group's persistent table, fit for recording in a graph).
+        for g, cropped in window.windows.items():
+            for group in self.attn_groups[g]:
+                if group.kernel_block_size is not None:
+                    group.map_to_kernel_block_table(cropped.block_table[:num_reqs])
+        with window.on_path(UPDATE_PATH):
+            original(self, attn_metadata, num_reqs)
 
     return update_draft_decode_metadata
 
@@ -245,10 +288,11 @@ def _update_draft_decode_metadata(original: Callable) -> Callable:
 def _capture(original: Callable) -> Callable:
     @functools.wraps(original)
     def capture(self) -> None:
-        window: Mrv2DraftWindow | None = getattr(self, WINDOW_ATTR)
+        window = window_of(self)
         if window is None:
             return original(self)
-        with window.swapped_into(self):
+        window.proof.forget(DFLASH_CAPTURE_PATH)
+        with window.swapped_into(self, DFLASH_CAPTURE_PATH):
             return original(self)
 
     return capture
@@ -257,7 +301,7 @@ def _capture(original: Callable) -> Callable:
 def _propose(original: Callable) -> Callable:
     @functools.wraps(original)
     def propose(self, input_batch: Any, *args: Any, **kwargs: Any) -> Any:
-        window: Mrv2DraftWindow | None = getattr(self, WINDOW_ATTR)
+        window = window_of(self)
         if window is None:
             return original(self, input_batch, *args, **kwargs)
         # The draft prefill builds its windowed metadata from the target's batch.
@@ -275,7 +319,7 @@ def _prefill(original: Callable) -> Callable:
 
     @functools.wraps(original)
     def prefill(self, *args: Any, **kwargs: Any) -> Any:
-        window: Mrv2DraftWindow | None = getattr(self, WINDOW_ATTR)
+        window = window_of(self)
         if window is None or window.prefill_batch is None:
             return original(self, *args, **kwargs)
         bound = signature.bind(self, *args, **kwargs)
@@ -327,14 +371,15 @@ def windowed_prefill_metadata(speculator: Any, window: Mrv2DraftWindow, batch: A
     )
     block_tables = tuple(t[:n] for t in window.block_tables.input_block_tables)
     try:
-        return speculator.model_state.prepare_attn(
-            windowed_batch,
-            CUDAGraphMode.NONE,
-            block_tables,
-            speculator.block_tables.slot_mappings[:, : batch.num_tokens],
-            speculator.attn_groups,
-            speculator.kv_cache_config,
-        )
+        with window.on_path(PREFILL_PATH):
+            return speculator.model_state.prepare_attn(
+                windowed_batch,
+                CUDAGraphMode.NONE,
+                block_tables,
+                speculator.block_tables.slot_mappings[:, : batch.num_tokens],
+                speculator.attn_groups,
+                speculator.kv_cache_config,
+            )
     finally:
         # The prefill's metadata holds the wide tables; everything else (decode builds, a
         # graph capture's dummy tables) reads the per-step ones.
@@ -345,7 +390,7 @@ def _init_cudagraph_manager(original: Callable) -> Callable:
     @functools.wraps(original)
     def init_cudagraph_manager(self, cudagraph_mode: CUDAGraphMode) -> None:
         original(self, cudagraph_mode)
-        window: Mrv2DraftWindow | None = getattr(self, WINDOW_ATTR)
+        window = window_of(self)
         if window is None:
             return
         prefill_manager = self.prefill_cudagraph_manager
@@ -383,7 +428,9 @@ def _manager_capture(original: Callable) -> Callable:
         bound = signature.bind(self, *args, **kwargs)
         bound.arguments["input_buffers"] = window.input_buffers
         bound.arguments["block_tables"] = window.block_tables
-        return original(*bound.args, **bound.kwargs)
+        window.proof.forget(DECODE_CAPTURE_PATH)
+        with window.on_path(DECODE_CAPTURE_PATH):
+            return original(*bound.args, **bound.kwargs)
 
     return capture
 
@@ -393,7 +440,7 @@ def _fused_multi_step_decode(original: Callable) -> Callable:
 
     @functools.wraps(original)
     def fused_multi_step_decode(self, *args: Any, **kwargs: Any) -> None:
-        window: Mrv2DraftWindow | None = getattr(self, WINDOW_ATTR)
+        window = window_of(self)
         if window is None:
             return original(self, *args, **kwargs)
         steps = signature.bind(self, *args, **kwargs).arguments["num_speculative_steps"]
@@ -407,87 +454,15 @@ def _fused_multi_step_decode(original: Callable) -> Callable:
     return fused_multi_step_decode
 
 
-def _targets() -> list[tuple[type, str, Callable, tuple[str, ...]]]:
-    """(class, method, wrapper factory, parameters the wrapper relies on)."""
-    from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
-    from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
-    from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils import (
-        SpeculatorCudaGraphManager,
-    )
-    from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator import (
-        TargetDependentARSpeculator,
-    )
-
-    ar = TargetDependentARSpeculator
-    return [
-        (DraftModelSpeculator, "set_attn", _set_attn,
-         ("model_state", "kv_cache_config", "block_tables", "target_input_buffers",
-          "target_attn_groups")),
-        (DraftModelSpeculator, "_build_attn_metadata", _build_attn_metadata,
-         ("num_reqs", "batch_desc", "query_start_loc_np", "seq_lens_cpu_upper_bound", "step")),
-        (DraftModelSpeculator, "_update_draft_decode_metadata", _update_draft_decode_metadata,
-         ("attn_metadata", "num_reqs")),
-        (DFlashSpeculator, "capture", _capture, ()),
-        (ar, "propose", _propose, ("input_batch",)),
-        (ar, "_prefill", _prefill, ("num_reqs", "num_tokens", "attn_metadata")),
-        (ar, "init_cudagraph_manager", _init_cudagraph_manager, ("cudagraph_mode",)),
-        (ar, "_fused_multi_step_decode", _fused_multi_step_decode, ("num_speculative_steps",)),
-        (SpeculatorCudaGraphManager, "capture", _manager_capture,
-         ("input_buffers", "block_tables")),
-    ]  # fmt: skip
-
-
-def _used() -> list[tuple[type, str, tuple[str, ...]]]:
-    """Methods the wrappers call without wrapping them, and the parameters they pass."""
-    from vllm.v1.worker.gpu.model_states.interface import ModelState
-    from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils import (
-        SpeculatorCudaGraphManager,
-    )
-
-    return [
-        (ModelState, "prepare_attn",
-         ("input_batch", "cudagraph_mode", "block_tables", "slot_mappings", "attn_groups",
-          "kv_cache_config")),
-        (SpeculatorCudaGraphManager, "__init__",
-         ("vllm_config", "device", "cudagraph_mode", "decode_query_len")),
-    ]  # fmt: skip
-
-
-def install() -> None:
-    """Wrap the speculator methods once; a second call changes nothing."""
-    from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
-
-    targets = _targets()
-    # Wrapped methods must be defined on the class itself; used ones may be inherited.
-    checks = [(cls, name, required, cls.__dict__.get(name)) for cls, name, _, required in targets]
-    checks += [(cls, name, required, getattr(cls, name, None)) for cls, name, required in _used()]
-    for cls, name, required, method in checks:
-        if method is None:
-            raise RuntimeError(
-                f"draft window: vLLM's {cls.__name__} has no method {name!r} to hook; this "
-                f"project supports vLLM 0.33.x. Remove {KEY} or install vLLM 0.33."
-            )
-        original = getattr(method, _WRAPPED_MARK, method)
-        missing = [p for p in required if p not in inspect.signature(original).parameters]
-        if missing:
-            raise RuntimeError(
-                f"draft window: vLLM's {cls.__name__}.{name} no longer takes {missing}; this "
-                f"project supports vLLM 0.33.x. Remove {KEY} or install vLLM 0.33."
-            )
-    if not hasattr(DraftModelSpeculator, WINDOW_ATTR):
-        setattr(DraftModelSpeculator, WINDOW_ATTR, None)
-    for cls, name, wrap, _ in targets:
-        method = cls.__dict__[name]
-        if hasattr(method, _WRAPPED_MARK):
-            continue
-        wrapper = wrap(method)
-        setattr(wrapper, _WRAPPED_MARK, method)
-        setattr(cls, name, wrapper)
-
-
-def uninstall() -> None:
-    """Put vLLM's own methods back (for tests that compare with and without the project)."""
-    for cls, name, _, _ in _targets():
-        method = cls.__dict__.get(name)
-        if method is not None and hasattr(method, _WRAPPED_MARK):
-            setattr(cls, name, getattr(method, _WRAPPED_MARK))
+# The factories by the names ``lines.py`` gives them.
+WRAPPERS: dict[str, Callable[[Callable], Callable]] = {
+    "set_attn": _set_attn,
+    "build_attn_metadata": _build_attn_metadata,
+    "update_draft_decode_metadata": _update_draft_decode_metadata,
+    "capture": _capture,
+    "propose": _propose,
+    "prefill": _prefill,
+    "init_cudagraph_manager": _init_cudagraph_manager,
+    "manager_capture": _manager_capture,
+    "fused_multi_step_decode": _fused_multi_step_decode,
+}

@@ -151,8 +151,13 @@ class Mrv2DraftWindow:
         # prefill, and how many later steps reuse the metadata being built.
         self.prefill_batch: Any = None
         self.host_extra_steps = 0
-        # Windowed builds so far: proof at run time that the window is in the path.
+        # Windowed builds so far.
         self.num_builds = 0
+        # The window's hooks running now, outermost first: the path a build takes, which
+        # the run-time proof (proof.py) names and checks once.
+        self.path: list[str] = []
+        # The run-time proof watching this window's builders (set by hooks.py).
+        self.proof: Any = None
         self.block_tables = BlockTablesView(block_tables, self.windows)
 
     def refresh(
@@ -211,13 +216,25 @@ class Mrv2DraftWindow:
         return self.seq_lens_cpu_upper_bound
 
     @contextmanager
-    def swapped_into(self, speculator: Any) -> Iterator[None]:
-        """Let the speculator's own code read the windowed views; restore on exit."""
+    def swapped_into(self, speculator: Any, path: str) -> Iterator[None]:
+        """Let the speculator's own code read the windowed views on ``path`` (the hook
+        running); restore on exit."""
         saved = (speculator.input_buffers, speculator.block_tables, speculator.draft_max_seq_len)
         speculator.input_buffers = self.input_buffers
         speculator.block_tables = self.block_tables
         speculator.draft_max_seq_len = min(saved[2], self.spec.max_read_len)
+        self.path.append(path)
         try:
             yield
         finally:
+            self.path.pop()
             speculator.input_buffers, speculator.block_tables, speculator.draft_max_seq_len = saved
+
+    @contextmanager
+    def on_path(self, path: str) -> Iterator[None]:
+        """Name the hook running, for builds that need no swapped views."""
+        self.path.append(path)
+        try:
+            yield
+        finally:
+            self.path.pop()

@@ -1,36 +1,58 @@
 """The ``vllm.general_plugins`` entry point.
 
-vLLM calls every general plugin in each process it starts (engine core and workers), so
-``register`` must be cheap and safe to call more than once. It works with or without
-vllm-ascend installed: the hooks wrap vLLM's own speculator classes, which vllm-ascend's
-MRV2 speculators subclass and call through ``super()``. Besides the hooks it adjusts the
-two places outside them that see the window's keys: the choice of model runner, and
-vllm-ascend's own validation of ``additional_config``.
+vLLM calls every general plugin in each process it starts (engine core and workers), with
+no guard, so ``register`` must be cheap, safe to call more than once, and must never raise
+because of what the installed vLLM or vllm-ascend look like. It installs the hooks where
+the installed vLLM is a supported line (``install.py``) and adjusts the places outside
+them that see the window's keys: the start-up check of a complete ``VllmConfig`` (which
+refuses a window that would not be served), the choice of model runner, and vllm-ascend's
+own validation of ``additional_config``.
 """
 
 import copy
 import functools
 import importlib
+import logging
 
+from vllm_ascend.worker.v2.spec_decode.draft_window import install, lines, patches
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     KEY,
     SINKS_KEY,
     DraftWindowConfig,
 )
 
-_LIFT_MARK = "__draft_window_lifts_v1_fallback__"
-_SINKS_MARK = "__draft_window_drops_sinks_key__"
-_REFUSE_MARK = "__draft_window_refuses_sinks_on_v1__"
+# A child of vLLM's "vllm" logger, so the line reaches vLLM's configured handler.
+logger = logging.getLogger("vllm.draft_window")
 
 
 def register() -> None:
-    """Install the draft window into vLLM's Model Runner V2 speculators."""
-    from vllm_ascend.worker.v2.spec_decode.draft_window import hooks
+    """Install the draft window into vLLM's Model Runner V2 speculators, or, where it cannot
+    be served, only the start-up check that refuses a config asking for it."""
+    state = install.install()
+    steps = [check_window_config, accept_sinks_key]
+    if state.installed:
+        steps.append(lift_v1_fallback)
+    failed = []
+    for step in steps:
+        try:
+            step()
+        except Exception as error:
+            failed.append(f"{step.__name__} failed ({type(error).__name__}: {error})")
+    if not state.installed or failed:
+        logger.debug(
+            "draft window: %s%s",
+            f"hooks installed for {state.line}"
+            if state.installed
+            else f"hooks not installed ({lines.describe_versions()}; supported: "
+            f"{lines.SUPPORTED}): {'; '.join(state.problems)}",
+            "; " + "; ".join(failed) if failed else "",
+        )
 
-    hooks.install()
-    lift_v1_fallback()
-    refuse_sinks_on_v1()
-    accept_sinks_key()
+
+def unregister() -> None:
+    """Undo ``register()``: vLLM's methods, the runner choice, the config check and
+    vllm-ascend's ``AscendConfig`` as they were (for tests)."""
+    install.uninstall()
 
 
 def lift_v1_fallback() -> None:
@@ -44,17 +66,19 @@ def lift_v1_fallback() -> None:
     """
     from vllm.config import VllmConfig
 
-    prop = VllmConfig.__dict__.get("use_v2_model_runner")
-    if not isinstance(prop, property) or hasattr(prop.fget, _LIFT_MARK):
+    if not isinstance(VllmConfig.__dict__.get("use_v2_model_runner"), property):
         return
-    original = prop.fget
 
-    @functools.wraps(original)
-    def use_v2_model_runner(self) -> bool:
-        return original(self) or _only_the_window_forces_v1(self, original)
+    def lift(prop: property) -> property:
+        original = prop.fget
 
-    setattr(use_v2_model_runner, _LIFT_MARK, original)
-    VllmConfig.use_v2_model_runner = property(use_v2_model_runner)
+        @functools.wraps(original)
+        def use_v2_model_runner(self) -> bool:
+            return original(self) or _only_the_window_forces_v1(self, original)
+
+        return property(use_v2_model_runner)
+
+    patches.replace(VllmConfig, "use_v2_model_runner", lift)
 
 
 def _only_the_window_forces_v1(vllm_config, use_v2_model_runner) -> bool:
@@ -78,46 +102,77 @@ def _only_the_window_forces_v1(vllm_config, use_v2_model_runner) -> bool:
     return True
 
 
-def refuse_sinks_on_v1() -> None:
-    """Stop start-up when ``draft_attention_sinks`` > 0 would run on Model Runner V1.
-
-    Only the MRV2 hooks keep sinks; vllm-ascend's V1 draft window has none, and a setting
-    silently ignored would change what the draft attends to. Checked once each
-    ``VllmConfig`` is complete (``__post_init__``), in the process that builds it, after
-    every plugin and platform patch has settled how ``use_v2_model_runner`` answers: a
-    vllm-ascend release replaces that property, possibly after this plugin has run. A set
-    sinks key is validated there (it needs ``draft_window_size``), with a draft or not;
-    sinks 0 or unset, or no speculative config, change nothing else.
+def check_window_config() -> None:
+    """Check the window's keys once each ``VllmConfig`` is complete (``__post_init__``), in
+    the process that builds it (the engine's, before any worker loads a model), after every
+    plugin and platform patch has settled how ``use_v2_model_runner`` answers: a vllm-ascend
+    release replaces that property, possibly after this plugin has run. See
+    ``_check_window_config``.
     """
     from vllm.config import VllmConfig
 
-    post_init = VllmConfig.__dict__.get("__post_init__")
-    if post_init is None or hasattr(post_init, _REFUSE_MARK):
-        return
+    def check_after(post_init):
+        @functools.wraps(post_init)
+        def __post_init__(self) -> None:
+            post_init(self)
+            _check_window_config(self)
 
-    @functools.wraps(post_init)
-    def __post_init__(self) -> None:
-        post_init(self)
-        _refuse_sinks_on_v1(self)
+        return __post_init__
 
-    setattr(__post_init__, _REFUSE_MARK, post_init)
-    VllmConfig.__post_init__ = __post_init__
+    if VllmConfig.__dict__.get("__post_init__") is None:
+        raise RuntimeError("vLLM's VllmConfig has no __post_init__ to check the window in")
+    patches.replace(VllmConfig, "__post_init__", check_after)
 
 
-def _refuse_sinks_on_v1(vllm_config) -> None:
+def _check_window_config(vllm_config) -> None:
+    """Validate set keys (a draft or not); then, for a draft on Model Runner V2, refuse a
+    window whose hooks are not installed; on Model Runner V1, refuse sinks > 0, which only
+    the MRV2 hooks keep (vllm-ascend's V1 window has none). Keys unset change nothing."""
     additional = vllm_config.additional_config
-    if not isinstance(additional, dict) or additional.get(SINKS_KEY) is None:
+    if not isinstance(additional, dict):
         return
-    # Validated wherever it is set, a draft or not: it needs draft_window_size.
-    sinks = DraftWindowConfig.from_additional_config(additional).draft_attention_sinks
-    if vllm_config.speculative_config is None:
+    if additional.get(KEY) is None and additional.get(SINKS_KEY) is None:
         return
-    if sinks > 0 and not vllm_config.use_v2_model_runner:
+    config = DraftWindowConfig.from_additional_config(additional)
+    if vllm_config.speculative_config is None or not config.enabled:
+        return
+    if _runs_model_runner_v2(vllm_config):
+        state = install.status()
+        if not state.installed:
+            raise ValueError(_unserved_message(config, state))
+    elif config.draft_attention_sinks > 0:
         raise ValueError(
-            f"{SINKS_KEY}={sinks} needs Model Runner V2 (VLLM_USE_V2_MODEL_RUNNER=1): "
-            "vllm-ascend's Model Runner V1 draft window has no attention sinks. "
-            f"Set VLLM_USE_V2_MODEL_RUNNER=1 or remove {SINKS_KEY}."
+            f"{SINKS_KEY}={config.draft_attention_sinks} needs Model Runner V2 "
+            "(VLLM_USE_V2_MODEL_RUNNER=1): vllm-ascend's Model Runner V1 draft window has no "
+            f"attention sinks. Set VLLM_USE_V2_MODEL_RUNNER=1 or remove {SINKS_KEY}."
         )
+
+
+def _runs_model_runner_v2(vllm_config) -> bool:
+    choice = getattr(type(vllm_config), "use_v2_model_runner", None)
+    if isinstance(choice, property):
+        return bool(vllm_config.use_v2_model_runner)
+    from vllm import envs
+
+    return bool(envs.VLLM_USE_V2_MODEL_RUNNER)
+
+
+def _unserved_message(config: DraftWindowConfig, state: install.Status) -> str:
+    keys = f"{KEY}={config.draft_window_size}"
+    if config.draft_attention_sinks:
+        keys += f" and {SINKS_KEY}={config.draft_attention_sinks}"
+    v1 = (
+        ""
+        if config.draft_attention_sinks
+        else ", run Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0), whose draft window is "
+        "vllm-ascend's own,"
+    )
+    return (
+        f"additional_config {keys} cannot be served on Model Runner V2 here: the draft "
+        f"window could not hook this vLLM ({lines.describe_versions()}; supported: "
+        f"{lines.SUPPORTED}): {'; '.join(state.problems)}. Install a supported vLLM{v1} or "
+        f"remove {KEY} from additional_config."
+    )
 
 
 def accept_sinks_key() -> None:
@@ -169,19 +224,21 @@ def _accept_sinks_key() -> None:
         return
     if extra != "forbid" or SINKS_KEY in ascend_config.__pydantic_fields__:
         return
-    if hasattr(ascend_config.__init__, _SINKS_MARK):
+    if patches.is_replaced(ascend_config, "__init__"):
         return
     if is_pydantic_dataclass(ascend_config):
         # NOTE: pydantic completes a dataclass whose annotations were unresolved when it was
         # defined (vllm-ascend's name classes defined below it) on first use, and doing so
         # sets a new __init__ that would drop the wrapper below; complete it first.
         rebuild_dataclass(ascend_config)
-    init = ascend_config.__init__
+    init = ascend_config.__init__  # its own, or inherited
 
-    @functools.wraps(init)
-    def __init__(self, *args, **kwargs) -> None:
-        kwargs.pop(SINKS_KEY, None)
-        init(self, *args, **kwargs)
+    def drop_sinks_key(_own_init):
+        @functools.wraps(init)
+        def __init__(self, *args, **kwargs) -> None:
+            kwargs.pop(SINKS_KEY, None)
+            init(self, *args, **kwargs)
 
-    setattr(__init__, _SINKS_MARK, init)
-    ascend_config.__init__ = __init__
+        return __init__
+
+    patches.replace(ascend_config, "__init__", drop_sinks_key)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 import vllm.v1.worker.gpu.spec_decode.speculator as speculator_module
-from vllm.config import ModelConfig, VllmConfig
+from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig, VllmConfig
 from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
@@ -60,6 +60,26 @@ def make_vllm_config(
     config = VllmConfig(model_config=model_config, additional_config=additional_config or {})
     config.scheduler_config.max_num_seqs = max_num_seqs
     return config
+
+
+def make_speculative_vllm_config(
+    model_dir: Path, additional_config: dict | None, max_model_len: int = 512
+) -> VllmConfig:
+    """A real VllmConfig with a draft-model speculative config (the tiny model drafts for
+    itself): what the engine builds at start-up, ``__post_init__`` included."""
+    model_config = ModelConfig(
+        model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
+        max_model_len=max_model_len,
+    )  # fmt: skip
+    parallel_config = ParallelConfig()
+    speculative_config = SpeculativeConfig(
+        method="draft_model", model=str(model_dir), num_speculative_tokens=2,
+        target_model_config=model_config, target_parallel_config=parallel_config,
+    )  # fmt: skip
+    return VllmConfig(
+        model_config=model_config, parallel_config=parallel_config,
+        speculative_config=speculative_config, additional_config=additional_config or {},
+    )  # fmt: skip
 
 
 @dataclass

@@ -1,0 +1,188 @@
+"""The plugin never stops vLLM: on a vLLM whose hooked parts moved, vLLM's own plugin
+loading completes and drafts run as without this package, while a config that asks for
+the window stops start-up with one error that says why.
+
+Drift is simulated on the real installed vLLM: a hooked module made unimportable, a hooked
+method removed, a parameter renamed, a version outside the supported lines.
+"""
+
+import logging
+import sys
+
+import pytest
+import vllm.plugins
+from vllm.config.compilation import CUDAGraphMode
+from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator import (
+    TargetDependentARSpeculator,
+)
+
+from vllm_ascend.worker.v2.spec_decode.draft_window import install, lines, plugin
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import (
+    make_speculative_vllm_config,
+)
+
+from test_mrv2_dflash import LAYOUTS, build, compare_cams, make_batch, wire
+
+AR_MODULE = "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator"
+
+
+def renamed_module(monkeypatch):
+    """vLLM 0.30 names the EAGLE speculator's module `autoregressive`."""
+    monkeypatch.setitem(sys.modules, AR_MODULE, None)
+
+
+def removed_method(monkeypatch):
+    """vLLM 0.30 has no in-place draft decode update."""
+    monkeypatch.delattr(DraftModelSpeculator, "_update_draft_decode_metadata")
+
+
+def renamed_parameter(monkeypatch):
+    """vLLM 0.30's fused decode takes no `num_speculative_steps`."""
+
+    def _fused_multi_step_decode(self, num_reqs, num_tokens, num_steps):
+        """A stand-in with the parameter renamed."""
+
+    monkeypatch.setattr(TargetDependentARSpeculator, "_fused_multi_step_decode",
+                        _fused_multi_step_decode)  # fmt: skip
+
+
+def unknown_version(monkeypatch):
+    monkeypatch.setattr(lines, "installed_versions",
+                        lambda: {"vllm": "0.34.0", "vllm-ascend": "not installed"})  # fmt: skip
+
+
+DRIFTS = {
+    renamed_module: f"module {AR_MODULE} cannot be imported",
+    removed_method: "DraftModelSpeculator._update_draft_decode_metadata is missing",
+    renamed_parameter: (
+        "TargetDependentARSpeculator._fused_multi_step_decode no longer takes num_speculative_steps"
+    ),
+    unknown_version: "vLLM 0.34.0 is not a supported line",
+}
+drifts = pytest.mark.parametrize(("drift", "problem"), list(DRIFTS.items()),
+                                 ids=[d.__name__ for d in DRIFTS])  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def fresh_plugin_loading(monkeypatch):
+    """vLLM loads general plugins once per process; each test loads them anew, restricted
+    to this one (discovered from the installed distribution's entry point)."""
+    from vllm.config import VllmConfig
+
+    plugin.unregister()
+    monkeypatch.setattr(vllm.plugins, "plugins_loaded", False)
+    monkeypatch.setenv("VLLM_PLUGINS", "draft_window")
+    for name in ("use_v2_model_runner", "__post_init__"):
+        monkeypatch.setattr(VllmConfig, name, VllmConfig.__dict__[name])
+    yield
+    plugin.unregister()
+
+
+@pytest.fixture
+def debug_lines(monkeypatch):
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("vllm.draft_window")
+    monkeypatch.setattr(logger, "level", logging.DEBUG)
+    logger.addHandler(handler)
+    yield records
+    logger.removeHandler(handler)
+
+
+def vllm_methods():
+    return {name: DraftModelSpeculator.__dict__.get(name)
+            for name in ("set_attn", "_build_attn_metadata")}  # fmt: skip
+
+
+@drifts
+def test_vllm_loads_the_plugin_and_changes_nothing_it_hooks(drift, problem, monkeypatch,
+                                                            debug_lines):  # fmt: skip
+    drift(monkeypatch)
+    before = vllm_methods()
+    vllm.plugins.load_general_plugins()
+    assert vllm_methods() == before
+    state = install.status()
+    assert not state.installed and problem in "; ".join(state.problems)
+    (line,) = [r for r in debug_lines if "draft window" in r.getMessage()]
+    assert line.levelno == logging.DEBUG and problem in line.getMessage()
+
+
+@drifts
+def test_without_the_window_a_draft_builds_exactly_what_vllm_builds(drift, problem, model_dir,
+                                                                    monkeypatch):  # fmt: skip
+    layouts = LAYOUTS["target_group_and_two_draft_groups"]
+    batch = make_batch(layouts)
+    plain = wire("dspark", layouts, batch, model_dir, monkeypatch, additional_config={})
+    build(plain, CUDAGraphMode.FULL)
+    drift(monkeypatch)
+    vllm.plugins.load_general_plugins()
+    ours = wire("dspark", layouts, batch, model_dir, monkeypatch, additional_config={})
+    build(ours, CUDAGraphMode.FULL)
+    assert not hasattr(ours.speculator, "draft_window")
+    for g in plain.received:
+        compare_cams(plain.received[g][0], ours.received[g][0])
+
+
+@drifts
+def test_with_the_window_building_the_config_stops_with_the_reason(drift, problem, model_dir,
+                                                                   monkeypatch):  # fmt: skip
+    drift(monkeypatch)
+    vllm.plugins.load_general_plugins()
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    with pytest.raises(ValueError) as error:
+        make_speculative_vllm_config(model_dir, {"draft_window_size": 512})
+    # pydantic reports it as VllmConfig's validation error, as vLLM's own config errors.
+    message = str(error.value)
+    assert ("Value error, additional_config draft_window_size=512 cannot be served on Model "
+            "Runner V2 here: the draft window could not hook this vLLM") in message  # fmt: skip
+    versions = lines.installed_versions()
+    assert f"vLLM {versions['vllm']}, vllm-ascend not installed" in message
+    assert "supported: vLLM 0.33.x" in message and problem in message
+    assert "remove draft_window_size from additional_config" in message
+    # The same with sinks: the error names both keys and offers no Model Runner V1.
+    with pytest.raises(ValueError, match="draft_window_size=512 and draft_attention_sinks=64"):
+        make_speculative_vllm_config(
+            model_dir, {"draft_window_size": 512, "draft_attention_sinks": 64}
+        )
+
+
+def test_with_the_window_on_model_runner_v1_vllm_ascends_own_window_is_left_to_act(
+    model_dir, monkeypatch
+):
+    renamed_module(monkeypatch)
+    vllm.plugins.load_general_plugins()
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
+    config = make_speculative_vllm_config(model_dir, {"draft_window_size": 512})
+    assert config.additional_config == {"draft_window_size": 512}
+
+
+def test_without_a_draft_or_the_keys_no_config_is_refused(model_dir, monkeypatch):
+    renamed_module(monkeypatch)
+    vllm.plugins.load_general_plugins()
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    make_speculative_vllm_config(model_dir, {"other": 1})
+    from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import make_vllm_config
+
+    make_vllm_config(model_dir, 512, 4, {"draft_window_size": 512})
+
+
+def test_a_defect_while_installing_does_not_stop_vllm_either(model_dir, monkeypatch):
+    def broken(line):
+        raise RuntimeError("a defect")
+
+    monkeypatch.setattr(lines, "resolve", broken)
+    vllm.plugins.load_general_plugins()
+    assert install.status().problems == ("RuntimeError: a defect",)
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    with pytest.raises(ValueError, match="RuntimeError: a defect"):
+        make_speculative_vllm_config(model_dir, {"draft_window_size": 512})
+
+
+def test_on_a_supported_vllm_the_config_is_accepted(model_dir, monkeypatch):
+    vllm.plugins.load_general_plugins()
+    assert install.status() == install.Status(installed=True, line="vLLM 0.33.x")
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    config = make_speculative_vllm_config(model_dir, {"draft_window_size": 512})
+    assert config.use_v2_model_runner

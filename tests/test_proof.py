@@ -1,0 +1,205 @@
+"""The run-time proof: the draft's attention builders are handed the window on every path,
+checked once per path (and at every graph capture); a path that goes around the hooks
+stops with an error that names it."""
+
+import inspect
+
+import pytest
+import torch
+from vllm.config.compilation import CUDAGraphMode
+from vllm.v1.worker.gpu.spec_decode.dflash.cudagraph import _prepare_dflash_inputs_to_capture
+from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
+from vllm.v1.worker.gpu.spec_decode.dspark.speculator import DSparkSpeculator
+from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+from vllm_ascend.worker.v2.spec_decode.draft_window import hooks
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import (
+    fill_input_block_tables,
+    fill_query_inputs,
+    fill_slot_mappings,
+)
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import (
+    make_vllm_config,
+    wire_speculator,
+)
+from vllm_ascend.worker.v2.spec_decode.draft_window.proof import WindowNotInPathError
+
+from test_mrv2_dflash import (
+    LAYOUTS,
+    MAX_MODEL_LEN,
+    MAX_NUM_REQS,
+    NUM_SPEC,
+    Q,
+    W,
+    assert_reads_exactly_the_window,
+    build,
+    make_batch,
+    wire,
+)
+
+pytestmark = pytest.mark.usefixtures("window_hooks")
+LAYOUT = [*LAYOUTS["target_group_and_two_draft_groups"], *LAYOUTS["one_group"]]
+
+
+def wire_class(cls, model_dir, layouts=LAYOUT):
+    config = make_vllm_config(model_dir, MAX_MODEL_LEN, MAX_NUM_REQS, {"draft_window_size": W})
+    return wire_speculator(cls, make_batch(layouts, num_reqs_padded=MAX_NUM_REQS), layouts,
+                           config, "dspark", NUM_SPEC)  # fmt: skip
+
+
+def vllms(method):
+    """vLLM's own function under the window's wrapper: what a subclass that copies vLLM's
+    code instead of calling super() runs."""
+    return inspect.unwrap(method)
+
+
+def capture_on_cpu(speculator, captured):
+    """CUDA graphs cannot be captured on CPU: a stand-in graph manager that runs vLLM's real
+    capture-input preparation for one graph size."""
+
+    class CaptureOnCpu:
+        def capture(self, forward_fn, input_buffers, block_tables, attn_groups,
+                    kv_cache_config, max_model_len, causal, **kwargs):  # fmt: skip
+            state = _prepare_dflash_inputs_to_capture(
+                MAX_NUM_REQS, MAX_NUM_REQS * Q, input_buffers, block_tables, attn_groups,
+                kv_cache_config, max_model_len, skip_attn=False, causal=causal,
+            )  # fmt: skip
+            captured.update(state.attn_metadata)
+
+    speculator.query_cudagraph_manager = CaptureOnCpu()
+    speculator.sample_indices = torch.zeros(MAX_NUM_REQS * NUM_SPEC, dtype=torch.int64)
+    speculator.sample_pos = torch.zeros_like(speculator.sample_indices)
+    speculator.sample_idx_mapping = torch.zeros_like(speculator.sample_indices)
+    speculator._group_causal = True
+
+
+def test_each_path_is_checked_once_and_every_capture_again(model_dir, monkeypatch):
+    layouts = LAYOUTS["one_group"]
+    wired = wire("dflash", layouts, make_batch(layouts, num_reqs_padded=MAX_NUM_REQS),
+                 model_dir, monkeypatch)  # fmt: skip
+    s, proof = wired.speculator, wired.speculator.draft_window.proof
+    captured = {}
+    capture_on_cpu(s, captured)
+    s.capture()
+    # The capture builds through build_for_cudagraph_capture, which calls build.
+    assert proof.num_checks == 2
+    for _ in range(3):
+        build(wired)
+    assert proof.num_checks == 3
+    for _ in range(3):
+        s._update_draft_decode_metadata(captured, MAX_NUM_REQS)
+    assert proof.num_checks == 4
+    s.capture()
+    assert proof.num_checks == 6
+    assert {path for path, _, _ in proof.proven} == {
+        (hooks.DFLASH_CAPTURE_PATH,),
+        (hooks.BUILD_PATH,),
+        (hooks.UPDATE_PATH,),
+    }
+    # And what was proven is the window: a replay step reads exactly it.
+    fill_input_block_tables(wired.batch)
+    fill_query_inputs(wired.batch)
+    fill_slot_mappings(wired.batch)
+    s._update_draft_decode_metadata(captured, MAX_NUM_REQS)
+    assert_reads_exactly_the_window(wired, layouts, captured)
+
+
+def test_a_subclass_building_without_super_is_stopped_with_its_path(model_dir):
+    class OwnBuildDSpark(DSparkSpeculator):
+        def _build_attn_metadata(self, *args, **kwargs):
+            """Builds from the full inputs with vLLM's code, without super()."""
+            return vllms(DraftModelSpeculator._build_attn_metadata)(self, *args, **kwargs)
+
+    wired = wire_class(OwnBuildDSpark, model_dir)
+    with pytest.raises(WindowNotInPathError) as error:
+        build(wired)
+    message = str(error.value)
+    assert message.startswith("draft window not in the path: OwnBuildDSpark's draft attention "
+                              "builder for KV-cache group 1 got metadata (build) outside the "
+                              "window's hooks, called from ")  # fmt: skip
+    assert "OwnBuildDSpark._build_attn_metadata" in message
+    assert "DraftModelSpeculator._build_uniform_attn_metadata" in message
+    assert "its device seq_lens is not the window's windowed seq_lens" in message
+    assert "is not the group's cropped table" in message
+    assert "Remove draft_window_size" in message
+
+
+def test_a_vllm_that_stops_forwarding_the_uniform_build_is_stopped(model_dir, monkeypatch):
+    real_build = vllms(DraftModelSpeculator._build_attn_metadata)
+    real_uniform = DraftModelSpeculator._build_uniform_attn_metadata
+
+    def _build_uniform_attn_metadata(self, *args, **kwargs):
+        """A vLLM whose uniform build builds by itself instead of forwarding."""
+        self_forwarding = self._build_attn_metadata
+        self._build_attn_metadata = lambda **kw: real_build(self, **kw)
+        try:
+            return real_uniform(self, *args, **kwargs)
+        finally:
+            self._build_attn_metadata = self_forwarding
+
+    monkeypatch.setattr(DraftModelSpeculator, "_build_uniform_attn_metadata",
+                        _build_uniform_attn_metadata)  # fmt: skip
+    wired = wire_class(DSparkSpeculator, model_dir)
+    with pytest.raises(WindowNotInPathError, match=r"outside the window's hooks, called from "
+                                                   r".*_build_uniform_attn_metadata"):  # fmt: skip
+        build(wired)
+
+
+def test_a_capture_that_bypasses_the_hook_is_stopped_with_its_path(model_dir):
+    class OwnCaptureDFlash(DFlashSpeculator):
+        def capture(self):
+            """Prepares its graphs' inputs itself, without super(): the shape of a capture
+            that calls the graph manager directly."""
+            _prepare_dflash_inputs_to_capture(
+                MAX_NUM_REQS, MAX_NUM_REQS * Q, self.input_buffers, self.block_tables,
+                self.attn_groups, self.kv_cache_config, self.max_model_len, skip_attn=False,
+                causal=True,
+            )  # fmt: skip
+
+    wired = wire_class(OwnCaptureDFlash, model_dir)
+    with pytest.raises(WindowNotInPathError) as error:
+        wired.speculator.capture()
+    message = str(error.value)
+    assert "(build_for_cudagraph_capture) outside the window's hooks" in message
+    assert "OwnCaptureDFlash.capture" in message
+
+
+def test_an_in_place_update_outside_the_hook_is_stopped(model_dir, monkeypatch):
+    """vLLM 0.30's fused decode updates recorded metadata through the attention groups
+    directly, which would leave the window's buffers as they were."""
+    layouts = LAYOUTS["one_group"]
+    wired = wire("dflash", layouts, make_batch(layouts, num_reqs_padded=MAX_NUM_REQS),
+                 model_dir, monkeypatch)  # fmt: skip
+    captured = {}
+    capture_on_cpu(wired.speculator, captured)
+    wired.speculator.capture()
+    (group,) = wired.attn_groups[0]
+    with pytest.raises(WindowNotInPathError, match="updated in place outside the window's "
+                                                   "update hook"):  # fmt: skip
+        group.update_draft_decode_metadata(captured)
+
+
+def test_a_set_attn_override_without_super_is_stopped_at_the_first_build(model_dir):
+    class OwnSetAttnDSpark(DSparkSpeculator):
+        def set_attn(self, *args, **kwargs):
+            """vLLM's own set_attn, without super()."""
+            vllms(DraftModelSpeculator.set_attn)(self, *args, **kwargs)
+
+    wired = wire_class(OwnSetAttnDSpark, model_dir)
+    with pytest.raises(WindowNotInPathError, match=r"OwnSetAttnDSpark.set_attn did not run "
+                                                   r"through the window's hook"):  # fmt: skip
+        build(wired, CUDAGraphMode.FULL)
+
+
+def test_host_lengths_past_the_window_are_stopped(model_dir, monkeypatch):
+    """A host bound that escaped the window (here the window's own host arithmetic is
+    switched off; vllm-ascend's DSpark MLA path hands its builders unwindowed host lengths)."""
+    monkeypatch.setattr(hooks.Mrv2DraftWindow, "host_upper_bound",
+                        lambda self, bound, num_reqs, step, **kwargs: bound)  # fmt: skip
+    wired = wire_class(DSparkSpeculator, model_dir)
+    with pytest.raises(WindowNotInPathError) as error:
+        build(wired)
+    message = str(error.value)
+    assert f"(build) under the window's hooks {hooks.BUILD_PATH}, and " in message
+    # Alignment lcm(16, 32, 16) = 32: at most 64 + 32 - 1 tokens; the longest context is 2000.
+    assert "seq_lens_cpu_upper_bound reaches 2000, past the window's 95" in message

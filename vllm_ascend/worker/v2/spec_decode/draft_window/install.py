@@ -1,0 +1,91 @@
+"""Installing the draft window's hooks into vLLM: all of them or none, never an exception.
+
+vLLM calls every general plugin in every process, with no guard, so an exception here
+would stop every ``vllm serve`` on the host, with or without ``draft_window_size``. On a
+vLLM that is not a supported line, or that lacks a hooked module, class, method or
+parameter, nothing is hooked and the reasons are kept in :func:`status`: vLLM then runs
+exactly as without this package, and a config that asks for the window is refused at
+start-up with those reasons (``plugin.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vllm_ascend.worker.v2.spec_decode.draft_window import lines, patches
+
+
+@dataclass(frozen=True)
+class Status:
+    """Whether the hooks are in place; if not, why."""
+
+    installed: bool
+    line: str | None = None
+    problems: tuple[str, ...] = ()
+
+
+_status = Status(installed=False, problems=("the draft window plugin has not been registered",))
+
+
+def status() -> Status:
+    return _status
+
+
+def install() -> Status:
+    """Wrap every hooked method of the installed vLLM's line, or none of them."""
+    global _status
+    try:
+        _status = _install()
+    except Exception as error:  # a defect of ours must not stop vLLM either
+        _status = Status(installed=False, problems=(f"{type(error).__name__}: {error}",))
+    return _status
+
+
+def _install() -> Status:
+    version = _vllm_version()
+    line = lines.line_for(version)
+    if line is None:
+        problems = [f"vLLM {version} is not a supported line"]
+    else:
+        found, problems = lines.resolve(line)
+    if not problems:
+        try:
+            from vllm_ascend.worker.v2.spec_decode.draft_window import hooks
+        except Exception as error:  # what hooks.py imports from vLLM moved
+            problems = [f"the draft window's hooks cannot import what they use ({error})"]
+    if problems:
+        return Status(installed=False, problems=tuple(problems))
+    for resolved in found:
+        if resolved.hook.wrapper is not None:
+            patches.replace(
+                resolved.owner, resolved.hook.method, hooks.WRAPPERS[resolved.hook.wrapper]
+            )
+    hooks.ACTIVE = True
+    return Status(installed=True, line=line.name)
+
+
+def uninstall() -> None:
+    """Put back everything ``register()`` replaced (for tests that compare with and without
+    the window). A wrapper of ours that another plugin has wrapped since stays in its chain,
+    inert: it makes no window."""
+    global _status
+    try:
+        from vllm_ascend.worker.v2.spec_decode.draft_window import hooks
+    except ImportError:
+        pass
+    else:
+        hooks.ACTIVE = False
+    patches.restore_all()
+    _status = Status(installed=False, problems=("the draft window was uninstalled",))
+
+
+def _vllm_version() -> str:
+    version = lines.installed_versions()["vllm"]
+    if version != "not installed":
+        return version
+    try:
+        import vllm
+
+        return str(vllm.__version__)
+    except Exception:
+        return "(unknown)"

@@ -1,0 +1,155 @@
+"""The vLLM lines the draft window supports, and what it hooks on each: the one place that
+knows versions, module paths, class names and parameters.
+
+The rest of the package asks :func:`resolve` for the classes and never reads a version.
+Resolving imports and inspects only; it never raises because of what the installed vLLM
+looks like: whatever is missing comes back as a list of readable problems, and then
+nothing is hooked (see ``install.py``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import inspect
+from dataclasses import dataclass
+
+_SPEC_DECODE = "vllm.v1.worker.gpu.spec_decode"
+
+
+@dataclass(frozen=True)
+class Hook:
+    """One method the window wraps (``wrapper`` names its factory in ``hooks.py``), or only
+    calls (``wrapper`` None; it may then be inherited), with the parameters it relies on."""
+
+    module: str
+    cls: str
+    method: str
+    wrapper: str | None
+    parameters: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return f"{self.cls}.{self.method}"
+
+
+@dataclass(frozen=True)
+class Line:
+    """A supported vLLM release line (``major.minor``) and its hooks."""
+
+    name: str
+    vllm_minor: tuple[int, int]
+    hooks: tuple[Hook, ...]
+
+
+_AR = f"{_SPEC_DECODE}.target_dependent_ar"
+
+VLLM_0_33 = Line(
+    name="vLLM 0.33.x",
+    vllm_minor=(0, 33),
+    hooks=(
+        Hook(f"{_SPEC_DECODE}.speculator", "DraftModelSpeculator", "set_attn", "set_attn",
+             ("model_state", "kv_cache_config", "block_tables", "target_input_buffers",
+              "target_attn_groups")),
+        Hook(f"{_SPEC_DECODE}.speculator", "DraftModelSpeculator", "_build_attn_metadata",
+             "build_attn_metadata",
+             ("num_reqs", "batch_desc", "query_start_loc_np", "seq_lens_cpu_upper_bound",
+              "step")),
+        Hook(f"{_SPEC_DECODE}.speculator", "DraftModelSpeculator",
+             "_update_draft_decode_metadata", "update_draft_decode_metadata",
+             ("attn_metadata", "num_reqs")),
+        Hook(f"{_SPEC_DECODE}.dflash.speculator", "DFlashSpeculator", "capture", "capture"),
+        Hook(f"{_AR}.speculator", "TargetDependentARSpeculator", "propose", "propose",
+             ("input_batch",)),
+        Hook(f"{_AR}.speculator", "TargetDependentARSpeculator", "_prefill", "prefill",
+             ("num_reqs", "num_tokens", "attn_metadata")),
+        Hook(f"{_AR}.speculator", "TargetDependentARSpeculator", "init_cudagraph_manager",
+             "init_cudagraph_manager", ("cudagraph_mode",)),
+        Hook(f"{_AR}.speculator", "TargetDependentARSpeculator", "_fused_multi_step_decode",
+             "fused_multi_step_decode", ("num_speculative_steps",)),
+        Hook(f"{_AR}.cudagraph_utils", "SpeculatorCudaGraphManager", "capture",
+             "manager_capture", ("input_buffers", "block_tables")),
+        # Called, not wrapped.
+        Hook("vllm.v1.worker.gpu.model_states.interface", "ModelState", "prepare_attn", None,
+             ("input_batch", "cudagraph_mode", "block_tables", "slot_mappings", "attn_groups",
+              "kv_cache_config")),
+        Hook(f"{_AR}.cudagraph_utils", "SpeculatorCudaGraphManager", "__init__", None,
+             ("vllm_config", "device", "cudagraph_mode", "decode_query_len")),
+    ),
+)  # fmt: skip
+
+LINES = (VLLM_0_33,)
+SUPPORTED = ", ".join(line.name for line in LINES)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A hook found on the installed vLLM: the class that defines it, and the method."""
+
+    hook: Hook
+    owner: type
+    method: object
+
+
+def installed_versions() -> dict[str, str]:
+    """The installed vLLM and vllm-ascend distributions, for messages."""
+    versions = {}
+    for dist in ("vllm", "vllm-ascend"):
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            versions[dist] = "not installed"
+    return versions
+
+
+def describe_versions() -> str:
+    versions = installed_versions()
+    return f"vLLM {versions['vllm']}, vllm-ascend {versions['vllm-ascend']}"
+
+
+def line_for(vllm_version: str) -> Line | None:
+    """The supported line of a vLLM version (``0.33.0``, ``0.33.1.dev4+g...``), or None."""
+    parts = vllm_version.split(".")
+    try:
+        minor = (int(parts[0]), int(parts[1]))
+    except (IndexError, ValueError):
+        return None
+    return next((line for line in LINES if line.vllm_minor == minor), None)
+
+
+def resolve(line: Line) -> tuple[list[Resolved], list[str]]:
+    """Find every hook of ``line`` on the installed vLLM: (found, problems).
+
+    A wrapped method must be defined on its class itself (wrapping an inherited one would
+    hook the base class's subclasses twice); a called one may be inherited. Problems name
+    the missing module, class, method or parameters.
+    """
+    found, problems = [], []
+    for hook in line.hooks:
+        try:
+            module = importlib.import_module(hook.module)
+        except Exception as error:  # any import-time failure of a module we hook
+            problems.append(f"module {hook.module} cannot be imported ({error})")
+            continue
+        owner = getattr(module, hook.cls, None)
+        if not isinstance(owner, type):
+            problems.append(f"{hook.module} has no class {hook.cls}")
+            continue
+        if hook.wrapper is not None:
+            method = owner.__dict__.get(hook.method)
+        else:
+            method = getattr(owner, hook.method, None)
+        if method is None:
+            problems.append(f"{hook.name} is missing")
+            continue
+        try:
+            parameters = inspect.signature(inspect.unwrap(method)).parameters
+        except (TypeError, ValueError):
+            problems.append(f"{hook.name} has no readable signature")
+            continue
+        missing = [p for p in hook.parameters if p not in parameters]
+        if missing:
+            problems.append(f"{hook.name} no longer takes {', '.join(missing)}")
+            continue
+        found.append(Resolved(hook, owner, method))
+    return found, problems

@@ -1,0 +1,189 @@
+"""The run-time proof that the draft's attention is handed the window, on every path.
+
+The hooks wrap vLLM methods by name. A subclass that overrides one without ``super()``, a
+vLLM that stops forwarding ``_build_uniform_attn_metadata`` to ``_build_attn_metadata``, or
+a graph capture that goes around the hooked one would leave the draft reading its whole
+context, and nothing would say so. The proof therefore watches the other end: the
+attention metadata builders of every windowed KV-cache group. The first time each path
+hands them metadata (and at every graph capture), it checks that
+
+- the device ``seq_lens`` is the window's persistent windowed buffer, and the block table
+  is the group's persistent cropped table (or the group's kernel-block map of it, no wider);
+- every host length is windowed: ``max_seq_len`` and ``seq_lens_cpu_upper_bound`` are at
+  most ``S + max(W, q) + a - 1``, the longest read of a pass of ``q`` query tokens per
+  request (upstream vLLM takes both as bounds). At a graph capture ``max_seq_len`` is
+  vLLM's worst case over every replay instead, which stays a bound;
+- the slot mapping is vLLM's own: the window never touches where the draft writes;
+- an in-place update of recorded metadata runs inside the window's update hook, which
+  refreshes the persistent buffers the metadata references.
+
+Any failure stops with an error naming the path: the hooks a build ran under, or, for a
+build under none, the methods that called it. The checks read pointers, shapes and host
+tensors only: no device value, so they may run inside a graph capture. Once a path is
+proven, a build costs one set lookup.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import torch
+
+# The builder methods a kernel's metadata comes from.
+_BUILDS = ("build", "build_for_cudagraph_capture")
+_UPDATE = "update_draft_decode_metadata"
+# The path label of the in-place update hook (hooks.py).
+UPDATE_PATH = "DraftModelSpeculator._update_draft_decode_metadata"
+
+
+class WindowNotInPathError(RuntimeError):
+    """The draft's attention was about to read outside the window."""
+
+
+class WindowProof:
+    """Watches the builders of one speculator's windowed KV-cache groups."""
+
+    def __init__(self, speculator: Any, window: Any) -> None:
+        self.speculator = speculator
+        self.window = window
+        # (path, builder method, group): proven once; capture paths are re-proven at
+        # every capture (``capturing``).
+        self.proven: set[tuple[tuple[str, ...], str, int]] = set()
+        # The hooks that capture graphs (``forget``).
+        self.capture_paths: set[str] = set()
+        # Number of builder calls checked: shows in tests that the proof ran.
+        self.num_checks = 0
+        for g in window.windows:
+            for group in speculator.attn_groups[g]:
+                for builder in group.metadata_builders:
+                    for name in (*_BUILDS, _UPDATE):
+                        if callable(getattr(builder, name, None)):
+                            setattr(builder, name, self._watch(builder, name, g, group))
+
+    def forget(self, path: str) -> None:
+        """A graph capture starts on ``path``: what is built under it is checked again, every
+        time."""
+        self.capture_paths.add(path)
+        self.proven = {key for key in self.proven if path not in key[0]}
+
+    def _watch(self, builder: Any, name: str, g: int, group: Any) -> Any:
+        real = getattr(builder, name)
+
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            key = (tuple(self.window.path), name, g)
+            if key not in self.proven:
+                self._check(name, g, group, args, kwargs)
+                self.proven.add(key)
+            return real(*args, **kwargs)
+
+        watched.__wrapped__ = real
+        return watched
+
+    def _check(self, name: str, g: int, group: Any, args: tuple, kwargs: dict) -> None:
+        self.num_checks += 1
+        if name == _UPDATE:
+            metadata = kwargs.get("metadata", args[0] if args else None)
+            problems = self._check_update(g, metadata)
+        else:
+            cm = kwargs.get("common_attn_metadata", args[-1] if args else None)
+            capture = name != "build" or not self.capture_paths.isdisjoint(self.window.path)
+            problems = self._check_common(g, group, cm, capture)
+        if problems:
+            raise WindowNotInPathError(self._message(name, g, problems))
+
+    def _check_common(self, g: int, group: Any, cm: Any, capture: bool) -> list[str]:
+        window = self.window
+        problems = []
+        if not _same_start(cm.seq_lens, window.seq_lens):
+            problems.append("its device seq_lens is not the window's windowed seq_lens")
+        if not self._is_cropped_table(g, group, cm.block_table_tensor):
+            problems.append(
+                f"its block table (shape {tuple(cm.block_table_tensor.shape)}) is not the "
+                f"group's cropped table"
+            )
+        cap = self.read_cap(cm.max_query_len)
+        # NOTE: a graph capture gives vLLM's worst case over every replay (max_model_len):
+        # a bound the launch is sized by once; the reads come from the device lengths.
+        if not capture and cm.max_seq_len > cap:
+            problems.append(f"max_seq_len={cm.max_seq_len} exceeds the window's {cap}")
+        bound = getattr(cm, "seq_lens_cpu_upper_bound", None)
+        if bound is not None and bound.numel() and int(bound.max()) > cap:
+            problems.append(
+                f"seq_lens_cpu_upper_bound reaches {int(bound.max())}, past the window's {cap}"
+            )
+        slot_mappings = window.block_tables.base.slot_mappings
+        if not _same_storage(cm.slot_mapping, slot_mappings):
+            problems.append("its slot_mapping is not vLLM's own (a windowed slot mapping?)")
+        return problems
+
+    def _check_update(self, g: int, metadata: Any) -> list[str]:
+        problems = []
+        if UPDATE_PATH not in self.window.path:
+            problems.append(
+                "recorded metadata is updated in place outside the window's update hook, so "
+                "the windowed lengths and tables it references are not refreshed"
+            )
+        seq_lens = getattr(metadata, "seq_lens", None)
+        if isinstance(seq_lens, torch.Tensor) and not _same_start(seq_lens, self.window.seq_lens):
+            problems.append("the metadata's seq_lens is not the window's windowed seq_lens")
+        return problems
+
+    def read_cap(self, max_query_len: int) -> int:
+        """The longest KV read of a pass with ``max_query_len`` queries per request."""
+        spec = self.window.spec
+        return spec.sink_size + max(spec.window_size, max_query_len) + spec.alignment - 1
+
+    def _is_cropped_table(self, g: int, group: Any, table: torch.Tensor) -> bool:
+        window = self.window
+        cropped = [w[g].block_table for w in (window.windows, window.chunk_windows)]
+        if any(_same_storage(table, t) for t in cropped):
+            return True
+        # A backend with smaller kernel blocks reads the group's persistent kernel-block
+        # map of the cropped table: as many kernel blocks per row as the cropped columns.
+        kernel_table = getattr(group, "kernel_block_table", None)
+        kernel_block_size = getattr(group, "kernel_block_size", None)
+        if kernel_table is None or not kernel_block_size or not _same_storage(table, kernel_table):
+            return False
+        per_block = group.kv_cache_spec.block_size // kernel_block_size
+        return table.shape[1] <= max(t.shape[1] for t in cropped) * per_block
+
+    def _message(self, name: str, g: int, problems: list[str]) -> str:
+        owner = type(self.speculator).__name__
+        if self.window.path:
+            where = "under the window's hooks " + " -> ".join(self.window.path)
+        else:
+            where = "outside the window's hooks, called from " + self._callers()
+        return (
+            f"draft window not in the path: {owner}'s draft attention builder for KV-cache "
+            f"group {g} got metadata ({name}) {where}, and " + "; ".join(problems) + ". The "
+            "draft would read outside its window. A method on that path overrides a hooked "
+            "vLLM method without calling super(), or bypasses it; windowing it is not "
+            "supported. Remove draft_window_size, or report the path."
+        )
+
+    def _callers(self) -> str:
+        """The methods on the stack up to and through the speculator's own, outermost first
+        (vLLM's attention plumbing between them names nothing useful)."""
+        frames, in_speculator = [], False
+        frame = sys._getframe(4)  # the caller of the watched builder method
+        while frame is not None and len(frames) < 6:
+            receiver = frame.f_locals.get("self")
+            if receiver is self.speculator:
+                in_speculator = True
+            elif in_speculator:
+                break
+            if receiver is not None and "/v1/worker/utils.py" not in frame.f_code.co_filename:
+                code = frame.f_code
+                name = getattr(code, "co_qualname", code.co_name)
+                frames.append(f"{name} ({code.co_filename}:{frame.f_lineno})")
+            frame = frame.f_back
+        return " -> ".join(reversed(frames)) or "an unknown caller"
+
+
+def _same_start(view: torch.Tensor, buffer: torch.Tensor) -> bool:
+    return view.data_ptr() == buffer.data_ptr()
+
+
+def _same_storage(view: torch.Tensor, buffer: torch.Tensor) -> bool:
+    return view.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr()
