@@ -316,20 +316,13 @@ def test_window_refresh_never_reads_a_device_value_on_the_host(sinks):
     assert window.seq_lens.device == meta
 
 
-@pytest.mark.parametrize("sinks", SINKS)
-def test_full_graph_capture_and_in_place_update_read_the_window(sinks, model_dir, monkeypatch):
-    """The FULL graph records the builder's tensors at capture; capture must hand it the
-    persistent windowed buffers, which the in-graph update then refreshes every step."""
-    layouts = [GroupLayout(16), GroupLayout(32), GroupLayout(64, kernel_block_size=32)]
-    batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
-    wired = wire("dflash", layouts, batch, model_dir, monkeypatch, sinks=sinks)
-    s = wired.speculator
+def capture_on_cpu(speculator) -> dict:
+    """Give a DFlash speculator a graph manager whose capture runs on CPU; returns the dict
+    that receives the captured metadata. CUDA graphs cannot be captured on CPU: the stand-in
+    runs vLLM's real capture-input preparation for one graph size."""
     captured = {}
 
     class CaptureOnCpu:
-        """CUDA graphs cannot be captured on CPU: this stand-in for the graph manager runs
-        vLLM's real capture-input preparation for one graph size."""
-
         def capture(self, forward_fn, input_buffers, block_tables, attn_groups,
                     kv_cache_config, max_model_len, causal, **kwargs):  # fmt: skip
             state = _prepare_dflash_inputs_to_capture(
@@ -338,11 +331,23 @@ def test_full_graph_capture_and_in_place_update_read_the_window(sinks, model_dir
             )  # fmt: skip
             captured.update(state.attn_metadata)
 
-    s.query_cudagraph_manager = CaptureOnCpu()
-    s.sample_indices = torch.zeros(MAX_NUM_REQS * NUM_SPEC, dtype=torch.int64)
-    s.sample_pos = torch.zeros_like(s.sample_indices)
-    s.sample_idx_mapping = torch.zeros_like(s.sample_indices)
-    s._group_causal = True
+    speculator.query_cudagraph_manager = CaptureOnCpu()
+    speculator.sample_indices = torch.zeros(MAX_NUM_REQS * NUM_SPEC, dtype=torch.int64)
+    speculator.sample_pos = torch.zeros_like(speculator.sample_indices)
+    speculator.sample_idx_mapping = torch.zeros_like(speculator.sample_indices)
+    speculator._group_causal = True
+    return captured
+
+
+@pytest.mark.parametrize("sinks", SINKS)
+def test_full_graph_capture_and_in_place_update_read_the_window(sinks, model_dir, monkeypatch):
+    """The FULL graph records the builder's tensors at capture; capture must hand it the
+    persistent windowed buffers, which the in-graph update then refreshes every step."""
+    layouts = [GroupLayout(16), GroupLayout(32), GroupLayout(64, kernel_block_size=32)]
+    batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
+    wired = wire("dflash", layouts, batch, model_dir, monkeypatch, sinks=sinks)
+    s = wired.speculator
+    captured = capture_on_cpu(s)
     s.capture()
     window = s.draft_window
     for g in (0, 1, 2):

@@ -80,15 +80,10 @@ def fresh_plugin_loading(monkeypatch):
 
 
 @pytest.fixture
-def debug_lines(monkeypatch):
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    logger = logging.getLogger("vllm.draft_window")
-    monkeypatch.setattr(logger, "level", logging.DEBUG)
-    logger.addHandler(handler)
-    yield records
-    logger.removeHandler(handler)
+def debug_lines(vllm_log_records, monkeypatch):
+    """vLLM's log, with the plugin's debug lines let through."""
+    monkeypatch.setattr(logging.getLogger("vllm.draft_window"), "level", logging.DEBUG)
+    return vllm_log_records
 
 
 def vllm_methods():

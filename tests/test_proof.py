@@ -5,7 +5,6 @@ stops with an error that names it."""
 import inspect
 
 import pytest
-import torch
 from vllm.config.compilation import CUDAGraphMode
 from vllm.v1.worker.gpu.spec_decode.dflash.cudagraph import _prepare_dflash_inputs_to_capture
 from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
@@ -33,6 +32,7 @@ from test_mrv2_dflash import (
     W,
     assert_reads_exactly_the_window,
     build,
+    capture_on_cpu,
     make_batch,
     wire,
 )
@@ -53,33 +53,12 @@ def vllms(method):
     return inspect.unwrap(method)
 
 
-def capture_on_cpu(speculator, captured):
-    """CUDA graphs cannot be captured on CPU: a stand-in graph manager that runs vLLM's real
-    capture-input preparation for one graph size."""
-
-    class CaptureOnCpu:
-        def capture(self, forward_fn, input_buffers, block_tables, attn_groups,
-                    kv_cache_config, max_model_len, causal, **kwargs):  # fmt: skip
-            state = _prepare_dflash_inputs_to_capture(
-                MAX_NUM_REQS, MAX_NUM_REQS * Q, input_buffers, block_tables, attn_groups,
-                kv_cache_config, max_model_len, skip_attn=False, causal=causal,
-            )  # fmt: skip
-            captured.update(state.attn_metadata)
-
-    speculator.query_cudagraph_manager = CaptureOnCpu()
-    speculator.sample_indices = torch.zeros(MAX_NUM_REQS * NUM_SPEC, dtype=torch.int64)
-    speculator.sample_pos = torch.zeros_like(speculator.sample_indices)
-    speculator.sample_idx_mapping = torch.zeros_like(speculator.sample_indices)
-    speculator._group_causal = True
-
-
 def test_each_path_is_checked_once_and_every_capture_again(model_dir, monkeypatch):
     layouts = LAYOUTS["one_group"]
     wired = wire("dflash", layouts, make_batch(layouts, num_reqs_padded=MAX_NUM_REQS),
                  model_dir, monkeypatch)  # fmt: skip
     s, proof = wired.speculator, wired.speculator.draft_window.proof
-    captured = {}
-    capture_on_cpu(s, captured)
+    captured = capture_on_cpu(s)
     s.capture()
     # The capture builds through build_for_cudagraph_capture, which calls build.
     assert proof.num_checks == 2
@@ -170,8 +149,7 @@ def test_an_in_place_update_outside_the_hook_is_stopped(model_dir, monkeypatch):
     layouts = LAYOUTS["one_group"]
     wired = wire("dflash", layouts, make_batch(layouts, num_reqs_padded=MAX_NUM_REQS),
                  model_dir, monkeypatch)  # fmt: skip
-    captured = {}
-    capture_on_cpu(wired.speculator, captured)
+    captured = capture_on_cpu(wired.speculator)
     wired.speculator.capture()
     (group,) = wired.attn_groups[0]
     with pytest.raises(WindowNotInPathError, match="updated in place outside the window's "
