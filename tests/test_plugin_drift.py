@@ -135,7 +135,10 @@ def test_with_the_window_building_the_config_stops_with_the_reason(drift, proble
     versions = lines.installed_versions()
     assert f"vLLM {versions['vllm']}, vllm-ascend not installed" in message
     assert "supported: vLLM 0.33.x" in message and problem in message
-    assert "remove draft_window_size from additional_config" in message
+    # No Model Runner V1 window to offer without vllm-ascend.
+    assert ". Install a supported vLLM or remove draft_window_size from additional_config. " in (
+        message
+    )
     # The same with sinks: the error names both keys and offers no Model Runner V1.
     with pytest.raises(ValueError, match="draft_window_size=512 and draft_attention_sinks=64"):
         make_speculative_vllm_config(
@@ -181,3 +184,17 @@ def test_on_a_supported_vllm_the_config_is_accepted(model_dir, monkeypatch):
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
     config = make_speculative_vllm_config(model_dir, {"draft_window_size": 512})
     assert config.use_v2_model_runner
+
+
+def test_with_vllm_ascend_the_error_offers_its_model_runner_v1_window(model_dir, monkeypatch):
+    monkeypatch.setattr(lines, "installed_versions",
+                        lambda: {"vllm": "0.30.0", "vllm-ascend": "0.30.0rc2"})  # fmt: skip
+    vllm.plugins.load_general_plugins()
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    with pytest.raises(ValueError) as error:
+        make_speculative_vllm_config(model_dir, {"draft_window_size": 512})
+    message = str(error.value)
+    assert ("could not hook this vLLM (vLLM 0.30.0, vllm-ascend 0.30.0rc2; supported: vLLM "
+            "0.33.x): vLLM 0.30.0 is not a supported line. Install a supported vLLM, run Model "
+            "Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0), whose draft window is vllm-ascend's own, "
+            "or remove draft_window_size from additional_config.") in message  # fmt: skip

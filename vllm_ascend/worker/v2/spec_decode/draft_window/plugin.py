@@ -161,11 +161,13 @@ def _unserved_message(config: DraftWindowConfig, state: install.Status) -> str:
     keys = f"{KEY}={config.draft_window_size}"
     if config.draft_attention_sinks:
         keys += f" and {SINKS_KEY}={config.draft_attention_sinks}"
+    # vllm-ascend's Model Runner V1 has a window of its own (without sinks).
+    has_v1_window = lines.installed_versions()["vllm-ascend"] != "not installed"
     v1 = (
-        ""
-        if config.draft_attention_sinks
-        else ", run Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0), whose draft window is "
+        ", run Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0), whose draft window is "
         "vllm-ascend's own,"
+        if has_v1_window and not config.draft_attention_sinks
+        else ""
     )
     return (
         f"additional_config {keys} cannot be served on Model Runner V2 here: the draft "

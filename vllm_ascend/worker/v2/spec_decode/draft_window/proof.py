@@ -47,8 +47,8 @@ class WindowProof:
     def __init__(self, speculator: Any, window: Any) -> None:
         self.speculator = speculator
         self.window = window
-        # (path, builder method, group): proven once; capture paths are re-proven at
-        # every capture (``capturing``).
+        # (path, builder method, group) already checked; a capture path is checked again
+        # at every capture (``forget``).
         self.proven: set[tuple[tuple[str, ...], str, int]] = set()
         # The hooks that capture graphs (``forget``).
         self.capture_paths: set[str] = set()
