@@ -104,7 +104,7 @@ def log(monkeypatch):
     plugin.unregister()
 
 
-def start(model_dir, monkeypatch, window, method="dspark", num_spec=3, dcp_size=1,
+def start(model_dir, monkeypatch, window, method="dspark", num_spec=3, parallel=None,
           layouts=ONE_GROUP, model_type=None, sinks=None):  # fmt: skip
     batch = make_mrv2_batch([g.block_size for g in layouts], [100], num_spec + 1, 1, 4,
                             MAX_MODEL_LEN, np.random.default_rng(0))  # fmt: skip
@@ -114,10 +114,11 @@ def start(model_dir, monkeypatch, window, method="dspark", num_spec=3, dcp_size=
     config = make_vllm_config(model_dir, MAX_MODEL_LEN, 4, additional)
     if model_type is not None:
         config.model_config.hf_config.model_type = model_type
+    for name, size in (parallel or {}).items():
+        setattr(config.parallel_config, name, size)
     # The decision reads only `method`; other methods borrow the DFlash class for wiring.
     cls = SPECULATOR_CLASSES.get(method, SPECULATOR_CLASSES["dflash"])
-    wired = wire_speculator(cls, batch, list(layouts), config, method, num_spec,
-                            dcp_size=dcp_size)  # fmt: skip
+    wired = wire_speculator(cls, batch, list(layouts), config, method, num_spec)
     return wired.speculator
 
 
@@ -162,9 +163,18 @@ def test_window_smaller_than_the_query_stretch_is_rejected(model_dir, monkeypatc
         start(model_dir, monkeypatch, 7, num_spec=7)
 
 
-def test_decode_context_parallel_is_rejected(model_dir, monkeypatch, log):
-    with pytest.raises(ValueError, match=r"decode_context_parallel_size=2"):
-        start(model_dir, monkeypatch, 512, dcp_size=2)
+@pytest.mark.parametrize(("setting", "why"), [
+    ("decode_context_parallel_size", "each rank holds an interleaved shard of the KV"),
+    ("prefill_context_parallel_size", "the draft prefill builds metadata for the global batch"),
+])  # fmt: skip
+@pytest.mark.parametrize("method", ["dspark", "eagle3"])
+def test_context_parallel_layouts_are_rejected_by_name(setting, why, method, model_dir,
+                                                       monkeypatch, log):  # fmt: skip
+    with pytest.raises(ValueError) as error:
+        start(model_dir, monkeypatch, 512, method=method, parallel={setting: 2})
+    message = str(error.value)
+    assert message.startswith(f"draft_window_size=512 does not support {setting}=2: {why}")
+    assert message.endswith(f"Use {setting}=1 or remove draft_window_size.")
 
 
 @pytest.mark.parametrize(("window", "block_size"), [(1024, 16), (1000, 64), (1009, 16)])

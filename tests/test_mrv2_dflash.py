@@ -124,8 +124,11 @@ def assert_reads_exactly_the_window(wired: Wired, layouts, metadata, window_size
     k, v = true_kv(batch)
     window = wired.speculator.draft_window
     sinks = window.spec.sink_size
+    # The window serves exactly the draft's full-attention groups (policy.py).
+    windowed = {g for g, layout in enumerate(layouts) if layout.draft and layout.full_attention}
+    assert set(window.windows) == windowed
     for g, layout in enumerate(layouts):
-        if not layout.draft:
+        if g not in window.windows:
             continue
         md = metadata[f"draft.{g}"]
         b, kb = layout.block_size, layout.kernel_block_size or layout.block_size

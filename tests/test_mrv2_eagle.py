@@ -540,3 +540,36 @@ def test_full_graphs_prefill_runs_without_them_and_decode_graphs_read_the_window
                                              tables, i)  # fmt: skip
                 torch.testing.assert_close(got, expected)
                 assert int(read_lens[i]) <= window.spec.max_read_len
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["rebuild_each_step", "in_place_update"])
+def test_a_group_the_window_leaves_alone_reads_what_vllm_gives_it(fused, model_dir, monkeypatch):
+    """A hybrid EAGLE draft (full attention and a sliding window): the sliding-window group
+    keeps the target's prefill metadata and vLLM's own build at every decode step."""
+    from vllm.v1.kv_cache_interface import SlidingWindowSpec
+
+    from test_mrv2_dflash import compare_cams
+
+    sliding = SlidingWindowSpec(block_size=32, sliding_window=128, num_kv_heads=NUM_KV_HEADS,
+                                head_size=HEAD_SIZE, dtype=torch.float32)  # fmt: skip
+    layouts = [GroupLayout(16), GroupLayout(32, spec=sliding)]
+    e = setup_eagle(model_dir, monkeypatch, 4, layouts)
+    assert sorted(e.s.draft_window.windows) == [0]
+    prefill = run_prefill(e)
+    assert prefill["draft.1"] is e.target_metadata["draft.1"]
+    assert prefill["draft.0"] is not e.target_metadata["draft.0"]
+    steps = run_decode(e, monkeypatch, fused)
+    for record in steps:
+        read_lens, _ = record["draft.1"]
+        assert torch.equal(read_lens[: e.batch.num_reqs], record["lengths"])
+    plugin.unregister()
+    plain = setup_eagle(model_dir, monkeypatch, 4, layouts)
+    run_decode(plain, monkeypatch, fused)
+    mine, theirs = e.wired.received[1], plain.wired.received[1]
+    assert len(mine) == len(theirs) == (1 if fused else 3)
+    for a, b in zip(theirs, mine, strict=True):
+        compare_cams(a, b, same_storage=False)
+        assert b.seq_lens.data_ptr() == e.s.input_buffers.seq_lens.data_ptr()
+        assert (
+            b.block_table_tensor.data_ptr() == e.batch.block_tables.input_block_tables[1].data_ptr()
+        )

@@ -49,6 +49,11 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import (
     Mrv2DraftWindow,
     block_table_units,
 )
+from vllm_ascend.worker.v2.spec_decode.draft_window.policy import (
+    decide_groups,
+    describe_decisions,
+    refuse_parallel_layout,
+)
 from vllm_ascend.worker.v2.spec_decode.draft_window.proof import (
     UPDATE_PATH,
     WindowNotInPathError,
@@ -124,15 +129,28 @@ def create_draft_window(speculator: Any) -> Mrv2DraftWindow | None:
             f"bidirectional image spans are placed in absolute positions that a cropped "
             f"draft table no longer uses. Remove {KEY} for this model."
         )
-    if speculator.dcp_size > 1:
-        raise ValueError(
-            f"{KEY}={window_size} does not support decode context parallelism "
-            f"(decode_context_parallel_size={speculator.dcp_size}): each rank holds an "
-            f"interleaved shard of the KV, which one block-aligned window cannot crop. "
-            f"Use decode_context_parallel_size=1 or remove {KEY}."
-        )
+    refuse_parallel_layout(speculator.vllm_config.parallel_config, window_size)
     future_offset = FUTURE_OFFSET[method]
-    draft_group_ids = [g for g, groups in enumerate(speculator.attn_groups) if groups]
+    decisions = decide_groups(speculator.kv_cache_config, speculator.attn_groups)
+    for decision in decisions:
+        if decision.unknown:
+            logger.warning(
+                "%s: draft KV-cache group %d has a spec the window does not know (%s); it is "
+                "left alone.",
+                KEY,
+                decision.group_id,
+                decision.spec_kind,
+            )
+    draft_group_ids = [d.group_id for d in decisions if d.windowed]
+    if not draft_group_ids:
+        logger.warning(
+            "%s=%d: no draft KV-cache group is one the window applies to, so the draft "
+            "window stays off; %s.",
+            KEY,
+            window_size,
+            describe_decisions(decisions),
+        )
+        return None
     units = block_table_units(speculator.block_tables)
     alignment = lcm_alignment([int(units[g]) for g in draft_group_ids])
     sink_size = align_sinks(sink_tokens, alignment)
@@ -173,7 +191,7 @@ def create_draft_window(speculator: Any) -> Mrv2DraftWindow | None:
         )
     logger.info(
         "Draft KV window on for %s: %s=%d%s, the draft reads at most %d tokens per request%s; "
-        "block sizes per KV-cache group %s, alignment %d, future offset %d.",
+        "block sizes per KV-cache group %s, alignment %d, future offset %d%s.",
         method,
         KEY,
         window_size,
@@ -187,6 +205,10 @@ def create_draft_window(speculator: Any) -> Mrv2DraftWindow | None:
         window.group_block_sizes,
         window.spec.alignment,
         future_offset,
+        "" if all(d.windowed for d in decisions) else f"; {describe_decisions(decisions)}",
+    )
+    window.leave_groups_alone(
+        speculator.attn_groups, [d.group_id for d in decisions if not d.windowed]
     )
     window.proof = WindowProof(speculator, window)
     return window
@@ -259,8 +281,13 @@ def _build_attn_metadata(original: Callable) -> Callable:
             arguments["seq_lens_cpu_upper_bound"], num_reqs, arguments["step"],
             extra_steps=window.host_extra_steps,
         )  # fmt: skip
-        with window.swapped_into(self, BUILD_PATH):
-            return original(*bound.args, **bound.kwargs)
+        with window.swapped_into(self, BUILD_PATH, window.windowed_attn_groups):
+            metadata = original(*bound.args, **bound.kwargs)
+        if window.left_alone_attn_groups is not None:
+            # The groups the window leaves alone: vLLM's own build from vLLM's own inputs.
+            with window.left_alone_only(self):
+                metadata.update(original(self, *args, **kwargs))
+        return metadata
 
     return build_attn_metadata
 
@@ -377,7 +404,8 @@ def windowed_prefill_metadata(speculator: Any, window: Mrv2DraftWindow, batch: A
                 CUDAGraphMode.NONE,
                 block_tables,
                 speculator.block_tables.slot_mappings[:, : batch.num_tokens],
-                speculator.attn_groups,
+                # The groups the window leaves alone keep the target's metadata (_prefill).
+                window.windowed_attn_groups or speculator.attn_groups,
                 speculator.kv_cache_config,
             )
     finally:

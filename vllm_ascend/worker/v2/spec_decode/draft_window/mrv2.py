@@ -12,6 +12,7 @@ target.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -159,6 +160,50 @@ class Mrv2DraftWindow:
         # The run-time proof watching this window's builders (set by hooks.py).
         self.proof: Any = None
         self.block_tables = BlockTablesView(block_tables, self.windows)
+        # The speculator's attention groups split by the window's policy: an eager build runs
+        # vLLM's own build once over each (None while every draft group is windowed).
+        self.windowed_attn_groups: list[list[Any]] | None = None
+        self.left_alone_attn_groups: list[list[Any]] | None = None
+
+    def leave_groups_alone(self, attn_groups: list[list[Any]], group_ids: Sequence[int]) -> None:
+        """Keep what vLLM builds for the draft groups ``group_ids`` (policy.py): their
+        builders must see vLLM's own lengths and tables, never the window's.
+
+        vLLM builds every group from one ``seq_lens``. An eager build therefore runs vLLM's
+        own build twice (hooks.py): over the windowed groups through the views, and over
+        these with vLLM's inputs. A graph capture builds all groups at once through the
+        views, so these groups' builders are handed vLLM's own device ``seq_lens`` back (the
+        views give them vLLM's tables already, and a capture's host lengths are vLLM's).
+        """
+        if not group_ids:
+            return
+        left = set(group_ids)
+        self.windowed_attn_groups = [[] if g in left else gs for g, gs in enumerate(attn_groups)]
+        self.left_alone_attn_groups = [gs if g in left else [] for g, gs in enumerate(attn_groups)]
+        for g in group_ids:
+            for group in attn_groups[g]:
+                for builder in group.metadata_builders:
+                    for name, position in (("build", 1), ("build_for_cudagraph_capture", 0)):
+                        real = getattr(builder, name, None)
+                        if callable(real):
+                            setattr(builder, name, self._with_vllms_seq_lens(real, position))
+
+    def _with_vllms_seq_lens(self, real: Any, position: int) -> Any:
+        windowed, vllms = self.seq_lens, self.input_buffers.base.seq_lens
+
+        def build(*args: Any, **kwargs: Any) -> Any:
+            in_kwargs = "common_attn_metadata" in kwargs
+            cm = kwargs["common_attn_metadata"] if in_kwargs else args[position]
+            if cm.seq_lens.data_ptr() == windowed.data_ptr():
+                cm = dataclasses.replace(cm, seq_lens=vllms[: cm.seq_lens.shape[0]])
+                if in_kwargs:
+                    kwargs["common_attn_metadata"] = cm
+                else:
+                    args = (*args[:position], cm, *args[position + 1 :])
+            return real(*args, **kwargs)
+
+        build.__wrapped__ = real
+        return build
 
     def refresh(
         self,
@@ -216,19 +261,35 @@ class Mrv2DraftWindow:
         return self.seq_lens_cpu_upper_bound
 
     @contextmanager
-    def swapped_into(self, speculator: Any, path: str) -> Iterator[None]:
+    def swapped_into(
+        self, speculator: Any, path: str, attn_groups: list[list[Any]] | None = None
+    ) -> Iterator[None]:
         """Let the speculator's own code read the windowed views on ``path`` (the hook
-        running); restore on exit."""
+        running), and ``attn_groups`` instead of its own if given; restore on exit."""
         saved = (speculator.input_buffers, speculator.block_tables, speculator.draft_max_seq_len)
+        saved_groups = speculator.attn_groups
         speculator.input_buffers = self.input_buffers
         speculator.block_tables = self.block_tables
         speculator.draft_max_seq_len = min(saved[2], self.spec.max_read_len)
+        if attn_groups is not None:
+            speculator.attn_groups = attn_groups
         self.path.append(path)
         try:
             yield
         finally:
             self.path.pop()
             speculator.input_buffers, speculator.block_tables, speculator.draft_max_seq_len = saved
+            speculator.attn_groups = saved_groups
+
+    @contextmanager
+    def left_alone_only(self, speculator: Any) -> Iterator[None]:
+        """Let the speculator's own code build only the groups the window leaves alone."""
+        saved = speculator.attn_groups
+        speculator.attn_groups = self.left_alone_attn_groups
+        try:
+            yield
+        finally:
+            speculator.attn_groups = saved
 
     @contextmanager
     def on_path(self, path: str) -> Iterator[None]:

@@ -84,12 +84,26 @@ def make_speculative_vllm_config(
 
 @dataclass
 class GroupLayout:
-    """One KV-cache group: its manager block size, whether the draft reads it, and the
-    smaller kernel block size its backend uses (None: the same)."""
+    """One KV-cache group: its manager block size, whether the draft reads it, the smaller
+    kernel block size its backend uses (None: the same), and its KV-cache spec (None: full
+    attention of ``block_size``-token blocks; a ``UniformTypeKVCacheSpecs`` gives its first
+    member to the attention group)."""
 
     block_size: int
     draft: bool = True
     kernel_block_size: int | None = None
+    spec: Any = None
+
+    @property
+    def full_attention(self) -> bool:
+        return self.spec is None
+
+
+def full_attention_spec(block_size: int) -> FullAttentionSpec:
+    return FullAttentionSpec(
+        block_size=block_size, num_kv_heads=NUM_KV_HEADS, head_size=HEAD_SIZE,
+        dtype=torch.float32,
+    )  # fmt: skip
 
 
 @dataclass
@@ -120,16 +134,18 @@ def wire_speculator(
     attn_groups, received = [], {}
     groups_spec = []
     for g, layout in enumerate(layouts):
-        spec = FullAttentionSpec(
-            block_size=layout.block_size, num_kv_heads=NUM_KV_HEADS, head_size=HEAD_SIZE,
-            dtype=torch.float32,
-        )  # fmt: skip
+        spec = layout.spec or full_attention_spec(layout.block_size)
         names = [f"{'draft' if layout.draft else 'target'}.{g}"]
         groups_spec.append(KVCacheGroupSpec(layer_names=names, kv_cache_spec=spec))
         if not layout.draft:
             attn_groups.append([])
             continue
-        group = AttentionGroup(TritonAttentionBackend, names, spec, g)
+        layer_spec = (
+            next(iter(spec.kv_cache_specs.values()), spec)
+            if hasattr(spec, "kv_cache_specs")
+            else spec
+        )
+        group = AttentionGroup(TritonAttentionBackend, names, layer_spec, g)
         group.create_metadata_builders(vllm_config, CPU, layout.kernel_block_size)
         assert group.kernel_block_size == layout.kernel_block_size
         _record_builds(group, received.setdefault(g, []))

@@ -1,0 +1,265 @@
+"""The window serves only the draft's KV-cache groups it applies to: full attention, one
+token per slot. Every other group gets exactly what vLLM gives it without the window, and
+takes no part in the alignment or the sinks. Real vLLM spec classes, real speculators and
+builders."""
+
+import pytest
+import torch
+from vllm.config.compilation import CUDAGraphMode
+from vllm.v1.kv_cache_interface import (
+    ChunkedLocalAttentionSpec,
+    CircularBufferSpec,
+    CrossAttentionSpec,
+    EncoderOnlyAttentionSpec,
+    FullAttentionSpec,
+    HiddenStateCacheSpec,
+    HiSparseHotSpec,
+    MambaSpec,
+    MLAAttentionSpec,
+    RSWASpec,
+    SinkFullAttentionSpec,
+    SlidingWindowMLASpec,
+    SlidingWindowSpec,
+    SparseCacheRole,
+    UniformTypeKVCacheSpecs,
+)
+
+from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, policy
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import (
+    fill_input_block_tables,
+    fill_query_inputs,
+    fill_slot_mappings,
+)
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import (
+    HEAD_SIZE,
+    NUM_KV_HEADS,
+    GroupLayout,
+    full_attention_spec,
+)
+
+from test_mrv2_dflash import (
+    MAX_NUM_REQS,
+    assert_reads_exactly_the_window,
+    build,
+    capture_on_cpu,
+    compare_cams,
+    make_batch,
+    wire,
+)
+
+pytestmark = pytest.mark.usefixtures("window_hooks")
+KV = {"num_kv_heads": NUM_KV_HEADS, "head_size": HEAD_SIZE, "dtype": torch.float32}
+MLA = {"num_kv_heads": 1, "head_size": 64, "dtype": torch.bfloat16}
+
+
+def sliding_window(block_size, window=128):
+    return SlidingWindowSpec(block_size=block_size, sliding_window=window, **KV)
+
+
+def dsv4_dspark_swa():
+    """The one KV-cache layer each DeepSeek-V4 DSpark draft layer has on vLLM 0.33
+    (`DeepseekV4SWACache`: compress ratio 1, 64-token blocks), grouped per layer type."""
+    layer = SlidingWindowMLASpec(block_size=64, sliding_window=128, model_version="deepseek_v4",
+                                 num_kv_heads=1, head_size=512, dtype=torch.bfloat16)  # fmt: skip
+    return UniformTypeKVCacheSpecs(block_size=64, kv_cache_specs={"draft.layer": layer})
+
+
+class NewAttentionSpec(FullAttentionSpec):
+    """A spec class this project has never seen."""
+
+
+POLICY = [
+    (full_attention_spec(16), True, "full attention over the whole context"),
+    (MLAAttentionSpec(block_size=64, **MLA), True, "full attention over the whole context"),
+    (UniformTypeKVCacheSpecs(block_size=16, kv_cache_specs={
+        "a": full_attention_spec(16), "b": full_attention_spec(16)}),
+     True, "every layer attends over the whole context"),
+    (sliding_window(32), False, "a sliding window the layer reads by itself"),
+    (dsv4_dspark_swa(), False, "a member layer is left alone: a sliding window"),
+    (FullAttentionSpec(block_size=16, sliding_window=256, **KV), False,
+     "a sliding window of 256 tokens computed in the layer"),
+    (ChunkedLocalAttentionSpec(block_size=16, attention_chunk_size=64, **KV), False,
+     "chunked local attention"),
+    (CircularBufferSpec(block_size=64, **KV), False, "a ring buffer"),
+    (MLAAttentionSpec(block_size=64, tokens_per_state=4, **MLA), False,
+     "compressed: one state per 4 tokens"),
+    (MLAAttentionSpec(block_size=64, topk_buffer_width=2048, **MLA), False, "sparse MLA"),
+    (MLAAttentionSpec(block_size=64, cache_role=SparseCacheRole.INDEXER, **MLA), False,
+     "a sparse-attention indexer cache"),
+    (SinkFullAttentionSpec(block_size=16, sink_len=4, **KV), False,
+     "attention sinks the model declares itself"),
+    (RSWASpec(block_size=16, rswa_window=64, **KV), False, "restricted sliding window"),
+    (FullAttentionSpec(block_size=16, non_causal=True, **KV), False, "non-causal"),
+    (MambaSpec(block_size=16, shapes=((2, 3),), dtypes=(torch.float32,)), False,
+     "recurrent (mamba/SSM) state"),
+    (HiddenStateCacheSpec(block_size=16, **MLA), False, "a hidden-state cache"),
+    (EncoderOnlyAttentionSpec(block_size=16, **KV), False, "encoder attention"),
+    (CrossAttentionSpec(block_size=16, **KV), False, "cross attention"),
+    (HiSparseHotSpec(block_size=16, page_size=1024, blocks_per_request=4), False,
+     "a sparse (HiSparse) cache"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("spec", "windowed", "reason"), POLICY,
+                         ids=[type(p[0]).__name__ for p in POLICY])  # fmt: skip
+def test_each_kv_cache_spec_gets_a_decision_and_its_reason(spec, windowed, reason):
+    decision, why, unknown = policy.classify(spec)
+    assert (decision, unknown) == (windowed, False)
+    assert why.startswith(reason)
+
+
+def test_an_unknown_spec_class_is_left_alone_and_named():
+    spec = NewAttentionSpec(block_size=16, **KV)
+    assert policy.classify(spec) == (
+        False, "a KV-cache spec the draft window does not know (NewAttentionSpec)", True
+    )  # fmt: skip
+
+
+# Full attention of 16-token blocks, a sliding window of 128-token blocks, full attention of
+# 64-token blocks in 32-token kernel blocks: the alignment is 64 (not 128).
+HYBRID = [
+    GroupLayout(16),
+    GroupLayout(128, spec=sliding_window(128, window=256)),
+    GroupLayout(64, kernel_block_size=32),
+]
+RING_AND_COMPRESSED = [
+    GroupLayout(16),
+    GroupLayout(64, spec=CircularBufferSpec(block_size=64, **KV)),
+    GroupLayout(16, spec=FullAttentionSpec(block_size=16, tokens_per_state=4, **KV)),
+]
+
+
+def plain_and_windowed(layouts, model_dir, monkeypatch, cg_mode, sinks=None, seed=0):
+    """The same batch built by a speculator without the window and by one with it."""
+    batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS, seed=seed)
+    plain = wire("dflash", layouts, batch, model_dir, monkeypatch, additional_config={})
+    build(plain, cg_mode)
+    ours = wire("dflash", layouts, batch, model_dir, monkeypatch, sinks=sinks)
+    metadata = build(ours, cg_mode)
+    return plain, ours, metadata
+
+
+@pytest.mark.parametrize("layouts", [HYBRID, RING_AND_COMPRESSED], ids=["hybrid", "ring"])
+@pytest.mark.parametrize("cg_mode", [CUDAGraphMode.NONE, CUDAGraphMode.FULL], ids=str)
+@pytest.mark.parametrize("sinks", [None, 20])
+def test_full_groups_read_the_window_and_the_others_what_vllm_gives_them(
+    layouts, cg_mode, sinks, model_dir, monkeypatch
+):
+    plain, ours, metadata = plain_and_windowed(layouts, model_dir, monkeypatch, cg_mode, sinks)
+    window = ours.speculator.draft_window
+    assert sorted(window.windows) == [0] + ([2] if layouts is HYBRID else [])
+    # The alignment and the sinks come from the windowed groups alone.
+    assert window.spec.alignment == (64 if layouts is HYBRID else 16)
+    assert window.spec.sink_size == (0 if sinks is None else (64 if layouts is HYBRID else 32))
+    assert_reads_exactly_the_window(ours, layouts, metadata)
+    for g, layout in enumerate(layouts):
+        if not layout.full_attention:
+            (theirs,), (mine,) = plain.received[g], ours.received[g]
+            compare_cams(theirs, mine)
+
+
+def test_a_capture_hands_the_groups_left_alone_vllms_own_buffers(model_dir, monkeypatch):
+    layouts = HYBRID
+    batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
+    plain = wire("dflash", layouts, batch, model_dir, monkeypatch, additional_config={})
+    vllms = capture_on_cpu(plain.speculator)
+    plain.speculator.capture()
+    wired = wire("dflash", layouts, batch, model_dir, monkeypatch)
+    captured = capture_on_cpu(wired.speculator)
+    wired.speculator.capture()
+    sliding = captured["draft.1"]
+    assert sliding.seq_lens.data_ptr() == batch.input_buffers.seq_lens.data_ptr()
+    assert sliding.block_table.data_ptr() == batch.block_tables.input_block_tables[1].data_ptr()
+    for name in ("seq_lens", "block_table", "slot_mapping", "query_start_loc"):
+        ours, theirs = getattr(sliding, name), getattr(vllms["draft.1"], name)
+        assert (ours.data_ptr(), ours.shape) == (theirs.data_ptr(), theirs.shape), name
+    # Replay: the kernels write the real batch, the recorded update runs.
+    fill_input_block_tables(batch)
+    fill_query_inputs(batch)
+    fill_slot_mappings(batch)
+    wired.speculator._update_draft_decode_metadata(captured, MAX_NUM_REQS)
+    assert_reads_exactly_the_window(wired, layouts, captured)
+    assert torch.equal(sliding.seq_lens[: batch.num_reqs],
+                       torch.from_numpy(batch.seq_lens).to(torch.int32))  # fmt: skip
+
+
+@pytest.fixture
+def warnings(monkeypatch):
+    lines = []
+
+    class Recorder:
+        def warning(self, msg, *args):
+            lines.append(("warning", msg % args))
+
+        def info(self, msg, *args):
+            lines.append(("info", msg % args))
+
+    monkeypatch.setattr(hooks, "logger", Recorder())
+    return lines
+
+
+def test_no_windowable_group_keeps_the_window_off_with_one_warning(model_dir, monkeypatch,
+                                                                   warnings):  # fmt: skip
+    layouts = [GroupLayout(16, draft=False), GroupLayout(32, spec=sliding_window(32))]
+    wired = wire("dflash", layouts, make_batch(layouts), model_dir, monkeypatch)
+    assert wired.speculator.draft_window is None
+    assert warnings == [(
+        "warning",
+        "draft_window_size=64: no draft KV-cache group is one the window applies to, so the "
+        "draft window stays off; left alone: group 1 (SlidingWindowSpec, block size 32): a "
+        "sliding window the layer reads by itself (and was trained with).",
+    )]  # fmt: skip
+
+
+def test_the_start_up_line_lists_the_groups_windowed_and_left_alone(model_dir, monkeypatch,
+                                                                    warnings):  # fmt: skip
+    wire("dflash", RING_AND_COMPRESSED, make_batch(RING_AND_COMPRESSED), model_dir, monkeypatch)
+    ((level, line),) = warnings
+    assert level == "info"
+    assert line.endswith(
+        "block sizes per KV-cache group {0: 16}, alignment 16, future offset 0; windowed: "
+        "group 0 (FullAttentionSpec, block size 16); left alone: group 1 (CircularBufferSpec, "
+        "block size 64): a ring buffer, one block per request: its columns are no range of "
+        "positions; group 2 (FullAttentionSpec, block size 16): compressed: one state per 4 "
+        "tokens."
+    )
+
+
+def test_an_unknown_spec_class_is_named_in_a_warning(model_dir, monkeypatch, warnings):
+    layouts = [GroupLayout(16), GroupLayout(16, spec=NewAttentionSpec(block_size=16, **KV))]
+    wired = wire("dflash", layouts, make_batch(layouts), model_dir, monkeypatch)
+    assert sorted(wired.speculator.draft_window.windows) == [0]
+    assert warnings[0] == ("warning", "draft_window_size: draft KV-cache group 1 has a spec the "
+                                      "window does not know (NewAttentionSpec); it is left "
+                                      "alone.")  # fmt: skip
+
+
+def deepseek_v4(wired_config):
+    wired_config.model_config.hf_config.model_type = "deepseek_v4"
+
+
+def test_a_deepseek_v4_dspark_draft_has_no_group_to_window(model_dir, monkeypatch, warnings):
+    """On vLLM 0.33 each DSV4 DSpark draft layer caches only its sliding-window MLA state:
+    the draft never reads past its own window, and the draft window has nothing to crop."""
+    from vllm.v1.worker.gpu.spec_decode.dspark.speculator import DSparkSpeculator
+
+    from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import (
+        make_vllm_config,
+        wire_speculator,
+    )
+
+    from test_mrv2_dflash import MAX_MODEL_LEN, NUM_SPEC, W
+
+    layouts = [GroupLayout(64, draft=False), GroupLayout(64, spec=dsv4_dspark_swa())]
+    config = make_vllm_config(model_dir, MAX_MODEL_LEN, MAX_NUM_REQS, {"draft_window_size": W})
+    deepseek_v4(config)
+    wired = wire_speculator(DSparkSpeculator, make_batch(layouts), layouts, config, "dspark",
+                            NUM_SPEC)  # fmt: skip
+    assert wired.speculator.draft_window is None
+    assert warnings == [(
+        "warning",
+        "draft_window_size=64: no draft KV-cache group is one the window applies to, so the "
+        "draft window stays off; left alone: group 1 "
+        "(UniformTypeKVCacheSpecs[SlidingWindowMLASpec], block size 64): a member layer is "
+        "left alone: a sliding window the layer reads by itself (and was trained with).",
+    )]  # fmt: skip
