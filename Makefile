@@ -51,7 +51,7 @@ bench: setup  ## Benchmarks into benchmarks/results/ (about a minute).
 	$(PY) benchmarks/bench_window.py
 
 # Runs in the host's own environment (its NPU or CUDA builds of vLLM), not in .venv.
-e2e-ascend:  ## End to end with vllm serve on Ascend NPUs (DRY_RUN=1, DEVICE=cuda, E2E_SCENARIO=..., SINKS=N).
+e2e-ascend:  ## End to end with vllm serve on Ascend NPUs (DRY_RUN=1, DEVICE=cuda, E2E_SCENARIO=..., SINKS=N, STUDY=long).
 	$(PYTHON) e2e/e2e.py
 
 clean:  ## Remove .venv, caches and build output.

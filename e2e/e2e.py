@@ -6,6 +6,7 @@
     DEVICE=cuda make e2e-ascend       # the same harness on vLLM's CUDA V2 runner
     DEVICE=cuda E2E_SCENARIO=tiny make e2e-ascend   # random tiny models, downloads nothing
     SINKS=64 make e2e-ascend          # V2 with the window and 64 attention sinks
+    STUDY=long make e2e-ascend        # acceptance and throughput by context (study.py)
 
 For each run of the scenario (V2 runner with the window, V2 without it, V1 runner with the
 window) it starts `vllm serve`, waits for health, sends prompts longer and shorter than W,
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -42,6 +44,10 @@ from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import study  # noqa: E402  (beside this file)
+
 KEY = "draft_window_size"
 SINKS_KEY = "draft_attention_sinks"
 PLUGIN_MODULE = "vllm_ascend.worker.v2.spec_decode.draft_window.plugin"
@@ -426,6 +432,100 @@ def write_report(out_dir, scenario, device, results, golden, failures) -> None:
     fig.savefig(out_dir / "acceptance.png", dpi=110)
 
 
+def study_plan(scenario: Scenario, device: str, port: int, settings: study.Settings,
+               counter: study.TokenCounter) -> list[str]:  # fmt: skip
+    """Every server and request of the long-context study, per context."""
+    lines = [
+        f"{shlex.quote(sys.executable)} -m pip install --no-deps {shlex.quote(str(ROOT))}",
+        f"# contexts {settings.contexts}; {settings.prompts_per_context} prompts each, "
+        f"{settings.output_tokens} output tokens, greedy; token counts: {counter.source}",
+    ]
+    text = study.corpus()
+    served = dataclasses.replace(scenario, max_model_len=max(settings.contexts) +
+                                 settings.output_tokens)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    for run in runs(served, device):
+        env, cmd = serve_command(served, run, port)
+        lines.append(" ".join(f"{k}={v}" for k, v in env.items()) + " " + shlex.join(cmd))
+        lines.append(f"curl -sf {url}/health  # until healthy")
+        for ctx in settings.contexts:
+            prompts_ = study.build_prompts(ctx, settings.prompts_per_context, counter, text)
+            lines.append(f"curl -s {url}/metrics  # before context {ctx}")
+            for p in prompts_:
+                lines.append(f"curl -s {url}/v1/chat/completions  # context {ctx}: a prompt of "
+                             f"{p.tokens} tokens, max_tokens {settings.output_tokens}")  # fmt: skip
+            lines.append(f"curl -s {url}/metrics  # after context {ctx}")
+        lines.append("kill -INT <server process group>  # also on failure")
+    return lines
+
+
+def run_study(
+    scenario: Scenario,
+    device: str,
+    port: int,
+    out_dir: Path,
+    settings: study.Settings,
+    counter: study.TokenCounter,
+    record: bool,
+) -> int:
+    golden_file = study.golden_path(ROOT, scenario.name, scenario.window, scenario.sinks)
+    golden, tolerance = None, 0.15
+    if not record:
+        if not golden_file.exists():
+            raise SystemExit(f"no golden file {golden_file}: run once with RECORD_GOLDEN=1 on a "
+                             "trusted setup to write it")  # fmt: skip
+        data = json.loads(golden_file.read_text())
+        golden, tolerance = data["mean_length"], float(data.get("tolerance", 0.15))
+    if not settings.contexts:
+        raise SystemExit("no study context fits the model: set MAX_CONTEXT")
+    install(device)
+    text = study.corpus()
+    served = dataclasses.replace(scenario, max_model_len=max(settings.contexts) +
+                                 settings.output_tokens)  # fmt: skip
+    results = {}
+    for run in runs(served, device):
+        env, cmd = serve_command(served, run, port)
+        print(f"[e2e] study {run.name}: {shlex.join(cmd)}", flush=True)
+        contexts, outputs = {}, []
+        with Server(env, cmd, out_dir / f"{run.name}.log", port) as server:
+            server.wait_healthy(timeout=1800)
+            base = f"http://127.0.0.1:{port}"
+            model = json.loads(_http(f"{base}/v1/models"))["data"][0]["id"]
+            for ctx in settings.contexts:
+                before = _http(f"{base}/metrics")
+                tokens = seconds = 0.0
+                for p in study.build_prompts(ctx, settings.prompts_per_context, counter, text):
+                    out, n, dt = study.timed_completion(_http, base, model, p.text,
+                                                        settings.output_tokens)  # fmt: skip
+                    outputs.append(out)
+                    tokens, seconds = tokens + n, seconds + dt
+                metrics = study.context_metrics(before, _http(f"{base}/metrics"), scenario.num_spec)
+                metrics["client_tokens_per_s"] = tokens / seconds if seconds else None
+                metrics["draft_kv_read"] = study.draft_kv_read(
+                    ctx, run.window, run.sinks, settings.alignment
+                )
+                contexts[str(ctx)] = metrics
+                print(f"[e2e] study {run.name} {ctx}: mean acceptance length "
+                      f"{metrics['mean_length']:.3f}", flush=True)  # fmt: skip
+        results[run.name] = {"outputs": outputs, "contexts": contexts}
+    if record:
+        measured = {c: m["mean_length"] for c, m in results["v2_window"]["contexts"].items()}
+        golden_file.write_text(json.dumps({"source": f"recorded by e2e.py STUDY=long on {device}",
+                                           "mean_length": measured, "tolerance": 0.15},
+                                          indent=2) + "\n")  # fmt: skip
+        print(f"[e2e] recorded {golden_file}")
+    failures = study.check(results, golden, tolerance)
+    meta = {"scenario": scenario.name, "device": device, "window": scenario.window,
+            "sinks": scenario.sinks, "contexts": settings.contexts,
+            "prompts_per_context": settings.prompts_per_context,
+            "output_tokens": settings.output_tokens, "token_counts": counter.source}  # fmt: skip
+    study.write_report(out_dir, meta, results, failures)
+    for failure in failures:
+        print(f"[e2e] FAILED: {failure}")
+    print(f"[e2e] {'passed' if not failures else 'failed'}; report in {out_dir}")
+    return 1 if failures else 0
+
+
 def tiny_models(root: Path, scenario: Scenario) -> None:
     """Random tiny target and EAGLE3 draft configs, loaded with load_format=dummy."""
     target = root / "target"
@@ -454,6 +554,8 @@ def main(argv: list[str] | None = None) -> int:
                         default=os.environ.get("DRY_RUN", "") not in ("", "0"))  # fmt: skip
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", 8123)))
     parser.add_argument("--out", type=Path, default=ROOT / "e2e" / "results")
+    parser.add_argument("--study", choices=["long"], default=os.environ.get("STUDY") or None,
+                        help="the long-context study (study.py)")  # fmt: skip
     args = parser.parse_args(argv)
     table = scenarios(dict(os.environ))
     if args.scenario not in table:
@@ -461,6 +563,14 @@ def main(argv: list[str] | None = None) -> int:
     scenario = table[args.scenario]
     if scenario.name == "tiny" and args.device != "cuda":
         parser.error("E2E_SCENARIO=tiny runs on vLLM's CUDA V2 runner: set DEVICE=cuda")
+    if args.study and scenario.token_prompts:
+        parser.error("STUDY=long needs a real target and draft: not E2E_SCENARIO=tiny")
+    if args.study:
+        settings = study.Settings.from_env(dict(os.environ), scenario.target, args.device)
+        counter = study.TokenCounter.for_target(scenario.target)
+    if args.dry_run and args.study:
+        print("\n".join(study_plan(scenario, args.device, args.port, settings, counter)))
+        return 0
     if args.dry_run:
         if scenario.name == "tiny":
             scenario.target, scenario.draft = "<tmp>/target", "<tmp>/draft"
@@ -481,6 +591,9 @@ def main(argv: list[str] | None = None) -> int:
         if scenario.name == "tiny":
             tiny_models(Path(tmp), scenario)
         record = os.environ.get("RECORD_GOLDEN", "") not in ("", "0")
+        if args.study:
+            return run_study(scenario, args.device, args.port, args.out / f"study_{scenario.name}",
+                             settings, counter, record)  # fmt: skip
         return run_scenario(scenario, args.device, args.port, args.out / scenario.name, record)
 
 

@@ -1,0 +1,315 @@
+"""The long-context study: acceptance and throughput by context length, window on and off.
+
+    STUDY=long make e2e-ascend               # the scenario's target and draft, 4k .. model limit
+    STUDY=long DRY_RUN=1 make e2e-ascend     # every server and request, per context
+    STUDY=long DEVICE=cuda E2E_SCENARIO=dspark make e2e-ascend
+
+Drafters trained on 4k-8k contexts lose acceptance at 32k and beyond; the window is there to
+bring it back. For each run (V2 with the window, V2 without, V1 with the window on Ascend)
+one server serves every context; for each context it sends PROMPTS_PER_CONTEXT natural long
+prompts, greedy, OUTPUT_TOKENS tokens each, and reads vLLM's metrics around them.
+
+The text needs no model hub: it is the documentation CPython ships with itself (the Python
+Language Reference topics of ``pydoc_data.topics``, then the standard library's own module
+documentation), under the Python Software Foundation License. Each prompt is a different
+stretch of it, cut to the context's token count, with a question about it at the end so the
+model has something to write. Token counts come from the target's tokenizer when it is a
+local directory transformers can read; otherwise from an estimate of 4 characters per
+token (English prose and code documentation under the BPE tokenizers of current targets run
+3.5 to 4.5), stated in the report.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+CHARS_PER_TOKEN = 4
+# Standard library modules whose own documentation follows the language reference.
+DOCUMENTED_MODULES = (
+    "argparse", "asyncio", "collections", "dataclasses", "email", "functools", "inspect",
+    "itertools", "json", "logging", "os", "pathlib", "re", "socket", "subprocess", "threading",
+    "typing", "unittest", "urllib.request", "zipfile",
+)  # fmt: skip
+CONTEXTS = (4096, 8192, 16384, 32768, 65536, 131072)
+# Room for the chat template and the question around the text.
+TEMPLATE_MARGIN = 96
+QUESTIONS = (
+    "Explain in your own words what the last section above describes.",
+    "Summarize the main rules stated in the text above.",
+    "Which statement or feature does the last part of the text define, and how is it used?",
+    "Write a short example that follows the last section of the documentation above.",
+)
+# Published anchors for the report, as their sources state them.
+ANCHORS = (
+    "GLM-5.2 + early DSpark drafter (seed article): mean acceptance length ~5 falls to ~1 at "
+    "32k; a 512-1024 window brings 4.7-5.5, up to +381% throughput",
+    "vllm-ascend #12103, DFlash on Qwen3.6-35B-A3B, W = 2048: mean acceptance length 1.11 -> "
+    "4.49 at 32K and 1.05 -> 4.46 at 128K; output throughput x2.15 / x1.71",
+    "vllm-ascend #10023, EAGLE3 on LongBench: 1.336 -> 1.881, GSM8K unchanged",
+)
+
+
+def corpus() -> str:
+    """The shipped documentation of this Python, as one text (about 1.2M characters)."""
+    import pydoc
+    import pydoc_data.topics
+
+    parts = [pydoc_data.topics.topics[name] for name in sorted(pydoc_data.topics.topics)]
+    for module in DOCUMENTED_MODULES:
+        parts.append(pydoc.render_doc(module, renderer=pydoc.plaintext))
+    return "\n\n".join(parts)
+
+
+@dataclass
+class TokenCounter:
+    """Counts tokens with the target's tokenizer, or estimates them."""
+
+    encode: Callable[[str], list] | None = None
+    source: str = f"estimate: {CHARS_PER_TOKEN} characters per token"
+
+    def count(self, text: str) -> int:
+        if self.encode is None:
+            return math.ceil(len(text) / CHARS_PER_TOKEN)
+        return len(self.encode(text))
+
+    @classmethod
+    def for_target(cls, target: str) -> TokenCounter:
+        if not Path(target).is_dir():
+            return cls()
+        try:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(target, local_files_only=True)
+        except Exception:
+            return cls()
+        return cls(lambda text: tokenizer(text, add_special_tokens=False)["input_ids"],
+                   f"the target's tokenizer ({target})")  # fmt: skip
+
+
+@dataclass
+class Prompt:
+    context: int  # the context length it was cut for
+    text: str
+    tokens: int  # text and question, as counted
+
+
+def build_prompts(context: int, count: int, counter: TokenCounter, text: str) -> list[Prompt]:
+    """``count`` prompts of at most ``context - TEMPLATE_MARGIN`` tokens, each a different
+    stretch of ``text`` (starts spread over it) ending in a question."""
+    budget = context - TEMPLATE_MARGIN
+    out = []
+    for k in range(count):
+        question = "\n\n" + QUESTIONS[k % len(QUESTIONS)]
+        room = budget - counter.count(question)
+        start = (k * len(text)) // max(count, 1)
+        # The longest stretch from `start` (wrapping round) that fits: bisection on length.
+        doubled = text[start:] + "\n\n" + text
+        lo, hi = 0, min(len(doubled), room * (CHARS_PER_TOKEN + 4))
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if counter.count(doubled[:mid]) <= room:
+                lo = mid
+            else:
+                hi = mid - 1
+        body = doubled[:lo]
+        out.append(Prompt(context, body + question, counter.count(body + question)))
+    return out
+
+
+def contexts_up_to(limit: int, output_tokens: int) -> list[int]:
+    """The study's contexts that fit a model of ``limit`` tokens with the output."""
+    return [c for c in CONTEXTS if c + output_tokens <= limit]
+
+
+def counters(text: str) -> dict[str, float]:
+    """Every sample of a Prometheus text, summed over labels; acceptance counters by
+    position under ``...per_pos_total@<position>``."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("vllm:"):
+            continue
+        name_labels, value = line.rsplit(" ", 1)
+        name = name_labels.split("{", 1)[0]
+        if name == "vllm:spec_decode_num_accepted_tokens_per_pos_total":
+            name += "@" + re.search(r'position="(\d+)"', name_labels).group(1)
+        out[name] = out.get(name, 0.0) + float(value)
+    return out
+
+
+def context_metrics(before: str, after: str, num_spec: int) -> dict:
+    """Acceptance, decode speed and time per output token between two scrapes."""
+    a, b = counters(before), counters(after)
+
+    def delta(name: str) -> float:
+        return b.get(name, 0.0) - a.get(name, 0.0)
+
+    drafts = delta("vllm:spec_decode_num_drafts_total")
+    if drafts <= 0:
+        raise RuntimeError("no speculative drafts were counted: is speculative decoding on?")
+    per_pos = [delta(f"vllm:spec_decode_num_accepted_tokens_per_pos_total@{i}") / drafts
+               for i in range(num_spec)]  # fmt: skip
+    tokens = delta("vllm:generation_tokens_total")
+    decode_s = delta("vllm:request_decode_time_seconds_sum")
+    tpot_n = delta("vllm:request_time_per_output_token_seconds_count")
+    return {
+        "drafts": drafts,
+        "per_position": per_pos,
+        "mean_length": 1 + sum(per_pos),
+        "output_tokens": tokens,
+        "decode_tokens_per_s": tokens / decode_s if decode_s > 0 else None,
+        "tpot_ms": (
+            1000 * delta("vllm:request_time_per_output_token_seconds_sum") / tpot_n
+            if tpot_n > 0
+            else None
+        ),
+    }
+
+
+def draft_kv_read(context: int, window: int | None, sinks: int, alignment: int) -> int:
+    """The most KV tokens one draft step reads at ``context`` (window.py's bound)."""
+    if window is None:
+        return context
+    from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec, align_sinks
+
+    spec = WindowSpec(window, alignment, 0, align_sinks(sinks, alignment))
+    return min(context, spec.max_read_len)
+
+
+def check(results: dict[str, dict], golden: dict[str, float] | None, tolerance: float
+          ) -> list[str]:  # fmt: skip
+    """The study's assertions on hardware; returns the failures."""
+    failures = []
+    on, off, v1 = results["v2_window"], results["v2_no_window"], results.get("v1_window")
+    for name, run in results.items():
+        if run["outputs"] != on["outputs"]:
+            failures.append(f"greedy outputs of {name} differ from v2_window")
+    for ctx, got in on["contexts"].items():
+        mean, without = got["mean_length"], off["contexts"][ctx]["mean_length"]
+        if int(ctx) >= 32768 and mean < without:
+            failures.append(f"{ctx}: acceptance with the window {mean:.3f} < without {without:.3f}")
+        if int(ctx) <= 4096 and abs(mean - without) > 0.1:
+            failures.append(f"{ctx}: acceptance with the window {mean:.3f} is not within 0.1 of "
+                            f"without {without:.3f}")  # fmt: skip
+        if v1 is not None and abs(mean - v1["contexts"][ctx]["mean_length"]) > 0.05:
+            failures.append(f"{ctx}: V2 with the window {mean:.3f} is not within 0.05 of V1 "
+                            f"{v1['contexts'][ctx]['mean_length']:.3f}")  # fmt: skip
+        if golden is not None and ctx in golden and abs(mean - golden[ctx]) > tolerance:
+            failures.append(f"{ctx}: mean acceptance length {mean:.3f}, golden {golden[ctx]:.3f} "
+                            f"(+-{tolerance})")  # fmt: skip
+    return failures
+
+
+def write_report(out_dir: Path, meta: dict, results: dict[str, dict], failures: list[str]) -> None:
+    """report.json, report.md (one row per context and run, anchors beside) and study.png."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report = {**meta, "runs": results, "failures": failures, "anchors": list(ANCHORS)}
+    (out_dir / "report.json").write_text(json.dumps(report, indent=2, default=str))
+    lines = [
+        f"# Long-context study: {meta['scenario']} on {meta['device']}, W = {meta['window']}"
+        f"{', sinks ' + str(meta['sinks']) if meta['sinks'] else ''}",
+        "",
+        f"Token counts: {meta['token_counts']}. {meta['prompts_per_context']} prompts per "
+        f"context, {meta['output_tokens']} output tokens each, greedy.",
+        "",
+        "| context | run | mean acceptance length | acceptance by position | decode tok/s "
+        "| TPOT ms | draft KV read per step |",
+        "|---:|---|---:|---|---:|---:|---:|",
+    ]
+    for ctx in meta["contexts"]:
+        for name, run in results.items():
+            m = run["contexts"][str(ctx)]
+            speed = _speed(m)
+            tpot = "-" if m["tpot_ms"] is None else f"{m['tpot_ms']:.2f}"
+            lines.append(
+                f"| {ctx} | {name} | {m['mean_length']:.3f} | "
+                f"{', '.join(f'{x:.2f}' for x in m['per_position'])} | {speed} | {tpot} | "
+                f"{m['draft_kv_read']} |"
+            )
+    lines += ["", "Anchors (published, other setups):", *[f"- {a}" for a in ANCHORS], "",
+              "Failures: " + ("none" if not failures else "; ".join(failures)), "",
+              "![acceptance and throughput by context](study.png)", ""]  # fmt: skip
+    (out_dir / "report.md").write_text("\n".join(lines))
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for name, run in results.items():
+        xs = [int(c) for c in run["contexts"]]
+        left.plot(xs, [m["mean_length"] for m in run["contexts"].values()], marker="o",
+                  label=name)  # fmt: skip
+        speeds = [m["decode_tokens_per_s"] or 0.0 for m in run["contexts"].values()]
+        right.plot(xs, speeds, marker="o", label=name)
+    for ax, label in ((left, "mean acceptance length"), (right, "decode tokens/s")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("context (tokens)")
+        ax.set_ylabel(label)
+        ax.legend()
+    fig.suptitle(f"{meta['scenario']}: window {meta['window']} on vs off")
+    fig.tight_layout()
+    fig.savefig(out_dir / "study.png", dpi=110)
+
+
+def _speed(m: dict) -> str:
+    """Decode tokens/s from vLLM's metrics, else output tokens/s measured at the client."""
+    if m.get("decode_tokens_per_s") is not None:
+        return f"{m['decode_tokens_per_s']:.1f}"
+    if m.get("client_tokens_per_s") is not None:
+        return f"{m['client_tokens_per_s']:.1f} (client)"
+    return "-"
+
+
+def timed_completion(http: Callable, base: str, model: str, prompt: str, max_tokens: int
+                     ) -> tuple[str, int, float]:  # fmt: skip
+    """One greedy chat completion: (text, completion tokens, seconds at the client)."""
+    body = {"model": model, "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}  # fmt: skip
+    start = time.monotonic()
+    reply = json.loads(http(f"{base}/v1/chat/completions", body))
+    seconds = time.monotonic() - start
+    return reply["choices"][0]["message"]["content"], reply["usage"]["completion_tokens"], seconds
+
+
+@dataclass
+class Settings:
+    """What the study runs, from the environment."""
+
+    contexts: list[int]
+    prompts_per_context: int
+    output_tokens: int
+    # The window's alignment on the host (its block size), for the draft KV read.
+    alignment: int
+
+    @classmethod
+    def from_env(cls, env: dict[str, str], target: str, device: str) -> Settings:
+        output_tokens = int(env.get("OUTPUT_TOKENS", 256))
+        limit = int(env.get("MAX_CONTEXT", 0)) or model_limit(target)
+        default_block = 128 if device == "ascend" else 16
+        return cls(contexts_up_to(limit, output_tokens), int(env.get("PROMPTS_PER_CONTEXT", 3)),
+                   output_tokens, int(env.get("BLOCK_SIZE", default_block)))  # fmt: skip
+
+
+def model_limit(target: str) -> int:
+    """The target's context limit from its local config.json, else 40960 (the default
+    target Qwen3-8B's ``max_position_embeddings``; set MAX_CONTEXT for a longer one)."""
+    config = Path(target) / "config.json"
+    if config.is_file():
+        value = json.loads(config.read_text()).get("max_position_embeddings")
+        if isinstance(value, int) and value > 0:
+            return value
+    return 40960
+
+
+def golden_path(root: Path, scenario: str, window: int, sinks: int) -> Path:
+    return (
+        root / "e2e" / "golden" / f"study_{scenario}_w{window}{f'_s{sinks}' if sinks else ''}.json"
+    )

@@ -1,0 +1,220 @@
+"""The long-context study of the end-to-end harness, as far as it runs without NPUs: its
+plan per context, its prompts and their token counts, its metrics arithmetic from recorded
+metrics text, its checks, its report and its refusal without NPUs."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "e2e"))
+
+import study  # noqa: E402
+
+import e2e  # noqa: E402
+
+STUDY_ENV = (
+    *("E2E_SCENARIO", "DEVICE", "DRY_RUN", "TARGET_MODEL", "DRAFT_MODEL", "TP", "SINKS"),
+    *("STUDY", "MAX_CONTEXT", "PROMPTS_PER_CONTEXT", "OUTPUT_TOKENS", "BLOCK_SIZE"),
+)
+
+
+@pytest.fixture(scope="module")
+def text():
+    return study.corpus()
+
+
+def dry_run(capsys, monkeypatch, **env):
+    for key in STUDY_ENV:
+        monkeypatch.delenv(key, raising=False)
+    for key, value in {"STUDY": "long", "DRY_RUN": "1", **env}.items():
+        monkeypatch.setenv(key, value)
+    assert e2e.main([]) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def test_the_plan_serves_each_run_once_and_sends_every_context_its_prompts(capsys, monkeypatch):
+    lines = dry_run(capsys, monkeypatch)
+    assert "contexts [4096, 8192, 16384, 32768]; 3 prompts each, 256 output tokens" in lines[1]
+    serves = [line for line in lines if " serve " in line]
+    assert len(serves) == 3  # V2 with the window, V2 without, V1 with the window
+    assert all("--max-model-len 33024" in line for line in serves)
+    assert """--additional-config '{"draft_window_size": 512}'""" in serves[0]
+    assert "--additional-config" not in serves[1]
+    assert serves[2].startswith("VLLM_USE_V2_MODEL_RUNNER=0 ")
+    requests = [line for line in lines if "/v1/chat/completions" in line]
+    assert len(requests) == 3 * 4 * 3
+    for ctx in (4096, 8192, 16384, 32768):
+        assert sum(f"# context {ctx}: a prompt of" in line for line in requests) == 9
+        assert sum(f"context {ctx}" in line and "/metrics" in line for line in lines) == 6
+    assert sum("kill -INT" in line for line in lines) == 3
+
+
+def test_the_plan_reaches_128k_where_the_model_allows_and_cuda_has_no_v1_run(capsys, monkeypatch):
+    lines = dry_run(capsys, monkeypatch, MAX_CONTEXT="140000", DEVICE="cuda",
+                    E2E_SCENARIO="dspark", PROMPTS_PER_CONTEXT="2")  # fmt: skip
+    assert "contexts [4096, 8192, 16384, 32768, 65536, 131072]; 2 prompts each" in lines[1]
+    serves = [line for line in lines if " serve " in line]
+    assert len(serves) == 2 and all("--max-model-len 131328" in line for line in serves)
+    assert any("context 131072: a prompt of 130976 tokens" in line for line in lines)
+
+
+def test_the_study_needs_real_models(capsys, monkeypatch):
+    for key in STUDY_ENV:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("STUDY", "long")
+    with pytest.raises(SystemExit) as info:
+        e2e.main(["--dry-run", "--device", "cuda", "--scenario", "tiny"])
+    assert info.value.code == 2 and "needs a real target" in capsys.readouterr().err
+
+
+def test_estimated_prompts_fill_their_context_with_distinct_natural_text(text):
+    counter = study.TokenCounter()
+    prompts = study.build_prompts(8192, 3, counter, text)
+    budget = 8192 - study.TEMPLATE_MARGIN
+    assert [p.tokens for p in prompts] == [budget] * 3
+    assert len({p.text for p in prompts}) == 3
+    for p, question in zip(prompts, study.QUESTIONS, strict=False):
+        assert p.text.endswith("\n\n" + question)
+        # The estimate rounds up: the text fills its last estimated token.
+        assert (budget - 1) * study.CHARS_PER_TOKEN < len(p.text) <= budget * study.CHARS_PER_TOKEN
+    assert "The with statement" in text or "with_stmt" in text  # the language reference
+
+
+def test_a_local_target_tokenizer_counts_the_tokens(tmp_path, text):
+    """A real BPE tokenizer, trained here and saved as a local model directory."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE(unk_token="[UNK]"))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=2000, special_tokens=["[UNK]"])
+    bpe.train_from_iterator([text[:200_000]], trainer)
+    PreTrainedTokenizerFast(tokenizer_object=bpe).save_pretrained(tmp_path)
+    counter = study.TokenCounter.for_target(str(tmp_path))
+    assert counter.source == f"the target's tokenizer ({tmp_path})"
+    (prompt,) = study.build_prompts(4096, 1, counter, text)
+    budget = 4096 - study.TEMPLATE_MARGIN
+    assert prompt.tokens == len(bpe.encode(prompt.text).ids)
+    assert budget - 8 <= prompt.tokens <= budget
+    # A target that is not a local directory falls back to the estimate.
+    assert study.TokenCounter.for_target("Qwen/Qwen3-8B").encode is None
+
+
+# What vLLM's /metrics shows (prometheus text), before and after one context's prompts.
+METRICS = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {drafts}
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="0"}} {p0}
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="1"}} {p1}
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="2"}} {p2}
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{{engine="0",model_name="m"}} {tokens}
+# TYPE vllm:request_decode_time_seconds histogram
+vllm:request_decode_time_seconds_bucket{{engine="0",le="+Inf",model_name="m"}} {n}
+vllm:request_decode_time_seconds_count{{engine="0",model_name="m"}} {n}
+vllm:request_decode_time_seconds_sum{{engine="0",model_name="m"}} {decode}
+vllm:request_time_per_output_token_seconds_count{{engine="0",model_name="m"}} {n}
+vllm:request_time_per_output_token_seconds_sum{{engine="0",model_name="m"}} {tpot}
+"""
+
+
+def metrics(drafts, p, tokens, n, decode, tpot):
+    return METRICS.format(drafts=drafts, p0=p[0], p1=p[1], p2=p[2], tokens=tokens, n=n,
+                          decode=decode, tpot=tpot)  # fmt: skip
+
+
+def test_context_metrics_come_from_the_deltas_of_two_scrapes():
+    before = metrics(10.0, (5.0, 2.0, 1.0), 100.0, 2, 3.0, 0.05)
+    after = metrics(210.0, (145.0, 82.0, 41.0), 868.0, 5, 6.84, 0.074)
+    got = study.context_metrics(before, after, 3)
+    assert got["drafts"] == 200 and got["per_position"] == pytest.approx([0.7, 0.4, 0.2])
+    assert got["mean_length"] == pytest.approx(2.3)
+    assert got["output_tokens"] == 768
+    assert got["decode_tokens_per_s"] == pytest.approx(200.0)  # 768 tokens in 3.84 s
+    assert got["tpot_ms"] == pytest.approx(8.0)  # 24 ms over 3 requests
+    with pytest.raises(RuntimeError, match="no speculative drafts"):
+        study.context_metrics(before, before, 3)
+
+
+def test_the_draft_kv_read_follows_the_window_arithmetic():
+    assert study.draft_kv_read(32768, None, 0, 128) == 32768
+    assert study.draft_kv_read(32768, 512, 0, 128) == 512 + 127
+    assert study.draft_kv_read(32768, 512, 64, 128) == 128 + 512 + 127  # sinks round up
+    assert study.draft_kv_read(300, 512, 0, 128) == 300
+
+
+def run(outputs, lengths):
+    return {
+        "outputs": outputs,
+        "contexts": {str(c): {"mean_length": m} for c, m in lengths.items()},
+    }
+
+
+def test_checks_flag_every_rule():
+    on = run(["a"], {4096: 3.0, 32768: 2.5, 65536: 2.4})
+    off = run(["a"], {4096: 3.05, 32768: 1.2, 65536: 1.1})
+    v1 = run(["a"], {4096: 3.0, 32768: 2.48, 65536: 2.4})
+    golden = {"4096": 3.0, "32768": 2.5, "65536": 2.4}
+    assert study.check({"v2_window": on, "v2_no_window": off, "v1_window": v1}, golden, 0.15) == []
+    bad_on = run(["a"], {4096: 2.8, 32768: 1.0, 65536: 2.4})
+    bad_off = run(["b"], {4096: 3.05, 32768: 1.2, 65536: 1.1})
+    failures = study.check(
+        {"v2_window": bad_on, "v2_no_window": bad_off, "v1_window": v1}, golden, 0.15
+    )
+    assert "greedy outputs of v2_no_window differ from v2_window" in failures
+    assert any(
+        f.startswith("4096: acceptance with the window 2.800 is not within 0.1") for f in failures
+    )
+    assert any(
+        f.startswith("32768: acceptance with the window 1.000 < without 1.200") for f in failures
+    )
+    assert any(
+        f.startswith("32768: V2 with the window 1.000 is not within 0.05 of V1") for f in failures
+    )
+    assert any(f.startswith("32768: mean acceptance length 1.000, golden 2.500") for f in failures)
+
+
+def test_the_report_is_written_from_recorded_metrics(tmp_path):
+    contexts = [4096, 32768]
+    results = {}
+    for name, lengths in (("v2_window", (3.0, 2.5)), ("v2_no_window", (3.0, 1.2))):
+        results[name] = {"outputs": ["a"], "contexts": {}}
+        for ctx, mean in zip(contexts, lengths, strict=True):
+            before = metrics(0, (0, 0, 0), 0, 0, 0, 0)
+            m = study.context_metrics(
+                before, metrics(100, ((mean - 1) * 100, 0, 0), 500, 2, 2.5, 0.02), 3
+            )
+            m["draft_kv_read"] = study.draft_kv_read(ctx, 512 if name == "v2_window" else None,
+                                                     0, 128)  # fmt: skip
+            results[name]["contexts"][str(ctx)] = m
+    meta = {"scenario": "eagle3", "device": "ascend", "window": 512, "sinks": 0,
+            "contexts": contexts, "prompts_per_context": 3, "output_tokens": 256,
+            "token_counts": "estimate: 4 characters per token"}  # fmt: skip
+    study.write_report(tmp_path, meta, results, [])
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["runs"]["v2_window"]["contexts"]["32768"]["mean_length"] == pytest.approx(2.5)
+    md = (tmp_path / "report.md").read_text()
+    assert "| 32768 | v2_window | 2.500 | 1.50, 0.00, 0.00 | 200.0 | 10.00 | 639 |" in md
+    assert "| 32768 | v2_no_window | 1.200 | 0.20, 0.00, 0.00 | 200.0 | 10.00 | 32768 |" in md
+    assert "vllm-ascend #12103" in md and "Failures: none" in md
+    assert (tmp_path / "study.png").stat().st_size > 0
+
+
+def test_a_missing_study_golden_stops_before_any_server_starts(tmp_path, monkeypatch):
+    scenario = e2e.scenarios({"WINDOW": "640"})["eagle3"]
+    monkeypatch.setattr(e2e, "install", lambda device: pytest.fail("installed before the check"))
+    settings = study.Settings([4096], 1, 16, 128)
+    with pytest.raises(SystemExit, match=r"study_eagle3_w640\.json: run once with RECORD_GOLDEN=1"):
+        e2e.run_study(scenario, "ascend", 1, tmp_path, settings, study.TokenCounter(), False)
+
+
+def test_without_npus_the_study_stops_at_once_with_exit_code_2():
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "STUDY": "long"}
+    result = subprocess.run(["make", "-s", "e2e-ascend"], cwd=ROOT, capture_output=True,
+                            text=True, env=env)  # fmt: skip
+    assert result.returncode == 2
+    assert "needs Ascend NPUs: npu-smi not found" in result.stderr
