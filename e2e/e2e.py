@@ -89,6 +89,13 @@ def scenarios(env: dict[str, str]) -> dict[str, Scenario]:
             int(env.get("WINDOW", 512)), int(env.get("TP", 1)), 4096,
             golden / f"dspark_qwen3_8b_w{env.get('WINDOW', 512)}{suffix}.json",
         ),
+        # DFlash drafts a block of 16 (K = 15) in one parallel pass.
+        "dflash": Scenario(
+            "dflash", env.get("TARGET_MODEL", "Qwen/Qwen3-8B"),
+            env.get("DRAFT_MODEL", "z-lab/Qwen3-8B-DFlash-b16"), "dflash", 15,
+            int(env.get("WINDOW", 512)), int(env.get("TP", 1)), 4096,
+            golden / f"dflash_qwen3_8b_w{env.get('WINDOW', 512)}{suffix}.json",
+        ),
         "tiny": Scenario(
             "tiny", "", "", "eagle3", 3, int(env.get("WINDOW", 64)), 1, 2048, None,
             ["--load-format", "dummy", "--skip-tokenizer-init", "--enforce-eager"],

@@ -218,3 +218,9 @@ def test_without_npus_the_study_stops_at_once_with_exit_code_2():
                             text=True, env=env)  # fmt: skip
     assert result.returncode == 2
     assert "needs Ascend NPUs: npu-smi not found" in result.stderr
+
+
+def test_every_drafting_method_has_a_scenario(capsys, monkeypatch):
+    for name, method in (("eagle3", "eagle3"), ("dspark", "dspark"), ("dflash", "dflash")):
+        lines = dry_run(capsys, monkeypatch, E2E_SCENARIO=name, DEVICE="cuda")
+        assert all(f'"method": "{method}"' in line for line in lines if " serve " in line)
