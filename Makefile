@@ -1,6 +1,8 @@
 # Draft KV sliding window for vLLM Model Runner V2: developer entry points.
 # `make setup` builds .venv once (CPU torch, vLLM 0.33.0 without its GPU deps,
-# test tools, the released vllm-ascend wheel for MRV1 parity); every other target needs it.
+# test tools, the released vllm-ascend wheel for MRV1 parity) and .venv-030, the Ascend
+# pairing (vLLM 0.30.0 + vllm-ascend 0.30.0rc2's Python package, torch_npu stand-ins);
+# every other target needs them.
 
 PYTHON ?= python3
 VENV := .venv
@@ -10,6 +12,12 @@ STAMP := $(VENV)/.setup-done
 WHEEL_DIR := .cache/wheels
 VLLM_ASCEND_VERSION := 0.26.0rc1
 VLLM_ASCEND_WHEEL_STAMP := $(WHEEL_DIR)/.vllm-ascend-$(VLLM_ASCEND_VERSION)
+VENV030 := .venv-030
+PY030 := $(VENV030)/bin/python
+STAMP030 := $(VENV030)/.setup-done
+# This project installed into .venv-030 as on an Ascend host (a copy, not editable).
+OVERLAY030 := $(VENV030)/.overlay-installed
+PACKAGE_FILES := $(shell find vllm_ascend -name '*.py' 2>/dev/null)
 
 .DEFAULT_GOAL := help
 .PHONY: help setup test lint demo bench e2e-ascend clean
@@ -17,7 +25,7 @@ VLLM_ASCEND_WHEEL_STAMP := $(WHEEL_DIR)/.vllm-ascend-$(VLLM_ASCEND_VERSION)
 help:  ## List the targets.
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-setup: $(STAMP) $(VLLM_ASCEND_WHEEL_STAMP)  ## Create .venv (idempotent: a second run does nothing).
+setup: $(STAMP) $(VLLM_ASCEND_WHEEL_STAMP) $(STAMP030)  ## Create .venv and .venv-030 (idempotent).
 
 $(STAMP): pyproject.toml requirements/cpu.txt requirements/test.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,8 +45,20 @@ $(VLLM_ASCEND_WHEEL_STAMP): | $(STAMP)
 	$(PIP) download -q --no-deps -d $(WHEEL_DIR) vllm-ascend==$(VLLM_ASCEND_VERSION)
 	touch $@
 
-test: setup  ## Run the test suite on CPU.
+$(STAMP030): requirements/cpu.txt requirements/cpu-030.txt requirements/test.txt tools/setup_ascend030.sh tests/ascend/npu_stand_ins.py
+	PYTHON=$(PYTHON) tools/setup_ascend030.sh $(VENV030)
+	touch $@
+
+$(OVERLAY030): $(STAMP030) pyproject.toml $(PACKAGE_FILES)
+	$(PY030) -m pip install -q --no-deps --no-build-isolation --force-reinstall .
+	rm -rf build
+	touch $@
+
+test: setup $(OVERLAY030)  ## Run the test suite on CPU: vLLM 0.33 (.venv), then the Ascend pairing (.venv-030).
+	@echo "== vLLM 0.33.0 upstream line (.venv) =="
 	$(PY) -m pytest
+	@echo "== Ascend pairing: vLLM 0.30.0 + vllm-ascend 0.30.0rc2 (.venv-030) =="
+	DRAFT_WINDOW_NPU_STAND_INS=1 $(PY030) -m pytest tests/ascend --confcutdir=tests/ascend -p no:cacheprovider
 
 lint: setup  ## ruff check and format check.
 	$(VENV)/bin/ruff check .
@@ -55,4 +75,4 @@ e2e-ascend:  ## End to end with vllm serve on Ascend NPUs (DRY_RUN=1, DEVICE=cud
 	$(PYTHON) e2e/e2e.py
 
 clean:  ## Remove .venv, caches and build output.
-	rm -rf $(VENV) .cache build dist *.egg-info .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(VENV030) .cache build dist *.egg-info .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,89 @@
+"""The Ascend pairing on CPU: vLLM 0.30.0 with vllm-ascend 0.30.0rc2's real Python package
+and this project installed into its tree (``make test`` runs this folder in .venv-030).
+
+vllm-ascend's general plugins are loaded as vLLM loads them; its platform plugin is left
+out (``VLLM_PLUGINS``): the NPU platform needs the NPU runtime, and these tests run vLLM's
+CPU platform, as the 0.33 tests do.
+"""
+
+import json
+import os
+from importlib.metadata import entry_points
+
+import pytest
+
+if os.environ.get("DRAFT_WINDOW_NPU_STAND_INS") != "1":
+    raise pytest.UsageError(
+        "tests/ascend runs in .venv-030 with DRAFT_WINDOW_NPU_STAND_INS=1: use `make test`"
+    )
+
+os.environ["VLLM_PLUGINS"] = ",".join(p.name for p in entry_points(group="vllm.general_plugins"))
+
+import vllm.platforms
+import vllm.platforms.cpu
+
+vllm.platforms._current_platform = vllm.platforms.cpu.CpuPlatform()
+
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+    "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 16, "num_hidden_layers": 2, "vocab_size": 256,
+    "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "torch_dtype": "float32",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory):
+    """A tiny model config written locally (no weights)."""
+    root = tmp_path_factory.mktemp("tiny-llama")
+    (root / "config.json").write_text(json.dumps(TINY_LLAMA))
+    return root
+
+
+@pytest.fixture(scope="session")
+def loaded_plugins():
+    """vLLM's real ``load_general_plugins()``, once, as vLLM runs it once per process
+    (vllm-ascend's connector registration is not idempotent). Returns what it changed: the
+    speculator methods before and after, and the draft window's debug lines."""
+    import logging
+
+    import vllm.plugins
+    from test_pairing import hooked_methods
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("vllm.draft_window")
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(handler)
+    before = hooked_methods()
+    try:
+        vllm.plugins.load_general_plugins()
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    return {"before": before, "after": hooked_methods(),
+            "lines": [r.getMessage() for r in records]}  # fmt: skip
+
+
+@pytest.fixture
+def registered(loaded_plugins):
+    """The draft window as vLLM's plugin loading left it; registered again after a test
+    that unregistered it."""
+    from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
+
+    yield
+    plugin.register()
+
+
+@pytest.fixture
+def model_runner_v2(monkeypatch):
+    """VLLM_USE_V2_MODEL_RUNNER=1. vLLM 0.30's config refuses Model Runner V2 without Triton;
+    an Ascend host has triton-ascend, this CPU environment has none (vllm-ascend's Triton
+    helpers need triton-ascend's ops), so the requirement is set as met for config
+    validation only."""
+    import vllm.config.vllm
+
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    monkeypatch.setattr(vllm.config.vllm, "HAS_TRITON", True)

@@ -1,0 +1,63 @@
+"""Test-only stand-ins for torch_npu and the other NPU-only modules vllm-ascend imports.
+
+There is no NPU and no CANN here, so ``torch_npu`` cannot load. vllm-ascend's own unit tests
+replace it the same way (``tests/ut/conftest.py``); this is written fresh. Every attribute of a
+stand-in module is a ``MagicMock``: the tests never run an NPU kernel, they drive vllm-ascend's
+Python code (configs, plugins, speculators' metadata paths) on CPU. Installed into the test
+environment's site-packages by ``tools/setup_ascend030.sh`` and activated by a ``.pth`` file
+where ``DRAFT_WINDOW_NPU_STAND_INS=1``, so vLLM's own subprocesses (model inspection) get them
+too.
+"""
+
+import contextlib
+import importlib.util
+import sys
+import types
+from unittest.mock import MagicMock
+
+NPU_ONLY_MODULES = (
+    "torch_npu", "torch_npu._C", "torch_npu._C._distributed_c10d", "torch_npu._inductor",
+    "torch_npu.op_plugin", "torch_npu.op_plugin.atb", "torch_npu.op_plugin.atb._atb_ops",
+    "torch_npu.profiler", "acl", "acl.rt", "fla_npu", "fla_npu.ops", "fla_npu.ops.ascendc",
+    "mooncake", "mooncake.engine",
+)  # fmt: skip
+
+
+class StandIn(types.ModuleType):
+    """A module whose every public attribute is a MagicMock, made on first use."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        value = MagicMock(name=f"{self.__name__}.{name}")
+        setattr(self, name, value)
+        return value
+
+
+def _module(name: str, **attrs) -> types.ModuleType:
+    module = StandIn(name)
+    module.__spec__ = importlib.util.spec_from_loader(name, loader=None)
+    module.__path__ = []
+    module.__dict__.update(attrs)
+    sys.modules[name] = module
+    parent, _, child = name.rpartition(".")
+    if parent in sys.modules:
+        setattr(sys.modules[parent], child, module)
+    return module
+
+
+def install() -> None:
+    for name in NPU_ONLY_MODULES:
+        _module(name)
+    # vllm-ascend's build writes _build_info.py (device type); the sdist has none.
+    _module("vllm_ascend._build_info", __device_type__="A2")
+    import torch
+
+    with contextlib.suppress(RuntimeError):  # already renamed
+        torch.utils.rename_privateuse1_backend("npu")
+    torch.npu = MagicMock(name="torch.npu")
+    torch.npu.is_available = MagicMock(return_value=False)
+    torch.npu.current_device = MagicMock(return_value="cpu")
+    sys.modules["torch.npu"] = torch.npu
+    torch.version.cann = None
+    torch.distributed.is_hccl_available = lambda: True

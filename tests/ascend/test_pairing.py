@@ -1,0 +1,159 @@
+"""What Ascend users run, on CPU: vLLM 0.30.0, vllm-ascend 0.30.0rc2's real Python package
+with its plugins, and this project installed into its tree as `pip install --no-deps .`
+installs it on an Ascend host.
+
+The window's hooks target vLLM 0.33.x; on this pairing the plugin must change nothing for a
+user without the window, and stop start-up with the pairing named for a user with it on
+Model Runner V2, while vllm-ascend's own Model Runner V1 window still takes the key.
+"""
+
+import hashlib
+import re
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+import vllm
+
+import vllm_ascend
+from vllm_ascend.worker.v2.spec_decode.draft_window import install
+
+VENV = Path(sys.prefix)
+
+
+def speculative_config(model_dir, additional_config):
+    """A real VllmConfig with an EAGLE3 speculative config, as the engine builds it."""
+    from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig, VllmConfig
+
+    model = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
+                        max_model_len=512)  # fmt: skip
+    parallel = ParallelConfig()
+    speculative = SpeculativeConfig(method="eagle3", model=str(model_dir),
+                                    num_speculative_tokens=2, target_model_config=model,
+                                    target_parallel_config=parallel)  # fmt: skip
+    return VllmConfig(
+        model_config=model,
+        parallel_config=parallel,
+        speculative_config=speculative,
+        additional_config=additional_config,
+    )
+
+
+def ascend_config(model_dir, additional_config):
+    """vllm-ascend's own factory (its platform calls it at start-up) on a config without a
+    draft."""
+    from vllm.config import ModelConfig, VllmConfig
+
+    from vllm_ascend.ascend_config import init_ascend_config
+
+    model = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
+                        max_model_len=512)  # fmt: skip
+    return init_ascend_config(VllmConfig(model_config=model, additional_config=additional_config))
+
+
+def test_the_environment_is_the_ascend_pairing():
+    assert vllm.__version__ == "0.30.0"
+    assert metadata.version("vllm-ascend") == "0.30.0rc2"
+    import torch_npu
+
+    assert type(torch_npu).__name__ == "StandIn"  # no NPU here
+
+
+def test_the_overlay_sits_in_vllm_ascends_own_tree_and_replaced_none_of_its_files():
+    from vllm_ascend.worker.v2.spec_decode import draft_window
+    from vllm_ascend.worker.v2.spec_decode.dspark import speculator
+
+    site = Path(vllm_ascend.__file__).parent.parent
+    assert Path(draft_window.__file__).is_relative_to(site / "vllm_ascend")
+    assert Path(speculator.__file__).parent.parent == Path(draft_window.__file__).parent.parent
+    recorded = (VENV / "vllm-ascend-files.sha256").read_text().splitlines()
+    assert len(recorded) > 700
+    for line in recorded:
+        digest, name = line.split(maxsplit=1)
+        assert hashlib.sha256((site / name).read_bytes()).hexdigest() == digest, name
+
+
+def hooked_methods():
+    """Every method the window wraps on vLLM 0.33, and vllm-ascend's overrides of them."""
+    from vllm.v1.worker.gpu.spec_decode.autoregressive.speculator import (
+        AutoRegressiveSpeculator,
+    )
+    from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
+    from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+    from vllm_ascend.worker.v2.spec_decode.autoregressive.speculator import (
+        AscendAutoRegressiveSpeculator,
+    )
+    from vllm_ascend.worker.v2.spec_decode.dspark.speculator import AscendDSparkSpeculator
+
+    classes = (DraftModelSpeculator, DFlashSpeculator, AutoRegressiveSpeculator,
+               AscendDSparkSpeculator, AscendAutoRegressiveSpeculator)  # fmt: skip
+    return {(cls, name): method for cls in classes for name, method in vars(cls).items()
+            if callable(method)}  # fmt: skip
+
+
+def test_vllms_plugin_loading_with_vllm_ascends_plugins_changes_nothing_it_would_hook(
+    loaded_plugins,
+):
+    names = {p.name for p in metadata.entry_points(group="vllm.general_plugins")}
+    assert {"draft_window", "ascend_model", "ascend_kv_connector", "ascend_model_loader"} <= names
+    assert loaded_plugins["after"] == loaded_plugins["before"]
+    state = install.status()
+    assert not state.installed and state.problems == ("vLLM 0.30.0 is not a supported line",)
+    (line,) = [m for m in loaded_plugins["lines"] if "draft window" in m]
+    assert line == ("draft window: hooks not installed (vLLM 0.30.0, vllm-ascend 0.30.0rc2; "
+                    "supported: vLLM 0.33.x): vLLM 0.30.0 is not a supported line")  # fmt: skip
+
+
+@pytest.mark.parametrize("v2", [False, True], ids=["model_runner_v1", "model_runner_v2"])
+def test_without_the_window_configs_build_as_without_this_package(
+    v2, registered, model_dir, request, monkeypatch
+):
+    if v2:
+        request.getfixturevalue("model_runner_v2")
+    else:
+        monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
+    config = speculative_config(model_dir, {})
+    assert config.use_v2_model_runner is v2
+
+
+def test_with_the_window_on_model_runner_v2_start_up_stops_with_the_pairing_named(
+    registered, model_runner_v2, model_dir
+):
+    with pytest.raises(ValueError) as error:
+        speculative_config(model_dir, {"draft_window_size": 512})
+    message = str(error.value)
+    assert (
+        "additional_config draft_window_size=512 cannot be served on Model Runner V2 here: the "
+        "draft window could not hook this vLLM (vLLM 0.30.0, vllm-ascend 0.30.0rc2; supported: "
+        "vLLM 0.33.x): vLLM 0.30.0 is not a supported line. Install a supported vLLM, run Model "
+        "Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0), whose draft window is vllm-ascend's own, or "
+        "remove draft_window_size from additional_config."
+    ) in message
+
+
+def test_with_the_window_on_model_runner_v1_vllm_ascends_own_window_takes_the_key(
+    registered, model_dir, monkeypatch
+):
+    from vllm_ascend.ascend_config import init_ascend_config
+
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
+    config = speculative_config(model_dir, {"draft_window_size": "512"})
+    assert not config.use_v2_model_runner
+    assert init_ascend_config(config).draft_window_size == 512
+
+
+def test_vllm_ascends_strict_ascend_config_takes_the_sinks_key_only_with_the_plugin(
+    registered, model_dir
+):
+    """vllm-ascend 0.30.0rc2's AscendConfig forbids unknown keys and has no sinks field."""
+    from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
+
+    keys = {"draft_window_size": "512", "draft_attention_sinks": 64}
+    assert ascend_config(model_dir, keys).draft_window_size == 512
+    with pytest.raises(ValueError, match=re.escape("draft_attention_sink")):
+        ascend_config(model_dir, {"draft_window_size": 512, "draft_attention_sink": 64})
+    plugin.unregister()
+    with pytest.raises(ValueError, match="draft_attention_sinks"):
+        ascend_config(model_dir, keys)

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Builds .venv-030, the Ascend pairing's test environment: vLLM 0.30.0 on CPU torch, the
+# Python package of vllm-ascend 0.30.0rc2 from its pinned source distribution (nothing is
+# compiled), and the test-only torch_npu stand-ins. This project itself is installed by
+# `make test` (pip install --no-deps ., as on an Ascend host).
+set -euo pipefail
+VENV=${1:-.venv-030}
+PYTHON=${PYTHON:-python3}
+VERSION=0.30.0rc2
+SHA256=05cb51448c0cd174ea338b16ebbfc8e215f44b373ea2a0d65f1314523a01152f
+CACHE=.cache/vllm-ascend-$VERSION
+
+test -x "$VENV/bin/python" || "$PYTHON" -m venv "$VENV"
+PIP="$VENV/bin/python -m pip"
+# CPU torch: this exact version is the CPU build; a range would pull a CUDA build.
+$PIP install -q torch==2.13.0
+$PIP install -q --no-deps vllm==0.30.0
+$PIP install -q --no-deps -r requirements/cpu-030.txt
+$PIP install -q -r requirements/test.txt setuptools-scm==10.3.4
+
+# The sdist only: its metadata step wants setuptools_scm and a SOC_VERSION, no build.
+mkdir -p "$CACHE"
+if ! echo "$SHA256  $CACHE/vllm_ascend-$VERSION.tar.gz" | sha256sum -c --status 2>/dev/null; then
+  SOC_VERSION=ascend910b1 COMPILE_CUSTOM_KERNELS=0 $PIP download -q --no-deps \
+    --no-build-isolation "vllm-ascend==$VERSION" -d "$CACHE"
+  echo "$SHA256  $CACHE/vllm_ascend-$VERSION.tar.gz" | sha256sum -c --quiet
+fi
+SITE=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+rm -rf "$SITE/vllm_ascend" "$SITE"/vllm_ascend-*.dist-info
+tar -xzf "$CACHE/vllm_ascend-$VERSION.tar.gz" -C "$CACHE"
+cp -r "$CACHE/vllm_ascend-$VERSION/vllm_ascend" "$SITE/"
+# A dist-info with the sdist's entry points: vLLM discovers vllm-ascend's plugins as on a host.
+DIST="$SITE/vllm_ascend-$VERSION.dist-info"
+mkdir -p "$DIST"
+printf 'Metadata-Version: 2.1\nName: vllm-ascend\nVersion: %s\n' "$VERSION" > "$DIST/METADATA"
+cp "$CACHE/vllm_ascend-$VERSION/vllm_ascend.egg-info/entry_points.txt" "$DIST/"
+# Every file vllm-ascend ships, with its sha256: the overlay test checks none is replaced.
+(cd "$SITE" && find vllm_ascend -type f -print0 | sort -z | xargs -0 sha256sum) \
+  > "$VENV/vllm-ascend-files.sha256"
+
+# Test-only stand-ins for torch_npu and the other NPU-only modules, active in every process
+# of a test run (vLLM inspects models in subprocesses) where DRAFT_WINDOW_NPU_STAND_INS=1.
+cp tests/ascend/npu_stand_ins.py "$SITE/_draft_window_npu_stand_ins.py"
+echo 'import os; os.environ.get("DRAFT_WINDOW_NPU_STAND_INS") == "1" and __import__("_draft_window_npu_stand_ins").install()' \
+  > "$SITE/_draft_window_npu_stand_ins.pth"
