@@ -58,7 +58,7 @@ test: setup $(OVERLAY030)  ## Run the test suite on CPU: vLLM 0.33 (.venv), then
 	@echo "== vLLM 0.33.0 upstream line (.venv) =="
 	$(PY) -m pytest
 	@echo "== Ascend pairing: vLLM 0.30.0 + vllm-ascend 0.30.0rc2 (.venv-030) =="
-	DRAFT_WINDOW_NPU_STAND_INS=1 $(PY030) -m pytest tests/ascend --confcutdir=tests/ascend -p no:cacheprovider
+	$(PY030) -m pytest tests/ascend --confcutdir=tests/ascend -p no:cacheprovider
 
 lint: setup  ## ruff check and format check.
 	$(VENV)/bin/ruff check .

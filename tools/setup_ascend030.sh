@@ -11,6 +11,9 @@ SHA256=05cb51448c0cd174ea338b16ebbfc8e215f44b373ea2a0d65f1314523a01152f
 CACHE=.cache/vllm-ascend-$VERSION
 
 test -x "$VENV/bin/python" || "$PYTHON" -m venv "$VENV"
+SITE=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+# The stand-ins load torch in every process: off while this script installs.
+rm -f "$SITE/_draft_window_npu_stand_ins.pth"
 PIP="$VENV/bin/python -m pip"
 # CPU torch: this exact version is the CPU build; a range would pull a CUDA build.
 $PIP install -q torch==2.13.0
@@ -25,10 +28,12 @@ if ! echo "$SHA256  $CACHE/vllm_ascend-$VERSION.tar.gz" | sha256sum -c --status 
     --no-build-isolation "vllm-ascend==$VERSION" -d "$CACHE"
   echo "$SHA256  $CACHE/vllm_ascend-$VERSION.tar.gz" | sha256sum -c --quiet
 fi
-SITE=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 rm -rf "$SITE/vllm_ascend" "$SITE"/vllm_ascend-*.dist-info
 tar -xzf "$CACHE/vllm_ascend-$VERSION.tar.gz" -C "$CACHE"
 cp -r "$CACHE/vllm_ascend-$VERSION/vllm_ascend" "$SITE/"
+# What vllm-ascend's build writes beside its Python package (setup.py, gen_build_info), for
+# the SOC the sdist is fetched for (ascend910b1: an A2 device).
+printf "# Auto-generated file\n__device_type__ = 'A2'\n" > "$SITE/vllm_ascend/_build_info.py"
 # A dist-info with the sdist's entry points: vLLM discovers vllm-ascend's plugins as on a host.
 DIST="$SITE/vllm_ascend-$VERSION.dist-info"
 mkdir -p "$DIST"
@@ -38,8 +43,9 @@ cp "$CACHE/vllm_ascend-$VERSION/vllm_ascend.egg-info/entry_points.txt" "$DIST/"
 (cd "$SITE" && find vllm_ascend -type f -print0 | sort -z | xargs -0 sha256sum) \
   > "$VENV/vllm-ascend-files.sha256"
 
-# Test-only stand-ins for torch_npu and the other NPU-only modules, active in every process
-# of a test run (vLLM inspects models in subprocesses) where DRAFT_WINDOW_NPU_STAND_INS=1.
+# Test-only stand-ins for torch_npu and the other NPU-only modules, loaded by every Python
+# process of this environment (vLLM inspects models in subprocesses): an Ascend host without
+# an NPU.
 cp tests/ascend/npu_stand_ins.py "$SITE/_draft_window_npu_stand_ins.py"
-echo 'import os; os.environ.get("DRAFT_WINDOW_NPU_STAND_INS") == "1" and __import__("_draft_window_npu_stand_ins").install()' \
+echo 'import _draft_window_npu_stand_ins; _draft_window_npu_stand_ins.install()' \
   > "$SITE/_draft_window_npu_stand_ins.pth"

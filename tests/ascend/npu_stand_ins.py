@@ -4,9 +4,9 @@ There is no NPU and no CANN here, so ``torch_npu`` cannot load. vllm-ascend's ow
 replace it the same way (``tests/ut/conftest.py``); this is written fresh. Every attribute of a
 stand-in module is a ``MagicMock``: the tests never run an NPU kernel, they drive vllm-ascend's
 Python code (configs, plugins, speculators' metadata paths) on CPU. Installed into the test
-environment's site-packages by ``tools/setup_ascend030.sh`` and activated by a ``.pth`` file
-where ``DRAFT_WINDOW_NPU_STAND_INS=1``, so vLLM's own subprocesses (model inspection) get them
-too.
+environment's site-packages by ``tools/setup_ascend030.sh`` and loaded by a ``.pth`` file in
+every Python process there (vLLM inspects models in subprocesses): .venv-030 is an Ascend
+host without an NPU.
 """
 
 import contextlib
@@ -49,8 +49,6 @@ def _module(name: str, **attrs) -> types.ModuleType:
 def install() -> None:
     for name in NPU_ONLY_MODULES:
         _module(name)
-    # vllm-ascend's build writes _build_info.py (device type); the sdist has none.
-    _module("vllm_ascend._build_info", __device_type__="A2")
     import torch
 
     with contextlib.suppress(RuntimeError):  # already renamed
