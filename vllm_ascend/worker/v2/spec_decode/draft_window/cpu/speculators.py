@@ -125,6 +125,7 @@ def wire_speculator(
     dcp_size: int = 1,
     draft_input_buffers: Any = None,
     model_state: Any = None,
+    record: bool = True,
 ) -> Wired:
     """A real `cls` instance whose real `set_attn` attaches real attention groups.
 
@@ -148,7 +149,8 @@ def wire_speculator(
         group = AttentionGroup(TritonAttentionBackend, names, layer_spec, g)
         group.create_metadata_builders(vllm_config, CPU, layout.kernel_block_size)
         assert group.kernel_block_size == layout.kernel_block_size
-        _record_builds(group, received.setdefault(g, []))
+        if record:
+            _record_builds(group, received.setdefault(g, []))
         attn_groups.append([group])
     kv_cache_config = KVCacheConfig(num_blocks=1, kv_cache_tensors=[], kv_cache_groups=groups_spec)
 
