@@ -420,12 +420,8 @@ def write_report(out_dir, scenario, device, results, golden, failures) -> None:
     lines += ["", "Failures: " + ("none" if not failures else "; ".join(failures)), "",
               "![acceptance](acceptance.png)", ""]  # fmt: skip
     (out_dir / "report.md").write_text("\n".join(lines))
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = study.pyplot()
+    if plt is None:
         return
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, r in results.items():

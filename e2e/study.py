@@ -235,12 +235,8 @@ def write_report(out_dir: Path, meta: dict, results: dict[str, dict], failures: 
               "Failures: " + ("none" if not failures else "; ".join(failures)), "",
               "![acceptance and throughput by context](study.png)", ""]  # fmt: skip
     (out_dir / "report.md").write_text("\n".join(lines))
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     for name, run in results.items():
@@ -257,6 +253,18 @@ def write_report(out_dir: Path, meta: dict, results: dict[str, dict], failures: 
     fig.suptitle(f"{meta['scenario']}: window {meta['window']} on vs off")
     fig.tight_layout()
     fig.savefig(out_dir / "study.png", dpi=110)
+
+
+def pyplot():
+    """matplotlib's pyplot without a display, or None where matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
 
 
 def _speed(m: dict) -> str:

@@ -120,16 +120,21 @@ def test_without_the_window_a_draft_builds_exactly_what_vllm_builds(drift, probl
         compare_cams(plain.received[g][0], ours.received[g][0])
 
 
+def refusal(model_dir, monkeypatch, additional_config) -> str:
+    """vLLM loads its plugins, then the engine builds a V2 config: the error it stops with.
+    pydantic reports it as VllmConfig's validation error, as vLLM's own config errors."""
+    vllm.plugins.load_general_plugins()
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    with pytest.raises(ValueError) as error:
+        make_speculative_vllm_config(model_dir, additional_config)
+    return str(error.value)
+
+
 @drifts
 def test_with_the_window_building_the_config_stops_with_the_reason(drift, problem, model_dir,
                                                                    monkeypatch):  # fmt: skip
     drift(monkeypatch)
-    vllm.plugins.load_general_plugins()
-    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
-    with pytest.raises(ValueError) as error:
-        make_speculative_vllm_config(model_dir, {"draft_window_size": 512})
-    # pydantic reports it as VllmConfig's validation error, as vLLM's own config errors.
-    message = str(error.value)
+    message = refusal(model_dir, monkeypatch, {"draft_window_size": 512})
     assert ("Value error, additional_config draft_window_size=512 cannot be served on Model "
             "Runner V2 here: the draft window could not hook this vLLM") in message  # fmt: skip
     versions = lines.installed_versions()
@@ -189,11 +194,7 @@ def test_on_a_supported_vllm_the_config_is_accepted(model_dir, monkeypatch):
 def test_with_vllm_ascend_the_error_offers_its_model_runner_v1_window(model_dir, monkeypatch):
     monkeypatch.setattr(lines, "installed_versions",
                         lambda: {"vllm": "0.30.0", "vllm-ascend": "0.30.0rc2"})  # fmt: skip
-    vllm.plugins.load_general_plugins()
-    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
-    with pytest.raises(ValueError) as error:
-        make_speculative_vllm_config(model_dir, {"draft_window_size": 512})
-    message = str(error.value)
+    message = refusal(model_dir, monkeypatch, {"draft_window_size": 512})
     assert ("could not hook this vLLM (vLLM 0.30.0, vllm-ascend 0.30.0rc2; supported: vLLM "
             "0.33.x): vLLM 0.30.0 is not a supported line. Install a supported vLLM, run Model "
             "Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0), whose draft window is vllm-ascend's own, "
