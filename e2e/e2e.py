@@ -485,7 +485,7 @@ def run_study(
     text = study.corpus()
     served = dataclasses.replace(scenario, max_model_len=max(settings.contexts) +
                                  settings.output_tokens)  # fmt: skip
-    results = {}
+    results, prompts_by_context = {}, {}
     for run in runs(served, device):
         env, cmd = serve_command(served, run, port)
         print(f"[e2e] study {run.name}: {shlex.join(cmd)}", flush=True)
@@ -494,10 +494,19 @@ def run_study(
             server.wait_healthy(timeout=1800)
             base = f"http://127.0.0.1:{port}"
             model = json.loads(_http(f"{base}/v1/models"))["data"][0]["id"]
+            if not prompts_by_context:
+                # Once, for every run: the target's own tokenizer, through the first server
+                # where it is not a local directory here.
+                if counter.encode is None:
+                    counter = study.TokenCounter.remote(_http, base, model)
+                prompts_by_context = {
+                    ctx: study.build_prompts(ctx, settings.prompts_per_context, counter, text)
+                    for ctx in settings.contexts
+                }
             for ctx in settings.contexts:
                 before = _http(f"{base}/metrics")
                 tokens = seconds = 0.0
-                for p in study.build_prompts(ctx, settings.prompts_per_context, counter, text):
+                for p in prompts_by_context[ctx]:
                     out, n, dt = study.timed_completion(_http, base, model, p.text,
                                                         settings.output_tokens)  # fmt: skip
                     outputs.append(out)

@@ -16,7 +16,8 @@ stretch of it, cut to the context's token count, with a question about it at the
 model has something to write. Token counts come from the target's tokenizer when it is a
 local directory transformers can read; otherwise from an estimate of 4 characters per
 token (English prose and code documentation under the BPE tokenizers of current targets run
-3.5 to 4.5), stated in the report.
+3.5 to 4.5) in a dry run, and from the served target's own tokenizer (vLLM's ``/tokenize``)
+in a real one; the report states which.
 """
 
 from __future__ import annotations
@@ -91,6 +92,16 @@ class TokenCounter:
         return cls(lambda text: tokenizer(text, add_special_tokens=False)["input_ids"],
                    f"the target's tokenizer ({target})")  # fmt: skip
 
+    @classmethod
+    def remote(cls, http: Callable, base: str, model: str) -> TokenCounter:
+        """The served target's tokenizer, through vLLM's ``/tokenize``."""
+
+        def encode(text: str) -> list:
+            body = {"model": model, "prompt": text, "add_special_tokens": False}
+            return json.loads(http(f"{base}/tokenize", body))["tokens"]
+
+        return cls(encode, f"the served target's tokenizer ({base}/tokenize)")
+
 
 @dataclass
 class Prompt:
@@ -155,6 +166,8 @@ def context_metrics(before: str, after: str, num_spec: int) -> dict:
     per_pos = [delta(f"vllm:spec_decode_num_accepted_tokens_per_pos_total@{i}") / drafts
                for i in range(num_spec)]  # fmt: skip
     tokens = delta("vllm:generation_tokens_total")
+    # Each request's first output token comes from its prefill, not from decode.
+    decoded = tokens - delta("vllm:request_decode_time_seconds_count")
     decode_s = delta("vllm:request_decode_time_seconds_sum")
     tpot_n = delta("vllm:request_time_per_output_token_seconds_count")
     return {
@@ -162,7 +175,7 @@ def context_metrics(before: str, after: str, num_spec: int) -> dict:
         "per_position": per_pos,
         "mean_length": 1 + sum(per_pos),
         "output_tokens": tokens,
-        "decode_tokens_per_s": tokens / decode_s if decode_s > 0 else None,
+        "decode_tokens_per_s": decoded / decode_s if decode_s > 0 else None,
         "tpot_ms": (
             1000 * delta("vllm:request_time_per_output_token_seconds_sum") / tpot_n
             if tpot_n > 0

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "e2e"))
@@ -134,17 +135,30 @@ def test_context_metrics_come_from_the_deltas_of_two_scrapes():
     assert got["drafts"] == 200 and got["per_position"] == pytest.approx([0.7, 0.4, 0.2])
     assert got["mean_length"] == pytest.approx(2.3)
     assert got["output_tokens"] == 768
-    assert got["decode_tokens_per_s"] == pytest.approx(200.0)  # 768 tokens in 3.84 s
+    # 768 tokens of 3 requests, 3 of them from their prefills: 765 decoded in 3.84 s.
+    assert got["decode_tokens_per_s"] == pytest.approx(765 / 3.84)
     assert got["tpot_ms"] == pytest.approx(8.0)  # 24 ms over 3 requests
     with pytest.raises(RuntimeError, match="no speculative drafts"):
         study.context_metrics(before, before, 3)
 
 
-def test_the_draft_kv_read_follows_the_window_arithmetic():
-    assert study.draft_kv_read(32768, None, 0, 128) == 32768
-    assert study.draft_kv_read(32768, 512, 0, 128) == 512 + 127
-    assert study.draft_kv_read(32768, 512, 64, 128) == 128 + 512 + 127  # sinks round up
-    assert study.draft_kv_read(300, 512, 0, 128) == 300
+@pytest.mark.parametrize(("context", "window", "sinks"), [
+    (32768, 512, 0), (32768, 512, 64), (4096, 2048, 0), (300, 512, 0), (1000, 512, 200),
+])  # fmt: skip
+def test_the_draft_kv_read_is_the_longest_read_of_any_context_up_to_it(context, window, sinks):
+    """Against the window's own length arithmetic over every context up to `context`."""
+    from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
+        WindowSpec,
+        align_sinks,
+        window_seq_lens,
+    )
+
+    spec = WindowSpec(window, 128, 0, align_sinks(sinks, 128))
+    lengths = torch.arange(1, context + 1, dtype=torch.int32)
+    reads = torch.empty_like(lengths)
+    window_seq_lens(lengths, spec, skip_out=torch.empty_like(lengths), out=reads)
+    assert study.draft_kv_read(context, window, sinks, 128) == int(reads.max())
+    assert study.draft_kv_read(context, None, sinks, 128) == context
 
 
 def run(outputs, lengths):
@@ -198,8 +212,9 @@ def test_the_report_is_written_from_recorded_metrics(tmp_path):
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["runs"]["v2_window"]["contexts"]["32768"]["mean_length"] == pytest.approx(2.5)
     md = (tmp_path / "report.md").read_text()
-    assert "| 32768 | v2_window | 2.500 | 1.50, 0.00, 0.00 | 200.0 | 10.00 | 639 |" in md
-    assert "| 32768 | v2_no_window | 1.200 | 0.20, 0.00, 0.00 | 200.0 | 10.00 | 32768 |" in md
+    # 500 tokens of 2 requests, 498 decoded in 2.5 s.
+    assert "| 32768 | v2_window | 2.500 | 1.50, 0.00, 0.00 | 199.2 | 10.00 | 639 |" in md
+    assert "| 32768 | v2_no_window | 1.200 | 0.20, 0.00, 0.00 | 199.2 | 10.00 | 32768 |" in md
     assert "vllm-ascend #12103" in md and "Failures: none" in md
     assert (tmp_path / "study.png").stat().st_size > 0
 
@@ -224,3 +239,19 @@ def test_every_drafting_method_has_a_scenario(capsys, monkeypatch):
     for name, method in (("eagle3", "eagle3"), ("dspark", "dspark"), ("dflash", "dflash")):
         lines = dry_run(capsys, monkeypatch, E2E_SCENARIO=name, DEVICE="cuda")
         assert all(f'"method": "{method}"' in line for line in lines if " serve " in line)
+
+
+def test_a_real_run_counts_with_the_served_targets_tokenizer(text):
+    """vLLM's /tokenize, as the harness calls it (here answered by a stand-in that splits
+    on whitespace)."""
+    asked = []
+
+    def http(url, body):
+        asked.append((url, body["model"], body["add_special_tokens"]))
+        return json.dumps({"tokens": body["prompt"].split(), "count": len(body["prompt"].split())})
+
+    counter = study.TokenCounter.remote(http, "http://127.0.0.1:1", "m")
+    (prompt,) = study.build_prompts(4096, 1, counter, text)
+    assert prompt.tokens == len(prompt.text.split()) <= 4096 - study.TEMPLATE_MARGIN
+    assert asked[0] == ("http://127.0.0.1:1/tokenize", "m", False)
+    assert counter.source == "the served target's tokenizer (http://127.0.0.1:1/tokenize)"

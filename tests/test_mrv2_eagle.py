@@ -573,3 +573,58 @@ def test_a_group_the_window_leaves_alone_reads_what_vllm_gives_it(fused, model_d
         assert (
             b.block_table_tensor.data_ptr() == e.batch.block_tables.input_block_tables[1].data_ptr()
         )
+
+
+def test_before_set_attn_there_is_no_window_yet_and_nothing_is_decided(model_dir):
+    """vLLM's profiling run proposes before the KV cache exists (before set_attn)."""
+    from vllm_ascend.worker.v2.spec_decode.draft_window import hooks
+
+    s = object.__new__(EagleSpeculator)
+    s.vllm_config = make_vllm_config(model_dir, MAX_MODEL_LEN, MAX_NUM_REQS,
+                                     {"draft_window_size": W})  # fmt: skip
+    calls = []
+    # vLLM's propose needs its Triton kernels; this stand-in only records the call.
+    propose = hooks.WRAPPERS["propose"](lambda self, batch, attn_metadata: calls.append(batch))
+    propose(s, "dummy batch", None)
+    assert calls == ["dummy batch"] and "draft_window" not in vars(s)
+    assert hooks.window_of(s) is None and "draft_window" not in vars(s)
+
+
+def test_a_propose_whose_draft_prefill_skips_the_hook_is_stopped(model_dir, monkeypatch):
+    from vllm_ascend.worker.v2.spec_decode.draft_window import hooks
+    from vllm_ascend.worker.v2.spec_decode.draft_window.proof import WindowNotInPathError
+
+    e = setup_eagle(model_dir, monkeypatch, 3, LAYOUTS["one_group"])
+    e.s._run_model = lambda num_tokens, *args, **kwargs: (torch.zeros(num_tokens, 4),) * 2
+
+    # vLLM's propose needs its Triton kernels; this stand-in runs the draft prefill as
+    # vLLM's does, then returns.
+    def vllms_propose(self, input_batch, attn_metadata):
+        self._prefill(input_batch.num_reqs, input_batch.num_tokens, attn_metadata, None, None,
+                      skip_sample=True)  # fmt: skip
+        return "drafts"
+
+    propose = hooks.WRAPPERS["propose"](vllms_propose)
+    assert propose(e.s, e.input_batch, e.target_metadata) == "drafts"
+
+    def own_prefill(self, num_reqs, num_tokens, attn_metadata, *args, **kwargs):
+        """An override without super(): the model runs on the target's metadata as it is."""
+
+    monkeypatch.setattr(EagleSpeculator, "_prefill", own_prefill, raising=False)
+    skipped = r"EagleSpeculator.propose ran its draft prefill without the window's hook"
+    with pytest.raises(WindowNotInPathError, match=skipped):
+        propose(e.s, e.input_batch, e.target_metadata)
+
+
+def test_a_draft_prefill_outside_propose_runs_only_in_a_graph_capture(model_dir, monkeypatch):
+    from vllm_ascend.worker.v2.spec_decode.draft_window import hooks
+    from vllm_ascend.worker.v2.spec_decode.draft_window.proof import WindowNotInPathError
+
+    e = setup_eagle(model_dir, monkeypatch, 3, LAYOUTS["one_group"])
+    e.s._run_model = lambda num_tokens, *args, **kwargs: (torch.zeros(num_tokens, 4),) * 2
+    args = (e.batch.num_reqs, e.batch.num_tokens, e.target_metadata, None, None)
+    outside = r"_prefill ran with the target's metadata outside the window's propose hook"
+    with pytest.raises(WindowNotInPathError, match=outside):
+        e.s._prefill(*args, skip_sample=True)
+    with e.s.draft_window.on_path(hooks.AR_CAPTURE_PATH):
+        e.s._prefill(*args, skip_sample=True)

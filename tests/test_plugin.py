@@ -27,6 +27,7 @@ HOOKED = [
     (DraftModelSpeculator, "_update_draft_decode_metadata"),
     (DFlashSpeculator, "capture"),
     (TargetDependentARSpeculator, "propose"),
+    (TargetDependentARSpeculator, "capture"),
     (TargetDependentARSpeculator, "_prefill"),
     (TargetDependentARSpeculator, "init_cudagraph_manager"),
     (TargetDependentARSpeculator, "_fused_multi_step_decode"),

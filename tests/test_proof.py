@@ -5,6 +5,7 @@ stops with an error that names it."""
 import inspect
 
 import pytest
+import torch
 from vllm.config.compilation import CUDAGraphMode
 from vllm.v1.worker.gpu.spec_decode.dflash.cudagraph import _prepare_dflash_inputs_to_capture
 from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
@@ -181,3 +182,27 @@ def test_host_lengths_past_the_window_are_stopped(model_dir, monkeypatch):
     assert f"(build) under the window's hooks {hooks.BUILD_PATH}, and " in message
     # Alignment lcm(16, 32, 16) = 32: at most 64 + 32 - 1 tokens; the longest context is 2000.
     assert "seq_lens_cpu_upper_bound reaches 2000, past the window's 95" in message
+
+
+def test_a_captures_worst_case_host_bound_is_a_bound_the_proof_accepts(model_dir, monkeypatch):
+    """At a capture the host lengths are vLLM's bounds over every replay (vllm-ascend's
+    capture build sets them to max_model_len); each replay reads the device lengths, which
+    the proof checks. Outside a capture the same bound stops (the test above)."""
+    import vllm.v1.worker.gpu.spec_decode.dflash.cudagraph as dflash_cudagraph
+
+    real = dflash_cudagraph.build_attn_metadata
+    bounds = []
+
+    def with_worst_case_bound(*args, num_reqs, max_seq_len, **kwargs):
+        bounds.append(torch.full((num_reqs,), max_seq_len, dtype=torch.int32))
+        return real(*args, num_reqs=num_reqs, max_seq_len=max_seq_len,
+                    seq_lens_cpu_upper_bound=bounds[-1], **kwargs)  # fmt: skip
+
+    monkeypatch.setattr(dflash_cudagraph, "build_attn_metadata", with_worst_case_bound)
+    layouts = LAYOUTS["one_group"]
+    wired = wire("dflash", layouts, make_batch(layouts, num_reqs_padded=MAX_NUM_REQS),
+                 model_dir, monkeypatch)  # fmt: skip
+    capture_on_cpu(wired.speculator)
+    wired.speculator.capture()
+    assert int(bounds[0].max()) == MAX_MODEL_LEN
+    assert wired.speculator.draft_window.proof.num_checks == 2

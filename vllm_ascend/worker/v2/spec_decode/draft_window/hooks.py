@@ -14,6 +14,8 @@ EAGLE/EAGLE3 (``TargetDependentARSpeculator``) also need:
 - ``propose`` and ``_prefill``: the draft prefill reuses the target's metadata dict; the
   draft layers' entries are replaced by metadata built for the window through the draft's
   own builders (the target's objects are never touched).
+- ``capture``: names the capture path, the one place a draft prefill runs outside
+  ``propose`` (on the target's dummy metadata; its graphs are PIECEWISE at most).
 - ``init_cudagraph_manager``: a FULL prefill graph would read the target's captured
   buffers, so the draft prefill runs without FULL graphs when the window is on; the decode
   graph manager is marked so that its capture goes through the windowed views
@@ -79,6 +81,7 @@ ACTIVE = False
 BUILD_PATH = "DraftModelSpeculator._build_attn_metadata"
 DFLASH_CAPTURE_PATH = "DFlashSpeculator.capture"
 PREFILL_PATH = "TargetDependentARSpeculator._prefill"
+AR_CAPTURE_PATH = "TargetDependentARSpeculator.capture"
 DECODE_CAPTURE_PATH = "SpeculatorCudaGraphManager.capture"
 
 # Future offset per method. DFlash and DSpark seq_lens already count the query stretch.
@@ -217,13 +220,17 @@ def create_draft_window(speculator: Any) -> Mrv2DraftWindow | None:
 def window_of(speculator: Any) -> Mrv2DraftWindow | None:
     """The speculator's window, None when off.
 
-    A speculator whose ``set_attn`` did not run through the hook (a subclass that overrides
-    it without ``super()``) has none: with the window asked for, that is an error, never a
-    silent unwindowed draft.
+    Before ``set_attn`` there is none yet. A speculator whose ``set_attn`` ran but not
+    through the hook (a subclass that overrides it without ``super()``) has none: with the
+    window asked for, that is an error, never a silent unwindowed draft.
     """
     window = getattr(speculator, WINDOW_ATTR, _UNSET)
     if window is not _UNSET:
         return window
+    if "kv_cache_config" not in vars(speculator):
+        # set_attn has not run yet (vLLM's profiling run proposes before the KV cache
+        # exists): no window yet, and nothing decided.
+        return None
     vllm_config = getattr(speculator, "vllm_config", None)
     additional = getattr(vllm_config, "additional_config", None)
     if ACTIVE and DraftWindowConfig.from_additional_config(additional).enabled:
@@ -283,10 +290,14 @@ def _build_attn_metadata(original: Callable) -> Callable:
         )  # fmt: skip
         with window.swapped_into(self, BUILD_PATH, window.windowed_attn_groups):
             metadata = original(*bound.args, **bound.kwargs)
-        if window.left_alone_attn_groups is not None:
-            # The groups the window leaves alone: vLLM's own build from vLLM's own inputs.
-            with window.left_alone_only(self):
-                metadata.update(original(self, *args, **kwargs))
+        if window.left_alone_attn_groups is None:
+            return metadata
+        # The groups the window leaves alone: vLLM's own build from vLLM's own inputs.
+        with window.left_alone_only(self):
+            left_alone = original(self, *args, **kwargs)
+        if metadata is None:
+            return left_alone
+        metadata.update(left_alone or {})
         return metadata
 
     return build_attn_metadata
@@ -333,10 +344,23 @@ def _propose(original: Callable) -> Callable:
             return original(self, input_batch, *args, **kwargs)
         # The draft prefill builds its windowed metadata from the target's batch.
         window.prefill_batch = input_batch
+        window.prefill_windowed = False
         try:
-            return original(self, input_batch, *args, **kwargs)
+            drafts = original(self, input_batch, *args, **kwargs)
         finally:
             window.prefill_batch = None
+        target_metadata = kwargs["attn_metadata"] if "attn_metadata" in kwargs else args[0]
+        # The draft prefill reads the target's metadata unless the _prefill hook replaced
+        # the draft layers' entries: a subclass that overrides _prefill without super()
+        # would have the draft read its whole context.
+        if target_metadata is not None and not window.prefill_windowed:
+            raise WindowNotInPathError(
+                f"draft window not in the path: {type(self).__name__}.propose ran its draft "
+                f"prefill without the window's hook {PREFILL_PATH} (an override without "
+                f"super()?), so the draft prefill read the target's unwindowed metadata. "
+                f"Windowing it is not supported: remove {KEY}, or report the path."
+            )
+        return drafts
 
     return propose
 
@@ -347,12 +371,27 @@ def _prefill(original: Callable) -> Callable:
     @functools.wraps(original)
     def prefill(self, *args: Any, **kwargs: Any) -> Any:
         window = window_of(self)
-        if window is None or window.prefill_batch is None:
+        if window is None:
             return original(self, *args, **kwargs)
         bound = signature.bind(self, *args, **kwargs)
         target_metadata = bound.arguments["attn_metadata"]
         if target_metadata is None:
+            window.prefill_windowed = True  # no metadata: the draft reads nothing
             return original(*bound.args, **bound.kwargs)
+        if window.prefill_batch is None:
+            # Only a graph capture runs the prefill outside propose; it builds its dummy
+            # metadata through the target's builders, and the prefill graphs it records
+            # are PIECEWISE at most (_init_cudagraph_manager), so attention runs eagerly.
+            if AR_CAPTURE_PATH not in window.path:
+                raise WindowNotInPathError(
+                    f"draft window not in the path: {type(self).__name__}._prefill ran with "
+                    f"the target's metadata outside the window's propose hook (an override "
+                    f"of propose without super()?), so the draft prefill would read the "
+                    f"target's unwindowed metadata. Windowing it is not supported: remove "
+                    f"{KEY}, or report the path."
+                )
+            return original(*bound.args, **bound.kwargs)
+        window.prefill_windowed = True
         batch = window.prefill_batch
         draft_metadata = windowed_prefill_metadata(self, window, batch)
         bound.arguments["attn_metadata"] = {**target_metadata, **draft_metadata}
@@ -412,6 +451,18 @@ def windowed_prefill_metadata(speculator: Any, window: Mrv2DraftWindow, batch: A
         # The prefill's metadata holds the wide tables; everything else (decode builds, a
         # graph capture's dummy tables) reads the per-step ones.
         window.block_tables.windows = window.windows
+
+
+def _ar_capture(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def capture(self) -> None:
+        window = window_of(self)
+        if window is None:
+            return original(self)
+        with window.on_path(AR_CAPTURE_PATH):
+            return original(self)
+
+    return capture
 
 
 def _init_cudagraph_manager(original: Callable) -> Callable:
@@ -489,6 +540,7 @@ WRAPPERS: dict[str, Callable[[Callable], Callable]] = {
     "update_draft_decode_metadata": _update_draft_decode_metadata,
     "capture": _capture,
     "propose": _propose,
+    "ar_capture": _ar_capture,
     "prefill": _prefill,
     "init_cudagraph_manager": _init_cudagraph_manager,
     "manager_capture": _manager_capture,

@@ -55,11 +55,15 @@ def _install() -> Status:
             problems = [f"the draft window's hooks cannot import what they use ({error})"]
     if problems:
         return Status(installed=False, problems=tuple(problems))
-    for resolved in found:
-        if resolved.hook.wrapper is not None:
-            patches.replace(
-                resolved.owner, resolved.hook.method, hooks.WRAPPERS[resolved.hook.wrapper]
-            )
+    try:
+        for resolved in found:
+            if resolved.hook.wrapper is not None:
+                patches.replace(
+                    resolved.owner, resolved.hook.method, hooks.WRAPPERS[resolved.hook.wrapper]
+                )
+    except Exception:
+        patches.restore_all()  # none, rather than some
+        raise
     hooks.ACTIVE = True
     return Status(installed=True, line=line.name)
 

@@ -151,6 +151,8 @@ class Mrv2DraftWindow:
         # Host-side state of the current propose (EAGLE): the target's batch for the draft
         # prefill, and how many later steps reuse the metadata being built.
         self.prefill_batch: Any = None
+        # Whether this propose's draft prefill went through the window (hooks.py).
+        self.prefill_windowed = False
         self.host_extra_steps = 0
         # Windowed builds so far.
         self.num_builds = 0

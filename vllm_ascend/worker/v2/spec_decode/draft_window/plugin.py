@@ -38,15 +38,17 @@ def register() -> None:
             step()
         except Exception as error:
             failed.append(f"{step.__name__} failed ({type(error).__name__}: {error})")
-    if not state.installed or failed:
+    if not state.installed:
         logger.debug(
-            "draft window: %s%s",
-            f"hooks installed for {state.line}"
-            if state.installed
-            else f"hooks not installed ({lines.describe_versions()}; supported: "
-            f"{lines.SUPPORTED}): {'; '.join(state.problems)}",
-            "; " + "; ".join(failed) if failed else "",
+            "draft window: hooks not installed (%s; supported: %s): %s",
+            lines.describe_versions(),
+            lines.SUPPORTED,
+            "; ".join(state.problems),
         )
+    if failed:
+        # A config check that could not be installed leaves a window config neither
+        # served nor refused: said where a server's log shows it.
+        logger.warning("draft window: %s", "; ".join(failed))
 
 
 def unregister() -> None:

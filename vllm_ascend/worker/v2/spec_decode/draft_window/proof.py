@@ -11,8 +11,8 @@ hands them metadata (and at every graph capture), it checks that
   is the group's persistent cropped table (or the group's kernel-block map of it, no wider);
 - every host length is windowed: ``max_seq_len`` and ``seq_lens_cpu_upper_bound`` are at
   most ``S + max(W, q) + a - 1``, the longest read of a pass of ``q`` query tokens per
-  request (upstream vLLM takes both as bounds). At a graph capture ``max_seq_len`` is
-  vLLM's worst case over every replay instead, which stays a bound;
+  request (upstream vLLM takes both as bounds). At a graph capture they are vLLM's worst
+  case over every replay instead (``max_model_len``), which stay bounds;
 - the slot mapping is vLLM's own: the window never touches where the draft writes;
 - an in-place update of recorded metadata runs inside the window's update hook, which
   refreshes the persistent buffers the metadata references.
@@ -102,19 +102,26 @@ class WindowProof:
                 f"its block table (shape {tuple(cm.block_table_tensor.shape)}) is not the "
                 f"group's cropped table"
             )
+        # NOTE: a graph capture gives vLLM's worst case over every replay (max_model_len)
+        # as its host lengths: bounds the launch is sized by once, while every replay reads
+        # the device lengths and tables checked above.
+        if not capture:
+            problems += self._host_lengths_problems(cm)
+        slot_mappings = window.block_tables.base.slot_mappings
+        if not _same_storage(cm.slot_mapping, slot_mappings):
+            problems.append("its slot_mapping is not vLLM's own (a windowed slot mapping?)")
+        return problems
+
+    def _host_lengths_problems(self, cm: Any) -> list[str]:
         cap = self.read_cap(cm.max_query_len)
-        # NOTE: a graph capture gives vLLM's worst case over every replay (max_model_len):
-        # a bound the launch is sized by once; the reads come from the device lengths.
-        if not capture and cm.max_seq_len > cap:
+        problems = []
+        if cm.max_seq_len > cap:
             problems.append(f"max_seq_len={cm.max_seq_len} exceeds the window's {cap}")
         bound = getattr(cm, "seq_lens_cpu_upper_bound", None)
         if bound is not None and bound.numel() and int(bound.max()) > cap:
             problems.append(
                 f"seq_lens_cpu_upper_bound reaches {int(bound.max())}, past the window's {cap}"
             )
-        slot_mappings = window.block_tables.base.slot_mappings
-        if not _same_storage(cm.slot_mapping, slot_mappings):
-            problems.append("its slot_mapping is not vLLM's own (a windowed slot mapping?)")
         return problems
 
     def _check_update(self, g: int, metadata: Any) -> list[str]:
@@ -136,8 +143,9 @@ class WindowProof:
 
     def _is_cropped_table(self, g: int, group: Any, table: torch.Tensor) -> bool:
         window = self.window
-        cropped = [w[g].block_table for w in (window.windows, window.chunk_windows)]
-        if any(_same_storage(table, t) for t in cropped):
+        # The cropped tables of the pass in progress (per step, or a prefill's wider ones).
+        cropped = window.block_tables.windows[g].block_table
+        if _same_storage(table, cropped):
             return True
         # A backend with smaller kernel blocks reads the group's persistent kernel-block
         # map of the cropped table: as many kernel blocks per row as the cropped columns.
@@ -146,7 +154,7 @@ class WindowProof:
         if kernel_table is None or not kernel_block_size or not _same_storage(table, kernel_table):
             return False
         per_block = group.kv_cache_spec.block_size // kernel_block_size
-        return table.shape[1] <= max(t.shape[1] for t in cropped) * per_block
+        return table.shape[1] <= cropped.shape[1] * per_block
 
     def _message(self, name: str, g: int, problems: list[str]) -> str:
         owner = type(self.speculator).__name__
