@@ -152,7 +152,8 @@ def test_with_the_window_building_the_config_stops_with_the_reason(drift, proble
             "Runner V2 here: the draft window could not hook this vLLM") in message  # fmt: skip
     versions = lines.installed_versions()
     assert f"vLLM {versions['vllm']}, vllm-ascend not installed" in message
-    assert "supported: vLLM 0.33.x" in message and problem in message
+    assert "supported: vLLM 0.33.x, vLLM 0.30.x with vllm-ascend 0.30.0rc2" in message
+    assert problem in message
     # No Model Runner V1 window to offer without vllm-ascend.
     assert ". Install a supported vLLM or remove draft_window_size from additional_config. " in (
         message
@@ -206,9 +207,28 @@ def test_on_a_supported_vllm_the_config_is_accepted(model_dir, monkeypatch):
 
 def test_with_vllm_ascend_the_error_offers_its_model_runner_v1_window(model_dir, monkeypatch):
     monkeypatch.setattr(lines, "installed_versions",
-                        lambda: {"vllm": "0.30.0", "vllm-ascend": "0.30.0rc2"})  # fmt: skip
+                        lambda: {"vllm": "0.31.0", "vllm-ascend": "0.31.0rc1"})  # fmt: skip
     message = refusal(model_dir, monkeypatch, {"draft_window_size": 512})
-    assert ("could not hook this vLLM (vLLM 0.30.0, vllm-ascend 0.30.0rc2; supported: vLLM "
-            "0.33.x): vLLM 0.30.0 is not a supported line. Install a supported vLLM, run Model "
-            "Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0), whose draft window is vllm-ascend's own, "
-            "or remove draft_window_size from additional_config.") in message  # fmt: skip
+    assert ("could not hook this vLLM (vLLM 0.31.0, vllm-ascend 0.31.0rc1; supported: vLLM "
+            "0.33.x, vLLM 0.30.x with vllm-ascend 0.30.0rc2): vLLM 0.31.0 is not a supported "
+            "line. Install a supported vLLM, run Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0), "
+            "whose draft window is vllm-ascend's own, or remove draft_window_size from "
+            "additional_config.") in message  # fmt: skip
+
+
+def test_vllm_0_30_without_vllm_ascend_is_not_the_ascend_line(model_dir, monkeypatch):
+    monkeypatch.setattr(lines, "installed_versions",
+                        lambda: {"vllm": "0.30.0", "vllm-ascend": "not installed"})  # fmt: skip
+    message = refusal(model_dir, monkeypatch, {"draft_window_size": 512})
+    assert (
+        "vLLM 0.30.x with vllm-ascend 0.30.0rc2 needs vllm-ascend 0.30.0rc2, installed: "
+        "not installed"
+    ) in message
+
+
+def test_a_method_the_line_does_not_serve_stops_at_start_up(model_dir, monkeypatch):
+    vllm.plugins.load_general_plugins()
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    with pytest.raises(ValueError, match=r"for speculative method 'draft_model' on vLLM 0\.33\.x"):
+        make_speculative_vllm_config(model_dir, {"draft_window_size": 512}, method="draft_model")
+    make_speculative_vllm_config(model_dir, {}, method="draft_model")  # no window: as before

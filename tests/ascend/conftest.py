@@ -19,10 +19,9 @@ if type(sys.modules.get("torch_npu")).__name__ != "StandIn":
 
 os.environ["VLLM_PLUGINS"] = ",".join(p.name for p in entry_points(group="vllm.general_plugins"))
 
-import vllm.platforms
-import vllm.platforms.cpu
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.shims import apply_cpu_shims
 
-vllm.platforms._current_platform = vllm.platforms.cpu.CpuPlatform()
+apply_cpu_shims()
 
 TINY_LLAMA = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,

@@ -2,9 +2,10 @@
 with its plugins, and this project installed into its tree as `pip install --no-deps .`
 installs it on an Ascend host.
 
-The window's hooks target vLLM 0.33.x; on this pairing the plugin must change nothing for a
-user without the window, and stop start-up with the pairing named for a user with it on
-Model Runner V2, while vllm-ascend's own Model Runner V1 window still takes the key.
+On this pairing the plugin installs the hooks of its vLLM 0.30 line (DFlash and DSpark
+through vllm-ascend's GQA backend): a user without the window sees vLLM and vllm-ascend
+build as without the package, a method the line does not serve stops start-up with the line
+named, and vllm-ascend's own Model Runner V1 window still takes the key.
 """
 
 import hashlib
@@ -93,17 +94,24 @@ def hooked_methods():
             if callable(method)}  # fmt: skip
 
 
-def test_vllms_plugin_loading_with_vllm_ascends_plugins_changes_nothing_it_would_hook(
+def test_vllms_plugin_loading_with_vllm_ascends_plugins_installs_the_ascend_line(
     loaded_plugins,
 ):
+    from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
+    from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
     names = {p.name for p in metadata.entry_points(group="vllm.general_plugins")}
     assert {"draft_window", "ascend_model", "ascend_kv_connector", "ascend_model_loader"} <= names
-    assert loaded_plugins["after"] == loaded_plugins["before"]
     state = install.status()
-    assert not state.installed and state.problems == ("vLLM 0.30.0 is not a supported line",)
-    (line,) = [m for m in loaded_plugins["lines"] if "draft window" in m]
-    assert line == ("draft window: hooks not installed (vLLM 0.30.0, vllm-ascend 0.30.0rc2; "
-                    "supported: vLLM 0.33.x): vLLM 0.30.0 is not a supported line")  # fmt: skip
+    assert state == install.Status(installed=True, line="vLLM 0.30.x with vllm-ascend 0.30.0rc2")
+    before, after = loaded_plugins["before"], loaded_plugins["after"]
+    changed = {key for key in before if after[key] is not before[key]}
+    # vLLM's methods the line hooks, each wrapping vLLM's own; vllm-ascend's untouched.
+    assert changed == {(DraftModelSpeculator, "set_attn"),
+                       (DraftModelSpeculator, "_build_attn_metadata"),
+                       (DFlashSpeculator, "capture")}  # fmt: skip
+    assert all(after[key].__wrapped__ is before[key] for key in changed)
+    assert not [m for m in loaded_plugins["lines"] if "draft window" in m]
 
 
 @pytest.mark.parametrize("v2", [False, True], ids=["model_runner_v1", "model_runner_v2"])
@@ -118,19 +126,16 @@ def test_without_the_window_configs_build_as_without_this_package(
     assert config.use_v2_model_runner is v2
 
 
-def test_with_the_window_on_model_runner_v2_start_up_stops_with_the_pairing_named(
+def test_a_method_the_ascend_line_does_not_serve_stops_start_up_with_the_line_named(
     registered, model_runner_v2, model_dir
 ):
     with pytest.raises(ValueError) as error:
         speculative_config(model_dir, {"draft_window_size": 512})
-    message = str(error.value)
     assert (
-        "additional_config draft_window_size=512 cannot be served on Model Runner V2 here: the "
-        "draft window could not hook this vLLM (vLLM 0.30.0, vllm-ascend 0.30.0rc2; supported: "
-        "vLLM 0.33.x): vLLM 0.30.0 is not a supported line. Install a supported vLLM, run Model "
-        "Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0), whose draft window is vllm-ascend's own, or "
-        "remove draft_window_size from additional_config."
-    ) in message
+        "draft_window_size=512 is not supported on Model Runner V2 for speculative method "
+        "'eagle3' on vLLM 0.30.x with vllm-ascend 0.30.0rc2; supported there: dflash, dspark. "
+        "Remove draft_window_size from additional_config or use one of those methods."
+    ) in str(error.value)
 
 
 def test_with_the_window_on_model_runner_v1_vllm_ascends_own_window_takes_the_key(

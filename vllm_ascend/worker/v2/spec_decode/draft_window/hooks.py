@@ -54,7 +54,9 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import (
 from vllm_ascend.worker.v2.spec_decode.draft_window.policy import (
     decide_groups,
     describe_decisions,
+    refuse_method,
     refuse_parallel_layout,
+    refuse_unproven_paths,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.proof import (
     UPDATE_PATH,
@@ -76,6 +78,8 @@ _UNSET = object()
 # False once uninstalled: wrappers that another plugin's wrapper keeps in place (install.py)
 # then make no window, and so change nothing.
 ACTIVE = False
+# The supported line installed (lines.py), set by install.py.
+LINE: Any = None
 
 # Path names, as the run-time proof reports them.
 BUILD_PATH = "DraftModelSpeculator._build_attn_metadata"
@@ -112,12 +116,7 @@ def create_draft_window(speculator: Any) -> Mrv2DraftWindow | None:
             method,
         )
         return None
-    if method not in FUTURE_OFFSET:
-        raise ValueError(
-            f"{KEY}={window_size} is not supported on Model Runner V2 for speculative "
-            f"method {method!r}; supported: {', '.join(sorted(FUTURE_OFFSET))}. Remove "
-            f"{KEY} from additional_config or use one of those methods."
-        )
+    refuse_method(method, LINE, window_size)
     # DFlash/DSpark query 1 + K tokens per request; EAGLE's prefill queries the verify chunk.
     query_stretch = speculator.num_speculative_steps + 1
     if window_size < query_stretch:
@@ -135,6 +134,7 @@ def create_draft_window(speculator: Any) -> Mrv2DraftWindow | None:
     refuse_parallel_layout(speculator.vllm_config.parallel_config, window_size)
     future_offset = FUTURE_OFFSET[method]
     decisions = decide_groups(speculator.kv_cache_config, speculator.attn_groups)
+    refuse_unproven_paths(speculator, LINE, decisions, window_size)
     for decision in decisions:
         if decision.unknown:
             logger.warning(

@@ -46,6 +46,8 @@ def _install() -> Status:
     line = lines.line_for(version)
     if line is None:
         problems = [f"vLLM {version} is not a supported line"]
+    elif (problem := lines.requirement_problem(line)) is not None:
+        problems = [problem]
     else:
         found, problems = lines.resolve(line)
     if not problems:
@@ -65,6 +67,7 @@ def _install() -> Status:
         patches.restore_all()  # none, rather than some
         raise
     hooks.ACTIVE = True
+    hooks.LINE = line
     return Status(installed=True, line=line.name)
 
 

@@ -35,11 +35,22 @@ class Hook:
 
 @dataclass(frozen=True)
 class Line:
-    """A supported vLLM release line (``major.minor``) and its hooks."""
+    """A supported vLLM release line (``major.minor``), its hooks, and what the window is
+    proven for there."""
 
     name: str
     vllm_minor: tuple[int, int]
     hooks: tuple[Hook, ...]
+    # Speculative methods the window serves on this line.
+    methods: tuple[str, ...]
+    # (distribution, version prefix) that must be installed beside vLLM, or None.
+    requires: tuple[str, str] | None = None
+    # Attention backend class names the window is proven for on the draft's groups (None:
+    # any); a draft whose kernel takes host lengths the window does not set is refused.
+    backends: tuple[str, ...] | None = None
+    # Targets (a substring of their model_type) for whose DSpark drafts the kernel takes a
+    # host copy of the lengths instead of the device ones: refused.
+    dspark_host_length_targets: tuple[str, ...] = ()
 
 
 _AR = f"{_SPEC_DECODE}.target_dependent_ar"
@@ -77,9 +88,35 @@ VLLM_0_33 = Line(
         Hook(f"{_AR}.cudagraph_utils", "SpeculatorCudaGraphManager", "__init__", None,
              ("vllm_config", "device", "cudagraph_mode", "decode_query_len")),
     ),
+    methods=("dflash", "dspark", "eagle", "eagle3"),
 )  # fmt: skip
 
-LINES = (VLLM_0_33,)
+# vllm-ascend 0.30.0rc2 on vLLM 0.30.0: DFlash and DSpark through vllm-ascend's GQA (FIA)
+# backend, which takes the device lengths the window sets (its per-propose build, the ACL
+# graph replay build and the capture all go through the hooks below). Not yet: EAGLE/EAGLE3
+# (vllm-ascend writes its own host lengths, seq_lens_list and actual_seq_lengths_kv), MLA
+# drafts (exact host lengths from a copy taken before any hook), and DSpark on GLM-family
+# targets (FIA reads the host bound as the exact length).
+VLLM_0_30_ASCEND = Line(
+    name="vLLM 0.30.x with vllm-ascend 0.30.0rc2",
+    vllm_minor=(0, 30),
+    hooks=(
+        Hook(f"{_SPEC_DECODE}.speculator", "DraftModelSpeculator", "set_attn", "set_attn",
+             ("model_state", "kv_cache_config", "block_tables", "target_input_buffers",
+              "target_attn_groups")),
+        Hook(f"{_SPEC_DECODE}.speculator", "DraftModelSpeculator", "_build_attn_metadata",
+             "build_attn_metadata",
+             ("num_reqs", "batch_desc", "query_start_loc_np", "seq_lens_cpu_upper_bound",
+              "step")),
+        Hook(f"{_SPEC_DECODE}.dflash.speculator", "DFlashSpeculator", "capture", "capture"),
+    ),
+    methods=("dflash", "dspark"),
+    requires=("vllm-ascend", "0.30.0rc2"),
+    backends=("AscendAttentionBackend",),
+    dspark_host_length_targets=("glm",),
+)  # fmt: skip
+
+LINES = (VLLM_0_33, VLLM_0_30_ASCEND)
 SUPPORTED = ", ".join(line.name for line in LINES)
 
 
@@ -116,6 +153,24 @@ def line_for(vllm_version: str) -> Line | None:
     except (IndexError, ValueError):
         return None
     return next((line for line in LINES if line.vllm_minor == minor), None)
+
+
+def requirement_problem(line: Line) -> str | None:
+    """Why the line's companion distribution does not fit, or None."""
+    if line.requires is None:
+        return None
+    dist, version = line.requires
+    installed = installed_versions().get(dist) or _version_of(dist)
+    if installed == "not installed" or not installed.startswith(version):
+        return f"{line.name} needs {dist} {version}, installed: {installed}"
+    return None
+
+
+def _version_of(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
 
 
 def resolve(line: Line) -> tuple[list[Resolved], list[str]]:

@@ -142,12 +142,24 @@ def _check_window_config(vllm_config) -> None:
         state = install.status()
         if not state.installed:
             raise ValueError(_unserved_message(config, state))
+        _refuse_method_at_start_up(vllm_config, config)
     elif config.draft_attention_sinks > 0:
         raise ValueError(
             f"{SINKS_KEY}={config.draft_attention_sinks} needs Model Runner V2 "
             "(VLLM_USE_V2_MODEL_RUNNER=1): vllm-ascend's Model Runner V1 draft window has no "
             f"attention sinks. Set VLLM_USE_V2_MODEL_RUNNER=1 or remove {SINKS_KEY}."
         )
+
+
+def _refuse_method_at_start_up(vllm_config, config: DraftWindowConfig) -> None:
+    """A method the installed line does not serve stops here, before workers start (MTP
+    keeps its warning at set_attn: its draft shares the target's KV)."""
+    from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, policy
+
+    method = getattr(vllm_config.speculative_config, "method", None)
+    if method is None or method in hooks.SHARED_KV_METHODS or hooks.LINE is None:
+        return
+    policy.refuse_method(method, hooks.LINE, config.draft_window_size)
 
 
 def _runs_model_runner_v2(vllm_config) -> bool:

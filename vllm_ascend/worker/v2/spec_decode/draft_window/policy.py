@@ -140,3 +140,45 @@ def refuse_parallel_layout(parallel_config: Any, window_size: int) -> None:
                 f"{KEY}={window_size} does not support {name}={size}: {why}, which one "
                 f"block-aligned window per request cannot crop. Use {name}=1 or remove {KEY}."
             )
+
+
+def refuse_method(method: str, line: Any, window_size: int) -> None:
+    """Stop on a speculative method the window is not proven for on the installed line."""
+    if method in line.methods:
+        return
+    raise ValueError(
+        f"{KEY}={window_size} is not supported on Model Runner V2 for speculative method "
+        f"{method!r} on {line.name}; supported there: {', '.join(line.methods)}. Remove {KEY} "
+        f"from additional_config or use one of those methods."
+    )
+
+
+def refuse_unproven_paths(
+    speculator: Any, line: Any, decisions: list[GroupDecision], window_size: int
+) -> None:
+    """Stop where the draft's kernel would take lengths the window does not set on this line:
+    an attention backend outside ``line.backends`` on a windowed group, or a DSpark draft
+    whose kernel reads a host copy of the lengths for the target's family."""
+    if line.backends is not None:
+        for decision in decisions:
+            if not decision.windowed:
+                continue
+            for group in speculator.attn_groups[decision.group_id]:
+                name = group.backend.__name__
+                if name not in line.backends:
+                    raise ValueError(
+                        f"{KEY}={window_size} is not supported on {line.name} for "
+                        f"{decision.describe()} with attention backend {name}: its kernel "
+                        f"takes host lengths the window does not set yet (supported: "
+                        f"{', '.join(line.backends)}). Remove {KEY}."
+                    )
+    if speculator.method == "dspark" and line.dspark_host_length_targets:
+        hf_config = getattr(speculator.vllm_config.model_config, "hf_text_config", None)
+        model_type = str(getattr(hf_config, "model_type", "") or "").lower()
+        family = next((f for f in line.dspark_host_length_targets if f in model_type), None)
+        if family is not None:
+            raise ValueError(
+                f"{KEY}={window_size} is not supported on {line.name} for DSpark with a "
+                f"{model_type} target: for {family}-family targets the draft's kernel takes a "
+                f"host copy of the lengths, which the window does not set yet. Remove {KEY}."
+            )

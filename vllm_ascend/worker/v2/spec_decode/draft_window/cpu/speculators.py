@@ -63,17 +63,17 @@ def make_vllm_config(
 
 
 def make_speculative_vllm_config(
-    model_dir: Path, additional_config: dict | None, max_model_len: int = 512
+    model_dir: Path, additional_config: dict | None, max_model_len: int = 512, method="eagle3"
 ) -> VllmConfig:
-    """A real VllmConfig with a draft-model speculative config (the tiny model drafts for
-    itself): what the engine builds at start-up, ``__post_init__`` included."""
+    """A real VllmConfig with a speculative config (the tiny model drafts for itself, as
+    EAGLE3 by default): what the engine builds at start-up, ``__post_init__`` included."""
     model_config = ModelConfig(
         model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
         max_model_len=max_model_len,
     )  # fmt: skip
     parallel_config = ParallelConfig()
     speculative_config = SpeculativeConfig(
-        method="draft_model", model=str(model_dir), num_speculative_tokens=2,
+        method=method, model=str(model_dir), num_speculative_tokens=2,
         target_model_config=model_config, target_parallel_config=parallel_config,
     )  # fmt: skip
     return VllmConfig(

@@ -1,0 +1,161 @@
+"""The window on the Ascend pairing: vllm-ascend 0.30.0rc2's own DFlash and DSpark
+speculators, through vllm-ascend's real GQA metadata builder, at the per-propose build, the
+ACL graph replay build (``build_draft_attn_metadatas``) and the graph capture. What FIA
+would receive (``seq_lens_list`` as ``actual_seq_lengths_kv``, ``block_tables``) is read by
+the reference paged attention and must equal dense attention over exactly the window.
+Paths the window does not serve there yet stop at start-up with their name."""
+
+import pytest
+import torch
+from vllm.config.compilation import CUDAGraphMode
+from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
+from wiring import HEAD_SIZE, NUM_KV_HEADS, Q, fill, make_batch, speculator, vllm_config
+
+from vllm_ascend.worker.v2.attn_utils import build_attn_metadata_wrapper
+from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, plugin
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
+    PagedKVCache,
+    dense_attention,
+    positions_read,
+)
+
+pytestmark = pytest.mark.usefixtures("registered")
+
+W = 128
+BLOCK = 128
+MAX_NUM_REQS = 12
+# Contexts counting the Q query tokens, around the window (128) and block (128) edges.
+SEQ_LENS = [5, 127, 128, 129, 255, 256, 257, 300, 700, 2000]
+
+
+def wired(model_dir, method, additional_config=None, seq_lens=SEQ_LENS, **config):
+    additional = {"draft_window_size": W} if additional_config is None else additional_config
+    s = speculator(vllm_config(model_dir, method, additional, **config), method, BLOCK,
+                   MAX_NUM_REQS)  # fmt: skip
+    batch = make_batch(seq_lens, BLOCK, MAX_NUM_REQS)
+    fill(s, batch)
+    return s, batch
+
+
+def per_propose_build(s):
+    """The draft build of each propose (DFlash's inside vllm-ascend's build wrapper)."""
+    n = s.input_batch.num_reqs
+    desc = BatchExecutionDescriptor(cg_mode=CUDAGraphMode.NONE, num_tokens=n * Q, num_reqs=None)
+    with build_attn_metadata_wrapper():
+        return s._build_uniform_attn_metadata(
+            num_reqs=n, batch_desc=desc, num_query_per_req=Q,
+            seq_lens_cpu_upper_bound=s.input_batch.seq_lens_cpu_upper_bound, step=Q,
+            causal=s._group_causal,
+        )["draft.0"]  # fmt: skip
+
+
+def replay_build(s):
+    """The build before an ACL graph replay, whose seq_lens_list and block_tables update the
+    captured FIA task (vllm-ascend's DFlash graph manager)."""
+    return s.build_draft_attn_metadatas(MAX_NUM_REQS, s.input_batch.seq_lens_cpu_upper_bound)[0][
+        "draft.0"
+    ]
+
+
+def assert_fia_reads_exactly_the_window(s, batch, seq_lens_list, block_tables):
+    window = s.draft_window
+    gen = torch.Generator().manual_seed(0)
+    cache = PagedKVCache(MAX_NUM_REQS * 20 + 1, BLOCK, NUM_KV_HEADS, HEAD_SIZE)
+    for i, length in enumerate(batch.seq_lens):
+        k = torch.randn(length, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64)
+        v = torch.randn(length, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64)
+        row = torch.tensor(batch.block_ids[i], dtype=torch.int32)
+        cache.write(row, torch.arange(length), k, v)
+        read_len = int(seq_lens_list[i])
+        start, kept = positions_read(length, read_len)
+        assert start % window.spec.alignment == 0
+        assert min(length, W) <= read_len <= window.spec.max_read_len
+        q = k[length - Q : length] * 0.5
+        got, touched = cache.read(q, block_tables[i], read_len)
+        torch.testing.assert_close(got, dense_attention(q, k, v, start, length))
+        assert touched == {batch.block_ids[i][p // BLOCK] for p in kept.tolist()}
+    assert not any(seq_lens_list[len(batch.seq_lens) : batch.num_reqs_padded])
+
+
+@pytest.mark.parametrize("method", ["dflash", "dspark"])
+@pytest.mark.parametrize("build", [per_propose_build, replay_build], ids=["eager", "replay"])
+def test_fia_inputs_read_exactly_the_window(method, build, model_dir):
+    s, batch = wired(model_dir, method)
+    md = build(s)
+    window = s.draft_window
+    assert md.block_tables.data_ptr() == window.windows[0].block_table.data_ptr()
+    assert md.seq_lens.data_ptr() == window.seq_lens.data_ptr()
+    assert window.proof.num_checks >= 1
+    assert_fia_reads_exactly_the_window(s, batch, md.seq_lens_list, md.block_tables)
+
+
+def test_the_capture_records_the_windows_buffers_and_every_replay_reads_its_window(
+    model_dir, monkeypatch
+):
+    import vllm.v1.worker.gpu.spec_decode.dflash.cudagraph as dflash_cudagraph
+    from vllm.v1.worker.gpu.spec_decode.dflash.cudagraph import _prepare_dflash_inputs_to_capture
+
+    from vllm_ascend.worker.v2.attn_utils import build_attn_metadata
+
+    # As vllm-ascend's patch_dflash_speculator does on a host.
+    monkeypatch.setattr(dflash_cudagraph, "build_attn_metadata", build_attn_metadata)
+    s, batch = wired(model_dir, "dflash")
+    captured = {}
+
+    class CaptureOnCpu:
+        """ACL graphs cannot be captured on CPU: vLLM's real capture-input preparation for
+        one graph size, as vllm-ascend's DFlash graph manager runs it."""
+
+        def capture(self, forward_fn, input_buffers, block_tables, attn_groups,
+                    kv_cache_config, max_model_len, causal, **kwargs):  # fmt: skip
+            state = _prepare_dflash_inputs_to_capture(
+                MAX_NUM_REQS, MAX_NUM_REQS * Q, input_buffers, block_tables, attn_groups,
+                kv_cache_config, max_model_len, skip_attn=False, causal=causal,
+            )  # fmt: skip
+            captured.update(state.attn_metadata)
+
+    s.query_cudagraph_manager = CaptureOnCpu()
+    s._speculator_name = "DFlash"
+    s.sample_indices = torch.zeros(MAX_NUM_REQS * Q, dtype=torch.int64)
+    s.sample_pos = torch.zeros_like(s.sample_indices)
+    s.sample_idx_mapping = torch.zeros_like(s.sample_indices)
+    s.capture()
+    recorded = captured["draft.0"]
+    window = s.draft_window
+    assert recorded.block_tables.data_ptr() == window.windows[0].block_table.data_ptr()
+    assert recorded.seq_lens.data_ptr() == window.seq_lens.data_ptr()
+    assert s.input_buffers is not window.input_buffers  # restored after the capture
+    # A replay: the kernels write the batch, the replay build refreshes the persistent
+    # buffers the graph recorded, and updates FIA's lengths from its seq_lens_list.
+    fill(s, batch)
+    md = replay_build(s)
+    assert_fia_reads_exactly_the_window(s, batch, md.seq_lens_list, recorded.block_tables)
+
+
+def test_without_the_window_builders_get_what_vllm_ascend_gives_them(model_dir):
+    s, batch = wired(model_dir, "dspark", additional_config={})
+    assert s.draft_window is None
+    ours = per_propose_build(s)
+    plugin.unregister()
+    plain, _ = wired(model_dir, "dspark", additional_config={})
+    theirs = per_propose_build(plain)
+    assert ours.seq_lens_list == theirs.seq_lens_list == batch.seq_lens
+    assert torch.equal(ours.block_tables, theirs.block_tables)
+
+
+def test_dspark_on_a_glm_family_target_stops_at_start_up(model_dir):
+    refused = r"for DSpark with a glm_moe_dsa target: for glm-family targets the draft's kernel"
+    with pytest.raises(ValueError, match=refused):
+        wired(model_dir, "dspark", model_type="glm_moe_dsa")
+
+
+def test_an_mla_draft_stops_at_start_up(model_dir):
+    from wiring import speculator as make
+
+    from vllm_ascend.attention.mla_v1 import AscendMLABackend
+
+    config = vllm_config(model_dir, "dflash", {"draft_window_size": W})
+    with pytest.raises(ValueError, match=r"with attention backend AscendMLABackend: its kernel "
+                                         r"takes host lengths"):  # fmt: skip
+        make(config, "dflash", BLOCK, MAX_NUM_REQS, backend=AscendMLABackend)
+    assert hooks.LINE.name == "vLLM 0.30.x with vllm-ascend 0.30.0rc2"

@@ -1,0 +1,147 @@
+"""vllm-ascend 0.30.0rc2's own DFlash and DSpark speculators on CPU, wired to vllm-ascend's
+real GQA attention metadata builder (``AscendAttentionMetadataBuilder``, the FIA path) and
+its ``AscendBlockTables``, as vllm-ascend's own unit tests build such objects
+(``object.__new__`` plus the state the metadata paths read)."""
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from vllm.config import (
+    ModelConfig,
+    ParallelConfig,
+    SpeculativeConfig,
+    VllmConfig,
+    set_current_vllm_config,
+)
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from vllm.v1.worker.gpu.input_batch import InputBuffers
+from vllm.v1.worker.utils import AttentionGroup
+
+import vllm_ascend.worker.v2.block_table as ascend_block_table
+from vllm_ascend.attention.attention_v1 import AscendAttentionBackend
+from vllm_ascend.worker.v2.block_table import AscendBlockTables
+from vllm_ascend.worker.v2.spec_decode.dflash.speculator import AscendDFlashSpeculator
+from vllm_ascend.worker.v2.spec_decode.draft_window import hooks
+from vllm_ascend.worker.v2.spec_decode.dspark.speculator import AscendDSparkSpeculator
+
+CPU = torch.device("cpu")
+NUM_KV_HEADS, HEAD_SIZE = 2, 16
+NUM_SPEC = 3
+Q = NUM_SPEC + 1
+MAX_MODEL_LEN = 2048
+CLASSES = {"dflash": AscendDFlashSpeculator, "dspark": AscendDSparkSpeculator}
+
+# AscendBlockTables sizes its gather with triton.next_power_of_2; no Triton here (the
+# CPU environment has none: vllm-ascend's Triton helpers need triton-ascend).
+if getattr(ascend_block_table.triton, "next_power_of_2", None) is None:
+    ascend_block_table.triton.next_power_of_2 = lambda n: 1 << (int(n) - 1).bit_length()
+# The GQA builder pins its host copies; a CPU-only torch has no pinned memory.
+torch.Tensor.pin_memory = lambda self, *args, **kwargs: self
+
+
+@dataclass
+class Batch:
+    """What the draft's kernels and the target runner leave in the persistent buffers."""
+
+    seq_lens: list[int]
+    # per request: the kernel-block ids of its whole context (0 is the null block)
+    block_ids: list[list[int]]
+    num_reqs_padded: int
+
+
+@dataclass
+class InputBatchSeen:
+    """The fields of vLLM's InputBatch that the DSpark/DFlash metadata paths read."""
+
+    num_reqs: int
+    seq_lens_cpu_upper_bound: torch.Tensor
+
+
+def vllm_config(model_dir, method: str, additional_config: dict, model_type: str | None = None):
+    """A real VllmConfig; the speculative method is set after construction, as vLLM 0.30's
+    config refuses DFlash/DSpark drafts without their draft model."""
+    model = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
+                        max_model_len=MAX_MODEL_LEN)  # fmt: skip
+    parallel = ParallelConfig()
+    speculative = SpeculativeConfig(method="draft_model", model=str(model_dir),
+                                    num_speculative_tokens=NUM_SPEC, target_model_config=model,
+                                    target_parallel_config=parallel)  # fmt: skip
+    config = VllmConfig(model_config=model, parallel_config=parallel,
+                        speculative_config=speculative)  # fmt: skip
+    object.__setattr__(speculative, "method", method)
+    object.__setattr__(speculative, "parallel_drafting", True)
+    config.additional_config = additional_config
+    if model_type is not None:
+        config.model_config.hf_text_config.model_type = model_type
+    return config
+
+
+def speculator(config, method: str, block_size: int, max_num_reqs: int,
+               backend: type = AscendAttentionBackend) -> Any:  # fmt: skip
+    """A real vllm-ascend speculator with one draft KV-cache group of ``block_size``-token
+    blocks, and its window made as the ``set_attn`` hook makes it (``set_attn`` itself needs
+    the draft model's registered attention layers)."""
+    spec = FullAttentionSpec(block_size=block_size, num_kv_heads=NUM_KV_HEADS,
+                             head_size=HEAD_SIZE, dtype=torch.float32)  # fmt: skip
+    names = ["draft.0"]
+    group = AttentionGroup(backend, names, spec, 0)
+    if backend is AscendAttentionBackend:
+        with set_current_vllm_config(config):
+            group.create_metadata_builders(config, CPU)
+    max_tokens = max_num_reqs * Q
+    s = object.__new__(CLASSES[method])
+    s.vllm_config, s.speculative_config, s.method, s.device = (
+        config,
+        config.speculative_config,
+        method,
+        CPU,
+    )
+    s.num_speculative_steps, s.num_query_per_req = NUM_SPEC, Q
+    s.max_num_reqs, s.max_num_tokens = max_num_reqs, max_tokens
+    s.max_model_len = s.draft_max_seq_len = MAX_MODEL_LEN
+    s.input_buffers = InputBuffers(max_num_reqs, max_tokens, CPU)
+    s.block_tables = AscendBlockTables([block_size], max_num_reqs, max_tokens,
+                                       [-(-MAX_MODEL_LEN // block_size)], CPU,
+                                       kernel_block_sizes=[block_size])  # fmt: skip
+    s.attn_groups = [[group]]
+    s.kv_cache_config = KVCacheConfig(num_blocks=1, kv_cache_tensors=[],
+                                      kv_cache_groups=[KVCacheGroupSpec(names, spec)])  # fmt: skip
+    s.arange_np = np.arange(max_num_reqs + 1, dtype=np.int32)
+    s.draft_is_prefilling = torch.zeros(max_num_reqs, dtype=torch.bool)
+    s._group_causal, s.requires_non_causal = False, True
+    if method == "dspark":
+        s.attn_architecture, s.use_dcp, s.dcp_manager = "GQA", False, None
+    with set_current_vllm_config(config):
+        s.draft_window = hooks.create_draft_window(s)
+    return s
+
+
+def fill(s, batch: Batch) -> None:
+    """The draft's lengths (DFlash's seq_lens count the query stretch) and the gathered
+    tables, padded rows zero."""
+    n = len(batch.seq_lens)
+    s.input_buffers.seq_lens.zero_()
+    s.input_buffers.seq_lens[:n] = torch.tensor(batch.seq_lens, dtype=torch.int32)
+    s.input_buffers.query_start_loc.copy_(
+        (torch.arange(s.max_num_reqs + 1) * Q).clamp(max=n * Q).to(torch.int32)
+    )
+    for table in s.block_tables.input_block_tables:
+        table.zero_()
+        for i, ids in enumerate(batch.block_ids):
+            table[i, : len(ids)] = torch.tensor(ids, dtype=torch.int32)
+    s.input_batch = InputBatchSeen(
+        n, torch.tensor([length - Q for length in batch.seq_lens], dtype=torch.int32)
+    )
+
+
+def make_batch(seq_lens: list[int], block_size: int, num_reqs_padded: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    pool = rng.permutation(np.arange(1, 1 + len(seq_lens) * (MAX_MODEL_LEN // block_size + 1)))
+    ids, used = [], 0
+    for length in seq_lens:
+        count = -(-length // block_size)
+        ids.append([int(x) for x in pool[used : used + count]])
+        used += count
+    return Batch(list(seq_lens), ids, num_reqs_padded)
