@@ -189,6 +189,7 @@ def plan(scenario: Scenario, device: str, port: int) -> list[str]:
     lines = [f"{py} -m pip install --no-deps {shlex.quote(str(ROOT))}"]
     if device == "ascend":
         lines.append("# verify: no vllm-ascend file was replaced (RECORD hashes before = after)")
+    lines.append(PAIRING_LINE.format(method=scenario.method))
     for run in runs(scenario, device):
         env, cmd = serve_command(scenario, run, port)
         lines.append(" ".join(f"{k}={v}" for k, v in env.items()) + " " + shlex.join(cmd))
@@ -345,6 +346,41 @@ def install(device: str) -> None:
                          "installed editable? install it regularly)")  # fmt: skip
 
 
+def check_pairing(method: str) -> None:
+    """Before any server: the host's vLLM (and vllm-ascend) must be a line the window
+    supports, and serve the scenario's method there (the installed package's own table)."""
+    probe = [sys.executable, "-c", PAIRING_PROBE, method]
+    result = subprocess.run(probe, capture_output=True, text=True)
+    print(f"[e2e] {result.stdout.strip()}", flush=True)
+    if result.returncode != 0:
+        raise SystemExit(result.stdout.strip().splitlines()[-1] if result.stdout else result.stderr)
+
+
+PAIRING_LINE = (
+    "# check: the host's vLLM pairing is a line the draft window supports, serving {method}; "
+    "else stop"
+)
+# Run in the host's Python after the install: the versions and the supported lines.
+PAIRING_PROBE = """
+import sys
+from vllm_ascend.worker.v2.spec_decode.draft_window import lines
+versions = lines.installed_versions()
+line = lines.line_for(versions["vllm"])
+print(f"host: {lines.describe_versions()}; supported: {lines.SUPPORTED}")
+problem = None
+if line is None:
+    problem = f"vLLM {versions['vllm']} is not a line the draft window supports"
+else:
+    problem = lines.requirement_problem(line)
+    if problem is None and sys.argv[1] not in line.methods:
+        problem = (f"the draft window does not serve method {sys.argv[1]!r} on {line.name} "
+                   f"(supported there: {', '.join(line.methods)}): pick another E2E_SCENARIO")
+if problem:
+    print(f"cannot run: {problem}")
+    sys.exit(2)
+"""
+
+
 def load_golden(scenario: Scenario, record: bool) -> tuple[list[float] | None, float]:
     """(per-position golden, tolerance); stops before any server starts when missing."""
     if scenario.golden is None or record:
@@ -361,6 +397,7 @@ def run_scenario(scenario: Scenario, device: str, port: int, out_dir: Path,
     out_dir.mkdir(parents=True, exist_ok=True)
     golden, tolerance = load_golden(scenario, record)
     install(device)
+    check_pairing(scenario.method)
     results = {}
     for run in runs(scenario, device):
         env, cmd = serve_command(scenario, run, port)
@@ -442,6 +479,7 @@ def study_plan(scenario: Scenario, device: str, port: int, settings: study.Setti
         f"{shlex.quote(sys.executable)} -m pip install --no-deps {shlex.quote(str(ROOT))}",
         f"# contexts {settings.contexts}; {settings.prompts_per_context} prompts each, "
         f"{settings.output_tokens} output tokens, greedy; token counts: {counter.source}",
+        PAIRING_LINE.format(method=scenario.method),
     ]
     text = study.corpus()
     served = dataclasses.replace(scenario, max_model_len=max(settings.contexts) +
@@ -482,6 +520,7 @@ def run_study(
     if not settings.contexts:
         raise SystemExit("no study context fits the model: set MAX_CONTEXT")
     install(device)
+    check_pairing(scenario.method)
     text = study.corpus()
     served = dataclasses.replace(scenario, max_model_len=max(settings.contexts) +
                                  settings.output_tokens)  # fmt: skip

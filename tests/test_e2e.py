@@ -165,3 +165,14 @@ def test_server_is_stopped_and_leaves_no_process(tmp_path):
         import os
 
         os.kill(pid, 0)
+
+
+def test_the_host_pairing_is_checked_against_the_supported_lines_before_any_server(capsys):
+    """The probe runs in the host's Python (here the test environment, vLLM 0.33.0)."""
+    e2e.check_pairing("eagle3")
+    assert "host: vLLM 0.33.0, vllm-ascend not installed; supported: vLLM 0.33.x" in (
+        capsys.readouterr().out
+    )
+    with pytest.raises(SystemExit, match=r"the draft window does not serve method "
+                                         r"'draft_model' on vLLM 0\.33\.x"):  # fmt: skip
+        e2e.check_pairing("draft_model")
