@@ -3,13 +3,14 @@
 vLLM calls every general plugin in each process it starts (engine core and workers), with
 no guard, so ``register`` must be cheap, safe to call more than once, and must never raise
 because of what the installed vLLM or vllm-ascend look like. It installs the hooks where
-the installed vLLM is a supported line (``install.py``) and adjusts the places outside
+the installed vLLM is a supported line (``install.py``) and adjusts the two places outside
 them that see the window's keys: the start-up check of a complete ``VllmConfig`` (which
-refuses a window that would not be served), the choice of model runner, and vllm-ascend's
-own validation of ``additional_config``.
+refuses a window that would not be served) and vllm-ascend's own validation of
+``additional_config``. Neither supported line forces Model Runner V1 because of the window
+(vllm-ascend 0.30.0rc2 leaves ``use_v2_model_runner`` to vLLM), so the runner choice is
+vLLM's.
 """
 
-import copy
 import functools
 import importlib
 import logging
@@ -29,11 +30,8 @@ def register() -> None:
     """Install the draft window into vLLM's Model Runner V2 speculators, or, where it cannot
     be served, only the start-up check that refuses a config asking for it."""
     state = install.install()
-    steps = [check_window_config, accept_sinks_key]
-    if state.installed:
-        steps.append(lift_v1_fallback)
     failed = []
-    for step in steps:
+    for step in (check_window_config, accept_sinks_key):
         try:
             step()
         except Exception as error:
@@ -52,56 +50,9 @@ def register() -> None:
 
 
 def unregister() -> None:
-    """Undo ``register()``: vLLM's methods, the runner choice, the config check and
-    vllm-ascend's ``AscendConfig`` as they were (for tests)."""
+    """Undo ``register()``: vLLM's methods, the config check and vllm-ascend's
+    ``AscendConfig`` as they were (for tests)."""
     install.uninstall()
-
-
-def lift_v1_fallback() -> None:
-    """Keep Model Runner V2 when it was asked for and only the window forces V1.
-
-    A vllm-ascend release may answer ``VllmConfig.use_v2_model_runner`` with V1 whenever
-    ``draft_window_size`` is set, because its V2 runner had no window. Detected by
-    behaviour: with ``VLLM_USE_V2_MODEL_RUNNER=1`` set and the answer V1, the same
-    question is asked of a copy without the key; if that answers V2, the key alone forced
-    V1, and V2 is kept. Any other reason for V1 stands.
-    """
-    from vllm.config import VllmConfig
-
-    if not isinstance(VllmConfig.__dict__.get("use_v2_model_runner"), property):
-        return
-
-    def lift(prop: property) -> property:
-        original = prop.fget
-
-        @functools.wraps(original)
-        def use_v2_model_runner(self) -> bool:
-            return original(self) or _only_the_window_forces_v1(self, original)
-
-        return property(use_v2_model_runner)
-
-    patches.replace(VllmConfig, "use_v2_model_runner", lift)
-
-
-def _only_the_window_forces_v1(vllm_config, use_v2_model_runner) -> bool:
-    from vllm import envs
-    from vllm.logger import init_logger
-
-    additional = vllm_config.additional_config
-    if not envs.VLLM_USE_V2_MODEL_RUNNER or not isinstance(additional, dict):
-        return False
-    if additional.get(KEY) is None:
-        return False
-    probe = copy.copy(vllm_config)
-    probe.additional_config = {k: v for k, v in additional.items() if k != KEY}
-    if not use_v2_model_runner(probe):
-        return False
-    init_logger("vllm.draft_window").info_once(
-        "VLLM_USE_V2_MODEL_RUNNER=1 with %s: the installed fallback to Model Runner V1 "
-        "is lifted, since Model Runner V2 now supports the draft window.",
-        KEY,
-    )
-    return True
 
 
 def check_window_config() -> None:
