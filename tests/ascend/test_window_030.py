@@ -159,3 +159,22 @@ def test_an_mla_draft_stops_at_start_up(model_dir):
                                          r"takes host lengths"):  # fmt: skip
         make(config, "dflash", BLOCK, MAX_NUM_REQS, backend=AscendMLABackend)
     assert hooks.LINE.name == "vLLM 0.30.x with vllm-ascend 0.30.0rc2"
+
+
+def test_fia_lengths_that_escape_the_window_are_stopped_with_the_path(model_dir, monkeypatch):
+    """If vllm-ascend's builder took its FIA lengths from elsewhere (its GLM branch keeps a
+    host copy, the MLA path a copy taken before any hook), the run-time proof stops it: here
+    the builder is made to take vLLM's own, unwindowed device lengths."""
+    import vllm_ascend.attention.attention_v1 as attention_v1
+    from vllm_ascend.worker.v2.spec_decode.draft_window.proof import WindowNotInPathError
+
+    s, _ = wired(model_dir, "dspark")
+    vllms = s.input_buffers.seq_lens
+    monkeypatch.setattr(attention_v1, "_select_seq_lens",
+                        lambda common, *args, **kwargs: vllms[: common.num_reqs])  # fmt: skip
+    with pytest.raises(WindowNotInPathError) as error:
+        per_propose_build(s)
+    message = str(error.value)
+    assert f"under the window's hooks {hooks.BUILD_PATH}" in message
+    assert "the built metadata's seq_lens is not the window's windowed seq_lens" in message
+    assert "the built seq_lens_list reaches 2000, past the window's 255" in message

@@ -15,7 +15,10 @@ hands them metadata (and at every graph capture), it checks that
   case over every replay instead (``max_model_len``), which stay bounds;
 - the slot mapping is vLLM's own: the window never touches where the draft writes;
 - an in-place update of recorded metadata runs inside the window's update hook, which
-  refreshes the persistent buffers the metadata references.
+  refreshes the persistent buffers the metadata references;
+- what the builder built, where the backend keeps host lengths of its own (vllm-ascend's
+  FIA takes ``seq_lens_list`` as exact lengths): built from the window's device lengths,
+  and at most the longest read.
 
 Any failure stops with an error naming the path: the hooks a build ran under, or, for a
 build under none, the methods that called it. The checks read pointers, shapes and host
@@ -72,10 +75,13 @@ class WindowProof:
 
         def watched(*args: Any, **kwargs: Any) -> Any:
             key = (tuple(self.window.path), name, g)
-            if key not in self.proven:
-                self._check(name, g, group, args, kwargs)
-                self.proven.add(key)
-            return real(*args, **kwargs)
+            if key in self.proven:
+                return real(*args, **kwargs)
+            self._check(name, g, group, args, kwargs)
+            metadata = real(*args, **kwargs)
+            self._check_built(name, g, metadata)
+            self.proven.add(key)
+            return metadata
 
         watched.__wrapped__ = real
         return watched
@@ -111,6 +117,25 @@ class WindowProof:
         if not _same_storage(cm.slot_mapping, slot_mappings):
             problems.append("its slot_mapping is not vLLM's own (a windowed slot mapping?)")
         return problems
+
+    def _check_built(self, name: str, g: int, metadata: Any) -> None:
+        """What the kernel takes from the built metadata, where the backend keeps its own
+        host lengths (vllm-ascend's FIA takes ``seq_lens_list`` as exact lengths): windowed
+        (at most the longest read; outside a capture) and from the window's device lengths."""
+        problems = []
+        seq_lens = getattr(metadata, "seq_lens", None)
+        if isinstance(seq_lens, torch.Tensor) and not _same_start(seq_lens, self.window.seq_lens):
+            problems.append("the built metadata's seq_lens is not the window's windowed seq_lens")
+        host = getattr(metadata, "seq_lens_list", None)
+        capture = name != "build" or not self.capture_paths.isdisjoint(self.window.path)
+        query_len = getattr(metadata, "max_query_len", None) or self.window.spec.window_size
+        if isinstance(host, list) and host and not capture:
+            cap = self.read_cap(query_len)
+            if max(host) > cap:
+                problems.append(f"the built seq_lens_list reaches {max(host)}, past the "
+                                f"window's {cap}")  # fmt: skip
+        if problems:
+            raise WindowNotInPathError(self._message(name, g, problems))
 
     def _host_lengths_problems(self, cm: Any) -> list[str]:
         cap = self.read_cap(cm.max_query_len)
