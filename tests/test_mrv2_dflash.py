@@ -10,9 +10,9 @@ import pytest
 import torch
 from vllm.config.compilation import CUDAGraphMode
 from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
-from vllm.v1.worker.gpu.spec_decode.dflash.cudagraph import _prepare_dflash_inputs_to_capture
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu import capture as cpu_capture
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import (
     Mrv2Batch,
     fill_input_block_tables,
@@ -320,26 +320,9 @@ def test_window_refresh_never_reads_a_device_value_on_the_host(sinks):
 
 
 def capture_on_cpu(speculator) -> dict:
-    """Give a DFlash speculator a graph manager whose capture runs on CPU; returns the dict
-    that receives the captured metadata. CUDA graphs cannot be captured on CPU: the stand-in
-    runs vLLM's real capture-input preparation for one graph size."""
-    captured = {}
-
-    class CaptureOnCpu:
-        def capture(self, forward_fn, input_buffers, block_tables, attn_groups,
-                    kv_cache_config, max_model_len, causal, **kwargs):  # fmt: skip
-            state = _prepare_dflash_inputs_to_capture(
-                MAX_NUM_REQS, MAX_NUM_REQS * Q, input_buffers, block_tables, attn_groups,
-                kv_cache_config, max_model_len, skip_attn=False, causal=causal,
-            )  # fmt: skip
-            captured.update(state.attn_metadata)
-
-    speculator.query_cudagraph_manager = CaptureOnCpu()
-    speculator.sample_indices = torch.zeros(MAX_NUM_REQS * NUM_SPEC, dtype=torch.int64)
-    speculator.sample_pos = torch.zeros_like(speculator.sample_indices)
-    speculator.sample_idx_mapping = torch.zeros_like(speculator.sample_indices)
+    """The graph manager stand-in for this module's batch shape (one graph size)."""
     speculator._group_causal = True
-    return captured
+    return cpu_capture.capture_on_cpu(speculator, MAX_NUM_REQS, Q)
 
 
 @pytest.mark.parametrize("sinks", SINKS)

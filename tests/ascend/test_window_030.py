@@ -13,6 +13,7 @@ from wiring import HEAD_SIZE, NUM_KV_HEADS, Q, fill, make_batch, speculator, vll
 
 from vllm_ascend.worker.v2.attn_utils import build_attn_metadata_wrapper
 from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, plugin
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.capture import capture_on_cpu
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
     PagedKVCache,
     dense_attention,
@@ -93,32 +94,13 @@ def test_the_capture_records_the_windows_buffers_and_every_replay_reads_its_wind
     model_dir, monkeypatch
 ):
     import vllm.v1.worker.gpu.spec_decode.dflash.cudagraph as dflash_cudagraph
-    from vllm.v1.worker.gpu.spec_decode.dflash.cudagraph import _prepare_dflash_inputs_to_capture
 
     from vllm_ascend.worker.v2.attn_utils import build_attn_metadata
 
     # As vllm-ascend's patch_dflash_speculator does on a host.
     monkeypatch.setattr(dflash_cudagraph, "build_attn_metadata", build_attn_metadata)
     s, batch = wired(model_dir, "dflash")
-    captured = {}
-
-    class CaptureOnCpu:
-        """ACL graphs cannot be captured on CPU: vLLM's real capture-input preparation for
-        one graph size, as vllm-ascend's DFlash graph manager runs it."""
-
-        def capture(self, forward_fn, input_buffers, block_tables, attn_groups,
-                    kv_cache_config, max_model_len, causal, **kwargs):  # fmt: skip
-            state = _prepare_dflash_inputs_to_capture(
-                MAX_NUM_REQS, MAX_NUM_REQS * Q, input_buffers, block_tables, attn_groups,
-                kv_cache_config, max_model_len, skip_attn=False, causal=causal,
-            )  # fmt: skip
-            captured.update(state.attn_metadata)
-
-    s.query_cudagraph_manager = CaptureOnCpu()
-    s._speculator_name = "DFlash"
-    s.sample_indices = torch.zeros(MAX_NUM_REQS * Q, dtype=torch.int64)
-    s.sample_pos = torch.zeros_like(s.sample_indices)
-    s.sample_idx_mapping = torch.zeros_like(s.sample_indices)
+    captured = capture_on_cpu(s, MAX_NUM_REQS, Q)
     s.capture()
     recorded = captured["draft.0"]
     window = s.draft_window

@@ -54,22 +54,31 @@ class Line:
 
 
 _AR = f"{_SPEC_DECODE}.target_dependent_ar"
+# Hooked alike on both lines.
+_SET_ATTN = Hook(
+    f"{_SPEC_DECODE}.speculator", "DraftModelSpeculator", "set_attn", "set_attn",
+    ("model_state", "kv_cache_config", "block_tables", "target_input_buffers",
+     "target_attn_groups"),
+)  # fmt: skip
+_BUILD_ATTN_METADATA = Hook(
+    f"{_SPEC_DECODE}.speculator", "DraftModelSpeculator", "_build_attn_metadata",
+    "build_attn_metadata",
+    ("num_reqs", "batch_desc", "query_start_loc_np", "seq_lens_cpu_upper_bound", "step"),
+)  # fmt: skip
+_DFLASH_CAPTURE = Hook(
+    f"{_SPEC_DECODE}.dflash.speculator", "DFlashSpeculator", "capture", "capture"
+)
 
 VLLM_0_33 = Line(
     name="vLLM 0.33.x",
     vllm_minor=(0, 33),
     hooks=(
-        Hook(f"{_SPEC_DECODE}.speculator", "DraftModelSpeculator", "set_attn", "set_attn",
-             ("model_state", "kv_cache_config", "block_tables", "target_input_buffers",
-              "target_attn_groups")),
-        Hook(f"{_SPEC_DECODE}.speculator", "DraftModelSpeculator", "_build_attn_metadata",
-             "build_attn_metadata",
-             ("num_reqs", "batch_desc", "query_start_loc_np", "seq_lens_cpu_upper_bound",
-              "step")),
+        _SET_ATTN,
+        _BUILD_ATTN_METADATA,
         Hook(f"{_SPEC_DECODE}.speculator", "DraftModelSpeculator",
              "_update_draft_decode_metadata", "update_draft_decode_metadata",
              ("attn_metadata", "num_reqs")),
-        Hook(f"{_SPEC_DECODE}.dflash.speculator", "DFlashSpeculator", "capture", "capture"),
+        _DFLASH_CAPTURE,
         Hook(f"{_AR}.speculator", "TargetDependentARSpeculator", "propose", "propose",
              ("input_batch", "attn_metadata")),
         Hook(f"{_AR}.speculator", "TargetDependentARSpeculator", "capture", "ar_capture"),
@@ -101,14 +110,9 @@ VLLM_0_30_ASCEND = Line(
     name="vLLM 0.30.x with vllm-ascend 0.30.0rc2",
     vllm_minor=(0, 30),
     hooks=(
-        Hook(f"{_SPEC_DECODE}.speculator", "DraftModelSpeculator", "set_attn", "set_attn",
-             ("model_state", "kv_cache_config", "block_tables", "target_input_buffers",
-              "target_attn_groups")),
-        Hook(f"{_SPEC_DECODE}.speculator", "DraftModelSpeculator", "_build_attn_metadata",
-             "build_attn_metadata",
-             ("num_reqs", "batch_desc", "query_start_loc_np", "seq_lens_cpu_upper_bound",
-              "step")),
-        Hook(f"{_SPEC_DECODE}.dflash.speculator", "DFlashSpeculator", "capture", "capture"),
+        _SET_ATTN,
+        _BUILD_ATTN_METADATA,
+        _DFLASH_CAPTURE,
     ),
     methods=("dflash", "dspark"),
     requires=("vllm-ascend", "0.30.0rc2"),
