@@ -160,3 +160,28 @@ def test_fia_lengths_that_escape_the_window_are_stopped_with_the_path(model_dir,
     assert f"under the window's hooks {hooks.BUILD_PATH}" in message
     assert "the built metadata's seq_lens is not the window's windowed seq_lens" in message
     assert "the built seq_lens_list reaches 2000, past the window's 255" in message
+
+
+@pytest.mark.parametrize("method", ["dflash", "dspark"])
+def test_fia_inputs_equal_vllm_ascends_own_model_runner_v1_window(method, model_dir):
+    """The same batch through vllm-ascend 0.30.0rc2's own MRV1 `SlidingWindowAdapter` (future
+    offset 0, as its V1 proposer uses for DFlash and DSpark) and through the MRV2 window: the
+    same lengths and the same columns."""
+    from types import SimpleNamespace
+
+    from vllm_ascend.spec_decode.utils import SlidingWindowAdapter
+
+    s, batch = wired(model_dir, method)
+    md = per_propose_build(s)
+    n = len(batch.seq_lens)
+    adapter = SlidingWindowAdapter(W, BLOCK, MAX_NUM_REQS, 0, torch.device("cpu"))
+    common = SimpleNamespace(block_table_tensor=s.block_tables.input_block_tables[0][:n],
+                             seq_lens=s.input_buffers.seq_lens[:n].clone())  # fmt: skip
+    adapter.apply(common)
+    assert md.seq_lens_list[:n] == common.seq_lens.tolist()
+    ours, theirs = md.block_tables[:n], common.block_table_tensor
+    width = max(ours.shape[1], theirs.shape[1])
+    pad = torch.nn.functional.pad
+    assert torch.equal(
+        pad(ours, (0, width - ours.shape[1])), pad(theirs, (0, width - theirs.shape[1]))
+    )
