@@ -58,3 +58,24 @@ def test_wheel_installs_only_the_draft_window_package_and_declares_the_entry_poi
         "draft_window = vllm_ascend.worker.v2.spec_decode.draft_window.plugin:register"
         in entry_points
     )
+
+
+def test_the_declared_vllm_admits_both_supported_lines_and_no_other(tmp_path):
+    """A plain `pip install .` on a host of either line keeps the host's vLLM."""
+    from packaging.requirements import Requirement
+
+    from vllm_ascend.worker.v2.spec_decode.draft_window import lines
+
+    wheel = build_wheel(tmp_path)
+    with zipfile.ZipFile(wheel) as zf:
+        (metadata,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        requires = [line.split(": ", 1)[1] for line in zf.read(metadata).decode().splitlines()
+                    if line.startswith("Requires-Dist: ")]  # fmt: skip
+    (vllm,) = [Requirement(r) for r in requires if Requirement(r).name == "vllm"]
+    for line in lines.LINES:
+        major, minor = line.vllm_minor
+        assert vllm.specifier.contains(f"{major}.{minor}.0")
+        assert vllm.specifier.contains(f"{major}.{minor}.1")
+    for other in ("0.29.0", "0.31.0", "0.32.1", "0.34.0"):
+        assert not vllm.specifier.contains(other), other
+    assert [r for r in requires if Requirement(r).name == "torch"] == ["torch"]
