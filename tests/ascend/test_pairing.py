@@ -2,10 +2,10 @@
 with its plugins, and this project installed into its tree as `pip install --no-deps .`
 installs it on an Ascend host.
 
-On this pairing the plugin installs the hooks of its vLLM 0.30 line (DFlash and DSpark
-through vllm-ascend's GQA backend): a user without the window sees vLLM and vllm-ascend
-build as without the package, a method the line does not serve stops start-up with the line
-named, and vllm-ascend's own Model Runner V1 window still takes the key.
+On this pairing the plugin installs the hooks of its vLLM 0.30 line (DFlash, DSpark, EAGLE
+and EAGLE3 through vllm-ascend's GQA backend): a user without the window sees vLLM and
+vllm-ascend build as without the package, a method the line does not serve stops start-up
+with the line named, and vllm-ascend's own Model Runner V1 window still takes the key.
 """
 
 import hashlib
@@ -23,14 +23,15 @@ from vllm_ascend.worker.v2.spec_decode.draft_window import install
 VENV = Path(sys.prefix)
 
 
-def speculative_config(model_dir, additional_config):
-    """A real VllmConfig with an EAGLE3 speculative config, as the engine builds it."""
+def speculative_config(model_dir, additional_config, method="eagle3"):
+    """A real VllmConfig with a speculative config (EAGLE3 by default), as the engine builds
+    it."""
     from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig, VllmConfig
 
     model = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
                         max_model_len=512)  # fmt: skip
     parallel = ParallelConfig()
-    speculative = SpeculativeConfig(method="eagle3", model=str(model_dir),
+    speculative = SpeculativeConfig(method=method, model=str(model_dir),
                                     num_speculative_tokens=2, target_model_config=model,
                                     target_parallel_config=parallel)  # fmt: skip
     return VllmConfig(
@@ -76,20 +77,30 @@ def test_the_overlay_sits_in_vllm_ascends_own_tree_and_replaced_none_of_its_file
 
 
 def hooked_methods():
-    """Every method the window wraps on vLLM 0.33, and vllm-ascend's overrides of them."""
+    """Every method of the speculator classes on the draft paths, vLLM's and vllm-ascend's."""
+    from vllm.v1.worker.gpu.spec_decode.autoregressive.cudagraph_utils import (
+        SpeculatorCudaGraphManager,
+    )
     from vllm.v1.worker.gpu.spec_decode.autoregressive.speculator import (
         AutoRegressiveSpeculator,
     )
     from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
     from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
+    from vllm_ascend.worker.v2.spec_decode.autoregressive.aclgraph import (
+        AutoRegressiveAclGraphManager,
+    )
     from vllm_ascend.worker.v2.spec_decode.autoregressive.speculator import (
         AscendAutoRegressiveSpeculator,
     )
+    from vllm_ascend.worker.v2.spec_decode.dflash.speculator import AscendDFlashSpeculator
     from vllm_ascend.worker.v2.spec_decode.dspark.speculator import AscendDSparkSpeculator
+    from vllm_ascend.worker.v2.spec_decode.eagle.speculator import AscendEagleSpeculator
 
     classes = (DraftModelSpeculator, DFlashSpeculator, AutoRegressiveSpeculator,
-               AscendDSparkSpeculator, AscendAutoRegressiveSpeculator)  # fmt: skip
+               SpeculatorCudaGraphManager, AscendDSparkSpeculator, AscendDFlashSpeculator,
+               AscendAutoRegressiveSpeculator, AscendEagleSpeculator,
+               AutoRegressiveAclGraphManager)  # fmt: skip
     return {(cls, name): method for cls in classes for name, method in vars(cls).items()
             if callable(method)}  # fmt: skip
 
@@ -97,8 +108,18 @@ def hooked_methods():
 def test_vllms_plugin_loading_with_vllm_ascends_plugins_installs_the_ascend_line(
     loaded_plugins,
 ):
+    from vllm.v1.worker.gpu.spec_decode.autoregressive.speculator import (
+        AutoRegressiveSpeculator,
+    )
     from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
     from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+    from vllm_ascend.worker.v2.spec_decode.autoregressive.aclgraph import (
+        AutoRegressiveAclGraphManager,
+    )
+    from vllm_ascend.worker.v2.spec_decode.autoregressive.speculator import (
+        AscendAutoRegressiveSpeculator,
+    )
 
     names = {p.name for p in metadata.entry_points(group="vllm.general_plugins")}
     assert {"draft_window", "ascend_model", "ascend_kv_connector", "ascend_model_loader"} <= names
@@ -106,10 +127,20 @@ def test_vllms_plugin_loading_with_vllm_ascends_plugins_installs_the_ascend_line
     assert state == install.Status(installed=True, line="vLLM 0.30.x with vllm-ascend 0.30.0rc2")
     before, after = loaded_plugins["before"], loaded_plugins["after"]
     changed = {key for key in before if after[key] is not before[key]}
-    # vLLM's methods the line hooks, each wrapping vLLM's own; vllm-ascend's untouched.
-    assert changed == {(DraftModelSpeculator, "set_attn"),
-                       (DraftModelSpeculator, "_build_attn_metadata"),
-                       (DFlashSpeculator, "capture")}  # fmt: skip
+    # Exactly the line's hooks, each wrapping the method it replaced; nothing else (vLLM's
+    # SpeculatorCudaGraphManager, vllm-ascend's DFlash/DSpark/EAGLE subclasses) changed.
+    assert changed == {
+        (DraftModelSpeculator, "set_attn"),
+        (DraftModelSpeculator, "_build_attn_metadata"),
+        (DFlashSpeculator, "capture"),
+        (AutoRegressiveSpeculator, "propose"),
+        (AutoRegressiveSpeculator, "_prefill"),
+        (AutoRegressiveSpeculator, "init_cudagraph_manager"),
+        (AscendAutoRegressiveSpeculator, "capture"),
+        (AscendAutoRegressiveSpeculator, "_calc_next_seq_lens_cpu"),
+        (AscendAutoRegressiveSpeculator, "build_fia_params"),
+        (AutoRegressiveAclGraphManager, "capture"),
+    }
     assert all(after[key].__wrapped__ is before[key] for key in changed)
     assert not [m for m in loaded_plugins["lines"] if "draft window" in m]
 
@@ -126,15 +157,21 @@ def test_without_the_window_configs_build_as_without_this_package(
     assert config.use_v2_model_runner is v2
 
 
-def test_a_method_the_ascend_line_does_not_serve_stops_start_up_with_the_line_named(
+def test_eagle3_with_the_window_builds_on_model_runner_v2_and_other_methods_stop_named(
     registered, model_runner_v2, model_dir
 ):
+    from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, policy
+
+    assert speculative_config(model_dir, {"draft_window_size": 512}).use_v2_model_runner
+    # Every other Model Runner V2 method of vLLM 0.30 but MTP (which keeps its warning) is
+    # one the line does not serve, e.g. extract_hidden_states.
     with pytest.raises(ValueError) as error:
-        speculative_config(model_dir, {"draft_window_size": 512})
+        policy.refuse_method("extract_hidden_states", hooks.LINE, 512)
     assert (
         "draft_window_size=512 is not supported on Model Runner V2 for speculative method "
-        "'eagle3' on vLLM 0.30.x with vllm-ascend 0.30.0rc2; supported there: dflash, dspark. "
-        "Remove draft_window_size from additional_config or use one of those methods."
+        "'extract_hidden_states' on vLLM 0.30.x with vllm-ascend 0.30.0rc2; supported there: "
+        "dflash, dspark, eagle, eagle3. Remove draft_window_size from additional_config or "
+        "use one of those methods."
     ) in str(error.value)
 
 

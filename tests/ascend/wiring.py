@@ -145,3 +145,82 @@ def make_batch(seq_lens: list[int], block_size: int, num_reqs_padded: int, seed:
         ids.append([int(x) for x in pool[used : used + count]])
         used += count
     return Batch(list(seq_lens), ids, num_reqs_padded)
+
+
+def eagle_config(model_dir, method: str, additional_config: dict, num_spec: int):
+    """A real VllmConfig for an EAGLE/EAGLE3 draft (no parallel drafting)."""
+    model = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
+                        max_model_len=MAX_MODEL_LEN)  # fmt: skip
+    parallel = ParallelConfig()
+    speculative = SpeculativeConfig(method="draft_model", model=str(model_dir),
+                                    num_speculative_tokens=num_spec, target_model_config=model,
+                                    target_parallel_config=parallel)  # fmt: skip
+    config = VllmConfig(model_config=model, parallel_config=parallel,
+                        speculative_config=speculative)  # fmt: skip
+    object.__setattr__(speculative, "method", method)
+    config.additional_config = additional_config
+    return config
+
+
+def eagle_speculator(config, block_size: int, max_num_reqs: int, num_spec: int,
+                     max_num_tokens: int | None = None) -> Any:  # fmt: skip
+    """vllm-ascend's real ``AscendEagleSpeculator`` with one draft KV-cache group on its GQA
+    builder, the target's ``AscendInputBuffers`` beside the draft's, and its window made as
+    the ``set_attn`` hook makes it (``set_attn`` itself needs the draft model's layers)."""
+    from vllm_ascend.worker.v2.input_batch import AscendInputBuffers
+    from vllm_ascend.worker.v2.spec_decode.autoregressive.sparse_kv_offload import (
+        SparseKVOffloadMetadata,
+    )
+    from vllm_ascend.worker.v2.spec_decode.eagle.speculator import AscendEagleSpeculator
+
+    spec = FullAttentionSpec(block_size=block_size, num_kv_heads=NUM_KV_HEADS,
+                             head_size=HEAD_SIZE, dtype=torch.float32)  # fmt: skip
+    names = ["draft.0"]
+    group = AttentionGroup(AscendAttentionBackend, names, spec, 0)
+    with set_current_vllm_config(config):
+        group.create_metadata_builders(config, CPU)
+    max_tokens = max_num_tokens or max_num_reqs * (num_spec + 1)
+    s = object.__new__(AscendEagleSpeculator)
+    s.vllm_config = s.draft_vllm_config = config
+    s.speculative_config, s.device = config.speculative_config, CPU
+    s.method = config.speculative_config.method
+    s.num_speculative_steps = num_spec
+    s.max_num_reqs, s.max_num_tokens = max_num_reqs, max_tokens
+    s.max_model_len = s.draft_max_seq_len = MAX_MODEL_LEN
+    s.input_buffers = AscendInputBuffers(max_num_reqs, max_tokens, CPU)
+    s.input_buffers.draft_seq_lens_cpus = [
+        torch.zeros(max_num_reqs, dtype=torch.int32) for _ in range(num_spec - 1)
+    ]
+    s.target_input_buffers = AscendInputBuffers(max_num_reqs, max_tokens, CPU)
+    s.block_tables = AscendBlockTables([block_size], max_num_reqs, max_tokens,
+                                       [-(-MAX_MODEL_LEN // block_size)], CPU,
+                                       kernel_block_sizes=[block_size])  # fmt: skip
+    s.attn_groups = s.target_attn_groups = [[group]]
+    s.draft_attn_layer_names = set(names)
+    s.kv_cache_config = KVCacheConfig(num_blocks=1, kv_cache_tensors=[],
+                                      kv_cache_groups=[KVCacheGroupSpec(names, spec)])  # fmt: skip
+    s.arange_np = np.arange(max_num_reqs + 1, dtype=np.int32)
+    s.draft_is_prefilling = torch.zeros(max_num_reqs, dtype=torch.bool)
+    s.attn_architecture, s.attn_backend = "GQA", AscendAttentionBackend
+    s.use_dcp, s.dcp_manager, s.replicated_pcp, s.pcp_manager = False, None, False, None
+    s.use_fused_multi_step_decode = False
+    s.model_state = ascend_model_state(config)
+    s._sparse_kv_offload_metadata = SparseKVOffloadMetadata(
+        enabled=False, num_steps=num_spec, max_num_reqs=max_num_reqs,
+        max_num_tokens=max_tokens, device=CPU,
+    )  # fmt: skip
+    with set_current_vllm_config(config):
+        s.draft_window = hooks.create_draft_window(s)
+    return s
+
+
+def ascend_model_state(config) -> Any:
+    """vllm-ascend's real ``AscendModelState`` with the state its ``prepare_attn`` reads (no
+    model, no PCP, no KV offload)."""
+    from vllm_ascend.worker.v2.model_states.default import AscendModelState
+
+    state = object.__new__(AscendModelState)
+    state.vllm_config, state.max_model_len = config, MAX_MODEL_LEN
+    state.kvpp_runtime = state.pcp_manager = state.device_metadata = None
+    state.attn_metadata = {}
+    return state

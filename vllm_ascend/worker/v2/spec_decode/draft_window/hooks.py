@@ -23,6 +23,14 @@ EAGLE/EAGLE3 (``TargetDependentARSpeculator``) also need:
 - ``_fused_multi_step_decode``: its metadata serves every later draft step (refreshed in
   place each step), so its host bound covers them all.
 
+On vllm-ascend (0.30.0rc2, ``AutoRegressiveSpeculator`` in vLLM 0.30) the same roles are
+played by vLLM's ``propose``/``_prefill``/``init_cudagraph_manager`` and vllm-ascend's own
+``capture`` and ``AutoRegressiveAclGraphManager.capture``; and vllm-ascend tells its kernel
+host lengths of its own for each decode step (the target's length plus the step), so
+``_calc_next_seq_lens_cpu`` and ``build_fia_params`` are wrapped to window those, and the
+build takes the window start from the same told length on the device
+(``Mrv2DraftWindow.refresh(told_step=...)``).
+
 Each wrapper names its path on the window (``Mrv2DraftWindow.path``), so that the run-time
 proof (``proof.py``) can check once per path that the builders received the window, and
 name the path when they did not. With the window off each wrapper costs one attribute check.
@@ -87,6 +95,9 @@ DFLASH_CAPTURE_PATH = "DFlashSpeculator.capture"
 PREFILL_PATH = "TargetDependentARSpeculator._prefill"
 AR_CAPTURE_PATH = "TargetDependentARSpeculator.capture"
 DECODE_CAPTURE_PATH = "SpeculatorCudaGraphManager.capture"
+# The speculators' own capture methods (their qualified names), which run a draft prefill
+# outside propose.
+AR_CAPTURE_PATHS = {AR_CAPTURE_PATH}
 
 # Future offset per method. DFlash and DSpark seq_lens already count the query stretch.
 # EAGLE windows every draft step afresh (a rebuild, or the in-place update recorded in the
@@ -213,6 +224,17 @@ def create_draft_window(speculator: Any) -> Mrv2DraftWindow | None:
     window.leave_groups_alone(
         speculator.attn_groups, [d.group_id for d in decisions if not d.windowed]
     )
+    if method in PREFILL_METHODS and LINE.ar_told_target_lengths:
+        # vllm-ascend's EAGLE decode tells the kernel the target's length plus the step.
+        if getattr(speculator, "use_fused_multi_step_decode", False):
+            raise ValueError(
+                f"{KEY}={window_size} is not supported on {LINE.name} with the fused "
+                f"multi-step draft decode (a draft attention backend that updates its "
+                f"metadata in place): vllm-ascend's host lengths are written per step. "
+                f"Remove {KEY}."
+            )
+        window.told_source = speculator.target_input_buffers.seq_lens
+        window.max_model_len = max_model_len
     window.proof = WindowProof(speculator, window)
     return window
 
@@ -283,7 +305,10 @@ def _build_attn_metadata(original: Callable) -> Callable:
         bound = signature.bind(self, *args, **kwargs)
         arguments = bound.arguments
         num_reqs = arguments["num_reqs"]
-        window.refresh(arguments["batch_desc"].num_reqs or num_reqs)
+        step = arguments["step"]
+        told = window.told_source is not None and step > 0
+        window.refresh(arguments["batch_desc"].num_reqs or num_reqs,
+                       told_step=step if told else None)  # fmt: skip
         arguments["seq_lens_cpu_upper_bound"] = window.host_upper_bound(
             arguments["seq_lens_cpu_upper_bound"], num_reqs, arguments["step"],
             extra_steps=window.host_extra_steps,
@@ -382,7 +407,7 @@ def _prefill(original: Callable) -> Callable:
             # Only a graph capture runs the prefill outside propose; it builds its dummy
             # metadata through the target's builders, and the prefill graphs it records
             # are PIECEWISE at most (_init_cudagraph_manager), so attention runs eagerly.
-            if AR_CAPTURE_PATH not in window.path:
+            if not AR_CAPTURE_PATHS.intersection(window.path):
                 raise WindowNotInPathError(
                     f"draft window not in the path: {type(self).__name__}._prefill ran with "
                     f"the target's metadata outside the window's propose hook (an override "
@@ -427,18 +452,33 @@ def windowed_prefill_metadata(speculator: Any, window: Mrv2DraftWindow, batch: A
         window_seq_lens(exact, window.spec, skip_out=torch.empty_like(exact), out=windowed,
                         query_lens=query_lens_cpu.to(exact.dtype))  # fmt: skip
         bound[prefilling] = windowed[prefilling]
-    windowed_batch = dataclasses.replace(
-        batch,
-        seq_lens=window.seq_lens[:n],
-        seq_lens_cpu_upper_bound=bound,
+    changes: dict[str, Any] = {"seq_lens": window.seq_lens[:n], "seq_lens_cpu_upper_bound": bound}
+    fields = {f.name for f in dataclasses.fields(batch)}
+    if "prompt_lens" in fields:
         # Prompt lengths feed the target's restricted-SWA prefix, in absolute positions
         # the cropped tables no longer use; draft layers have no such prefix.
-        prompt_lens=None,
-    )
+        changes["prompt_lens"] = None
+    seq_lens_np = getattr(batch, "seq_lens_np", None)
+    if seq_lens_np is not None:
+        # vllm-ascend's exact host mirror of the target's lengths, which its kernel takes
+        # as the exact lengths: windowed by the device's arithmetic (the mirror is exact).
+        exact = torch.from_numpy(np.ascontiguousarray(seq_lens_np[:n], dtype=np.int32))
+        windowed = torch.empty_like(exact)
+        window_seq_lens(exact, window.spec, skip_out=torch.empty_like(exact), out=windowed,
+                        query_lens=query_lens_cpu.to(exact.dtype))  # fmt: skip
+        changes["seq_lens_np"] = windowed.numpy()
+    windowed_batch = dataclasses.replace(batch, **changes)
     block_tables = tuple(t[:n] for t in window.block_tables.input_block_tables)
+    model_state = speculator.model_state
+    # The model state may keep what it built (vllm-ascend keeps the target's metadata for
+    # its graph replays, and takes its max_seq_len from max_model_len): the draft's
+    # build leaves every attribute as it was.
+    kept = dict(vars(model_state))
+    if isinstance(kept.get("max_model_len"), int) and n:
+        model_state.max_model_len = min(kept["max_model_len"], int(bound.max()))
     try:
         with window.on_path(PREFILL_PATH):
-            return speculator.model_state.prepare_attn(
+            return model_state.prepare_attn(
                 windowed_batch,
                 CUDAGraphMode.NONE,
                 block_tables,
@@ -448,21 +488,70 @@ def windowed_prefill_metadata(speculator: Any, window: Mrv2DraftWindow, batch: A
                 speculator.kv_cache_config,
             )
     finally:
+        for name in set(vars(model_state)) - set(kept):
+            delattr(model_state, name)
+        vars(model_state).update(kept)
         # The prefill's metadata holds the wide tables; everything else (decode builds, a
         # graph capture's dummy tables) reads the per-step ones.
         window.block_tables.windows = window.windows
 
 
 def _ar_capture(original: Callable) -> Callable:
+    path = original.__qualname__
+    AR_CAPTURE_PATHS.add(path)
+
     @functools.wraps(original)
     def capture(self) -> None:
         window = window_of(self)
         if window is None:
             return original(self)
-        with window.on_path(AR_CAPTURE_PATH):
+        with window.on_path(path):
             return original(self)
 
     return capture
+
+
+def _told_host_lengths(original: Callable) -> Callable:
+    """vllm-ascend's EAGLE decode: the host lengths its kernel takes for a draft step
+    (``seq_lens_list``, ``seq_lens_cpu``), windowed like the device side of the same step."""
+
+    @functools.wraps(original)
+    def calc_next_seq_lens_cpu(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        lengths = original(self, *args, **kwargs)
+        window = window_of(self)
+        if window is None:
+            return lengths
+        return window.window_host_lengths(lengths)
+
+    return calc_next_seq_lens_cpu
+
+
+def _fia_params(original: Callable) -> Callable:
+    """vllm-ascend's EAGLE FULL-graph replay: the per-step ``actual_seq_lengths_kv`` it
+    hands the captured kernel, windowed like the device side of each recorded step."""
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def build_fia_params(self, *args: Any, **kwargs: Any) -> list:
+        params = original(self, *args, **kwargs)
+        window = window_of(self)
+        if window is None:
+            return params
+        if signature.bind(self, *args, **kwargs).arguments["is_draft_model_prefill"]:
+            # Only a FULL draft-prefill graph replays with these; the window runs the draft
+            # prefill without one (_init_cudagraph_manager).
+            raise WindowNotInPathError(
+                f"draft window not in the path: {type(self).__name__}.build_fia_params was "
+                f"asked for a FULL draft-prefill graph, which reads the target's unwindowed "
+                f"metadata; the window runs the draft prefill without FULL graphs. Remove "
+                f"{KEY}, or report the path."
+            )
+        for param in params:
+            told = torch.tensor(param["actual_seq_lengths_kv"], dtype=torch.int32)
+            param["actual_seq_lengths_kv"] = window.window_host_lengths(told).tolist()
+        return params
+
+    return build_fia_params
 
 
 def _init_cudagraph_manager(original: Callable) -> Callable:
@@ -541,6 +630,8 @@ WRAPPERS: dict[str, Callable[[Callable], Callable]] = {
     "capture": _capture,
     "propose": _propose,
     "ar_capture": _ar_capture,
+    "told_host_lengths": _told_host_lengths,
+    "fia_params": _fia_params,
     "prefill": _prefill,
     "init_cudagraph_manager": _init_cudagraph_manager,
     "manager_capture": _manager_capture,

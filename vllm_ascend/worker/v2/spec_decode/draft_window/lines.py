@@ -51,6 +51,9 @@ class Line:
     # Targets (a substring of their model_type) for whose DSpark drafts the kernel takes a
     # host copy of the lengths instead of the device ones: refused.
     dspark_host_length_targets: tuple[str, ...] = ()
+    # Whether an EAGLE decode step's kernel is told the target's length plus the step (the
+    # rejected tokens included) rather than the draft's own length (vllm-ascend).
+    ar_told_target_lengths: bool = False
 
 
 _AR = f"{_SPEC_DECODE}.target_dependent_ar"
@@ -100,12 +103,17 @@ VLLM_0_33 = Line(
     methods=("dflash", "dspark", "eagle", "eagle3"),
 )  # fmt: skip
 
-# vllm-ascend 0.30.0rc2 on vLLM 0.30.0: DFlash and DSpark through vllm-ascend's GQA (FIA)
-# backend, which takes the device lengths the window sets (its per-propose build, the ACL
-# graph replay build and the capture all go through the hooks below). Not yet: EAGLE/EAGLE3
-# (vllm-ascend writes its own host lengths, seq_lens_list and actual_seq_lengths_kv), MLA
+# vllm-ascend 0.30.0rc2 on vLLM 0.30.0, every draft through vllm-ascend's GQA (FIA) backend.
+# DFlash and DSpark: FIA takes the device lengths the window sets (the per-propose build,
+# the ACL graph replay build and the capture all go through the build hook). EAGLE/EAGLE3:
+# vLLM 0.30's AutoRegressiveSpeculator runs the draft prefill and the per-step decode
+# builds; vllm-ascend's subclass tells FIA host lengths of its own for each decode step
+# (_calc_next_seq_lens_cpu for seq_lens_list, build_fia_params for a FULL ACL graph
+# replay), captures without super() and through its own graph manager. Not served: MLA
 # drafts (exact host lengths from a copy taken before any hook), and DSpark on GLM-family
 # targets (FIA reads the host bound as the exact length).
+_ASCEND_AR = "vllm_ascend.worker.v2.spec_decode.autoregressive"
+_AR_0_30 = f"{_SPEC_DECODE}.autoregressive"
 VLLM_0_30_ASCEND = Line(
     name="vLLM 0.30.x with vllm-ascend 0.30.0rc2",
     vllm_minor=(0, 30),
@@ -113,11 +121,33 @@ VLLM_0_30_ASCEND = Line(
         _SET_ATTN,
         _BUILD_ATTN_METADATA,
         _DFLASH_CAPTURE,
+        Hook(f"{_AR_0_30}.speculator", "AutoRegressiveSpeculator", "propose", "propose",
+             ("input_batch", "attn_metadata")),
+        Hook(f"{_AR_0_30}.speculator", "AutoRegressiveSpeculator", "_prefill", "prefill",
+             ("num_reqs", "num_tokens", "attn_metadata")),
+        Hook(f"{_AR_0_30}.speculator", "AutoRegressiveSpeculator", "init_cudagraph_manager",
+             "init_cudagraph_manager", ("cudagraph_mode",)),
+        Hook(f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator", "capture",
+             "ar_capture"),
+        Hook(f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator",
+             "_calc_next_seq_lens_cpu", "told_host_lengths",
+             ("seq_lens_cpu", "num_reqs", "num_reqs_padded", "step")),
+        Hook(f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator", "build_fia_params",
+             "fia_params", ("num_reqs_padded", "draft_attn_metadata", "is_draft_model_prefill")),
+        Hook(f"{_ASCEND_AR}.aclgraph", "AutoRegressiveAclGraphManager", "capture",
+             "manager_capture", ("input_buffers", "block_tables")),
+        # Called, not wrapped.
+        Hook("vllm.v1.worker.gpu.model_states.interface", "ModelState", "prepare_attn", None,
+             ("input_batch", "cudagraph_mode", "block_tables", "slot_mappings", "attn_groups",
+              "kv_cache_config")),
+        Hook(f"{_AR_0_30}.cudagraph_utils", "SpeculatorCudaGraphManager", "__init__", None,
+             ("vllm_config", "device", "cudagraph_mode", "decode_query_len")),
     ),
-    methods=("dflash", "dspark"),
+    methods=("dflash", "dspark", "eagle", "eagle3"),
     requires=("vllm-ascend", "0.30.0rc2"),
     backends=("AscendAttentionBackend",),
     dspark_host_length_targets=("glm",),
+    ar_told_target_lengths=True,
 )  # fmt: skip
 
 LINES = (VLLM_0_33, VLLM_0_30_ASCEND)

@@ -147,6 +147,16 @@ class Mrv2DraftWindow:
         self.query_lens = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
         # [max_num_reqs] int32, host: the windowed seq_lens_cpu_upper_bound.
         self.seq_lens_cpu_upper_bound = torch.zeros(max_num_reqs, dtype=torch.int32)
+        # Where the kernel is told a length other than the draft's own (vllm-ascend's EAGLE
+        # decode: the target's length plus the step, the rejected tokens included), the
+        # device tensor of the target's lengths; None where the kernel reads the draft's.
+        self.told_source: torch.Tensor | None = None
+        self.max_model_len = 0
+        # [max_num_reqs] int32: the told lengths of the pass in progress, then windowed.
+        self.told_lens = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
+        self.told_windowed = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
+        # [max_num_reqs] int32, host: scratch for windowing host lengths (told_host_lengths).
+        self.host_skip = torch.zeros(max_num_reqs, dtype=torch.int32)
         self.input_buffers = InputBuffersView(input_buffers, self.seq_lens)
         # Host-side state of the current propose (EAGLE): the target's batch for the draft
         # prefill, and how many later steps reuse the metadata being built.
@@ -212,11 +222,16 @@ class Mrv2DraftWindow:
         num_reqs_padded: int,
         seq_lens: torch.Tensor | None = None,
         query_start_loc: torch.Tensor | None = None,
+        told_step: int | None = None,
     ) -> None:
         """Window the first ``num_reqs_padded`` rows on the device: lengths and tables.
 
         ``seq_lens`` defaults to the draft's own; a draft prefill passes the target's, with
-        its ``query_start_loc`` so that every query token stays inside its window. Device
+        its ``query_start_loc`` so that every query token stays inside its window.
+        ``told_step`` (with ``told_source`` set): the kernel is told
+        ``min(told_source + told_step, max_model_len)`` instead of the draft's own length, so
+        the window start comes from that told length, and the draft's own length and the
+        cropped table follow the same start (invariant 2: one start per request). Device
         ops into persistent buffers only, so it may run inside a graph capture.
         """
         n = num_reqs_padded
@@ -225,19 +240,38 @@ class Mrv2DraftWindow:
         if query_start_loc is not None:
             query_lens = self.query_lens[:n]
             torch.sub(query_start_loc[1 : n + 1], query_start_loc[:n], out=query_lens)
-        window_seq_lens(
-            source[:n],
-            self.spec,
-            skip_out=self.window_skip[:n],
-            out=self.seq_lens[:n],
-            query_lens=query_lens,
-        )
+        read_lens = self.seq_lens
+        if told_step is None:
+            window_seq_lens(
+                source[:n],
+                self.spec,
+                skip_out=self.window_skip[:n],
+                out=self.seq_lens[:n],
+                query_lens=query_lens,
+            )
+        else:
+            assert self.told_source is not None and query_lens is None
+            told = self.told_lens[:n]
+            torch.add(self.told_source[:n], told_step, out=told)
+            told.clamp_(max=self.max_model_len)
+            window_seq_lens(told, self.spec, skip_out=self.window_skip[:n],
+                            out=self.told_windowed[:n])  # fmt: skip
+            torch.sub(source[:n], self.window_skip[:n], out=self.seq_lens[:n])
+            # The table covers what the kernel is told to read.
+            read_lens = self.told_windowed
         windows = self.windows if query_start_loc is None else self.chunk_windows
         # The views hand the builder the tables this pass filled.
         self.block_tables.windows = windows
         full_tables = self.block_tables.base.input_block_tables
         for g, window in windows.items():
-            window.gather(full_tables[g], self.window_skip, self.seq_lens, n)
+            window.gather(full_tables[g], self.window_skip, read_lens, n)
+
+    def window_host_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
+        """Window host lengths the kernel is told, in place, by the same arithmetic as the
+        device's told lengths (``refresh(told_step=...)``); zero rows stay zero."""
+        n = lengths.shape[0]
+        window_seq_lens(lengths, self.spec, skip_out=self.host_skip[:n], out=lengths)
+        return lengths
 
     def host_upper_bound(
         self,

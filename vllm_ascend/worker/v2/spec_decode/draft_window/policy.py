@@ -172,6 +172,13 @@ def refuse_unproven_paths(
                         f"takes host lengths the window does not set yet (supported: "
                         f"{', '.join(line.backends)}). Remove {KEY}."
                     )
+    offload = getattr(speculator, "_sparse_kv_offload_metadata", None)
+    if getattr(offload, "enabled", False):
+        raise ValueError(
+            f"{KEY}={window_size} is not supported on {line.name} with vllm-ascend's "
+            f"sparse_kv_offload_config enabled: its draft metadata reads offloaded KV by "
+            f"absolute slots the window does not crop. Remove {KEY} or disable the offload."
+        )
     if speculator.method == "dspark" and line.dspark_host_length_targets:
         hf_config = getattr(speculator.vllm_config.model_config, "hf_text_config", None)
         model_type = str(getattr(hf_config, "model_type", "") or "").lower()

@@ -124,9 +124,13 @@ class WindowProof:
         (at most the longest read; outside a capture) and from the window's device lengths."""
         problems = []
         seq_lens = getattr(metadata, "seq_lens", None)
-        if isinstance(seq_lens, torch.Tensor) and not _same_start(seq_lens, self.window.seq_lens):
-            problems.append("the built metadata's seq_lens is not the window's windowed seq_lens")
         host = getattr(metadata, "seq_lens_list", None)
+        if (
+            isinstance(seq_lens, torch.Tensor)
+            and not _same_start(seq_lens, self.window.seq_lens)
+            and not self._is_host_mirror(seq_lens, host)
+        ):
+            problems.append("the built metadata's seq_lens is not the window's windowed seq_lens")
         capture = name != "build" or not self.capture_paths.isdisjoint(self.window.path)
         query_len = getattr(metadata, "max_query_len", None) or self.window.spec.window_size
         if isinstance(host, list) and host and not capture:
@@ -136,6 +140,22 @@ class WindowProof:
                                 f"window's {cap}")  # fmt: skip
         if problems:
             raise WindowNotInPathError(self._message(name, g, problems))
+
+    def _is_host_mirror(self, seq_lens: torch.Tensor, host: Any) -> bool:
+        """Where the kernel is told host lengths (vllm-ascend's EAGLE: its builder keeps the
+        host lengths it was given, and its decode steps overwrite them in place), the built
+        ``seq_lens`` is a host tensor holding ``seq_lens_list``, which the cap bounds; never
+        one of vLLM's own device tensors of unwindowed lengths."""
+        window = self.window
+        vllms = [window.input_buffers.base.seq_lens]
+        if window.told_source is not None:
+            vllms.append(window.told_source)
+        return (
+            isinstance(host, list)
+            and seq_lens.device.type == "cpu"
+            and not any(_same_storage(seq_lens, t) for t in vllms)
+            and seq_lens[: len(host)].tolist() == host
+        )
 
     def _host_lengths_problems(self, cm: Any) -> list[str]:
         cap = self.read_cap(cm.max_query_len)

@@ -1,0 +1,362 @@
+"""EAGLE and EAGLE3 on the Ascend pairing: vllm-ascend 0.30.0rc2's own
+``AscendEagleSpeculator`` on vLLM 0.30's ``AutoRegressiveSpeculator``, through vllm-ascend's
+real GQA metadata builder and its own host-length code.
+
+For a draft decode step vllm-ascend tells FIA the target's length plus the step
+(``_calc_next_seq_lens_cpu``: the rejected tokens included) as ``seq_lens_list``, and, for a
+FULL ACL graph replay, the same per step as ``actual_seq_lengths_kv`` (``build_fia_params``).
+The window takes its start from that told length on both sides, so what FIA is told and the
+cropped table always describe the same tokens: checked at every step, eager and FULL, with
+rejections, padded batches and two block sizes, by the reference paged attention against
+dense attention over exactly the window of the told length. The draft prefill goes through
+vllm-ascend's ``AscendModelState.prepare_attn`` and must leave the model state as it was.
+"""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from vllm.config.compilation import CUDAGraphMode
+from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
+from wiring import HEAD_SIZE, MAX_MODEL_LEN, NUM_KV_HEADS, eagle_config, eagle_speculator
+
+from vllm_ascend.worker.v2.attn_utils import build_attn_metadata_wrapper
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
+    PagedKVCache,
+    dense_attention,
+    positions_read,
+)
+
+pytestmark = pytest.mark.usefixtures("registered")
+
+W = 128
+MAX_NUM_REQS = 12
+# Target lengths of the verify step (context + the verified tokens), around the window and
+# block edges, and at max_model_len (where vllm-ascend clamps the told length).
+TARGET_LENS = [5, 120, 127, 128, 129, 255, 256, 300, 1000, MAX_MODEL_LEN - 1]
+
+
+@dataclasses.dataclass
+class InputBatchSeen:
+    """The fields of the target's ``AscendInputBatch`` that the decode paths read (the
+    prefill test uses a real one)."""
+
+    num_reqs: int
+    is_prefilling_np: np.ndarray
+    seq_lens_np: np.ndarray
+    seq_lens_cpu_upper_bound: torch.Tensor
+
+
+@dataclasses.dataclass
+class Decode:
+    s: object
+    target: torch.Tensor  # [n] target lengths
+    rejected: torch.Tensor  # [n]
+    block_ids: list
+    cache: PagedKVCache
+    k: list
+    v: list
+    block_size: int
+
+
+def setup_decode(model_dir, method, block_size, num_spec, additional=None, seed=0,
+                 max_num_tokens=None):  # fmt: skip
+    rng = np.random.default_rng(seed)
+    config = eagle_config(model_dir, method, {"draft_window_size": W} if additional is None
+                          else additional, num_spec)  # fmt: skip
+    s = eagle_speculator(config, block_size, MAX_NUM_REQS, num_spec, max_num_tokens)
+    n = len(TARGET_LENS)
+    target = torch.tensor(TARGET_LENS, dtype=torch.int32)
+    rejected = torch.from_numpy(rng.integers(0, num_spec + 1, n)).to(torch.int32)
+    rejected = torch.minimum(rejected, target - 1)
+    # Every position a step can be told to read: up to the target length + the last step.
+    ends = [min(t + num_spec, MAX_MODEL_LEN) for t in TARGET_LENS]
+    pool = rng.permutation(np.arange(1, 1 + sum(-(-e // block_size) for e in ends)))
+    block_ids, used = [], 0
+    for e in ends:
+        count = -(-e // block_size)
+        block_ids.append([int(x) for x in pool[used : used + count]])
+        used += count
+    table = s.block_tables.input_block_tables[0]
+    table.zero_()
+    for i, ids in enumerate(block_ids):
+        table[i, : len(ids)] = torch.tensor(ids, dtype=torch.int32)
+    gen = torch.Generator().manual_seed(seed)
+    cache = PagedKVCache(used + 1, block_size, NUM_KV_HEADS, HEAD_SIZE)
+    k, v = [], []
+    for i, e in enumerate(ends):
+        k.append(torch.randn(e, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64))
+        v.append(torch.randn(e, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64))
+        cache.write(torch.tensor(block_ids[i], dtype=torch.int32), torch.arange(e), k[i], v[i])
+    tib = s.target_input_buffers
+    tib.seq_lens.zero_()
+    tib.seq_lens[:n] = target
+    tib.seq_lens_cpu.zero_()
+    tib.seq_lens_cpu[:n] = target
+    s.input_batch = InputBatchSeen(n, np.zeros(n, dtype=bool), tib.seq_lens_np[:n],
+                                   target.clone())  # fmt: skip
+    return Decode(s, target, rejected, block_ids, cache, k, v, block_size)
+
+
+def at_step(d: Decode, step: int) -> None:
+    """The draft's own lengths at a decode step, as vLLM's prepare/update kernels leave
+    them: after the last accepted token, one more per step; padded rows zero."""
+    n = len(TARGET_LENS)
+    lens = d.s.input_buffers.seq_lens
+    lens.zero_()
+    lens[:n] = torch.clamp(d.target - d.rejected + step, max=MAX_MODEL_LEN)
+
+
+def build(d: Decode, step: int, cg_mode=CUDAGraphMode.NONE, num_reqs_padded=None):
+    """The build of one decode step, as vLLM's `_multi_step_decode` runs it (inside
+    vllm-ascend's build wrapper, which its propose and capture set)."""
+    n = len(TARGET_LENS)
+    padded = num_reqs_padded or n
+    desc = BatchExecutionDescriptor(cg_mode=cg_mode, num_tokens=padded, num_reqs=padded)
+    with build_attn_metadata_wrapper():
+        return d.s._build_uniform_attn_metadata(
+            batch_desc=desc, num_reqs=n, num_query_per_req=1,
+            seq_lens_cpu_upper_bound=d.s.input_batch.seq_lens_cpu_upper_bound, step=step,
+        )["draft.0"]  # fmt: skip
+
+
+def assert_fia_reads_the_window_of_the_told_length(d: Decode, step, told_lens, table):
+    """What FIA gets (told lengths, block table) reads exactly the window of the length it is
+    told, and the device lengths share its start."""
+    window = d.s.draft_window
+    spec = window.spec
+    n = len(TARGET_LENS)
+    for i, target in enumerate(TARGET_LENS):
+        told = min(target + step, MAX_MODEL_LEN)
+        read = int(told_lens[i])
+        start, kept = positions_read(told, read)
+        assert start % spec.alignment == 0
+        assert min(told, W) <= read <= spec.max_read_len
+        q = d.k[i][told - 1 : told] * 0.5
+        got, touched = d.cache.read(q, table[i], read)
+        torch.testing.assert_close(got, dense_attention(q, d.k[i], d.v[i], start, told))
+        assert touched == {d.block_ids[i][p // d.block_size] for p in kept.tolist()}
+        # The draft's own (device) length, windowed from the same start.
+        own = min(target - int(d.rejected[i]) + step, MAX_MODEL_LEN)
+        assert int(window.seq_lens[i]) == own - start
+    assert not any(told_lens[n:])
+
+
+@pytest.mark.parametrize("method", ["eagle", "eagle3"])
+@pytest.mark.parametrize("block_size", [16, 128])
+@pytest.mark.parametrize("num_spec", [2, 4])
+def test_every_eager_decode_step_reads_the_window_of_what_fia_is_told(
+    method, block_size, num_spec, model_dir
+):
+    d = setup_decode(model_dir, method, block_size, num_spec)
+    window = d.s.draft_window
+    for step in range(1, num_spec):
+        at_step(d, step)
+        md = build(d, step)
+        assert md.block_tables.data_ptr() == window.windows[0].block_table.data_ptr()
+        # vllm-ascend's builder keeps the host lengths as seq_lens/seq_lens_cpu; its decode
+        # update writes the told lengths into both.
+        assert md.seq_lens.tolist()[: len(TARGET_LENS)] == md.seq_lens_list[: len(TARGET_LENS)]
+        assert_fia_reads_the_window_of_the_told_length(d, step, md.seq_lens_list, md.block_tables)
+        # vllm-ascend's `_generate_draft` updates the step's metadata once more after the
+        # forward (with step 1): still inside the same window.
+        d.s._update_decode_attn_metadata({"draft.0": md}, 1, len(TARGET_LENS))
+        assert max(md.seq_lens_list) <= window.spec.max_read_len
+    assert window.proof.num_checks >= 1
+
+
+@pytest.mark.parametrize("block_size", [16, 128])
+@pytest.mark.parametrize("num_spec", [3, 5])
+def test_every_full_graph_replay_step_reads_the_window_of_what_fia_is_told(
+    block_size, num_spec, model_dir
+):
+    """A FULL ACL graph replay: before it, vllm-ascend builds the per-step metadata once
+    (step 1) and hands the graph every step's `actual_seq_lengths_kv` and block table
+    (`build_fia_params`); the graph then replays each recorded step's build, which refreshes
+    the window's persistent table. Each step's told lengths must match that step's table."""
+    d = setup_decode(model_dir, "eagle3", block_size, num_spec)
+    window = d.s.draft_window
+    padded = MAX_NUM_REQS
+    at_step(d, 1)
+    with build_attn_metadata_wrapper():
+        metadatas = d.s.build_draft_attn_metadatas(padded, padded, False)
+    fia = d.s.build_fia_params(padded, metadatas[0], False)
+    assert len(fia) == len(metadatas) == num_spec - 1
+    for step, (params, per_step) in enumerate(zip(fia, metadatas, strict=True), start=1):
+        at_step(d, step)
+        build(d, step, CUDAGraphMode.FULL, padded)  # the recorded build of this step
+        table = params["block_table"]
+        assert table.data_ptr() == window.windows[0].block_table.data_ptr()
+        assert params["actual_seq_lengths_kv"] == per_step["draft.0"].seq_lens_list
+        assert len(params["actual_seq_lengths_kv"]) == padded
+        assert_fia_reads_the_window_of_the_told_length(
+            d, step, params["actual_seq_lengths_kv"], table
+        )
+
+
+def test_without_the_window_fia_is_told_the_target_length_plus_the_step(model_dir):
+    """The premise, on vllm-ascend's own code: with the window off, FIA is told the target's
+    length plus the step (rejected tokens included) through the full table."""
+    d = setup_decode(model_dir, "eagle3", 16, 4, additional={})
+    assert d.s.draft_window is None
+    at_step(d, 2)
+    md = build(d, 2)
+    assert md.seq_lens_list[: len(TARGET_LENS)] == [min(t + 2, MAX_MODEL_LEN) for t in TARGET_LENS]
+    assert md.block_tables.data_ptr() == d.s.block_tables.input_block_tables[0].data_ptr()
+    fia = d.s.build_fia_params(MAX_NUM_REQS, {"draft.0": md}, False)
+    assert fia[0]["actual_seq_lengths_kv"][: len(TARGET_LENS)] == [
+        min(t + 1, MAX_MODEL_LEN) for t in TARGET_LENS
+    ]
+
+
+def test_the_draft_prefill_reads_the_window_and_leaves_vllm_ascends_model_state_alone(model_dir):
+    """The draft prefill over the target's verify batch (one request prefilling a chunk
+    longer than the window) through vllm-ascend's `_prefill` and `AscendModelState
+    .prepare_attn`: FIA's host lengths (from `seq_lens_np`) and the chunk tables read exactly
+    each request's window, and the model state keeps the target's metadata and its
+    max_model_len."""
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+    from vllm.v1.worker.utils import AttentionGroup
+
+    from vllm_ascend.attention.attention_v1 import AscendAttentionBackend, AscendAttentionState
+    from vllm_ascend.worker.v2.input_batch import AscendInputBatch
+
+    num_spec, block_size = 3, 16
+    d = setup_decode(model_dir, "eagle3", block_size, num_spec, max_num_tokens=512)
+    s, n = d.s, len(TARGET_LENS)
+    # Every request verifies num_spec + 1 tokens, but the last prefills a 300-token chunk.
+    query_lens = [min(num_spec + 1, t) for t in TARGET_LENS[:-1]] + [300]
+    qsl = np.concatenate([[0], np.cumsum(query_lens)]).astype(np.int32)
+    num_tokens = int(qsl[-1])
+    tib = s.target_input_buffers
+    batch = AscendInputBatch.make_dummy(n, num_tokens, tib)
+    tib.seq_lens[:n] = d.target
+    tib.seq_lens_cpu[:n] = d.target
+    tib.query_start_loc[: n + 1] = torch.from_numpy(qsl)
+    batch = dataclasses.replace(
+        batch,
+        num_scheduled_tokens=np.array(query_lens, dtype=np.int32),
+        query_start_loc_np=qsl,
+        query_start_loc=tib.query_start_loc[: n + 1],
+        seq_lens=tib.seq_lens[:n],
+        seq_lens_np=tib.seq_lens_np[:n],
+        seq_lens_cpu_upper_bound=d.target.clone(),
+        is_prefilling_np=np.array([False] * (n - 1) + [True]),
+        attn_state=AscendAttentionState.ChunkedPrefill,
+    )
+    bt = s.block_tables
+    target_group = AttentionGroup(AscendAttentionBackend, ["target.0", "draft.0"],
+                                  FullAttentionSpec(block_size=block_size,
+                                                    num_kv_heads=NUM_KV_HEADS,
+                                                    head_size=HEAD_SIZE, dtype=torch.float32),
+                                  0)  # fmt: skip
+    from vllm.config import set_current_vllm_config
+
+    with set_current_vllm_config(s.vllm_config):
+        target_group.create_metadata_builders(s.vllm_config, torch.device("cpu"))
+    model_state = s.model_state
+    target_metadata = model_state.prepare_attn(
+        batch, CUDAGraphMode.NONE, (bt.input_block_tables[0][:n],),
+        bt.slot_mappings[:, :num_tokens], [[target_group]], s.kv_cache_config,
+    )  # fmt: skip
+    kept = dict(vars(model_state))
+    assert model_state.attn_metadata is target_metadata
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def run_model(num_tokens, attn_metadata, *args, **kwargs):
+        # No draft weights on CPU: keep what the draft layers are handed, then stop.
+        seen.update(attn_metadata)
+        raise Stop
+
+    s._run_model = run_model
+    s.last_token_indices = torch.zeros(MAX_NUM_REQS, dtype=torch.int64)
+    s.idx_mapping = torch.zeros(MAX_NUM_REQS, dtype=torch.int64)
+    s.draft_window.prefill_batch = batch
+    try:
+        with pytest.raises(Stop):
+            s._prefill(n, num_tokens, target_metadata, None, num_tokens_across_dp=None)
+    finally:
+        s.draft_window.prefill_batch = None
+    assert set(seen) == {"draft.0"}  # vllm-ascend keeps only the draft's layers
+    md = seen["draft.0"]
+    assert md is not target_metadata["draft.0"]
+    assert vars(model_state) == kept and model_state.attn_metadata is target_metadata
+    assert md.block_tables.data_ptr() == s.draft_window.chunk_windows[0].block_table.data_ptr()
+    spec = s.draft_window.spec
+    for i, length in enumerate(TARGET_LENS):
+        q_len, read = query_lens[i], int(md.seq_lens_list[i])
+        start, kept_positions = positions_read(length, read)
+        assert start % spec.alignment == 0 and start <= length - q_len
+        assert min(length, max(W, q_len)) <= read <= max(W, q_len) + spec.alignment - 1
+        q = d.k[i][length - q_len : length] * 0.5
+        got, touched = d.cache.read(q, md.block_tables[i], read)
+        torch.testing.assert_close(got, dense_attention(q, d.k[i], d.v[i], start, length))
+        assert touched == {d.block_ids[i][p // block_size] for p in kept_positions.tolist()}
+        assert int(s.draft_window.seq_lens[i]) == read  # device and host: one start
+
+
+def test_the_decode_capture_records_the_windows_buffers_at_every_step(model_dir, monkeypatch):
+    """vllm-ascend's EAGLE capture (its own `capture`, without super(), through its own
+    `AutoRegressiveAclGraphManager.capture`) prepares the capture inputs and runs vLLM's real
+    `_multi_step_decode`: every step's build must record the window's persistent buffers.
+    Stand-ins, as CPU has no graphs, no Triton and no draft weights: the graph capture runs
+    the forward once, the slot-mapping kernel returns vLLM's slot buffer, the draft forward
+    keeps the metadata it is handed, and the prefill graph manager captures nothing."""
+    from types import SimpleNamespace
+
+    from vllm.v1.worker.gpu.cudagraph_utils import CudaGraphManager
+
+    from vllm_ascend.worker.v2.spec_decode.autoregressive.aclgraph import (
+        AutoRegressiveAclGraphManager,
+    )
+    from vllm_ascend.worker.v2.spec_decode.draft_window import hooks
+
+    num_spec = 4
+    d = setup_decode(model_dir, "eagle3", 16, num_spec)
+    s, window = d.s, d.s.draft_window
+    manager = object.__new__(AutoRegressiveAclGraphManager)
+    manager.speculator, manager.is_draft_model_prefill = s, False
+    manager.max_num_reqs, manager.dp_size = MAX_NUM_REQS, 1
+    setattr(manager, hooks.WINDOW_ATTR, window)  # as the init_cudagraph_manager hook marks it
+    s.decode_cudagraph_manager = manager
+    s.prefill_cudagraph_manager = SimpleNamespace(use_breakable_cg=False,
+                                                  capture=lambda *args, **kwargs: None)  # fmt: skip
+    s.model = torch.nn.Identity()
+    s.last_token_indices = torch.zeros(MAX_NUM_REQS, dtype=torch.int64)
+    s.idx_mapping = torch.zeros(MAX_NUM_REQS, dtype=torch.int64)
+    s.current_draft_step = torch.zeros((), dtype=torch.int64)
+    desc = BatchExecutionDescriptor(cg_mode=CUDAGraphMode.FULL, num_tokens=8, num_reqs=8)
+
+    def capture_on_cpu(self, create_forward_fn, progress_bar_desc=""):
+        create_forward_fn(desc, warmup=False)(CUDAGraphMode.NONE)
+
+    recorded, handed = [], {}
+
+    def generate_draft(num_reqs, num_tokens_padded, attn_metadata, *args, **kwargs):
+        recorded.append(attn_metadata["draft.0"])
+
+    def prepare_inputs_to_capture(num_reqs, num_tokens, model_state, input_buffers,
+                                  block_tables, *args, **kwargs):  # fmt: skip
+        handed.update(input_buffers=input_buffers, block_tables=block_tables)
+
+    import vllm_ascend.worker.v2.spec_decode.autoregressive.aclgraph as aclgraph
+
+    monkeypatch.setattr(CudaGraphManager, "capture", capture_on_cpu)
+    monkeypatch.setattr(aclgraph, "prepare_inputs_to_capture", prepare_inputs_to_capture)
+    monkeypatch.setattr(s.block_tables, "compute_slot_mappings",
+                        lambda *args, **kwargs: s.block_tables.slot_mappings)  # fmt: skip
+    monkeypatch.setattr(s, "_generate_draft", generate_draft)
+    s.capture()
+    assert handed["input_buffers"] is window.input_buffers
+    assert handed["block_tables"] is window.block_tables
+    assert len(recorded) == num_spec - 1
+    for md in recorded:
+        assert md.block_tables.data_ptr() == window.windows[0].block_table.data_ptr()
+        assert md.seq_lens_gpu.data_ptr() == window.seq_lens.data_ptr()
+    assert s.input_buffers is window.input_buffers.base  # restored after the capture
+    assert window.proof.num_checks >= 1
