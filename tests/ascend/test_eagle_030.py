@@ -360,3 +360,52 @@ def test_the_decode_capture_records_the_windows_buffers_at_every_step(model_dir,
         assert md.seq_lens_gpu.data_ptr() == window.seq_lens.data_ptr()
     assert s.input_buffers is window.input_buffers.base  # restored after the capture
     assert window.proof.num_checks >= 1
+
+
+@pytest.mark.parametrize("num_spec", [3, 5])
+def test_final_step_equals_vllm_ascends_mrv1_window_and_earlier_steps_avoid_its_defect(
+    num_spec, model_dir
+):
+    """vllm-ascend 0.30.0rc2's own MRV1 `SlidingWindowAdapter`, with the future offset its V1
+    proposer uses for EAGLE (num_speculative_tokens), windows context-only lengths once and
+    reuses the table for every step. Without rejections, its last step has the MRV2 window's
+    start and length at the last step; but its table keeps only the context's columns, so a
+    step whose newest tokens cross a block reads the null block, which the MRV2 window, one
+    window per step, never does."""
+    from types import SimpleNamespace
+
+    from vllm_ascend.spec_decode.utils import SlidingWindowAdapter
+
+    b = 16
+    d = setup_decode(model_dir, "eagle3", b, num_spec)
+    d.rejected.zero_()
+    n = len(TARGET_LENS)
+    adapter = SlidingWindowAdapter(W, b, MAX_NUM_REQS, num_spec, torch.device("cpu"))
+    full = d.s.block_tables.input_block_tables[0][:n].clone()
+    # MRV1's context-only lengths: its last step reads seq_lens + K, our last told length.
+    last = num_spec - 1
+    context = torch.clamp(d.target + last, max=MAX_MODEL_LEN) - num_spec
+    cam = SimpleNamespace(block_table_tensor=full, seq_lens=context.clone())
+    adapter.apply(cam)
+    mrv1_table, mrv1_start = cam.block_table_tensor, context - cam.seq_lens
+    defects = 0
+    for step in range(1, num_spec):
+        at_step(d, step)
+        md = build(d, step)
+        for i, target in enumerate(TARGET_LENS):
+            told = min(target + step, MAX_MODEL_LEN)
+            if step == last:
+                # The same start and length; MRV1 keeps only its context's columns.
+                assert md.seq_lens_list[i] == int(cam.seq_lens[i]) + num_spec
+                cols = -(-int(cam.seq_lens[i]) // b)
+                assert torch.equal(md.block_tables[i, :cols], mrv1_table[i, :cols])
+            mrv1_read = told - int(mrv1_start[i])
+            q = d.k[i][told - 1 : told] * 0.5
+            got, touched = d.cache.read(q, mrv1_table[i], mrv1_read)
+            if 0 in touched:
+                defects += 1
+                expected = dense_attention(q, d.k[i], d.v[i], told - mrv1_read, told)
+                assert not torch.allclose(got, expected)
+            _, ours_touched = d.cache.read(q, md.block_tables[i], md.seq_lens_list[i])
+            assert 0 not in ours_touched
+    assert defects > 0
