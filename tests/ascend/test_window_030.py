@@ -125,10 +125,29 @@ def test_without_the_window_builders_get_what_vllm_ascend_gives_them(model_dir):
     assert torch.equal(ours.block_tables, theirs.block_tables)
 
 
-def test_dspark_on_a_glm_family_target_stops_at_start_up(model_dir):
-    refused = r"for DSpark with a glm_moe_dsa target: for glm-family targets the draft's kernel"
-    with pytest.raises(ValueError, match=refused):
-        wired(model_dir, "dspark", model_type="glm_moe_dsa")
+@pytest.mark.parametrize("build", [per_propose_build, replay_build], ids=["eager", "replay"])
+def test_dspark_on_a_glm_family_target_reads_the_window_of_what_fia_is_told(build, model_dir):
+    """On GLM-family targets vllm-ascend's FIA takes the host bound plus the query stretch
+    (`_select_seq_lens` keeps the host copy) as the exact length, which counts the rejected
+    tokens the device length does not. The window start comes from that told length on both
+    sides: FIA reads exactly the window of what it is told, and the device length shares
+    its start."""
+    s, batch = wired(model_dir, "dspark", model_type="glm_moe_dsa")
+    n = len(batch.seq_lens)
+    told = torch.tensor(batch.seq_lens, dtype=torch.int32)  # the target's length + Q
+    rejected = torch.tensor([min(i % Q, length - Q) for i, length in enumerate(batch.seq_lens)],
+                            dtype=torch.int32)  # fmt: skip
+    # The target's device lengths (what vllm-ascend's host bound mirrors) and the draft's.
+    s.target_input_buffers.seq_lens[:n] = told - Q
+    s.input_buffers.seq_lens[:n] = told - rejected
+    md = build(s)
+    window = s.draft_window
+    assert window.told_bound
+    assert md.block_tables.data_ptr() == window.windows[0].block_table.data_ptr()
+    assert_fia_reads_exactly_the_window(s, batch, md.seq_lens_list, md.block_tables)
+    for i in range(n):
+        start = int(told[i]) - md.seq_lens_list[i]
+        assert int(window.seq_lens[i]) == int(told[i] - rejected[i]) - start
 
 
 def test_an_mla_draft_stops_at_start_up(model_dir):

@@ -102,6 +102,7 @@ def speculator(config, method: str, block_size: int, max_num_reqs: int,
     s.max_num_reqs, s.max_num_tokens = max_num_reqs, max_tokens
     s.max_model_len = s.draft_max_seq_len = MAX_MODEL_LEN
     s.input_buffers = InputBuffers(max_num_reqs, max_tokens, CPU)
+    s.target_input_buffers = InputBuffers(max_num_reqs, max_tokens, CPU)
     s.block_tables = AscendBlockTables([block_size], max_num_reqs, max_tokens,
                                        [-(-MAX_MODEL_LEN // block_size)], CPU,
                                        kernel_block_sizes=[block_size])  # fmt: skip

@@ -65,6 +65,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.policy import (
     refuse_method,
     refuse_parallel_layout,
     refuse_unproven_paths,
+    told_bound_family,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.proof import (
     UPDATE_PATH,
@@ -224,6 +225,11 @@ def create_draft_window(speculator: Any) -> Mrv2DraftWindow | None:
     window.leave_groups_alone(
         speculator.attn_groups, [d.group_id for d in decisions if not d.windowed]
     )
+    if method == "dspark" and told_bound_family(speculator, LINE) is not None:
+        # vllm-ascend's FIA takes the host bound plus the query stretch as the exact length.
+        window.told_source = speculator.target_input_buffers.seq_lens
+        window.max_model_len = max_model_len
+        window.told_bound = True
     if method in PREFILL_METHODS and LINE.ar_told_target_lengths:
         # vllm-ascend's EAGLE decode tells the kernel the target's length plus the step.
         if getattr(speculator, "use_fused_multi_step_decode", False):
@@ -309,10 +315,15 @@ def _build_attn_metadata(original: Callable) -> Callable:
         told = window.told_source is not None and step > 0
         window.refresh(arguments["batch_desc"].num_reqs or num_reqs,
                        told_step=step if told else None)  # fmt: skip
-        arguments["seq_lens_cpu_upper_bound"] = window.host_upper_bound(
-            arguments["seq_lens_cpu_upper_bound"], num_reqs, arguments["step"],
-            extra_steps=window.host_extra_steps,
-        )  # fmt: skip
+        if window.told_bound:
+            arguments["seq_lens_cpu_upper_bound"] = window.told_host_bound(
+                arguments["seq_lens_cpu_upper_bound"], num_reqs, step
+            )
+        else:
+            arguments["seq_lens_cpu_upper_bound"] = window.host_upper_bound(
+                arguments["seq_lens_cpu_upper_bound"], num_reqs, step,
+                extra_steps=window.host_extra_steps,
+            )  # fmt: skip
         with window.swapped_into(self, BUILD_PATH, window.windowed_attn_groups):
             metadata = original(*bound.args, **bound.kwargs)
         if window.left_alone_attn_groups is None:

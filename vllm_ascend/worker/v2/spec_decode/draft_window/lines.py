@@ -48,8 +48,9 @@ class Line:
     # Attention backend class names the window is proven for on the draft's groups (None:
     # any); a draft whose kernel takes host lengths the window does not set is refused.
     backends: tuple[str, ...] | None = None
-    # Targets (a substring of their model_type) for whose DSpark drafts the kernel takes a
-    # host copy of the lengths instead of the device ones: refused.
+    # Targets (a substring of their model_type) for whose DSpark drafts the kernel takes the
+    # host bound plus the query stretch as the exact length: the window's start comes from
+    # that told length, on the host and on the device.
     dspark_host_length_targets: tuple[str, ...] = ()
     # Whether an EAGLE decode step's kernel is told the target's length plus the step (the
     # rejected tokens included) rather than the draft's own length (vllm-ascend).
@@ -109,9 +110,9 @@ VLLM_0_33 = Line(
 # vLLM 0.30's AutoRegressiveSpeculator runs the draft prefill and the per-step decode
 # builds; vllm-ascend's subclass tells FIA host lengths of its own for each decode step
 # (_calc_next_seq_lens_cpu for seq_lens_list, build_fia_params for a FULL ACL graph
-# replay), captures without super() and through its own graph manager. Not served: MLA
-# drafts (exact host lengths from a copy taken before any hook), and DSpark on GLM-family
-# targets (FIA reads the host bound as the exact length).
+# replay), captures without super() and through its own graph manager. DSpark on GLM-family
+# targets: FIA takes the host bound plus the query stretch as the exact length. Not served:
+# MLA drafts (exact host lengths from a copy taken before any hook).
 _ASCEND_AR = "vllm_ascend.worker.v2.spec_decode.autoregressive"
 _AR_0_30 = f"{_SPEC_DECODE}.autoregressive"
 VLLM_0_30_ASCEND = Line(

@@ -155,6 +155,10 @@ class Mrv2DraftWindow:
         # [max_num_reqs] int32: the told lengths of the pass in progress, then windowed.
         self.told_lens = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
         self.told_windowed = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
+        # Whether the kernel takes the builder's host bound plus the step as the exact
+        # length (vllm-ascend's DSpark on GLM-family targets): then that told length is
+        # windowed, not bounded (told_host_bound).
+        self.told_bound = False
         # [max_num_reqs] int32, host: scratch for windowing host lengths (told_host_lengths).
         self.host_skip = torch.zeros(max_num_reqs, dtype=torch.int32)
         self.input_buffers = InputBuffersView(input_buffers, self.seq_lens)
@@ -294,6 +298,18 @@ class Mrv2DraftWindow:
         if extra_steps:
             # min(U + extra, cap) = min(min(U, cap) + extra, cap), cap = S + W + a - 1 - step.
             out.add_(extra_steps).clamp_(max=self.spec.max_read_len - step)
+        return self.seq_lens_cpu_upper_bound
+
+    def told_host_bound(
+        self, seq_lens_cpu_upper_bound: torch.Tensor, num_reqs: int, step: int
+    ) -> torch.Tensor:
+        """Where the kernel is told ``min(U + step, max_model_len)`` as the exact length
+        (``told_bound``): the host array that, once the builder adds ``step``, is that told
+        length windowed by the device's arithmetic (``refresh(told_step=step)``)."""
+        out = self.seq_lens_cpu_upper_bound[:num_reqs]
+        torch.add(seq_lens_cpu_upper_bound[:num_reqs], step, out=out)
+        out.clamp_(max=self.max_model_len)
+        self.window_host_lengths(out).sub_(step)
         return self.seq_lens_cpu_upper_bound
 
     @contextmanager

@@ -157,8 +157,8 @@ def refuse_unproven_paths(
     speculator: Any, line: Any, decisions: list[GroupDecision], window_size: int
 ) -> None:
     """Stop where the draft's kernel would take lengths the window does not set on this line:
-    an attention backend outside ``line.backends`` on a windowed group, or a DSpark draft
-    whose kernel reads a host copy of the lengths for the target's family."""
+    an attention backend outside ``line.backends`` on a windowed group, or vllm-ascend's
+    sparse KV offload."""
     if line.backends is not None:
         for decision in decisions:
             if not decision.windowed:
@@ -179,13 +179,13 @@ def refuse_unproven_paths(
             f"sparse_kv_offload_config enabled: its draft metadata reads offloaded KV by "
             f"absolute slots the window does not crop. Remove {KEY} or disable the offload."
         )
-    if speculator.method == "dspark" and line.dspark_host_length_targets:
-        hf_config = getattr(speculator.vllm_config.model_config, "hf_text_config", None)
-        model_type = str(getattr(hf_config, "model_type", "") or "").lower()
-        family = next((f for f in line.dspark_host_length_targets if f in model_type), None)
-        if family is not None:
-            raise ValueError(
-                f"{KEY}={window_size} is not supported on {line.name} for DSpark with a "
-                f"{model_type} target: for {family}-family targets the draft's kernel takes a "
-                f"host copy of the lengths, which the window does not set yet. Remove {KEY}."
-            )
+
+
+def told_bound_family(speculator: Any, line: Any) -> str | None:
+    """The target family (``line.dspark_host_length_targets``) for whose DSpark drafts the
+    kernel takes the host bound plus the step as the exact length, or None."""
+    if not line.dspark_host_length_targets:
+        return None
+    hf_config = getattr(speculator.vllm_config.model_config, "hf_text_config", None)
+    model_type = str(getattr(hf_config, "model_type", "") or "").lower()
+    return next((f for f in line.dspark_host_length_targets if f in model_type), None)
