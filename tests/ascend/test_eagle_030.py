@@ -409,3 +409,72 @@ def test_final_step_equals_vllm_ascends_mrv1_window_and_earlier_steps_avoid_its_
             _, ours_touched = d.cache.read(q, md.block_tables[i], md.seq_lens_list[i])
             assert 0 not in ours_touched
     assert defects > 0
+
+
+def refused(d: Decode, match: str) -> None:
+    from vllm.config import set_current_vllm_config
+
+    from vllm_ascend.worker.v2.spec_decode.draft_window import hooks
+
+    with set_current_vllm_config(d.s.vllm_config), pytest.raises(ValueError, match=match):
+        hooks.create_draft_window(d.s)
+
+
+def test_eagle_layouts_the_told_lengths_cannot_serve_stop_at_start_up(model_dir, monkeypatch):
+    """Each names itself: vllm-ascend's sparse KV offload, its replicated draft under
+    prefill context parallelism, a DeepSeek-V4.1 target (its host lengths are not synced
+    after rejection), a draft group the window leaves alone (vllm-ascend writes one host
+    length list into every draft layer), and a model state with KV prefetch."""
+    from vllm.v1.kv_cache_interface import KVCacheGroupSpec, SlidingWindowSpec
+    from vllm.v1.worker.utils import AttentionGroup
+
+    import vllm_ascend.worker.v2.spec_decode.autoregressive.sparse_kv_offload as offload
+    from vllm_ascend.attention.attention_v1 import AscendAttentionBackend
+
+    d = setup_decode(model_dir, "eagle3", 16, 3)
+    # A CPU has no pinned memory for the offload's host buffers.
+    monkeypatch.setattr(offload, "is_pin_memory_available", lambda: False)
+    kept = d.s._sparse_kv_offload_metadata
+    d.s._sparse_kv_offload_metadata = offload.SparseKVOffloadMetadata(
+        enabled=True, num_steps=3, max_num_reqs=MAX_NUM_REQS, max_num_tokens=64,
+        device=torch.device("cpu"),
+    )  # fmt: skip
+    refused(d, "with vllm-ascend's sparse_kv_offload_config enabled")
+    d.s._sparse_kv_offload_metadata = kept
+
+    d.s.replicated_pcp = True
+    refused(d, r"does not support prefill_context_parallel_size > 1 with vLLM 0.30.x")
+    d.s.replicated_pcp = False
+
+    hf_config = d.s.vllm_config.model_config.hf_config
+    monkeypatch.setattr(hf_config, "model_type", "deepseek_v41")
+    refused(d, "with a DeepSeek-V4.1 target: vllm-ascend does not sync its host lengths")
+    monkeypatch.setattr(hf_config, "model_type", "llama")
+
+    d.s.model_state.kvpp_runtime = object()
+    refused(d, "with the model state's kvpp_runtime")
+    d.s.model_state.kvpp_runtime = None
+
+    swa = SlidingWindowSpec(block_size=16, num_kv_heads=NUM_KV_HEADS, head_size=HEAD_SIZE,
+                            dtype=torch.float32, sliding_window=64)  # fmt: skip
+    d.s.kv_cache_config.kv_cache_groups.append(KVCacheGroupSpec(["draft.1"], swa))
+    d.s.attn_groups = [*d.s.attn_groups, [AttentionGroup(AscendAttentionBackend, ["draft.1"],
+                                                         swa, 1)]]  # fmt: skip
+    refused(d, r"with draft KV-cache groups the window leaves alone \(left alone: group 1")
+
+
+def test_a_build_handed_vllm_ascends_unwindowed_host_mirror_is_stopped(model_dir, monkeypatch):
+    """If vllm-ascend's builder took its lengths from the host mirror of the target's
+    lengths (`seq_lens_cpu`) instead of what the window hands it, the run-time proof names
+    the path."""
+    import vllm_ascend.attention.attention_v1 as attention_v1
+    from vllm_ascend.worker.v2.spec_decode.draft_window.proof import WindowNotInPathError
+
+    d = setup_decode(model_dir, "eagle3", 16, 3)
+    mirror = d.s.target_input_buffers.seq_lens_cpu
+    monkeypatch.setattr(attention_v1, "_select_seq_lens",
+                        lambda common, *args, **kwargs: mirror[: common.num_reqs])  # fmt: skip
+    at_step(d, 1)
+    with pytest.raises(WindowNotInPathError, match="the built metadata's seq_lens is not the "
+                                                   "window's windowed seq_lens"):  # fmt: skip
+        build(d, 1)

@@ -120,6 +120,7 @@ def test_vllms_plugin_loading_with_vllm_ascends_plugins_installs_the_ascend_line
     from vllm_ascend.worker.v2.spec_decode.autoregressive.speculator import (
         AscendAutoRegressiveSpeculator,
     )
+    from vllm_ascend.worker.v2.spec_decode.dspark.speculator import AscendDSparkSpeculator
 
     names = {p.name for p in metadata.entry_points(group="vllm.general_plugins")}
     assert {"draft_window", "ascend_model", "ascend_kv_connector", "ascend_model_loader"} <= names
@@ -128,7 +129,7 @@ def test_vllms_plugin_loading_with_vllm_ascends_plugins_installs_the_ascend_line
     before, after = loaded_plugins["before"], loaded_plugins["after"]
     changed = {key for key in before if after[key] is not before[key]}
     # Exactly the line's hooks, each wrapping the method it replaced; nothing else (vLLM's
-    # SpeculatorCudaGraphManager, vllm-ascend's DFlash/DSpark/EAGLE subclasses) changed.
+    # SpeculatorCudaGraphManager, vllm-ascend's DFlash and EAGLE subclasses) changed.
     assert changed == {
         (DraftModelSpeculator, "set_attn"),
         (DraftModelSpeculator, "_build_attn_metadata"),
@@ -140,6 +141,7 @@ def test_vllms_plugin_loading_with_vllm_ascends_plugins_installs_the_ascend_line
         (AscendAutoRegressiveSpeculator, "_calc_next_seq_lens_cpu"),
         (AscendAutoRegressiveSpeculator, "build_fia_params"),
         (AutoRegressiveAclGraphManager, "capture"),
+        (AscendDSparkSpeculator, "_prepare_draft_dcp_metadata_inputs"),
     }
     assert all(after[key].__wrapped__ is before[key] for key in changed)
     assert not [m for m in loaded_plugins["lines"] if "draft window" in m]

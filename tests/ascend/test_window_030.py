@@ -150,15 +150,53 @@ def test_dspark_on_a_glm_family_target_reads_the_window_of_what_fia_is_told(buil
         assert int(window.seq_lens[i]) == int(told[i] - rejected[i]) - start
 
 
-def test_an_mla_draft_stops_at_start_up(model_dir):
+@pytest.mark.parametrize("method", ["dflash", "dspark"])
+@pytest.mark.parametrize("build", [per_propose_build, replay_build], ids=["eager", "replay"])
+def test_mla_drafts_read_the_window_of_the_host_lengths_mla_takes(method, build, mla_model_dir):
+    """vllm-ascend's MLA takes host lengths as exact (`seq_lens_list` of its decode part).
+    DSpark hands it an exact copy of the draft's device lengths, taken before any hook
+    (`_prepare_draft_dcp_metadata_inputs`): windowed like the device. DFlash hands it the
+    host bound plus the query stretch, which counts rejected tokens: windowed as a told
+    length, with the start on both sides from it. Either way MLA reads exactly the window of
+    what it is told, through the cropped table, and the device length shares its start."""
     from wiring import speculator as make
 
     from vllm_ascend.attention.mla_v1 import AscendMLABackend
 
-    config = vllm_config(model_dir, "dflash", {"draft_window_size": W})
-    with pytest.raises(ValueError, match=r"with attention backend AscendMLABackend: its kernel "
-                                         r"takes host lengths"):  # fmt: skip
-        make(config, "dflash", BLOCK, MAX_NUM_REQS, backend=AscendMLABackend)
+    config = vllm_config(mla_model_dir, method, {"draft_window_size": W})
+    s = make(config, method, BLOCK, MAX_NUM_REQS, backend=AscendMLABackend)
+    batch = make_batch(SEQ_LENS, BLOCK, MAX_NUM_REQS)
+    fill(s, batch)
+    n = len(batch.seq_lens)
+    told = torch.tensor(batch.seq_lens, dtype=torch.int32)
+    rejected = torch.zeros(n, dtype=torch.int32)
+    if method == "dflash":
+        # DFlash's told length counts the rejected tokens its device length does not.
+        rejected = torch.tensor([min(i % Q, length - Q) for i, length in enumerate(SEQ_LENS)],
+                                dtype=torch.int32)  # fmt: skip
+        s.target_input_buffers.seq_lens[:n] = told - Q
+        s.input_buffers.seq_lens[:n] = told - rejected
+    md = build(s)
+    window = s.draft_window
+    assert window.told_bound is (method == "dflash")
+    decode = md.decode
+    assert decode.block_table.data_ptr() == window.windows[0].block_table.data_ptr()
+    assert_fia_reads_exactly_the_window(s, batch, decode.seq_lens_list, decode.block_table)
+    for i in range(n):
+        start = int(told[i]) - decode.seq_lens_list[i]
+        assert int(window.seq_lens[i]) == int(told[i] - rejected[i]) - start
+
+
+def test_an_eagle_draft_on_mla_stops_at_start_up(mla_model_dir):
+    from wiring import eagle_config, eagle_speculator
+
+    from vllm_ascend.attention.mla_v1 import AscendMLABackend
+
+    config = eagle_config(mla_model_dir, "eagle3", {"draft_window_size": W}, 3)
+    with pytest.raises(ValueError, match=r"for eagle3 with group 0 \(MLAAttentionSpec, block "
+                                         r"size 128\) on attention backend AscendMLABackend: "
+                                         r"its kernel takes host lengths"):  # fmt: skip
+        eagle_speculator(config, BLOCK, MAX_NUM_REQS, 3, backend=AscendMLABackend)
     assert hooks.LINE.name == "vLLM 0.30.x with vllm-ascend 0.30.0rc2"
 
 

@@ -4,6 +4,7 @@ its ``AscendBlockTables``, as vllm-ascend's own unit tests build such objects
 (``object.__new__`` plus the state the metadata paths read)."""
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -15,12 +16,18 @@ from vllm.config import (
     VllmConfig,
     set_current_vllm_config,
 )
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from vllm.v1.kv_cache_interface import (
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    MLAAttentionSpec,
+)
 from vllm.v1.worker.gpu.input_batch import InputBuffers
 from vllm.v1.worker.utils import AttentionGroup
 
 import vllm_ascend.worker.v2.block_table as ascend_block_table
 from vllm_ascend.attention.attention_v1 import AscendAttentionBackend
+from vllm_ascend.attention.mla_v1 import AscendMLABackend
 from vllm_ascend.worker.v2.block_table import AscendBlockTables
 from vllm_ascend.worker.v2.spec_decode.dflash.speculator import AscendDFlashSpeculator
 from vllm_ascend.worker.v2.spec_decode.draft_window import hooks
@@ -78,18 +85,46 @@ def vllm_config(model_dir, method: str, additional_config: dict, model_type: str
     return config
 
 
+def draft_group(config, backend: type, block_size: int) -> AttentionGroup:
+    """The draft's one KV-cache group with vllm-ascend's real metadata builder: GQA (FIA), or
+    MLA for an MLA model config (``mla_model_dir``)."""
+    names = ["draft.0"]
+    if backend is AscendMLABackend:
+        import vllm_ascend.ops.rotary_embedding as rope
+
+        mla = config.model_config.hf_text_config
+        # Stand-in for the rotary caches the draft model's rotary embedding fills at load
+        # (the MLA builder gathers cos/sin by position; their values do not matter here).
+        if rope._cos_cache is None:
+            rope._cos_cache = torch.ones(MAX_MODEL_LEN, mla.qk_rope_head_dim)
+            rope._sin_cache = torch.zeros(MAX_MODEL_LEN, mla.qk_rope_head_dim)
+        spec = MLAAttentionSpec(block_size=block_size, num_kv_heads=1,
+                                head_size=mla.kv_lora_rank + mla.qk_rope_head_dim,
+                                dtype=torch.float32)  # fmt: skip
+        # Stand-in for the draft model's registered MLA layer (building it needs the model
+        # and NPU kernels): the fields the MLA metadata builders read at construction.
+        config.compilation_config.static_forward_context["draft.0"] = SimpleNamespace(
+            impl=SimpleNamespace(use_mla_rope=True), num_heads=mla.num_attention_heads,
+            q_lora_rank=mla.q_lora_rank, kv_lora_rank=mla.kv_lora_rank,
+            qk_nope_head_dim=mla.qk_nope_head_dim, qk_rope_head_dim=mla.qk_rope_head_dim,
+            v_head_dim=mla.v_head_dim, prefill_backend=SimpleNamespace(clone=lambda: None),
+        )  # fmt: skip
+    else:
+        spec = FullAttentionSpec(block_size=block_size, num_kv_heads=NUM_KV_HEADS,
+                                 head_size=HEAD_SIZE, dtype=torch.float32)  # fmt: skip
+    group = AttentionGroup(backend, names, spec, 0)
+    with set_current_vllm_config(config):
+        group.create_metadata_builders(config, CPU)
+    return group
+
+
 def speculator(config, method: str, block_size: int, max_num_reqs: int,
                backend: type = AscendAttentionBackend) -> Any:  # fmt: skip
     """A real vllm-ascend speculator with one draft KV-cache group of ``block_size``-token
     blocks, and its window made as the ``set_attn`` hook makes it (``set_attn`` itself needs
     the draft model's registered attention layers)."""
-    spec = FullAttentionSpec(block_size=block_size, num_kv_heads=NUM_KV_HEADS,
-                             head_size=HEAD_SIZE, dtype=torch.float32)  # fmt: skip
-    names = ["draft.0"]
-    group = AttentionGroup(backend, names, spec, 0)
-    if backend is AscendAttentionBackend:
-        with set_current_vllm_config(config):
-            group.create_metadata_builders(config, CPU)
+    group = draft_group(config, backend, block_size)
+    names, spec = group.layer_names, group.kv_cache_spec
     max_tokens = max_num_reqs * Q
     s = object.__new__(CLASSES[method])
     s.vllm_config, s.speculative_config, s.method, s.device = (
@@ -113,7 +148,8 @@ def speculator(config, method: str, block_size: int, max_num_reqs: int,
     s.draft_is_prefilling = torch.zeros(max_num_reqs, dtype=torch.bool)
     s._group_causal, s.requires_non_causal = False, True
     if method == "dspark":
-        s.attn_architecture, s.use_dcp, s.dcp_manager = "GQA", False, None
+        s.attn_architecture = "MLA" if backend is AscendMLABackend else "GQA"
+        s.use_dcp, s.dcp_manager = False, None
     with set_current_vllm_config(config):
         s.draft_window = hooks.create_draft_window(s)
     return s
@@ -164,7 +200,8 @@ def eagle_config(model_dir, method: str, additional_config: dict, num_spec: int)
 
 
 def eagle_speculator(config, block_size: int, max_num_reqs: int, num_spec: int,
-                     max_num_tokens: int | None = None) -> Any:  # fmt: skip
+                     max_num_tokens: int | None = None,
+                     backend: type = AscendAttentionBackend) -> Any:  # fmt: skip
     """vllm-ascend's real ``AscendEagleSpeculator`` with one draft KV-cache group on its GQA
     builder, the target's ``AscendInputBuffers`` beside the draft's, and its window made as
     the ``set_attn`` hook makes it (``set_attn`` itself needs the draft model's layers)."""
@@ -174,12 +211,8 @@ def eagle_speculator(config, block_size: int, max_num_reqs: int, num_spec: int,
     )
     from vllm_ascend.worker.v2.spec_decode.eagle.speculator import AscendEagleSpeculator
 
-    spec = FullAttentionSpec(block_size=block_size, num_kv_heads=NUM_KV_HEADS,
-                             head_size=HEAD_SIZE, dtype=torch.float32)  # fmt: skip
-    names = ["draft.0"]
-    group = AttentionGroup(AscendAttentionBackend, names, spec, 0)
-    with set_current_vllm_config(config):
-        group.create_metadata_builders(config, CPU)
+    group = draft_group(config, backend, block_size)
+    names, spec = group.layer_names, group.kv_cache_spec
     max_tokens = max_num_tokens or max_num_reqs * (num_spec + 1)
     s = object.__new__(AscendEagleSpeculator)
     s.vllm_config = s.draft_vllm_config = config
@@ -202,7 +235,8 @@ def eagle_speculator(config, block_size: int, max_num_reqs: int, num_spec: int,
                                       kv_cache_groups=[KVCacheGroupSpec(names, spec)])  # fmt: skip
     s.arange_np = np.arange(max_num_reqs + 1, dtype=np.int32)
     s.draft_is_prefilling = torch.zeros(max_num_reqs, dtype=torch.bool)
-    s.attn_architecture, s.attn_backend = "GQA", AscendAttentionBackend
+    s.attn_architecture = "MLA" if backend is AscendMLABackend else "GQA"
+    s.attn_backend = backend
     s.use_dcp, s.dcp_manager, s.replicated_pcp, s.pcp_manager = False, None, False, None
     s.use_fused_multi_step_decode = False
     s.model_state = ascend_model_state(config)

@@ -64,6 +64,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.policy import (
     describe_decisions,
     refuse_method,
     refuse_parallel_layout,
+    refuse_told_length_paths,
     refuse_unproven_paths,
     told_bound_family,
 )
@@ -225,8 +226,15 @@ def create_draft_window(speculator: Any) -> Mrv2DraftWindow | None:
     window.leave_groups_alone(
         speculator.attn_groups, [d.group_id for d in decisions if not d.windowed]
     )
-    if method == "dspark" and told_bound_family(speculator, LINE) is not None:
-        # vllm-ascend's FIA takes the host bound plus the query stretch as the exact length.
+    mla = any(
+        group.backend.__name__ == "AscendMLABackend"
+        for d in decisions if d.windowed for group in speculator.attn_groups[d.group_id]
+    )  # fmt: skip
+    # Where vllm-ascend's kernel takes the host bound plus the query stretch as the exact
+    # length: DSpark's FIA on GLM-family targets (its MLA drafts take an exact copy
+    # instead, windowed by _exact_host_lengths), DFlash's MLA.
+    glm_dspark = method == "dspark" and not mla and told_bound_family(speculator, LINE)
+    if glm_dspark or (method == "dflash" and mla):
         window.told_source = speculator.target_input_buffers.seq_lens
         window.max_model_len = max_model_len
         window.told_bound = True
@@ -241,6 +249,9 @@ def create_draft_window(speculator: Any) -> Mrv2DraftWindow | None:
             )
         window.told_source = speculator.target_input_buffers.seq_lens
         window.max_model_len = max_model_len
+    if window.told_source is not None:
+        refuse_told_length_paths(speculator, LINE, decisions, window_size,
+                                 per_step=method in PREFILL_METHODS)  # fmt: skip
     window.proof = WindowProof(speculator, window)
     return window
 
@@ -537,6 +548,22 @@ def _told_host_lengths(original: Callable) -> Callable:
     return calc_next_seq_lens_cpu
 
 
+def _exact_host_lengths(original: Callable) -> Callable:
+    """vllm-ascend's DSpark on MLA: the exact host copy of the draft's device lengths its
+    kernel takes, windowed by the device's arithmetic (the copy is exact, so the start is
+    the device's)."""
+
+    @functools.wraps(original)
+    def prepare_draft_dcp_metadata_inputs(self, *args: Any, **kwargs: Any) -> Any:
+        seq_lens_cpu, is_prefilling = original(self, *args, **kwargs)
+        window = window_of(self)
+        if window is not None and seq_lens_cpu is not None:
+            window.window_host_lengths(seq_lens_cpu)
+        return seq_lens_cpu, is_prefilling
+
+    return prepare_draft_dcp_metadata_inputs
+
+
 def _fia_params(original: Callable) -> Callable:
     """vllm-ascend's EAGLE FULL-graph replay: the per-step ``actual_seq_lengths_kv`` it
     hands the captured kernel, windowed like the device side of each recorded step."""
@@ -643,6 +670,7 @@ WRAPPERS: dict[str, Callable[[Callable], Callable]] = {
     "ar_capture": _ar_capture,
     "told_host_lengths": _told_host_lengths,
     "fia_params": _fia_params,
+    "exact_host_lengths": _exact_host_lengths,
     "prefill": _prefill,
     "init_cudagraph_manager": _init_cudagraph_manager,
     "manager_capture": _manager_capture,

@@ -45,9 +45,10 @@ class Line:
     methods: tuple[str, ...]
     # (distribution, version prefix) that must be installed beside vLLM, or None.
     requires: tuple[str, str] | None = None
-    # Attention backend class names the window is proven for on the draft's groups (None:
-    # any); a draft whose kernel takes host lengths the window does not set is refused.
-    backends: tuple[str, ...] | None = None
+    # Per speculative method, the attention backend class names the window is proven for on
+    # the draft's groups (a method not listed: any backend); a draft whose kernel takes host
+    # lengths the window does not set is refused.
+    backends: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # Targets (a substring of their model_type) for whose DSpark drafts the kernel takes the
     # host bound plus the query stretch as the exact length: the window's start comes from
     # that told length, on the host and on the device.
@@ -55,6 +56,10 @@ class Line:
     # Whether an EAGLE decode step's kernel is told the target's length plus the step (the
     # rejected tokens included) rather than the draft's own length (vllm-ascend).
     ar_told_target_lengths: bool = False
+
+    def backends_for(self, method: str) -> tuple[str, ...] | None:
+        """The backends proven for ``method`` on this line, or None (any)."""
+        return dict(self.backends).get(method)
 
 
 _AR = f"{_SPEC_DECODE}.target_dependent_ar"
@@ -111,8 +116,10 @@ VLLM_0_33 = Line(
 # builds; vllm-ascend's subclass tells FIA host lengths of its own for each decode step
 # (_calc_next_seq_lens_cpu for seq_lens_list, build_fia_params for a FULL ACL graph
 # replay), captures without super() and through its own graph manager. DSpark on GLM-family
-# targets: FIA takes the host bound plus the query stretch as the exact length. Not served:
-# MLA drafts (exact host lengths from a copy taken before any hook).
+# targets: FIA takes the host bound plus the query stretch as the exact length. MLA drafts
+# (DFlash, DSpark) take host lengths as exact: DSpark's own exact copy of the device lengths
+# (_prepare_draft_dcp_metadata_inputs, taken before any hook) is windowed; DFlash's is the
+# host bound plus the query stretch, windowed as a told length.
 _ASCEND_AR = "vllm_ascend.worker.v2.spec_decode.autoregressive"
 _AR_0_30 = f"{_SPEC_DECODE}.autoregressive"
 VLLM_0_30_ASCEND = Line(
@@ -137,6 +144,9 @@ VLLM_0_30_ASCEND = Line(
              "fia_params", ("num_reqs_padded", "draft_attn_metadata", "is_draft_model_prefill")),
         Hook(f"{_ASCEND_AR}.aclgraph", "AutoRegressiveAclGraphManager", "capture",
              "manager_capture", ("input_buffers", "block_tables")),
+        Hook("vllm_ascend.worker.v2.spec_decode.dspark.speculator", "AscendDSparkSpeculator",
+             "_prepare_draft_dcp_metadata_inputs", "exact_host_lengths",
+             ("num_reqs", "num_reqs_padded", "step")),
         # Called, not wrapped.
         Hook("vllm.v1.worker.gpu.model_states.interface", "ModelState", "prepare_attn", None,
              ("input_batch", "cudagraph_mode", "block_tables", "slot_mappings", "attn_groups",
@@ -146,7 +156,12 @@ VLLM_0_30_ASCEND = Line(
     ),
     methods=("dflash", "dspark", "eagle", "eagle3"),
     requires=("vllm-ascend", "0.30.0rc2"),
-    backends=("AscendAttentionBackend",),
+    backends=(
+        ("dflash", ("AscendAttentionBackend", "AscendMLABackend")),
+        ("dspark", ("AscendAttentionBackend", "AscendMLABackend")),
+        ("eagle", ("AscendAttentionBackend",)),
+        ("eagle3", ("AscendAttentionBackend",)),
+    ),
     dspark_host_length_targets=("glm",),
     ar_told_target_lengths=True,
 )  # fmt: skip

@@ -159,21 +159,30 @@ def refuse_unproven_paths(
     """Stop where the draft's kernel would take lengths the window does not set on this line:
     an attention backend outside ``line.backends`` on a windowed group, or vllm-ascend's
     sparse KV offload."""
-    if line.backends is not None:
+    backends = line.backends_for(speculator.method)
+    if backends is not None:
         for decision in decisions:
             if not decision.windowed:
                 continue
             for group in speculator.attn_groups[decision.group_id]:
                 name = group.backend.__name__
-                if name not in line.backends:
+                if name not in backends:
                     raise ValueError(
                         f"{KEY}={window_size} is not supported on {line.name} for "
-                        f"{decision.describe()} with attention backend {name}: its kernel "
-                        f"takes host lengths the window does not set yet (supported: "
-                        f"{', '.join(line.backends)}). Remove {KEY}."
+                        f"{speculator.method} with {decision.describe()} on attention "
+                        f"backend {name}: its kernel takes host lengths the window does not "
+                        f"set yet (supported: {', '.join(backends)}). Remove {KEY}."
                     )
+    if getattr(speculator, "replicated_pcp", False):
+        raise ValueError(
+            f"{KEY}={window_size} does not support prefill_context_parallel_size > 1 with "
+            f"{line.name}'s replicated draft: its draft prefill rebuilds metadata for the "
+            f"global batch outside the window's hooks. Use prefill_context_parallel_size=1 "
+            f"or remove {KEY}."
+        )
+    # vllm-ascend builds these buffers only with sparse_kv_offload_config enabled.
     offload = getattr(speculator, "_sparse_kv_offload_metadata", None)
-    if getattr(offload, "enabled", False):
+    if getattr(offload, "req_ids_buffers", None):
         raise ValueError(
             f"{KEY}={window_size} is not supported on {line.name} with vllm-ascend's "
             f"sparse_kv_offload_config enabled: its draft metadata reads offloaded KV by "
@@ -189,3 +198,46 @@ def told_bound_family(speculator: Any, line: Any) -> str | None:
     hf_config = getattr(speculator.vllm_config.model_config, "hf_text_config", None)
     model_type = str(getattr(hf_config, "model_type", "") or "").lower()
     return next((f for f in line.dspark_host_length_targets if f in model_type), None)
+
+
+def refuse_told_length_paths(
+    speculator: Any, line: Any, decisions: list[GroupDecision], window_size: int, per_step: bool
+) -> None:
+    """Stop where the window start cannot come from the length vllm-ascend's kernel is told.
+
+    The device takes it from the target's device lengths, the host from vllm-ascend's host
+    mirror of them: the two agree only where vllm-ascend syncs its host counts after
+    rejection (not for DeepSeek-V4.1 targets). ``per_step`` (EAGLE decode): vllm-ascend writes
+    one host length list into every draft layer, so no group may be left alone; and its
+    draft prefill rebuilds through a model state without a second prepare for KV prefetch
+    or device-built metadata."""
+    hf_config = getattr(speculator.vllm_config.model_config, "hf_config", None)
+    try:
+        from vllm_ascend.utils import is_deepseek_v41
+    except ImportError:  # not vllm-ascend's line: nothing told
+        return
+    if hf_config is not None and is_deepseek_v41(hf_config):
+        raise ValueError(
+            f"{KEY}={window_size} is not supported on {line.name} for {speculator.method} "
+            f"with a DeepSeek-V4.1 target: vllm-ascend does not sync its host lengths after "
+            f"rejection there, so the length its kernel is told and the device's differ. "
+            f"Remove {KEY}."
+        )
+    if not per_step:
+        return
+    left = [d for d in decisions if not d.windowed]
+    if left:
+        raise ValueError(
+            f"{KEY}={window_size} is not supported on {line.name} for {speculator.method} "
+            f"with draft KV-cache groups the window leaves alone ({describe_decisions(left)}): "
+            f"vllm-ascend writes one host length list into every draft layer. Remove {KEY}."
+        )
+    model_state = getattr(speculator, "model_state", None)
+    for name in ("kvpp_runtime", "device_metadata"):
+        if getattr(model_state, name, None) is not None:
+            raise ValueError(
+                f"{KEY}={window_size} is not supported on {line.name} for {speculator.method} "
+                f"with the model state's {name} (KV prefetch or device-built metadata): the "
+                f"draft prefill's windowed rebuild would run its per-step state twice. "
+                f"Remove {KEY}."
+            )

@@ -50,6 +50,16 @@ class WindowProof:
     def __init__(self, speculator: Any, window: Any) -> None:
         self.speculator = speculator
         self.window = window
+        # vllm-ascend's host mirrors of the unwindowed lengths (draft's and target's), which
+        # a built host seq_lens must never be.
+        self.unwindowed_host = [
+            mirror
+            for buffers in (
+                speculator.input_buffers,
+                getattr(speculator, "target_input_buffers", None),
+            )
+            if isinstance(mirror := getattr(buffers, "seq_lens_cpu", None), torch.Tensor)
+        ]
         # (path, builder method, group) already checked; a capture path is checked again
         # at every capture (``forget``).
         self.proven: set[tuple[tuple[str, ...], str, int]] = set()
@@ -125,6 +135,9 @@ class WindowProof:
         problems = []
         seq_lens = getattr(metadata, "seq_lens", None)
         host = getattr(metadata, "seq_lens_list", None)
+        if host is None:
+            # vllm-ascend's MLA keeps the host list in its decode part.
+            host = getattr(getattr(metadata, "decode", None), "seq_lens_list", None)
         if (
             isinstance(seq_lens, torch.Tensor)
             and not _same_start(seq_lens, self.window.seq_lens)
@@ -147,7 +160,7 @@ class WindowProof:
         ``seq_lens`` is a host tensor holding ``seq_lens_list``, which the cap bounds; never
         one of vLLM's own device tensors of unwindowed lengths."""
         window = self.window
-        vllms = [window.input_buffers.base.seq_lens]
+        vllms = [window.input_buffers.base.seq_lens, *self.unwindowed_host]
         if window.told_source is not None:
             vllms.append(window.told_source)
         return (
