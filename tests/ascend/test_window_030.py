@@ -9,7 +9,16 @@ import pytest
 import torch
 from vllm.config.compilation import CUDAGraphMode
 from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
-from wiring import HEAD_SIZE, NUM_KV_HEADS, Q, fill, make_batch, speculator, vllm_config
+from wiring import (
+    HEAD_SIZE,
+    MAX_MODEL_LEN,
+    NUM_KV_HEADS,
+    Q,
+    fill,
+    make_batch,
+    speculator,
+    vllm_config,
+)
 
 from vllm_ascend.worker.v2.attn_utils import build_attn_metadata_wrapper
 from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, plugin
@@ -29,11 +38,11 @@ MAX_NUM_REQS = 12
 SEQ_LENS = [5, 127, 128, 129, 255, 256, 257, 300, 700, 2000]
 
 
-def wired(model_dir, method, additional_config=None, seq_lens=SEQ_LENS, **config):
+def wired(model_dir, method, additional_config=None, seq_lens=SEQ_LENS, block=BLOCK, **config):
     additional = {"draft_window_size": W} if additional_config is None else additional_config
-    s = speculator(vllm_config(model_dir, method, additional, **config), method, BLOCK,
+    s = speculator(vllm_config(model_dir, method, additional, **config), method, block,
                    MAX_NUM_REQS)  # fmt: skip
-    batch = make_batch(seq_lens, BLOCK, MAX_NUM_REQS)
+    batch = make_batch(seq_lens, block, MAX_NUM_REQS)
     fill(s, batch)
     return s, batch
 
@@ -61,7 +70,8 @@ def replay_build(s):
 def assert_fia_reads_exactly_the_window(s, batch, seq_lens_list, block_tables):
     window = s.draft_window
     gen = torch.Generator().manual_seed(0)
-    cache = PagedKVCache(MAX_NUM_REQS * 20 + 1, BLOCK, NUM_KV_HEADS, HEAD_SIZE)
+    b = batch.block_size
+    cache = PagedKVCache(MAX_NUM_REQS * (MAX_MODEL_LEN // b + 1) + 1, b, NUM_KV_HEADS, HEAD_SIZE)
     for i, length in enumerate(batch.seq_lens):
         k = torch.randn(length, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64)
         v = torch.randn(length, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64)
@@ -74,14 +84,15 @@ def assert_fia_reads_exactly_the_window(s, batch, seq_lens_list, block_tables):
         q = k[length - Q : length] * 0.5
         got, touched = cache.read(q, block_tables[i], read_len)
         torch.testing.assert_close(got, dense_attention(q, k, v, start, length))
-        assert touched == {batch.block_ids[i][p // BLOCK] for p in kept.tolist()}
+        assert touched == {batch.block_ids[i][p // b] for p in kept.tolist()}
     assert not any(seq_lens_list[len(batch.seq_lens) : batch.num_reqs_padded])
 
 
-@pytest.mark.parametrize("method", ["dflash", "dspark"])
+@pytest.mark.parametrize("method", ["dflash", "dflash2", "dspark"])
 @pytest.mark.parametrize("build", [per_propose_build, replay_build], ids=["eager", "replay"])
-def test_fia_inputs_read_exactly_the_window(method, build, model_dir):
-    s, batch = wired(model_dir, method)
+@pytest.mark.parametrize("block", [16, 128])
+def test_fia_inputs_read_exactly_the_window(method, build, block, model_dir):
+    s, batch = wired(model_dir, method, block=block)
     md = build(s)
     window = s.draft_window
     assert md.block_tables.data_ptr() == window.windows[0].block_table.data_ptr()
@@ -126,13 +137,16 @@ def test_without_the_window_builders_get_what_vllm_ascend_gives_them(model_dir):
 
 
 @pytest.mark.parametrize("build", [per_propose_build, replay_build], ids=["eager", "replay"])
-def test_dspark_on_a_glm_family_target_reads_the_window_of_what_fia_is_told(build, model_dir):
+@pytest.mark.parametrize("block", [16, 128])
+def test_dspark_on_a_glm_family_target_reads_the_window_of_what_fia_is_told(
+    build, block, model_dir
+):
     """On GLM-family targets vllm-ascend's FIA takes the host bound plus the query stretch
     (`_select_seq_lens` keeps the host copy) as the exact length, which counts the rejected
     tokens the device length does not. The window start comes from that told length on both
     sides: FIA reads exactly the window of what it is told, and the device length shares
     its start."""
-    s, batch = wired(model_dir, "dspark", model_type="glm_moe_dsa")
+    s, batch = wired(model_dir, "dspark", model_type="glm_moe_dsa", block=block)
     n = len(batch.seq_lens)
     told = torch.tensor(batch.seq_lens, dtype=torch.int32)  # the target's length + Q
     rejected = torch.tensor([min(i % Q, length - Q) for i, length in enumerate(batch.seq_lens)],

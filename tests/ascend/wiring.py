@@ -30,6 +30,7 @@ from vllm_ascend.attention.attention_v1 import AscendAttentionBackend
 from vllm_ascend.attention.mla_v1 import AscendMLABackend
 from vllm_ascend.worker.v2.block_table import AscendBlockTables
 from vllm_ascend.worker.v2.spec_decode.dflash.speculator import AscendDFlashSpeculator
+from vllm_ascend.worker.v2.spec_decode.dflash2.speculator import AscendDFlash2Speculator
 from vllm_ascend.worker.v2.spec_decode.draft_window import hooks
 from vllm_ascend.worker.v2.spec_decode.dspark.speculator import AscendDSparkSpeculator
 
@@ -38,7 +39,11 @@ NUM_KV_HEADS, HEAD_SIZE = 2, 16
 NUM_SPEC = 3
 Q = NUM_SPEC + 1
 MAX_MODEL_LEN = 2048
-CLASSES = {"dflash": AscendDFlashSpeculator, "dspark": AscendDSparkSpeculator}
+# By drafter: DFlash2 drafts are method "dflash" with a DFlash2 draft model, drawn by
+# vllm-ascend's AscendDFlash2Speculator (AscendDFlashSpeculator's metadata paths).
+CLASSES = {"dflash": AscendDFlashSpeculator, "dflash2": AscendDFlash2Speculator,
+           "dspark": AscendDSparkSpeculator}  # fmt: skip
+METHODS = {"dflash2": "dflash"}
 
 # AscendBlockTables sizes its gather with triton.next_power_of_2; no Triton here (the
 # CPU environment has none: vllm-ascend's Triton helpers need triton-ascend).
@@ -56,6 +61,7 @@ class Batch:
     # per request: the kernel-block ids of its whole context (0 is the null block)
     block_ids: list[list[int]]
     num_reqs_padded: int
+    block_size: int
 
 
 @dataclass
@@ -77,7 +83,7 @@ def vllm_config(model_dir, method: str, additional_config: dict, model_type: str
                                     target_parallel_config=parallel)  # fmt: skip
     config = VllmConfig(model_config=model, parallel_config=parallel,
                         speculative_config=speculative)  # fmt: skip
-    object.__setattr__(speculative, "method", method)
+    object.__setattr__(speculative, "method", METHODS.get(method, method))
     object.__setattr__(speculative, "parallel_drafting", True)
     config.additional_config = additional_config
     if model_type is not None:
@@ -130,7 +136,7 @@ def speculator(config, method: str, block_size: int, max_num_reqs: int,
     s.vllm_config, s.speculative_config, s.method, s.device = (
         config,
         config.speculative_config,
-        method,
+        METHODS.get(method, method),
         CPU,
     )
     s.num_speculative_steps, s.num_query_per_req = NUM_SPEC, Q
@@ -181,7 +187,7 @@ def make_batch(seq_lens: list[int], block_size: int, num_reqs_padded: int, seed:
         count = -(-length // block_size)
         ids.append([int(x) for x in pool[used : used + count]])
         used += count
-    return Batch(list(seq_lens), ids, num_reqs_padded)
+    return Batch(list(seq_lens), ids, num_reqs_padded, block_size)
 
 
 def eagle_config(model_dir, method: str, additional_config: dict, num_spec: int):
@@ -194,7 +200,7 @@ def eagle_config(model_dir, method: str, additional_config: dict, num_spec: int)
                                     target_parallel_config=parallel)  # fmt: skip
     config = VllmConfig(model_config=model, parallel_config=parallel,
                         speculative_config=speculative)  # fmt: skip
-    object.__setattr__(speculative, "method", method)
+    object.__setattr__(speculative, "method", METHODS.get(method, method))
     config.additional_config = additional_config
     return config
 
