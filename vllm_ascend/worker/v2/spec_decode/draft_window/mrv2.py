@@ -161,6 +161,10 @@ class Mrv2DraftWindow:
         self.told_bound = False
         # [max_num_reqs] int32, host: scratch for windowing host lengths (told_host_lengths).
         self.host_skip = torch.zeros(max_num_reqs, dtype=torch.int32)
+        # One-launch refreshes (fused.py) of the per-step tables and of a draft prefill's
+        # wider ones; None: the torch path.
+        self.fused_steps: Any = None
+        self.fused_chunks: Any = None
         self.input_buffers = InputBuffersView(input_buffers, self.seq_lens)
         # Host-side state of the current propose (EAGLE): the target's batch for the draft
         # prefill, and how many later steps reuse the metadata being built.
@@ -240,6 +244,11 @@ class Mrv2DraftWindow:
         """
         n = num_reqs_padded
         source = self.input_buffers.base.seq_lens if seq_lens is None else seq_lens
+        fused = self.fused_steps if query_start_loc is None else self.fused_chunks
+        if fused is not None:
+            fused.launch(n, source, query_start_loc, told_step)
+            self.block_tables.windows = fused.windows
+            return
         query_lens = None
         if query_start_loc is not None:
             query_lens = self.query_lens[:n]
@@ -269,6 +278,18 @@ class Mrv2DraftWindow:
         full_tables = self.block_tables.base.input_block_tables
         for g, window in windows.items():
             window.gather(full_tables[g], self.window_skip, read_lens, n)
+
+    def enable_fused(self) -> None:
+        """Refresh with one kernel launch (fused.py) from now on."""
+        from vllm_ascend.worker.v2.spec_decode.draft_window.fused import FusedRefresh
+
+        full_tables = self.block_tables.base.input_block_tables
+        self.fused_steps = FusedRefresh(self, self.windows, full_tables)
+        self.fused_chunks = (
+            self.fused_steps
+            if self.chunk_windows is self.windows
+            else FusedRefresh(self, self.chunk_windows, full_tables)
+        )
 
     def window_host_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
         """Window host lengths the kernel is told, in place, by the same arithmetic as the

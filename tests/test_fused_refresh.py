@@ -1,0 +1,119 @@
+"""The one-launch window refresh (fused.py) equals the torch path bit for bit.
+
+Runs the project's Triton kernel under Triton's interpreter on CPU (``TRITON_INTERPRET=1``;
+timings there mean nothing) over property cases: several KV-cache groups and block sizes,
+attention sinks, a future offset, padded rows, lengths at the full table's edge, draft
+prefill query chunks, and told lengths (vllm-ascend's EAGLE). Every output the torch path
+writes is compared: the windowed lengths, the skips, the told windowed lengths, and every
+column of every group's cropped table.
+"""
+
+import math
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from vllm_ascend.worker.v2.spec_decode.draft_window import fused
+from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
+
+CASES = 24
+
+
+def make_window(gen, block_sizes, window_size, future_offset, sinks, rows, extra_cols):
+    """A window over random full tables whose widths end near the longest length, so
+    reads reach the table's edge."""
+    alignment = math.lcm(*block_sizes)
+    max_len = 3 * (window_size + sinks + alignment)
+    tables = [
+        torch.randint(1, 50_000, (rows, -(-max_len // b) + extra_cols), generator=gen,
+                      dtype=torch.int32)
+        for b in block_sizes
+    ]  # fmt: skip
+    window = Mrv2DraftWindow(
+        window_size=window_size, future_offset=future_offset,
+        input_buffers=SimpleNamespace(seq_lens=torch.zeros(rows, dtype=torch.int32)),
+        block_tables=SimpleNamespace(input_block_tables=tables, block_sizes=block_sizes),
+        draft_group_ids=list(range(len(block_sizes))), max_num_reqs=rows,
+        device=torch.device("cpu"), max_chunk_len=2 * window_size, attention_sinks=sinks,
+    )  # fmt: skip
+    window.enable_fused()
+    return window, max_len
+
+
+def case(seed, one_step=False):
+    """``one_step``: a window made for one pass (future offset 0), as draft prefills and
+    told lengths are."""
+    gen = torch.Generator().manual_seed(seed)
+    layouts = [[16], [16, 32], [16, 64, 128], [32, 32]]
+    block_sizes = layouts[seed % len(layouts)]
+    window_size = [64, 100, 256][seed % 3]
+    future_offset = 0 if one_step else [0, 5, 3][seed % 3]
+    sinks = [0, 0, 16, 40][seed % 4]
+    rows = 9
+    extra_cols = [0, 1, 5][seed % 3]
+    window, max_len = make_window(gen, block_sizes, window_size, future_offset, sinks, rows,
+                                  extra_cols)  # fmt: skip
+    # Lengths up to what the narrowest full table holds.
+    max_len = min(
+        t.shape[1] * b
+        for t, b in zip(window.block_tables.base.input_block_tables, block_sizes, strict=True)
+    )
+    lengths = torch.randint(0, max_len + 1, (rows,), generator=gen, dtype=torch.int32)
+    # The full tables' edge: a length that fills the narrowest table (with a future offset,
+    # its last step would read past it), and one just short of it.
+    lengths[0], lengths[1] = max_len, max_len - 1
+    num_padded = 1 + seed % 3
+    lengths[rows - num_padded :] = 0
+    return gen, window, lengths, rows, max_len
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_decode_refresh_equals_the_torch_path(seed):
+    _, window, lengths, rows, _ = case(seed)
+    assert fused.compare_with_torch(window, rows, lengths) == []
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_prefill_refresh_with_query_chunks_equals_the_torch_path(seed):
+    gen, window, lengths, rows, _ = case(seed, one_step=True)
+    chunk = torch.randint(1, 2 * window.spec.window_size, (rows,), generator=gen,
+                          dtype=torch.int32)  # fmt: skip
+    query_lens = torch.minimum(chunk, lengths)
+    qsl = torch.zeros(rows + 1, dtype=torch.int32)
+    qsl[1:] = torch.cumsum(query_lens, 0)
+    assert fused.compare_with_torch(window, rows, lengths, query_start_loc=qsl) == []
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_told_length_refresh_equals_the_torch_path(seed):
+    gen, window, lengths, rows, max_len = case(seed, one_step=True)
+    window.max_model_len = max_len
+    # The target's lengths: the draft's own plus up to 4 rejected tokens, padded rows 0.
+    rejected = torch.randint(0, 5, (rows,), generator=gen, dtype=torch.int32)
+    window.told_source = torch.where(lengths > 0, lengths + rejected, 0).to(torch.int32)
+    for step in (1, 3):
+        assert fused.compare_with_torch(window, rows, lengths, told_step=step) == []
+
+
+def test_a_wrong_kernel_is_caught_by_the_comparison_and_the_self_check(monkeypatch):
+    """The comparison sees a one-column error, and the start-up self-check reports it."""
+    _, window, lengths, rows, _ = case(1)
+    real = fused.FusedRefresh.launch
+
+    def off_by_one(self, n, source, query_start_loc=None, told_step=None):
+        real(self, n, source, query_start_loc, told_step)
+        self.windows[0].block_table[0, 0] += 1
+
+    monkeypatch.setattr(fused.FusedRefresh, "launch", off_by_one)
+    assert fused.compare_with_torch(window, rows, lengths) == ["group 0 table"]
+    assert "decode: group 0 table" in fused.self_check(window)
+
+
+def test_the_self_check_passes_on_every_variant_of_a_real_layout():
+    _, window, _, _, _ = case(2)
+    assert fused.self_check(window) == []
