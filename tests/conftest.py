@@ -3,11 +3,26 @@
 The shims run at import time, before any test builds a vLLM object.
 """
 
+import os
+
+# vLLM's own Triton kernels (and the window's) run on CPU under Triton's interpreter; an
+# empty CUDA_VISIBLE_DEVICES keeps vLLM's Triton on without a GPU. Before any vLLM import.
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
 import numpy as np
 import pytest
+from vllm.triton_utils import HAS_TRITON
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.shims import apply_cpu_shims
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.shims import (
+    apply_cpu_shims,
+)
 
+if not HAS_TRITON:
+    raise pytest.UsageError(
+        "the tests run vLLM's Triton kernels under Triton's interpreter: install triton "
+        "(make setup does) and leave CUDA_VISIBLE_DEVICES empty"
+    )
 apply_cpu_shims()
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import (  # noqa: E402

@@ -17,6 +17,10 @@ from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
 from vllm.v1.worker.gpu.input_batch import InputBatch, InputBuffers
 from vllm.v1.worker.gpu.model_states.default import DefaultModelState
 from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
+from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator import (
+    prepare_decode_inputs,
+    update_draft_inputs,
+)
 from vllm.v1.worker.utils import AttentionGroup
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
@@ -184,34 +188,32 @@ def run_prefill(e: Eagle, num_tokens_padded: int | None = None) -> dict:
     return seen
 
 
-def emulate_prepare_decode_inputs(e: Eagle) -> None:
-    """`_prepare_decode_inputs_kernel` after the prefill: each request's first draft step
-    sits right after its last accepted token."""
+def prepare_decode(e: Eagle) -> None:
+    """vLLM's own `prepare_decode_inputs` kernel after the prefill (which leaves each
+    request's position at its last accepted token): the first draft step sits right after
+    it. Runs under Triton's interpreter on CPU."""
     ib, n = e.s.input_buffers, e.batch.num_reqs
     accepted = torch.from_numpy(e.batch.seq_lens - e.num_rejected).to(torch.int32)
-    ib.seq_lens[:n] = accepted + 1
-    ib.seq_lens[n:] = 0
-    ib.positions[:n] = accepted.long()
-    ib.query_start_loc[: MAX_NUM_REQS + 1] = torch.arange(MAX_NUM_REQS + 1).clamp(max=n)
+    ib.positions[:n] = accepted.long() - 1
+    target_seq_lens = torch.from_numpy(e.batch.seq_lens.astype(np.int32))
+    prepare_decode_inputs(
+        torch.zeros(n, e.num_spec, dtype=torch.int64), target_seq_lens,
+        torch.from_numpy(e.num_rejected.astype(np.int32)), ib,
+        torch.zeros(MAX_NUM_REQS, dtype=torch.int64), MAX_MODEL_LEN, MAX_NUM_REQS,
+    )  # fmt: skip
 
 
-def emulate_slot_mappings(e: Eagle, monkeypatch) -> None:
-    """`BlockTables.compute_slot_mappings` for one token per request (Triton on GPU)."""
-    bt = e.batch.block_tables
-
-    def compute_slot_mappings(idx_mapping, query_start_loc, positions, num_tokens_padded,
-                              out=None):  # fmt: skip
-        for g, b in enumerate(bt.block_sizes):
-            table = bt.block_tables[g].gpu
-            for i, req in enumerate(idx_mapping.tolist()):
-                pos = int(positions[i])
-                # idx_mapping -1 marks a padded row: it writes nowhere.
-                slot = int(table[req, pos // b]) * b + pos % b if req >= 0 else PAD_SLOT_ID
-                bt.slot_mappings[g, i] = slot
-            bt.slot_mappings[g, len(idx_mapping) :] = PAD_SLOT_ID
-        return bt.slot_mappings[:, :num_tokens_padded]
-
-    monkeypatch.setattr(bt, "compute_slot_mappings", compute_slot_mappings)
+def update_inputs(e: Eagle, num_spec: int) -> None:
+    """vLLM's own `update_draft_inputs` kernel after a draft step (the draft forward itself
+    is not run on CPU: zero tokens and hidden states stand in for its output)."""
+    s, n = e.s, e.batch.num_reqs
+    hidden = torch.zeros(n, 4)
+    update_draft_inputs(
+        torch.zeros(n, dtype=torch.int64), s.current_draft_step, hidden,
+        torch.zeros(n, num_spec, dtype=torch.int64), torch.zeros(MAX_NUM_REQS, 4),
+        s.input_buffers, torch.zeros(MAX_NUM_REQS, dtype=torch.int64), n, MAX_MODEL_LEN,
+        num_spec,
+    )  # fmt: skip
 
 
 def run_decode(e: Eagle, monkeypatch, fused: bool) -> list[dict]:
@@ -219,8 +221,7 @@ def run_decode(e: Eagle, monkeypatch, fused: bool) -> list[dict]:
     of what its draft layers read, then `update_draft_inputs`' increments."""
     if e.num_spec <= 1:
         return []  # propose returns after the prefill
-    emulate_prepare_decode_inputs(e)
-    emulate_slot_mappings(e, monkeypatch)
+    prepare_decode(e)
     s, ib, n = e.s, e.s.input_buffers, e.batch.num_reqs
     steps = []
 
@@ -233,9 +234,7 @@ def run_decode(e: Eagle, monkeypatch, fused: bool) -> list[dict]:
                for name, md in attn_metadata.items()},
             "md_slots": {name: md.slot_mapping[:n].clone() for name, md in attn_metadata.items()},
         })  # fmt: skip
-        if int(s.current_draft_step) < e.num_spec - 1:
-            ib.positions[:n] += 1
-            ib.seq_lens[:n] += 1
+        update_inputs(e, e.num_spec)
 
     s._generate_draft = generate_draft
     s.supports_decode_metadata_update = fused
@@ -519,13 +518,10 @@ def test_full_graphs_prefill_runs_without_them_and_decode_graphs_read_the_window
         steps.append({"lengths": s.input_buffers.seq_lens[:n].clone(),
                       **{name: (md.seq_lens.clone(), md.block_table.clone())
                          for name, md in attn_metadata.items()}})  # fmt: skip
-        if int(s.current_draft_step) < num_spec - 1:
-            s.input_buffers.positions[:n] += 1
-            s.input_buffers.seq_lens[:n] += 1
+        update_inputs(e, num_spec)
 
     s._generate_draft = record
-    emulate_prepare_decode_inputs(e)
-    emulate_slot_mappings(e, monkeypatch)
+    prepare_decode(e)
     s._fused_multi_step_decode(n, False, desc, None, e.input_batch.seq_lens_cpu_upper_bound,
                                num_spec)  # fmt: skip
     assert len(steps) == num_spec - 1

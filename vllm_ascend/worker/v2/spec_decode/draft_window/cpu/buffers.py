@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from vllm.v1.attention.backends.utils import PAD_SLOT_ID
 from vllm.v1.worker.block_table import get_block_table_width
 from vllm.v1.worker.gpu.block_table import BlockTables
 from vllm.v1.worker.gpu.input_batch import InputBuffers
@@ -117,20 +116,15 @@ def fill_persistent_block_tables(batch: Mrv2Batch) -> None:
             req = int(batch.idx_mapping[i])
             bt.block_tables[g].gpu[req, : len(ids)] = torch.tensor(ids, dtype=torch.int32)
             bt.num_blocks.np[g, req] = len(ids)
+    bt.num_blocks.copy_to_uva()
 
 
 def fill_input_block_tables(batch: Mrv2Batch) -> None:
-    """`_gather_block_tables_kernel` without sliding-window masking: a real row copies its
-    request's first `num_blocks` entries (later columns keep stale values); a padded row
-    is zeroed."""
-    bt = batch.block_tables
-    for g in range(bt.num_kv_cache_groups):
-        src, dst = bt.block_tables[g].gpu, bt.input_block_tables[g]
-        for i in range(batch.num_reqs):
-            req = int(batch.idx_mapping[i])
-            n = int(bt.num_blocks.np[g, req])
-            dst[i, :n] = src[req, :n]
-        dst[batch.num_reqs : batch.num_reqs_padded] = 0
+    """vLLM's own `_gather_block_tables_kernel` (`BlockTables.gather_block_tables`, no
+    sliding-window masking): a real row copies its request's table row, a padded row is
+    zeroed. Runs under Triton's interpreter on CPU."""
+    idx_mapping = torch.from_numpy(batch.idx_mapping.astype(np.int32))
+    batch.block_tables.gather_block_tables(idx_mapping, batch.num_reqs_padded)
 
 
 def fill_query_inputs(batch: Mrv2Batch, input_buffers=None) -> None:
@@ -150,14 +144,11 @@ def fill_query_inputs(batch: Mrv2Batch, input_buffers=None) -> None:
 
 
 def fill_slot_mappings(batch: Mrv2Batch, input_buffers=None) -> None:
-    """`_compute_slot_mappings_kernel`: absolute slots through the full per-request table,
-    `PAD_SLOT_ID` from the last real token to the end of the buffer."""
+    """vLLM's own `_compute_slot_mappings_kernel` (`BlockTables.compute_slot_mappings`):
+    absolute slots through the full per-request table, `PAD_SLOT_ID` past the last real
+    token. Runs under Triton's interpreter on CPU."""
     bt, ib = batch.block_tables, input_buffers or batch.input_buffers
-    qsl = batch.query_start_loc_np
-    for g, b in enumerate(bt.block_sizes):
-        table = bt.block_tables[g].gpu
-        for i in range(batch.num_reqs):
-            req = int(batch.idx_mapping[i])
-            pos = ib.positions[qsl[i] : qsl[i + 1]]
-            bt.slot_mappings[g, qsl[i] : qsl[i + 1]] = table[req, pos // b].long() * b + pos % b
-        bt.slot_mappings[g, batch.num_tokens :] = PAD_SLOT_ID
+    idx_mapping = torch.from_numpy(batch.idx_mapping.astype(np.int32))
+    n = batch.num_reqs
+    bt.compute_slot_mappings(idx_mapping, ib.query_start_loc[: n + 1], ib.positions,
+                             bt.slot_mappings.shape[1])  # fmt: skip
