@@ -24,6 +24,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
     PagedKVCache,
     dense_attention,
     positions_read,
+    unified_attention_read,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import (
     HEAD_SIZE,
@@ -127,6 +128,7 @@ def assert_reads_exactly_the_window(wired: Wired, layouts, metadata, window_size
     # The window serves exactly the draft's full-attention groups (policy.py).
     windowed = {g for g, layout in enumerate(layouts) if layout.draft and layout.full_attention}
     assert set(window.windows) == windowed
+    expected_reads = []
     for g, layout in enumerate(layouts):
         if g not in window.windows:
             continue
@@ -146,6 +148,13 @@ def assert_reads_exactly_the_window(wired: Wired, layouts, metadata, window_size
             expected = dense_attention(q, k[i], v[i], start, length, sinks)
             torch.testing.assert_close(got, expected)
             assert touched == kv_block_ids(batch.req_block_ids[g][i], b, kb, kept)
+            expected_reads.append(expected)
+        # The same metadata through vLLM's own Triton paged attention kernel.
+        n = batch.num_reqs
+        queries = [k[i][length - Q : length] * 0.5 for i, length in enumerate(batch.seq_lens)]
+        kernel = unified_attention_read(cache, queries, md.block_table, md.seq_lens, kb)
+        for got, expected in zip(kernel, expected_reads[-n:], strict=True):
+            torch.testing.assert_close(got.double(), expected, atol=2e-5, rtol=1e-4)
         # Padded rows read nothing.
         assert not md.seq_lens[batch.num_reqs :].any()
 

@@ -36,6 +36,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
     PagedKVCache,
     dense_attention,
     positions_read,
+    unified_attention_read,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import (
     HEAD_SIZE,
@@ -287,6 +288,19 @@ def test_every_draft_decode_step_reads_exactly_its_window(num_spec, layout_name,
                                                    read_lens, tables, i)  # fmt: skip
                 torch.testing.assert_close(got, expected)
                 assert touched == expected_blocks(e, g, layout.block_size, i, length, read)
+    # The first and the last step (sampled: the interpreter is slow) through vLLM's own
+    # Triton paged attention kernel, one launch per step and group.
+    for record in {id(r): r for r in (steps[0], steps[-1])}.values():
+        lengths = record["lengths"]
+        for g, layout in enumerate(layouts):
+            read_lens, tables = record[f"draft.{g}"]
+            n = e.batch.num_reqs
+            queries = [e.k[i][int(lengths[i]) - 1 : int(lengths[i])] * 0.5 for i in range(n)]
+            kernel = unified_attention_read(e.caches[g], queries, tables, read_lens,
+                                            layout.block_size)  # fmt: skip
+            for i, got in enumerate(kernel):
+                _, expected, _ = read_step(e, g, layout.block_size, lengths, read_lens, tables, i)
+                torch.testing.assert_close(got.double(), expected, atol=2e-5, rtol=1e-4)
     # The host bound the builders got holds for every step its metadata serves: one
     # build per step when rebuilt, one build for all steps when updated in place.
     for g, received in e.wired.received.items():

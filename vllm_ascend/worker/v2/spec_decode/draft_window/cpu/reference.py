@@ -7,6 +7,7 @@ paged kernel reads it: KV index j of a request lives in block `table[j // b]` at
 also reports every block id it touched.
 """
 
+import numpy as np
 import torch
 
 
@@ -80,3 +81,40 @@ def _causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torc
     allowed = torch.arange(kv_len)[None, :] <= torch.arange(kv_len - q_len, kv_len)[:, None]
     scores = scores.masked_fill(~allowed, float("-inf"))
     return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v)
+
+
+def unified_attention_read(
+    cache: PagedKVCache,
+    queries: list[torch.Tensor],
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_size: int | None = None,
+) -> list[torch.Tensor]:
+    """The same reads through vLLM's production Triton paged attention kernel
+    (``unified_attention``, the Triton backend's), one launch for the batch: request i's
+    causal queries ``queries[i]`` [q_len, H, D] over the first ``seq_lens[i]`` KV entries of
+    ``block_table[i]``. Needs Triton (on CPU: its interpreter). float32; slots never
+    written read as zero here (the reference read above proves none is read)."""
+    from vllm.v1.attention.ops.triton_unified_attention import (
+        unified_attention as _run_unified_attention,
+    )
+
+    b = block_size or cache.block_size
+    heads, dim = cache.k.shape[1:]
+    k = torch.nan_to_num(cache.k).float().view(-1, b, heads, dim)
+    v = torch.nan_to_num(cache.v).float().view(-1, b, heads, dim)
+    q = torch.cat(queries).float()
+    lens = [x.shape[0] for x in queries]
+    cu_seqlens_q = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
+    seqused_k = seq_lens[: len(queries)].to(torch.int32).contiguous()
+    out = torch.empty_like(q)
+    # The interpreter evaluates masked-off lanes too (0/0 there, discarded by the mask).
+    with np.errstate(invalid="ignore", divide="ignore"):
+        _run_unified_attention(
+            q=q, k=k, v=v, out=out, cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max(lens),
+            seqused_k=seqused_k, max_seqlen_k=int(seqused_k.max()), softmax_scale=dim**-0.5,
+            causal=True, window_size=(-1, -1),
+            block_table=block_table[: len(queries)].to(torch.int32).contiguous(), softcap=0,
+            q_descale=None, k_descale=None, v_descale=None,
+        )  # fmt: skip
+    return list(out.split(lens))
