@@ -3,12 +3,8 @@
 The shims run at import time, before any test builds a vLLM object.
 """
 
-import os
-
-# vLLM's own Triton kernels (and the window's) run on CPU under Triton's interpreter; an
-# empty CUDA_VISIBLE_DEVICES keeps vLLM's Triton on without a GPU. Before any vLLM import.
-os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-os.environ.setdefault("TRITON_INTERPRET", "1")
+# First, before any vLLM import: it sets up Triton's interpreter (see its __init__).
+import vllm_ascend.worker.v2.spec_decode.draft_window.cpu  # noqa: F401, I001
 
 import numpy as np
 import pytest

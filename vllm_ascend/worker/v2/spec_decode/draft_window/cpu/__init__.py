@@ -6,3 +6,12 @@ kernels fill them, real speculators wired to real attention metadata builders, a
 reference paged attention to check what the draft reads. Nothing in the serving path
 imports this package.
 """
+
+import os
+
+# vLLM's own Triton kernels (and the window's) run on CPU under Triton's interpreter: an empty
+# CUDA_VISIBLE_DEVICES keeps vLLM's Triton on without a GPU (else it logs "Model Runner V2
+# requires Triton; using the V1 model runner instead"). Effective only before vLLM's first
+# import, which is why the inspector, the benchmarks and the tests import this package first.
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+os.environ.setdefault("TRITON_INTERPRET", "1")
