@@ -117,3 +117,41 @@ def test_a_wrong_kernel_is_caught_by_the_comparison_and_the_self_check(monkeypat
 def test_the_self_check_passes_on_every_variant_of_a_real_layout():
     _, window, _, _, _ = case(2)
     assert fused.self_check(window) == []
+
+
+def test_trust_then_use_enables_the_kernel_only_when_its_self_check_agrees(monkeypatch):
+    """At start-up on a device the kernel is used only after the self-check agrees; a wrong
+    or failing kernel is reported once and the torch path stays."""
+    import logging
+
+    records = []
+    logger = logging.getLogger("test.fused")
+    logger.addHandler(type("H", (logging.Handler,), {"emit": lambda self, r: records.append(r)})())
+    logger.setLevel(logging.INFO)
+
+    _, window, _, _, _ = case(3)
+    window.fused_steps = window.fused_chunks = None
+    # On CPU the interpreter's kernel is never chosen by itself.
+    assert not fused.enable_if_trusted(window, logger, "draft_window_size")
+    assert window.fused_steps is None and not records
+    assert fused.enable_if_trusted(window, logger, "draft_window_size", allow_cpu=True)
+    assert window.fused_steps is not None
+
+    real = fused.FusedRefresh.launch
+
+    def wrong(self, n, source, query_start_loc=None, told_step=None):
+        real(self, n, source, query_start_loc, told_step)
+        self.window.seq_lens[0] += 1
+
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("no such intrinsic")
+
+    for launch, said in ((wrong, "decode: seq_lens"), (broken, "the kernel did not run")):
+        window.fused_steps = window.fused_chunks = None
+        records.clear()
+        monkeypatch.setattr(fused.FusedRefresh, "launch", launch)
+        assert not fused.enable_if_trusted(window, logger, "draft_window_size", allow_cpu=True)
+        assert window.fused_steps is None
+        (record,) = records
+        assert record.levelno == logging.WARNING and said in record.getMessage()
+        assert "the window refreshes with the torch path" in record.getMessage()

@@ -426,3 +426,27 @@ def test_sinks_change_only_what_is_read(model_dir, monkeypatch):
     short = a.seq_lens[:n] + 32 > lengths
     assert torch.equal(b.seq_lens[:n][short], lengths[short])
     assert torch.equal(b.seq_lens[:n][~short], a.seq_lens[:n][~short] + 32)
+
+
+@pytest.mark.parametrize("layout_name", list(LAYOUTS))
+@pytest.mark.parametrize("cg_mode", [CUDAGraphMode.NONE, CUDAGraphMode.FULL], ids=str)
+def test_the_one_launch_refresh_builds_what_the_torch_path_builds(
+    layout_name, cg_mode, model_dir, monkeypatch
+):
+    """Through vLLM's real build path: with the fused refresh (the window's Triton kernel,
+    here under the interpreter) the builders get the same lengths and tables, in the same
+    persistent buffers, and the draft reads exactly the window."""
+    layouts = LAYOUTS[layout_name]
+    batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
+    wired = wire("dspark", layouts, batch, model_dir, monkeypatch, sinks=20)
+    torch_path = {name: (md.seq_lens.clone(), md.block_table.clone())
+                  for name, md in build(wired, cg_mode).items()}  # fmt: skip
+    window = wired.speculator.draft_window
+    window.enable_fused()
+    for buffer in (window.seq_lens, *(w.block_table for w in window.windows.values())):
+        buffer.fill_(-1)  # what the kernel does not write would show
+    metadata = build(wired, cg_mode)
+    for name, md in metadata.items():
+        assert torch.equal(md.seq_lens, torch_path[name][0])
+        assert torch.equal(md.block_table, torch_path[name][1])
+    assert_reads_exactly_the_window(wired, layouts, metadata)

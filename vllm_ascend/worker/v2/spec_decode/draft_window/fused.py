@@ -270,3 +270,31 @@ def self_check(window: Any, seed: int = 0) -> list[str]:
         diff = compare_with_torch(synthetic, rows, source, **kwargs)
         problems += [f"{name}: {d}" for d in diff]
     return problems
+
+
+def enable_if_trusted(window: Any, logger: Any, key: str, allow_cpu: bool = False) -> bool:
+    """Use the one-launch refresh on the window's device only after the self-check there
+    agrees with the torch path; otherwise say why once and keep the torch path. On CPU only
+    with ``allow_cpu`` (Triton's interpreter there says nothing about speed)."""
+    if window.seq_lens.device.type == "cpu" and not allow_cpu:
+        return False
+    if not triton_available():
+        return False
+    try:
+        problems = self_check(window)
+    except Exception as error:  # a compiler or runtime that cannot run the kernel
+        problems = [f"the kernel did not run ({type(error).__name__}: {error})"]
+    if problems:
+        logger.warning(
+            "%s: the one-launch window refresh disagrees with the torch path on %s (%s); "
+            "the window refreshes with the torch path.",
+            key,
+            window.seq_lens.device,
+            "; ".join(problems),
+        )
+        return False
+    window.enable_fused()
+    logger.info(
+        "%s: the window refreshes with one kernel launch on %s.", key, window.seq_lens.device
+    )
+    return True

@@ -55,6 +55,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     SINKS_KEY,
     DraftWindowConfig,
 )
+from vllm_ascend.worker.v2.spec_decode.draft_window.fused import enable_if_trusted
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import (
     Mrv2DraftWindow,
     block_table_units,
@@ -253,6 +254,7 @@ def create_draft_window(speculator: Any) -> Mrv2DraftWindow | None:
         refuse_told_length_paths(speculator, LINE, decisions, window_size,
                                  per_step=method in PREFILL_METHODS)  # fmt: skip
     window.proof = WindowProof(speculator, window)
+    enable_if_trusted(window, logger, KEY)
     return window
 
 
