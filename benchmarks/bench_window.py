@@ -46,6 +46,10 @@ from torch.utils._pytree import tree_leaves
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu import use_triton_interpreter  # noqa: E402
+
+use_triton_interpreter()  # before vLLM's first import
+
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import PagedKVCache  # noqa: E402
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow  # noqa: E402
 

@@ -3,14 +3,16 @@
 The shims run at import time, before any test builds a vLLM object.
 """
 
-# First, before any vLLM import: it sets up Triton's interpreter (see its __init__).
-import vllm_ascend.worker.v2.spec_decode.draft_window.cpu  # noqa: F401, I001
+# First, before any vLLM import: vLLM's Triton kernels run under Triton's interpreter.
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu import use_triton_interpreter
 
-import numpy as np
-import pytest
-from vllm.triton_utils import HAS_TRITON
+use_triton_interpreter()
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.shims import (
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from vllm.triton_utils import HAS_TRITON  # noqa: E402
+
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.shims import (  # noqa: E402
     apply_cpu_shims,
 )
 

@@ -273,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import logging
 
+    from vllm_ascend.worker.v2.spec_decode.draft_window.cpu import use_triton_interpreter
+
+    use_triton_interpreter()  # before vLLM's first import, just below
     from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.shims import apply_cpu_shims
 
     # Show the window's start-up lines, which a server prints through vLLM's logging.

@@ -9,9 +9,12 @@ imports this package.
 
 import os
 
-# vLLM's own Triton kernels (and the window's) run on CPU under Triton's interpreter: an empty
-# CUDA_VISIBLE_DEVICES keeps vLLM's Triton on without a GPU (else it logs "Model Runner V2
-# requires Triton; using the V1 model runner instead"). Effective only before vLLM's first
-# import, which is why the inspector, the benchmarks and the tests import this package first.
-os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-os.environ.setdefault("TRITON_INTERPRET", "1")
+
+def use_triton_interpreter() -> None:
+    """Run vLLM's own Triton kernels (and the window's) on CPU under Triton's interpreter:
+    an empty CUDA_VISIBLE_DEVICES keeps vLLM's Triton on without a GPU (else it logs "Model
+    Runner V2 requires Triton; using the V1 model runner instead"). Only for this CPU
+    package's users (the inspector, the benchmarks, the tests), and only before vLLM's first
+    import; existing settings are kept."""
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+    os.environ.setdefault("TRITON_INTERPRET", "1")
