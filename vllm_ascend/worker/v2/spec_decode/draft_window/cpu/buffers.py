@@ -109,7 +109,8 @@ def make_mrv2_batch(
 
 
 def fill_persistent_block_tables(batch: Mrv2Batch) -> None:
-    """What `append_block_ids` + `apply_staged_writes` leave in the per-request tables."""
+    """What `append_block_ids` + `apply_staged_writes` leave in the per-request tables
+    (host-side staging; the window reads only the resulting tables)."""
     bt = batch.block_tables
     for g, per_req in enumerate(batch.req_block_ids):
         for i, ids in enumerate(per_req):
@@ -131,7 +132,9 @@ def fill_query_inputs(batch: Mrv2Batch, input_buffers=None) -> None:
     """Lengths and query layout as `_prepare_dflash_inputs_kernel` writes them for DFlash
     (and the target runner for its verify batch): each request's query is its last
     `query_lens[i]` positions, `seq_lens` counts them, padded rows get `seq_lens = 0` and
-    an empty query."""
+    an empty query. Still an emulation: the real kernels
+    need a whole target step (sampled and rejected tokens, sampling state, the target's
+    input batch), of which the window reads only these lengths."""
     ib = input_buffers or batch.input_buffers
     n, n_pad = batch.num_reqs, batch.num_reqs_padded
     qsl = torch.from_numpy(batch.query_start_loc_np)
