@@ -133,7 +133,12 @@ class LaunchCounter(TorchDispatchMode):
         )
         if not func.is_view and not on_host:
             self.count += 1
-        return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        if on_host:  # host temporaries stay on the host too
+            for t in tree_leaves(out):
+                if isinstance(t, torch.Tensor):
+                    self.host.add(t.untyped_storage().data_ptr())
+        return out
 
 
 def launches(fn, host: tuple[torch.Tensor, ...] = ()) -> int:
@@ -412,8 +417,9 @@ def launch_lines(rows: list[dict]) -> list[str]:
         "MRV1: the released `SlidingWindowAdapter.apply`, once per propose (future offset K "
         "for EAGLE, 0 for DFlash/DSpark). MRV2 torch path: `Mrv2DraftWindow.refresh` and the "
         "host bound per build; an EAGLE propose builds for its prefill (a 4-token verify chunk "
-        "per request) and for each of its K - 1 later steps. Fused: the window's Triton kernel, "
-        "one launch per refresh by construction (`fused.py`; used on a device after its "
+        "per request) and for each of its K - 1 later steps. Fused: the window's Triton "
+        "kernel, one launch per refresh by construction, not counted (`fused.py`; used on a "
+        "device after its "
         "start-up self-check). One KV-cache group of 128-token blocks, W = 2048, contexts up "
         "to 32k. CPU microseconds: median per propose, interleaved (the fused kernel is not "
         "timed: on CPU it runs only under Triton's interpreter, whose timings mean nothing).",

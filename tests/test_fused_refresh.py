@@ -155,3 +155,54 @@ def test_trust_then_use_enables_the_kernel_only_when_its_self_check_agrees(monke
         (record,) = records
         assert record.levelno == logging.WARNING and said in record.getMessage()
         assert "the window refreshes with the torch path" in record.getMessage()
+
+
+def test_the_self_check_covers_told_lengths_where_the_window_uses_them():
+    _, window, lengths, _, max_len = case(0, one_step=True)
+    window.max_model_len = max_len
+    window.told_source = lengths.clone()
+    assert fused.self_check(window) == []
+
+
+def test_tables_wider_than_one_column_block_equal_the_torch_path():
+    """A draft prefill's chunk tables reach thousands of columns (16-token blocks, long
+    chunks): the kernel's column loop runs several times."""
+    gen = torch.Generator().manual_seed(7)
+    rows, b = 5, 16
+    table = torch.randint(1, 50_000, (rows, 2600), generator=gen, dtype=torch.int32)
+    window = Mrv2DraftWindow(
+        window_size=64, future_offset=0,
+        input_buffers=SimpleNamespace(seq_lens=torch.zeros(rows, dtype=torch.int32)),
+        block_tables=SimpleNamespace(input_block_tables=[table], block_sizes=[b]),
+        draft_group_ids=[0], max_num_reqs=rows, device=torch.device("cpu"),
+        max_chunk_len=20_000,
+    )  # fmt: skip
+    window.enable_fused()
+    assert window.chunk_windows[0].block_table.shape[1] > 1024
+    lengths = torch.tensor([41_000, 30_000, 20_100, 64, 0], dtype=torch.int32)
+    query_lens = torch.tensor([20_000, 17_000, 20_100, 64, 0], dtype=torch.int32)
+    qsl = torch.zeros(rows + 1, dtype=torch.int32)
+    qsl[1:] = torch.cumsum(query_lens, 0)
+    assert fused.compare_with_torch(window, rows, lengths, query_start_loc=qsl) == []
+
+
+def test_a_table_layout_the_kernel_cannot_take_keeps_the_torch_path(monkeypatch):
+    import logging
+
+    records = []
+    logger = logging.getLogger("test.fused.layout")
+    logger.addHandler(type("H", (logging.Handler,), {"emit": lambda self, r: records.append(r)})())
+    _, window, _, _, _ = case(4)
+    window.fused_steps = window.fused_chunks = None
+    real = fused.FusedRefresh.__init__
+
+    def strided_tables(self, window_, windows, full_tables):
+        if window_ is window:  # the real window's tables, not the self-check's own
+            raise ValueError("the fused window refresh needs int32 row-major tables")
+        real(self, window_, windows, full_tables)
+
+    monkeypatch.setattr(fused.FusedRefresh, "__init__", strided_tables)
+    assert not fused.enable_if_trusted(window, logger, "draft_window_size", allow_cpu=True)
+    assert window.fused_steps is None and window.fused_chunks is None
+    (record,) = records
+    assert "int32 row-major tables" in record.getMessage()

@@ -249,9 +249,13 @@ def self_check(window: Any, seed: int = 0) -> list[str]:
         draft_group_ids=groups, max_num_reqs=rows, device=device,
         max_chunk_len=2 * spec.window_size, attention_sinks=spec.sink_size,
     )  # fmt: skip
-    synthetic.told_source = torch.randint(0, max_len, (rows,), generator=gen,
-                                          dtype=torch.int32).to(device)  # fmt: skip
-    synthetic.max_model_len = max_len
+    # The values the window passes as kernel arguments where it can (Triton specializes on
+    # some integer values): its max_model_len, 0 unless lengths are told.
+    synthetic.max_model_len = window.max_model_len
+    if window.told_source is not None:
+        told = torch.randint(0, min(max_len, window.max_model_len), (rows,), generator=gen,
+                             dtype=torch.int32)  # fmt: skip
+        synthetic.told_source = told.to(device)
     synthetic.enable_fused()
     lengths = torch.randint(0, max_len, (rows,), generator=gen, dtype=torch.int32)
     lengths[-2:] = 0  # padded rows
@@ -261,8 +265,8 @@ def self_check(window: Any, seed: int = 0) -> list[str]:
     qsl = torch.zeros(rows + 1, dtype=torch.int32)
     qsl[1:] = torch.cumsum(query_lens, 0)
     variants = {"decode": {}, "prefill": {"query_start_loc": qsl.to(device)}}
-    if spec.future_offset == 0:
-        variants["told"] = {"told_step": 3}
+    if window.told_source is not None:
+        variants["told"] = {"told_step": 1}
     problems = []
     for name, kwargs in variants.items():
         if name == "prefill" and spec.future_offset:
@@ -282,7 +286,10 @@ def enable_if_trusted(window: Any, logger: Any, key: str, allow_cpu: bool = Fals
         return False
     try:
         problems = self_check(window)
-    except Exception as error:  # a compiler or runtime that cannot run the kernel
+        if not problems:
+            window.enable_fused()
+    except Exception as error:  # a compiler, runtime or table layout the kernel cannot take
+        window.fused_steps = window.fused_chunks = None
         problems = [f"the kernel did not run ({type(error).__name__}: {error})"]
     if problems:
         logger.warning(
@@ -293,7 +300,6 @@ def enable_if_trusted(window: Any, logger: Any, key: str, allow_cpu: bool = Fals
             "; ".join(problems),
         )
         return False
-    window.enable_fused()
     logger.info(
         "%s: the window refreshes with one kernel launch on %s.", key, window.seq_lens.device
     )
