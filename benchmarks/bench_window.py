@@ -434,7 +434,7 @@ def launch_lines(rows: list[dict]) -> list[str]:
             for r in rows
         ],
         "",
-        "Goals (issue): launches per propose at most 0.1x MRV1's; torch-path CPU time at most "
+        "Goals: launches per propose at most 0.1x MRV1's; torch-path CPU time at most "
         "0.5x MRV1's at batch >= 256.",
         f"- DFlash/DSpark launches: fused {max(r['fused'] / r['mrv1'] for r in parallel):.2f}x "
         f"MRV1 at most: met.",
