@@ -478,3 +478,26 @@ def test_a_build_handed_vllm_ascends_unwindowed_host_mirror_is_stopped(model_dir
     with pytest.raises(WindowNotInPathError, match="the built metadata's seq_lens is not the "
                                                    "window's windowed seq_lens"):  # fmt: skip
         build(d, 1)
+
+
+@pytest.mark.parametrize("block_size", [16, 128])
+def test_the_one_launch_refresh_gives_fia_the_same_inputs_at_every_step(block_size, model_dir,
+                                                                        monkeypatch):  # fmt: skip
+    """The window's own Triton kernel (under Triton's interpreter; vLLM's Triton stays off
+    here, as vllm-ascend's helpers need triton-ascend) through vllm-ascend's real EAGLE
+    decode: every step's FIA inputs equal the torch path's and read exactly the window of
+    the told length."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    num_spec = 4
+    plain = setup_decode(model_dir, "eagle3", block_size, num_spec)
+    d = setup_decode(model_dir, "eagle3", block_size, num_spec)
+    d.s.draft_window.enable_fused()
+    for step in range(1, num_spec):
+        at_step(plain, step)
+        at_step(d, step)
+        expected = build(plain, step)
+        md = build(d, step)
+        assert md.seq_lens_list == expected.seq_lens_list
+        assert torch.equal(md.block_tables, expected.block_tables)
+        assert torch.equal(d.s.draft_window.seq_lens, plain.s.draft_window.seq_lens)
+        assert_fia_reads_the_window_of_the_told_length(d, step, md.seq_lens_list, md.block_tables)
