@@ -72,19 +72,21 @@ class InputBatchSeen:
     seq_lens_cpu_upper_bound: torch.Tensor
 
 
-def vllm_config(model_dir, method: str, additional_config: dict, model_type: str | None = None):
+def vllm_config(model_dir, method: str, additional_config: dict, model_type: str | None = None,
+                num_spec: int = NUM_SPEC, parallel_drafting: bool = True):  # fmt: skip
     """A real VllmConfig; the speculative method is set after construction, as vLLM 0.30's
     config refuses DFlash/DSpark drafts without their draft model."""
     model = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
                         max_model_len=MAX_MODEL_LEN)  # fmt: skip
     parallel = ParallelConfig()
     speculative = SpeculativeConfig(method="draft_model", model=str(model_dir),
-                                    num_speculative_tokens=NUM_SPEC, target_model_config=model,
+                                    num_speculative_tokens=num_spec, target_model_config=model,
                                     target_parallel_config=parallel)  # fmt: skip
     config = VllmConfig(model_config=model, parallel_config=parallel,
                         speculative_config=speculative)  # fmt: skip
     object.__setattr__(speculative, "method", METHODS.get(method, method))
-    object.__setattr__(speculative, "parallel_drafting", True)
+    if parallel_drafting:
+        object.__setattr__(speculative, "parallel_drafting", True)
     config.additional_config = additional_config
     if model_type is not None:
         config.model_config.hf_text_config.model_type = model_type
@@ -192,17 +194,8 @@ def make_batch(seq_lens: list[int], block_size: int, num_reqs_padded: int, seed:
 
 def eagle_config(model_dir, method: str, additional_config: dict, num_spec: int):
     """A real VllmConfig for an EAGLE/EAGLE3 draft (no parallel drafting)."""
-    model = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
-                        max_model_len=MAX_MODEL_LEN)  # fmt: skip
-    parallel = ParallelConfig()
-    speculative = SpeculativeConfig(method="draft_model", model=str(model_dir),
-                                    num_speculative_tokens=num_spec, target_model_config=model,
-                                    target_parallel_config=parallel)  # fmt: skip
-    config = VllmConfig(model_config=model, parallel_config=parallel,
-                        speculative_config=speculative)  # fmt: skip
-    object.__setattr__(speculative, "method", METHODS.get(method, method))
-    config.additional_config = additional_config
-    return config
+    return vllm_config(model_dir, method, additional_config, num_spec=num_spec,
+                       parallel_drafting=False)  # fmt: skip
 
 
 def eagle_speculator(config, block_size: int, max_num_reqs: int, num_spec: int,

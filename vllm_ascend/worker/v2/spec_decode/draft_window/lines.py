@@ -77,6 +77,28 @@ _BUILD_ATTN_METADATA = Hook(
 _DFLASH_CAPTURE = Hook(
     f"{_SPEC_DECODE}.dflash.speculator", "DFlashSpeculator", "capture", "capture"
 )
+# Called, not wrapped: the EAGLE draft prefill builds through it.
+_PREPARE_ATTN = Hook(
+    "vllm.v1.worker.gpu.model_states.interface", "ModelState", "prepare_attn", None,
+    ("input_batch", "cudagraph_mode", "block_tables", "slot_mappings", "attn_groups",
+     "kv_cache_config"),
+)  # fmt: skip
+
+
+def _ar_hooks(module: str, cls: str) -> tuple[Hook, ...]:
+    """vLLM's autoregressive (EAGLE) speculator hooks, alike on both lines but for where the
+    speculator and its graph manager live."""
+    return (
+        Hook(f"{module}.speculator", cls, "propose", "propose", ("input_batch", "attn_metadata")),
+        Hook(f"{module}.speculator", cls, "_prefill", "prefill",
+             ("num_reqs", "num_tokens", "attn_metadata")),
+        Hook(f"{module}.speculator", cls, "init_cudagraph_manager", "init_cudagraph_manager",
+             ("cudagraph_mode",)),
+        # Called, not wrapped.
+        Hook(f"{module}.cudagraph_utils", "SpeculatorCudaGraphManager", "__init__", None,
+             ("vllm_config", "device", "cudagraph_mode", "decode_query_len")),
+    )  # fmt: skip
+
 
 VLLM_0_33 = Line(
     name="vLLM 0.33.x",
@@ -88,23 +110,13 @@ VLLM_0_33 = Line(
              "_update_draft_decode_metadata", "update_draft_decode_metadata",
              ("attn_metadata", "num_reqs")),
         _DFLASH_CAPTURE,
-        Hook(f"{_AR}.speculator", "TargetDependentARSpeculator", "propose", "propose",
-             ("input_batch", "attn_metadata")),
+        *_ar_hooks(_AR, "TargetDependentARSpeculator"),
         Hook(f"{_AR}.speculator", "TargetDependentARSpeculator", "capture", "ar_capture"),
-        Hook(f"{_AR}.speculator", "TargetDependentARSpeculator", "_prefill", "prefill",
-             ("num_reqs", "num_tokens", "attn_metadata")),
-        Hook(f"{_AR}.speculator", "TargetDependentARSpeculator", "init_cudagraph_manager",
-             "init_cudagraph_manager", ("cudagraph_mode",)),
         Hook(f"{_AR}.speculator", "TargetDependentARSpeculator", "_fused_multi_step_decode",
              "fused_multi_step_decode", ("num_speculative_steps",)),
         Hook(f"{_AR}.cudagraph_utils", "SpeculatorCudaGraphManager", "capture",
              "manager_capture", ("input_buffers", "block_tables")),
-        # Called, not wrapped.
-        Hook("vllm.v1.worker.gpu.model_states.interface", "ModelState", "prepare_attn", None,
-             ("input_batch", "cudagraph_mode", "block_tables", "slot_mappings", "attn_groups",
-              "kv_cache_config")),
-        Hook(f"{_AR}.cudagraph_utils", "SpeculatorCudaGraphManager", "__init__", None,
-             ("vllm_config", "device", "cudagraph_mode", "decode_query_len")),
+        _PREPARE_ATTN,
     ),
     methods=("dflash", "dspark", "eagle", "eagle3"),
 )  # fmt: skip
@@ -129,12 +141,7 @@ VLLM_0_30_ASCEND = Line(
         _SET_ATTN,
         _BUILD_ATTN_METADATA,
         _DFLASH_CAPTURE,
-        Hook(f"{_AR_0_30}.speculator", "AutoRegressiveSpeculator", "propose", "propose",
-             ("input_batch", "attn_metadata")),
-        Hook(f"{_AR_0_30}.speculator", "AutoRegressiveSpeculator", "_prefill", "prefill",
-             ("num_reqs", "num_tokens", "attn_metadata")),
-        Hook(f"{_AR_0_30}.speculator", "AutoRegressiveSpeculator", "init_cudagraph_manager",
-             "init_cudagraph_manager", ("cudagraph_mode",)),
+        *_ar_hooks(_AR_0_30, "AutoRegressiveSpeculator"),
         Hook(f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator", "capture",
              "ar_capture"),
         Hook(f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator",
@@ -147,12 +154,7 @@ VLLM_0_30_ASCEND = Line(
         Hook("vllm_ascend.worker.v2.spec_decode.dspark.speculator", "AscendDSparkSpeculator",
              "_prepare_draft_dcp_metadata_inputs", "exact_host_lengths",
              ("num_reqs", "num_reqs_padded", "step")),
-        # Called, not wrapped.
-        Hook("vllm.v1.worker.gpu.model_states.interface", "ModelState", "prepare_attn", None,
-             ("input_batch", "cudagraph_mode", "block_tables", "slot_mappings", "attn_groups",
-              "kv_cache_config")),
-        Hook(f"{_AR_0_30}.cudagraph_utils", "SpeculatorCudaGraphManager", "__init__", None,
-             ("vllm_config", "device", "cudagraph_mode", "decode_query_len")),
+        _PREPARE_ATTN,
     ),
     methods=("dflash", "dspark", "eagle", "eagle3"),
     requires=("vllm-ascend", "0.30.0rc2"),
