@@ -471,10 +471,7 @@ def windowed_prefill_metadata(speculator: Any, window: Mrv2DraftWindow, batch: A
     # gives the exact windowed length.
     prefilling = torch.from_numpy(batch.is_prefilling_np[:n])
     if bool(prefilling.any()):
-        exact = batch.seq_lens_cpu_upper_bound[:n]
-        windowed = torch.empty_like(exact)
-        window_seq_lens(exact, window.spec, skip_out=torch.empty_like(exact), out=windowed,
-                        query_lens=query_lens_cpu.to(exact.dtype))  # fmt: skip
+        windowed = _window_exact(window, batch.seq_lens_cpu_upper_bound[:n], query_lens_cpu)
         bound[prefilling] = windowed[prefilling]
     changes: dict[str, Any] = {"seq_lens": window.seq_lens[:n], "seq_lens_cpu_upper_bound": bound}
     fields = {f.name for f in dataclasses.fields(batch)}
@@ -487,10 +484,7 @@ def windowed_prefill_metadata(speculator: Any, window: Mrv2DraftWindow, batch: A
         # vllm-ascend's exact host mirror of the target's lengths, which its kernel takes
         # as the exact lengths: windowed by the device's arithmetic (the mirror is exact).
         exact = torch.from_numpy(np.ascontiguousarray(seq_lens_np[:n], dtype=np.int32))
-        windowed = torch.empty_like(exact)
-        window_seq_lens(exact, window.spec, skip_out=torch.empty_like(exact), out=windowed,
-                        query_lens=query_lens_cpu.to(exact.dtype))  # fmt: skip
-        changes["seq_lens_np"] = windowed.numpy()
+        changes["seq_lens_np"] = _window_exact(window, exact, query_lens_cpu).numpy()
     windowed_batch = dataclasses.replace(batch, **changes)
     block_tables = tuple(t[:n] for t in window.block_tables.input_block_tables)
     model_state = speculator.model_state
@@ -518,6 +512,14 @@ def windowed_prefill_metadata(speculator: Any, window: Mrv2DraftWindow, batch: A
         # The prefill's metadata holds the wide tables; everything else (decode builds, a
         # graph capture's dummy tables) reads the per-step ones.
         window.block_tables.windows = window.windows
+
+
+def _window_exact(window: Mrv2DraftWindow, exact: torch.Tensor, query_lens: torch.Tensor):
+    """Exact host lengths of a multi-token pass, windowed by the device's arithmetic."""
+    windowed = torch.empty_like(exact)
+    window_seq_lens(exact, window.spec, skip_out=torch.empty_like(exact), out=windowed,
+                    query_lens=query_lens.to(exact.dtype))  # fmt: skip
+    return windowed
 
 
 def _ar_capture(original: Callable) -> Callable:
