@@ -588,9 +588,15 @@ def _fia_params(original: Callable) -> Callable:
                 f"metadata; the window runs the draft prefill without FULL graphs. Remove "
                 f"{KEY}, or report the path."
             )
+        # vllm-ascend hands every layer of a step the same list: window each list once (the
+        # entry keeps the list alive, so its id is not reused meanwhile).
+        windowed: dict[int, tuple[list[int], list[int]]] = {}
         for param in params:
-            told = torch.tensor(param["actual_seq_lengths_kv"], dtype=torch.int32)
-            param["actual_seq_lengths_kv"] = window.window_host_lengths(told).tolist()
+            told = param["actual_seq_lengths_kv"]
+            if id(told) not in windowed:
+                lengths = torch.tensor(told, dtype=torch.int32)
+                windowed[id(told)] = (told, window.window_host_lengths(lengths).tolist())
+            param["actual_seq_lengths_kv"] = windowed[id(told)][1]
         return params
 
     return build_fia_params

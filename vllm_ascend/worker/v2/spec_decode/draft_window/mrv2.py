@@ -152,8 +152,7 @@ class Mrv2DraftWindow:
         # device tensor of the target's lengths; None where the kernel reads the draft's.
         self.told_source: torch.Tensor | None = None
         self.max_model_len = 0
-        # [max_num_reqs] int32: the told lengths of the pass in progress, then windowed.
-        self.told_lens = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
+        # [max_num_reqs] int32: the told lengths of the pass in progress, windowed in place.
         self.told_windowed = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
         # Whether the kernel takes the builder's host bound plus the step as the exact
         # length (vllm-ascend's DSpark on GLM-family targets): then that told length is
@@ -264,11 +263,10 @@ class Mrv2DraftWindow:
             )
         else:
             assert self.told_source is not None and query_lens is None
-            told = self.told_lens[:n]
+            told = self.told_windowed[:n]
             torch.add(self.told_source[:n], told_step, out=told)
             told.clamp_(max=self.max_model_len)
-            window_seq_lens(told, self.spec, skip_out=self.window_skip[:n],
-                            out=self.told_windowed[:n])  # fmt: skip
+            window_seq_lens(told, self.spec, skip_out=self.window_skip[:n], out=told)
             torch.sub(source[:n], self.window_skip[:n], out=self.seq_lens[:n])
             # The table covers what the kernel is told to read.
             read_lens = self.told_windowed
