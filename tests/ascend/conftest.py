@@ -13,14 +13,33 @@ from importlib.metadata import entry_points
 
 import pytest
 
+# First, before anything imports vLLM (vllm-ascend's package __init__ files do): vLLM's and
+# vllm-ascend's Triton kernels run under Triton's interpreter, set up as
+# ``draft_window.cpu.use_triton_interpreter`` does for the 0.33 tests.
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
 if type(sys.modules.get("torch_npu")).__name__ != "StandIn":
     raise pytest.UsageError("tests/ascend runs in .venv-030 (an Ascend host without an NPU): "
                             "use `make test`")  # fmt: skip
 
 os.environ["VLLM_PLUGINS"] = ",".join(p.name for p in entry_points(group="vllm.general_plugins"))
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.shims import apply_cpu_shims
+from vllm.triton_utils import HAS_TRITON
 
+import vllm_ascend.ops.triton.triton_utils as ascend_triton
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.shims import (
+    apply_cpu_shims,
+)
+
+if not HAS_TRITON:
+    raise pytest.UsageError(
+        "tests/ascend run vLLM's and vllm-ascend's Triton kernels under Triton's interpreter: "
+        "install triton (make setup does) and leave CUDA_VISIBLE_DEVICES empty"
+    )
+# Stand-in for what triton-ascend's NPU driver reports (get_device_properties), which
+# vllm-ascend's kernel launchers size their grids by: an A2 (910B) device's cores.
+ascend_triton._NUM_AICORE, ascend_triton._NUM_VECTORCORE = 24, 48
 apply_cpu_shims()
 
 TINY_LLAMA = {
@@ -97,11 +116,6 @@ def registered(loaded_plugins):
 
 @pytest.fixture
 def model_runner_v2(monkeypatch):
-    """VLLM_USE_V2_MODEL_RUNNER=1. vLLM 0.30's config refuses Model Runner V2 without Triton;
-    an Ascend host has triton-ascend, this CPU environment has none (vllm-ascend's Triton
-    helpers need triton-ascend's ops), so the requirement is set as met for config
-    validation only."""
-    import vllm.config.vllm
-
+    """VLLM_USE_V2_MODEL_RUNNER=1 (vLLM 0.30's config takes it: Triton is on here, under
+    its interpreter, as triton-ascend is on an Ascend host)."""
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
-    monkeypatch.setattr(vllm.config.vllm, "HAS_TRITON", True)

@@ -22,6 +22,11 @@ NPU_ONLY_MODULES = (
     "mooncake", "mooncake.engine",
 )  # fmt: skip
 
+# triton-ascend's CANN extension ops that vllm-ascend resolves when it imports its Triton
+# helpers (``vllm_ascend/ops/triton/triton_utils.py``); upstream Triton has none. No kernel
+# on the draft path uses them, so each stand-in raises if a kernel ever calls it.
+TRITON_ASCEND_OPS = ("insert_slice", "extract_slice", "get_element")
+
 
 class StandIn(types.ModuleType):
     """A module whose every public attribute is a MagicMock, made on first use."""
@@ -46,9 +51,24 @@ def _module(name: str, **attrs) -> types.ModuleType:
     return module
 
 
+def _triton_ascend_op(name: str):
+    def op(*args, **kwargs):
+        raise NotImplementedError(f"triton-ascend's {name} has no stand-in on CPU")
+
+    op.__name__ = name
+    return op
+
+
 def install() -> None:
     for name in NPU_ONLY_MODULES:
         _module(name)
+    cann = types.ModuleType("triton.language.extra.cann")
+    cann.__path__ = []
+    extension = types.ModuleType("triton.language.extra.cann.extension")
+    extension.__dict__.update({name: _triton_ascend_op(name) for name in TRITON_ASCEND_OPS})
+    cann.extension = extension
+    sys.modules[cann.__name__] = cann
+    sys.modules[extension.__name__] = extension
     import torch
 
     with contextlib.suppress(RuntimeError):  # already renamed

@@ -19,13 +19,21 @@ import pytest
 import torch
 from vllm.config.compilation import CUDAGraphMode
 from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
-from wiring import HEAD_SIZE, MAX_MODEL_LEN, NUM_KV_HEADS, eagle_config, eagle_speculator
+from wiring import (
+    HEAD_SIZE,
+    MAX_MODEL_LEN,
+    NUM_KV_HEADS,
+    eagle_config,
+    eagle_speculator,
+    load_tables,
+)
 
 from vllm_ascend.worker.v2.attn_utils import build_attn_metadata_wrapper
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
     PagedKVCache,
     dense_attention,
     positions_read,
+    unified_attention_read,
 )
 
 pytestmark = pytest.mark.usefixtures("registered")
@@ -78,10 +86,7 @@ def setup_decode(model_dir, method, block_size, num_spec, additional=None, seed=
         count = -(-e // block_size)
         block_ids.append([int(x) for x in pool[used : used + count]])
         used += count
-    table = s.block_tables.input_block_tables[0]
-    table.zero_()
-    for i, ids in enumerate(block_ids):
-        table[i, : len(ids)] = torch.tensor(ids, dtype=torch.int32)
+    load_tables(s, block_ids, MAX_NUM_REQS, rng)
     gen = torch.Generator().manual_seed(seed)
     cache = PagedKVCache(used + 1, block_size, NUM_KV_HEADS, HEAD_SIZE)
     k, v = [], []
@@ -100,12 +105,30 @@ def setup_decode(model_dir, method, block_size, num_spec, additional=None, seed=
 
 
 def at_step(d: Decode, step: int) -> None:
-    """The draft's own lengths at a decode step, as vLLM's prepare/update kernels leave
-    them: after the last accepted token, one more per step; padded rows zero."""
-    n = len(TARGET_LENS)
-    lens = d.s.input_buffers.seq_lens
-    lens.zero_()
-    lens[:n] = torch.clamp(d.target - d.rejected + step, max=MAX_MODEL_LEN)
+    """The draft's own inputs at a decode step, written by vLLM's own kernels (under Triton's
+    interpreter): ``prepare_decode_inputs`` after the prefill (which leaves each position at
+    the last accepted token), then ``update_draft_inputs`` after each earlier step (zero
+    tokens and hidden states stand in for the draft forward's output)."""
+    from vllm.v1.worker.gpu.spec_decode.autoregressive.speculator import (
+        prepare_decode_inputs,
+        update_draft_inputs,
+    )
+
+    s, n, m = d.s, len(TARGET_LENS), MAX_NUM_REQS
+    num_spec, ib = s.num_speculative_steps, s.input_buffers
+    ib.positions[:n] = (d.target - d.rejected - 1).long()
+    prepare_decode_inputs(torch.zeros(n, num_spec, dtype=torch.int64), d.target, d.rejected, ib,
+                          torch.zeros(m, dtype=torch.int64), MAX_MODEL_LEN, m)  # fmt: skip
+    for done in range(1, step):
+        update_draft_inputs(
+            torch.zeros(n, dtype=torch.int64), torch.tensor([done], dtype=torch.int32),
+            torch.zeros(n, 4), torch.zeros(n, num_spec, dtype=torch.int64), torch.zeros(m, 4),
+            ib, torch.zeros(m, dtype=torch.int64), n, MAX_MODEL_LEN, num_spec,
+        )  # fmt: skip
+    # The kernels' lengths: after the last accepted token, one more per step (a check of
+    # this setup, not of the window).
+    expected = torch.clamp(d.target - d.rejected + step, max=MAX_MODEL_LEN)
+    assert torch.equal(ib.seq_lens[:n], expected) and not ib.seq_lens[n:].any()
 
 
 def build(d: Decode, step: int, cg_mode=CUDAGraphMode.NONE, num_reqs_padded=None):
@@ -127,6 +150,7 @@ def assert_fia_reads_the_window_of_the_told_length(d: Decode, step, told_lens, t
     window = d.s.draft_window
     spec = window.spec
     n = len(TARGET_LENS)
+    queries, expected_reads = [], []
     for i, target in enumerate(TARGET_LENS):
         told = min(target + step, MAX_MODEL_LEN)
         read = int(told_lens[i])
@@ -134,13 +158,21 @@ def assert_fia_reads_the_window_of_the_told_length(d: Decode, step, told_lens, t
         assert start % spec.alignment == 0
         assert min(told, W) <= read <= spec.max_read_len
         q = d.k[i][told - 1 : told] * 0.5
+        expected = dense_attention(q, d.k[i], d.v[i], start, told)
         got, touched = d.cache.read(q, table[i], read)
-        torch.testing.assert_close(got, dense_attention(q, d.k[i], d.v[i], start, told))
+        torch.testing.assert_close(got, expected)
         assert touched == {d.block_ids[i][p // d.block_size] for p in kept.tolist()}
+        queries.append(q)
+        expected_reads.append(expected)
         # The draft's own (device) length, windowed from the same start.
         own = min(target - int(d.rejected[i]) + step, MAX_MODEL_LEN)
         assert int(window.seq_lens[i]) == own - start
     assert not any(told_lens[n:])
+    # The same inputs through vLLM's Triton paged attention kernel (under the interpreter).
+    lens = torch.tensor(told_lens[:n], dtype=torch.int32)
+    for got, expected in zip(unified_attention_read(d.cache, queries, table, lens),
+                             expected_reads, strict=True):  # fmt: skip
+        torch.testing.assert_close(got.double(), expected, atol=2e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("method", ["eagle", "eagle3"])
@@ -304,9 +336,9 @@ def test_the_decode_capture_records_the_windows_buffers_at_every_step(model_dir,
     """vllm-ascend's EAGLE capture (its own `capture`, without super(), through its own
     `AutoRegressiveAclGraphManager.capture`) prepares the capture inputs and runs vLLM's real
     `_multi_step_decode`: every step's build must record the window's persistent buffers.
-    Stand-ins, as CPU has no graphs, no Triton and no draft weights: the graph capture runs
-    the forward once, the slot-mapping kernel returns vLLM's slot buffer, the draft forward
-    keeps the metadata it is handed, and the prefill graph manager captures nothing."""
+    Stand-ins, as CPU has no graphs and no draft weights: the graph capture runs the forward
+    once, the draft forward keeps the metadata it is handed, and the prefill graph manager
+    captures nothing; the slot mappings are vllm-ascend's own kernel's (interpreted)."""
     from types import SimpleNamespace
 
     from vllm.v1.worker.gpu.cudagraph_utils import CudaGraphManager
@@ -348,8 +380,6 @@ def test_the_decode_capture_records_the_windows_buffers_at_every_step(model_dir,
 
     monkeypatch.setattr(CudaGraphManager, "capture", capture_on_cpu)
     monkeypatch.setattr(aclgraph, "prepare_inputs_to_capture", prepare_inputs_to_capture)
-    monkeypatch.setattr(s.block_tables, "compute_slot_mappings",
-                        lambda *args, **kwargs: s.block_tables.slot_mappings)  # fmt: skip
     monkeypatch.setattr(s, "_generate_draft", generate_draft)
     s.capture()
     assert handed["input_buffers"] is window.input_buffers
@@ -481,13 +511,10 @@ def test_a_build_handed_vllm_ascends_unwindowed_host_mirror_is_stopped(model_dir
 
 
 @pytest.mark.parametrize("block_size", [16, 128])
-def test_the_one_launch_refresh_gives_fia_the_same_inputs_at_every_step(block_size, model_dir,
-                                                                        monkeypatch):  # fmt: skip
-    """The window's own Triton kernel (under Triton's interpreter; vLLM's Triton stays off
-    here, as vllm-ascend's helpers need triton-ascend) through vllm-ascend's real EAGLE
-    decode: every step's FIA inputs equal the torch path's and read exactly the window of
-    the told length."""
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+def test_the_one_launch_refresh_gives_fia_the_same_inputs_at_every_step(block_size, model_dir):
+    """The window's own Triton kernel (under Triton's interpreter) through vllm-ascend's real
+    EAGLE decode: every step's FIA inputs equal the torch path's and read exactly the window
+    of the told length."""
     num_spec = 4
     plain = setup_decode(model_dir, "eagle3", block_size, num_spec)
     d = setup_decode(model_dir, "eagle3", block_size, num_spec)

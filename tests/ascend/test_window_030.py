@@ -27,6 +27,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
     PagedKVCache,
     dense_attention,
     positions_read,
+    unified_attention_read,
 )
 
 pytestmark = pytest.mark.usefixtures("registered")
@@ -72,6 +73,7 @@ def assert_fia_reads_exactly_the_window(s, batch, seq_lens_list, block_tables):
     gen = torch.Generator().manual_seed(0)
     b = batch.block_size
     cache = PagedKVCache(MAX_NUM_REQS * (MAX_MODEL_LEN // b + 1) + 1, b, NUM_KV_HEADS, HEAD_SIZE)
+    queries, expected_reads = [], []
     for i, length in enumerate(batch.seq_lens):
         k = torch.randn(length, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64)
         v = torch.randn(length, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64)
@@ -82,10 +84,23 @@ def assert_fia_reads_exactly_the_window(s, batch, seq_lens_list, block_tables):
         assert start % window.spec.alignment == 0
         assert min(length, W) <= read_len <= window.spec.max_read_len
         q = k[length - Q : length] * 0.5
+        expected = dense_attention(q, k, v, start, length)
         got, touched = cache.read(q, block_tables[i], read_len)
-        torch.testing.assert_close(got, dense_attention(q, k, v, start, length))
+        torch.testing.assert_close(got, expected)
         assert touched == {batch.block_ids[i][p // b] for p in kept.tolist()}
+        queries.append(q)
+        expected_reads.append(expected)
+        # The query's KV writes (vllm-ascend's prepare kernel) stay at absolute positions.
+        pos = torch.arange(length - Q, length)
+        slots = s.block_tables.slot_mappings[0][i * Q : (i + 1) * Q]
+        ids = torch.tensor(batch.block_ids[i])[pos // b]
+        assert torch.equal(slots.long(), ids * b + pos % b)
     assert not any(seq_lens_list[len(batch.seq_lens) : batch.num_reqs_padded])
+    # The same inputs through vLLM's Triton paged attention kernel (under the interpreter).
+    lens = torch.tensor(seq_lens_list[: len(queries)], dtype=torch.int32)
+    for got, expected in zip(unified_attention_read(cache, queries, block_tables, lens),
+                             expected_reads, strict=True):  # fmt: skip
+        torch.testing.assert_close(got.double(), expected, atol=2e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("method", ["dflash", "dflash2", "dspark"])

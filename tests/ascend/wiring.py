@@ -25,7 +25,6 @@ from vllm.v1.kv_cache_interface import (
 from vllm.v1.worker.gpu.input_batch import InputBuffers
 from vllm.v1.worker.utils import AttentionGroup
 
-import vllm_ascend.worker.v2.block_table as ascend_block_table
 from vllm_ascend.attention.attention_v1 import AscendAttentionBackend
 from vllm_ascend.attention.mla_v1 import AscendMLABackend
 from vllm_ascend.worker.v2.block_table import AscendBlockTables
@@ -45,10 +44,6 @@ CLASSES = {"dflash": AscendDFlashSpeculator, "dflash2": AscendDFlash2Speculator,
            "dspark": AscendDSparkSpeculator}  # fmt: skip
 METHODS = {"dflash2": "dflash"}
 
-# AscendBlockTables sizes its gather with triton.next_power_of_2; no Triton here (the
-# CPU environment has none: vllm-ascend's Triton helpers need triton-ascend).
-if getattr(ascend_block_table.triton, "next_power_of_2", None) is None:
-    ascend_block_table.triton.next_power_of_2 = lambda n: 1 << (int(n) - 1).bit_length()
 # The GQA builder pins its host copies; a CPU-only torch has no pinned memory.
 torch.Tensor.pin_memory = lambda self, *args, **kwargs: self
 
@@ -163,22 +158,75 @@ def speculator(config, method: str, block_size: int, max_num_reqs: int,
     return s
 
 
-def fill(s, batch: Batch) -> None:
-    """The draft's lengths (DFlash's seq_lens count the query stretch) and the gathered
-    tables, padded rows zero."""
-    n = len(batch.seq_lens)
-    s.input_buffers.seq_lens.zero_()
-    s.input_buffers.seq_lens[:n] = torch.tensor(batch.seq_lens, dtype=torch.int32)
-    s.input_buffers.query_start_loc.copy_(
-        (torch.arange(s.max_num_reqs + 1) * Q).clamp(max=n * Q).to(torch.int32)
-    )
-    for table in s.block_tables.input_block_tables:
-        table.zero_()
-        for i, ids in enumerate(batch.block_ids):
-            table[i, : len(ids)] = torch.tensor(ids, dtype=torch.int32)
-    s.input_batch = InputBatchSeen(
-        n, torch.tensor([length - Q for length in batch.seq_lens], dtype=torch.int32)
-    )
+@dataclass
+class TargetStep:
+    """The fields of the target's InputBatch that vllm-ascend's ``prepare_dflash_inputs``
+    reads: a verify step of ``Q`` tokens per request."""
+
+    num_reqs: int
+    num_scheduled_tokens: np.ndarray
+    positions: torch.Tensor
+    query_start_loc: torch.Tensor
+    idx_mapping: torch.Tensor
+
+
+def load_tables(s, block_ids: list[list[int]], num_reqs_padded: int,
+                rng: np.random.Generator) -> torch.Tensor:  # fmt: skip
+    """Each request's block ids in a random request-state row of the persistent table (what
+    vLLM's staged writes leave there; the host staging itself is not run), then vLLM's own
+    ``gather_block_tables`` kernel into the input table the builders read, over stale
+    entries of an earlier step (padded rows zeroed). Returns ``idx_mapping``."""
+    n = len(block_ids)
+    idx_mapping = torch.from_numpy(rng.permutation(s.max_num_reqs)[:n].astype(np.int32))
+    bt = s.block_tables
+    for g, table in enumerate(bt.block_tables):
+        table.gpu.zero_()
+        bt.num_blocks.np[g] = 0
+        for i, ids in enumerate(block_ids):
+            table.gpu[int(idx_mapping[i]), : len(ids)] = torch.tensor(ids, dtype=torch.int32)
+            bt.num_blocks.np[g, int(idx_mapping[i])] = len(ids)
+    bt.num_blocks.copy_to_uva()
+    for table in bt.input_block_tables:
+        table.copy_(torch.from_numpy(rng.integers(1, 1 << 20, tuple(table.shape), np.int32)))
+    bt.gather_block_tables(idx_mapping, num_reqs_padded)
+    return idx_mapping
+
+
+def fill(s, batch: Batch, seed: int = 0) -> TargetStep:
+    """A draft step's inputs as the real kernels write them: the tables (``load_tables``),
+    then vllm-ascend's own ``prepare_dflash_inputs`` (what its DFlash and DSpark run), from a
+    target verify step with rejected tokens chosen so that each draft length (counting the
+    query stretch) is ``batch.seq_lens[i]``: lengths, query layout, positions and the query
+    slot mappings; padded rows zero. The host bound is the exact accepted length."""
+    from vllm_ascend.worker.v2.spec_decode.dflash.speculator import prepare_dflash_inputs
+
+    rng = np.random.default_rng(seed)
+    n, m = len(batch.seq_lens), s.max_num_reqs
+    idx_mapping = load_tables(s, batch.block_ids, batch.num_reqs_padded, rng)
+    accepted = np.asarray(batch.seq_lens) - Q  # through the last accepted token
+    # A request's verify step ends with its rejected tokens: at least one token is accepted.
+    rejected = np.array([rng.integers(max(0, Q - a), Q) for a in accepted])
+    first = accepted + rejected - Q
+    positions = np.concatenate([np.arange(f, f + Q) for f in first])
+    i32 = lambda x: torch.from_numpy(np.asarray(x, dtype=np.int32))  # noqa: E731
+    target = TargetStep(n, np.full(n, Q, dtype=np.int32),
+                        torch.from_numpy(positions.astype(np.int64)),
+                        i32(np.arange(n + 1) * Q), idx_mapping)  # fmt: skip
+    tokens = s.max_num_tokens
+    prepare_dflash_inputs(
+        s.input_buffers, s.block_tables.slot_mappings[0], torch.zeros(tokens, dtype=torch.int64),
+        torch.zeros(tokens, dtype=torch.int64), torch.zeros(m * NUM_SPEC, dtype=torch.int64),
+        torch.zeros(m * NUM_SPEC, dtype=torch.int64), torch.zeros(m * NUM_SPEC, dtype=torch.int32),
+        torch.zeros(m), torch.zeros(m, dtype=torch.int64), target, i32(Q - rejected),
+        i32(rejected), torch.zeros(m, dtype=torch.int64), torch.zeros(m, dtype=torch.int64),
+        torch.zeros(m), torch.zeros(m, dtype=torch.int64), s.block_tables.input_block_tables[0],
+        batch.block_size, 0, 1, 1, 0, Q, NUM_SPEC, m, tokens, MAX_MODEL_LEN,
+        kv_cache_block_size=batch.block_size,
+    )  # fmt: skip
+    # The kernel's lengths are the batch's (a check of this setup, not of the window).
+    assert s.input_buffers.seq_lens[:n].tolist() == list(batch.seq_lens)
+    s.input_batch = InputBatchSeen(n, torch.tensor(accepted, dtype=torch.int32))
+    return target
 
 
 def make_batch(seq_lens: list[int], block_size: int, num_reqs_padded: int, seed: int = 0):
