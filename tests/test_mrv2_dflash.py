@@ -19,6 +19,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import (
     fill_query_inputs,
     fill_slot_mappings,
     make_mrv2_batch,
+    prepare_dflash_step,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
     PagedKVCache,
@@ -66,15 +67,20 @@ pytestmark = pytest.mark.usefixtures("window_hooks")
 
 
 def make_batch(layouts, seq_lens=SEQ_LENS, num_reqs_padded=None, seed=0) -> Mrv2Batch:
-    return make_mrv2_batch(
+    """A DFlash step: the tables gathered, then DFlash's own input prep after a target verify
+    step with rejected tokens (vLLM's kernels, interpreted)."""
+    rng = np.random.default_rng(seed)
+    batch = make_mrv2_batch(
         block_sizes=[layout.block_size for layout in layouts],
         seq_lens=seq_lens,
         num_query_per_req=Q,
         num_reqs_padded=num_reqs_padded or len(seq_lens),
         max_num_reqs=MAX_NUM_REQS,
         max_model_len=MAX_MODEL_LEN,
-        rng=np.random.default_rng(seed),
+        rng=rng,
     )
+    prepare_dflash_step(batch, NUM_SPEC, rng)
+    return batch
 
 
 def wire(method, layouts, batch, model_dir, monkeypatch, additional_config=None,
@@ -277,7 +283,7 @@ def test_persistent_buffers_are_reused_across_steps(sinks, model_dir, monkeypatc
     wired = wire("dflash", layouts, batch, model_dir, monkeypatch, sinks=sinks)
     first = build(wired, CUDAGraphMode.FULL)
     # A later step: other lengths and fewer requests, written into the same buffers.
-    later = make_batch(layouts, seq_lens=[700, 64, 3, 150], num_reqs_padded=5, seed=5)
+    later = make_batch(layouts, seq_lens=[700, 64, 5, 150], num_reqs_padded=5, seed=5)
     move_batch_into(later, batch)
     second = build(wired, CUDAGraphMode.FULL)
     for name in first:

@@ -1,8 +1,10 @@
-"""Real vLLM 0.33.0 MRV2 buffers on CPU, filled the way its Triton kernels fill them.
+"""Real vLLM 0.33.0 MRV2 buffers on CPU, written by vLLM's own Triton kernels.
 
-Triton does not run on CPU, so `BlockTables.apply_staged_writes`, `gather_block_tables`,
-`compute_slot_mappings` and the speculators' prep kernels cannot be called here; each
-`fill_*` function below writes what the named kernel writes, and nothing else.
+The kernels (the block-table gather, the slot mappings, the target runner's positions and
+lengths, DFlash's input prep) run under Triton's interpreter
+(``use_triton_interpreter``). Only the host-side staging of the per-request tables is
+written directly (``fill_persistent_block_tables``): the window reads the tables it
+produces, not the staging.
 """
 
 from dataclasses import dataclass
@@ -129,21 +131,76 @@ def fill_input_block_tables(batch: Mrv2Batch) -> None:
 
 
 def fill_query_inputs(batch: Mrv2Batch, input_buffers=None) -> None:
-    """Lengths and query layout as `_prepare_dflash_inputs_kernel` writes them for DFlash
-    (and the target runner for its verify batch): each request's query is its last
-    `query_lens[i]` positions, `seq_lens` counts them, padded rows get `seq_lens = 0` and
-    an empty query. Still an emulation: the real kernels
-    need a whole target step (sampled and rejected tokens, sampling state, the target's
-    input batch), of which the window reads only these lengths."""
+    """Lengths and query layout of a batch whose ``seq_lens`` count each request's query (the
+    target's verify batch; DFlash's lengths have the same layout): ``query_start_loc`` as
+    the model runner writes it from the host (padded rows empty), then the target runner's
+    own ``_prepare_pos_seq_lens_kernel`` (``prepare_pos_seq_lens``) from each request's
+    computed tokens: positions and ``seq_lens``, every row past the batch zero. Runs under
+    Triton's interpreter on CPU."""
+    from vllm.v1.worker.gpu.input_batch import prepare_pos_seq_lens
+
     ib = input_buffers or batch.input_buffers
     n, n_pad = batch.num_reqs, batch.num_reqs_padded
     qsl = torch.from_numpy(batch.query_start_loc_np)
-    ib.seq_lens[:n] = torch.from_numpy(batch.seq_lens.astype(np.int32))
-    ib.seq_lens[n:n_pad] = 0
     ib.query_start_loc[: n + 1] = qsl
     ib.query_start_loc[n + 1 : n_pad + 1] = int(qsl[-1])
-    for i, (length, q) in enumerate(zip(batch.seq_lens.tolist(), batch.query_lens, strict=True)):
-        ib.positions[int(qsl[i]) : int(qsl[i]) + q] = torch.arange(length - q, length)
+    idx_mapping = torch.from_numpy(batch.idx_mapping.astype(np.int32))
+    num_computed = torch.zeros(ib.seq_lens.shape[0], dtype=torch.int32)
+    num_computed[idx_mapping.long()] = torch.from_numpy(
+        (batch.seq_lens - np.asarray(batch.query_lens)).astype(np.int32)
+    )
+    prepare_pos_seq_lens(idx_mapping, ib.query_start_loc[: n + 1], num_computed, ib.positions,
+                         ib.seq_lens)  # fmt: skip
+
+
+@dataclass
+class TargetVerifyStep:
+    """The fields of vLLM's ``InputBatch`` that ``prepare_dflash_inputs`` reads."""
+
+    num_reqs: int
+    num_scheduled_tokens: np.ndarray
+    positions: torch.Tensor
+    query_start_loc: torch.Tensor
+    idx_mapping: torch.Tensor
+
+
+def prepare_dflash_step(batch: Mrv2Batch, num_spec: int, rng: np.random.Generator) -> np.ndarray:
+    """DFlash's own input prep (vLLM's ``prepare_dflash_inputs``, once per draft group as its
+    ``propose`` runs it) after a target verify step of ``num_spec + 1`` tokens per request
+    with random rejected tokens, chosen so that each draft length is ``batch.seq_lens[i]``
+    (``num_spec + 1`` query tokens per request): lengths, query layout, positions and each
+    group's query slot mappings. Runs under Triton's interpreter on CPU. Returns the
+    rejected counts."""
+    from vllm.v1.worker.gpu.spec_decode.dflash.speculator import prepare_dflash_inputs
+
+    q = num_spec + 1
+    assert batch.query_lens == [q] * batch.num_reqs
+    n, m = batch.num_reqs, batch.block_tables.max_num_reqs
+    ib, bt = batch.input_buffers, batch.block_tables
+    accepted = batch.seq_lens - q  # through each request's last accepted token
+    # A verify step ends with its rejected tokens; at least one token is accepted.
+    rejected = np.array([rng.integers(max(0, q - a), q) for a in accepted], dtype=np.int32)
+    first = accepted + rejected - q
+    target = TargetVerifyStep(
+        n, np.full(n, q, dtype=np.int32),
+        torch.from_numpy(np.concatenate([np.arange(f, f + q) for f in first]).astype(np.int64)),
+        torch.from_numpy((np.arange(n + 1) * q).astype(np.int32)),
+        torch.from_numpy(batch.idx_mapping.astype(np.int32)),
+    )  # fmt: skip
+    tokens = ib.positions.shape[0]
+    i64 = lambda size: torch.zeros(size, dtype=torch.int64)  # noqa: E731
+    for g, block_size in enumerate(batch.block_sizes):
+        prepare_dflash_inputs(
+            ib, bt.slot_mappings[g], i64(tokens), i64(tokens), i64(m * num_spec),
+            i64(m * num_spec), torch.zeros(m * num_spec, dtype=torch.int32), torch.zeros(m),
+            i64(m), target, torch.from_numpy(q - rejected), torch.from_numpy(rejected), i64(m),
+            i64(m), torch.zeros(m), i64(m), bt.input_block_tables[g], block_size, 0, 1, 1, 0, q,
+            num_spec, m, tokens, batch.max_model_len,
+        )  # fmt: skip
+    # The kernel's lengths are the batch's (a check of this setup, not of the window).
+    expected = np.minimum(batch.seq_lens, batch.max_model_len)
+    assert ib.seq_lens[:n].tolist() == expected.tolist()
+    return rejected
 
 
 def fill_slot_mappings(batch: Mrv2Batch, input_buffers=None) -> None:
