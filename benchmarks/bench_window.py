@@ -180,18 +180,56 @@ def bench_launches(mrv1, rounds: int, iters: int) -> list[dict]:
             t_ours, t_theirs = interleaved(ours, theirs, rounds, iters)
             mrv1_launches = launches(theirs, host=(bound,))
             torch_launches = launches(ours, host=(bound, window.seq_lens_cpu_upper_bound))
-            rows.append({
+            row = {
                 "method": method, "k": k, "batch": batch, "mrv1": mrv1_launches,
                 "torch": torch_launches, "fused": refreshes, "mrv1_us": t_theirs,
                 "torch_us": t_ours,
-            })  # fmt: skip
+            }  # fmt: skip
+            if k:
+                row.update(fixed_start_cost(k, batch, w, seq_lens, table, bound, qsl, ours,
+                                            rounds, iters))  # fmt: skip
+            rows.append(row)
             print(
                 f"  {method:>13} K {k or '-':>1} batch {batch:>4}: launches MRV1 {mrv1_launches}"
                 f"  torch {torch_launches}  fused {refreshes};  CPU us MRV1 {t_theirs:7.1f}"
-                f"  torch {t_ours:7.1f}",
+                f"  torch {t_ours:7.1f}"
+                + (f";  fixed start: torch {row['fixed_torch']} launches {row['fixed_us']:7.1f}"
+                   f" us, fused {row['fixed_fused']}" if k else ""),
                 flush=True,
-            )
+            )  # fmt: skip
     return rows
+
+
+def fixed_start_cost(k, batch, w, seq_lens, table, bound, qsl, per_step, rounds, iters):
+    """The alternative for EAGLE: one window start per propose. The first decode step
+    refreshes with a future offset of the K - 2 later steps (its table then covers their
+    tokens, as section 3's future offset does), and each later step only advances the
+    windowed length by what vLLM's ``update_draft_inputs`` added to the draft's own (one
+    ``sub``: the window's length buffer is its own, not vLLM's); reads grow by up to K - 2
+    tokens. Counted and timed beside the per-step refresh (``per_step``)."""
+    base_ib = SimpleNamespace(seq_lens=seq_lens)
+    base_bt = SimpleNamespace(block_sizes=[BLOCK_SIZE], input_block_tables=[table])
+    cpu = torch.device("cpu")
+    # The draft prefill is windowed for itself, as in the per-step path.
+    prefill = Mrv2DraftWindow(w, 0, base_ib, base_bt, [0], batch, cpu, max_chunk_len=4)
+    window = Mrv2DraftWindow(w, max(k - 2, 0), base_ib, base_bt, [0], batch, cpu)
+
+    def fixed(window=window):
+        prefill.refresh(batch, seq_lens=seq_lens, query_start_loc=qsl)
+        mrv2_step(window, bound, batch)
+        for _ in range(k - 2):
+            torch.sub(seq_lens, window.window_skip[:batch], out=window.seq_lens[:batch])
+            window.host_upper_bound(bound, batch, 0)
+
+    t_fixed, _ = interleaved(fixed, per_step, rounds, iters)
+    return {
+        "fixed_torch": launches(
+            fixed, host=(bound, window.seq_lens_cpu_upper_bound, prefill.seq_lens_cpu_upper_bound)
+        ),
+        # The prefill's and the first decode step's refreshes, then one launch per step.
+        "fixed_fused": 2 + (k - 2),
+        "fixed_us": t_fixed,
+    }
 
 
 def bench_step_cost(mrv1, rounds: int, iters: int) -> list[dict]:
@@ -445,6 +483,32 @@ def launch_lines(rows: list[dict]) -> list[str]:
         "what keeps every step's table and length describing the same tokens (MRV1's "
         "needed-columns defect) and what vllm-ascend's FULL graphs record per step. Below "
         "0.1x would need the refresh fused into vLLM's own per-step kernels.",
+        "",
+        "EAGLE, one window start per propose instead of one per step (the first decode step "
+        "refreshes with a future offset of the K - 2 later steps, whose table then covers "
+        "their tokens; each later step only writes the window's length, `own - skip`, one "
+        "launch; reads grow by up to K - 2 tokens), counted and timed beside the per-step "
+        "refresh:",
+        "",
+        "| K | batch | torch launches per step / fixed | fused launches per step / fixed "
+        "| torch us per step / fixed |",
+        "|---:|---:|---:|---:|---:|",
+        *[
+            f"| {r['k']} | {r['batch']} | {r['torch']} / {r['fixed_torch']} | "
+            f"{r['fused']} / {r['fixed_fused']} | {r['torch_us']:.1f} / {r['fixed_us']:.1f} |"
+            for r in eagle
+        ],
+        "",
+        "- A fixed start is not offered: on a device the window runs the fused kernel, where "
+        "it costs the same K launches (every later step still has to write the window's own "
+        "length buffer, which vLLM's `update_draft_inputs` does not advance) while each step "
+        "reads up to K - 2 more tokens and vllm-ascend's FULL graphs record every step "
+        "anyway. Only the torch path, the fallback where the kernel is not trusted, would "
+        "gain (the launches above). Fewer than K launches would need vLLM's own "
+        "`update_draft_inputs` to advance the windowed length, i.e. vLLM's own `seq_lens` "
+        "windowed in place: the window never writes vLLM's buffers (the groups it leaves "
+        "alone read them, and vLLM's `max_model_len` clamp would no longer hold for the "
+        "windowed value).",
         f"- Torch-path CPU time at batch >= 256: {min(cpu_ratios):.2f}x "
         f"to {max(cpu_ratios):.2f}x MRV1 per propose: not met "
         "(DFlash/DSpark about 0.7-0.8x with fewer launches than MRV1; EAGLE pays K refreshes "
