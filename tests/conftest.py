@@ -77,7 +77,7 @@ def model_dir(tmp_path_factory):
 
 
 @pytest.fixture
-def vllm_log_records(monkeypatch):
+def vllm_log_records():
     """What reaches vLLM's "vllm" logger at INFO and above, as a server configures it."""
     import logging
 
@@ -85,10 +85,13 @@ def vllm_log_records(monkeypatch):
     handler = logging.Handler()
     handler.emit = records.append
     vllm_logger = logging.getLogger("vllm")
-    monkeypatch.setattr(vllm_logger, "level", logging.INFO)
+    level = vllm_logger.level
+    # setLevel, not the attribute: it also clears the loggers' cached isEnabledFor answers.
+    vllm_logger.setLevel(logging.INFO)
     vllm_logger.addHandler(handler)
     yield records
     vllm_logger.removeHandler(handler)
+    vllm_logger.setLevel(level)
 
 
 @pytest.fixture

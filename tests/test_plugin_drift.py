@@ -80,10 +80,14 @@ def fresh_plugin_loading(monkeypatch):
 
 
 @pytest.fixture
-def debug_lines(vllm_log_records, monkeypatch):
+def debug_lines(vllm_log_records):
     """vLLM's log, with the plugin's debug lines let through."""
-    monkeypatch.setattr(logging.getLogger("vllm.draft_window"), "level", logging.DEBUG)
-    return vllm_log_records
+    logger = logging.getLogger("vllm.draft_window")
+    level = logger.level
+    # setLevel, not the attribute: it also clears the loggers' cached isEnabledFor answers.
+    logger.setLevel(logging.DEBUG)
+    yield vllm_log_records
+    logger.setLevel(level)
 
 
 def vllm_methods():

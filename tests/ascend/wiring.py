@@ -31,6 +31,7 @@ from vllm_ascend.worker.v2.block_table import AscendBlockTables
 from vllm_ascend.worker.v2.spec_decode.dflash.speculator import AscendDFlashSpeculator
 from vllm_ascend.worker.v2.spec_decode.dflash2.speculator import AscendDFlash2Speculator
 from vllm_ascend.worker.v2.spec_decode.draft_window import hooks
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import verify_step
 from vllm_ascend.worker.v2.spec_decode.dspark.speculator import AscendDSparkSpeculator
 
 CPU = torch.device("cpu")
@@ -158,75 +159,48 @@ def speculator(config, method: str, block_size: int, max_num_reqs: int,
     return s
 
 
-@dataclass
-class TargetStep:
-    """The fields of the target's InputBatch that vllm-ascend's ``prepare_dflash_inputs``
-    reads: a verify step of ``Q`` tokens per request."""
-
-    num_reqs: int
-    num_scheduled_tokens: np.ndarray
-    positions: torch.Tensor
-    query_start_loc: torch.Tensor
-    idx_mapping: torch.Tensor
-
-
 def load_tables(s, block_ids: list[list[int]], num_reqs_padded: int,
                 rng: np.random.Generator) -> torch.Tensor:  # fmt: skip
-    """Each request's block ids in a random request-state row of the persistent table (what
-    vLLM's staged writes leave there; the host staging itself is not run), then vLLM's own
+    """Each request's block ids into a random request-state row of the persistent table
+    (vLLM's own ``append_block_ids`` and ``apply_staged_writes``), then vLLM's own
     ``gather_block_tables`` kernel into the input table the builders read, over stale
     entries of an earlier step (padded rows zeroed). Returns ``idx_mapping``."""
     n = len(block_ids)
     idx_mapping = torch.from_numpy(rng.permutation(s.max_num_reqs)[:n].astype(np.int32))
     bt = s.block_tables
-    for g, table in enumerate(bt.block_tables):
-        table.gpu.zero_()
-        bt.num_blocks.np[g] = 0
-        for i, ids in enumerate(block_ids):
-            table.gpu[int(idx_mapping[i]), : len(ids)] = torch.tensor(ids, dtype=torch.int32)
-            bt.num_blocks.np[g, int(idx_mapping[i])] = len(ids)
-    bt.num_blocks.copy_to_uva()
+    for i, ids in enumerate(block_ids):
+        bt.append_block_ids(int(idx_mapping[i]), (ids,), overwrite=True)
+    bt.apply_staged_writes()
     for table in bt.input_block_tables:
         table.copy_(torch.from_numpy(rng.integers(1, 1 << 20, tuple(table.shape), np.int32)))
     bt.gather_block_tables(idx_mapping, num_reqs_padded)
     return idx_mapping
 
 
-def fill(s, batch: Batch, seed: int = 0) -> TargetStep:
+def fill(s, batch: Batch, seed: int = 0) -> None:
     """A draft step's inputs as the real kernels write them: the tables (``load_tables``),
-    then vllm-ascend's own ``prepare_dflash_inputs`` (what its DFlash and DSpark run), from a
-    target verify step with rejected tokens chosen so that each draft length (counting the
-    query stretch) is ``batch.seq_lens[i]``: lengths, query layout, positions and the query
-    slot mappings; padded rows zero. The host bound is the exact accepted length."""
+    then vllm-ascend's own ``prepare_dflash_inputs`` (what its DFlash and DSpark run) after a
+    target verify step with rejected tokens (``verify_step``): lengths counting the query
+    stretch (``batch.seq_lens``), query layout, positions and the query slot mappings;
+    padded rows zero. The host bound is the exact accepted length."""
     from vllm_ascend.worker.v2.spec_decode.dflash.speculator import prepare_dflash_inputs
 
     rng = np.random.default_rng(seed)
-    n, m = len(batch.seq_lens), s.max_num_reqs
+    n, m, tokens = len(batch.seq_lens), s.max_num_reqs, s.max_num_tokens
     idx_mapping = load_tables(s, batch.block_ids, batch.num_reqs_padded, rng)
-    accepted = np.asarray(batch.seq_lens) - Q  # through the last accepted token
-    # A request's verify step ends with its rejected tokens: at least one token is accepted.
-    rejected = np.array([rng.integers(max(0, Q - a), Q) for a in accepted])
-    first = accepted + rejected - Q
-    positions = np.concatenate([np.arange(f, f + Q) for f in first])
-    i32 = lambda x: torch.from_numpy(np.asarray(x, dtype=np.int32))  # noqa: E731
-    target = TargetStep(n, np.full(n, Q, dtype=np.int32),
-                        torch.from_numpy(positions.astype(np.int64)),
-                        i32(np.arange(n + 1) * Q), idx_mapping)  # fmt: skip
-    tokens = s.max_num_tokens
+    target, rejected = verify_step(np.asarray(batch.seq_lens), Q, idx_mapping.numpy(), rng)
+    i64 = lambda size: torch.zeros(size, dtype=torch.int64)  # noqa: E731
     prepare_dflash_inputs(
-        s.input_buffers, s.block_tables.slot_mappings[0], torch.zeros(tokens, dtype=torch.int64),
-        torch.zeros(tokens, dtype=torch.int64), torch.zeros(m * NUM_SPEC, dtype=torch.int64),
-        torch.zeros(m * NUM_SPEC, dtype=torch.int64), torch.zeros(m * NUM_SPEC, dtype=torch.int32),
-        torch.zeros(m), torch.zeros(m, dtype=torch.int64), target, i32(Q - rejected),
-        i32(rejected), torch.zeros(m, dtype=torch.int64), torch.zeros(m, dtype=torch.int64),
-        torch.zeros(m), torch.zeros(m, dtype=torch.int64), s.block_tables.input_block_tables[0],
-        batch.block_size, 0, 1, 1, 0, Q, NUM_SPEC, m, tokens, MAX_MODEL_LEN,
-        kv_cache_block_size=batch.block_size,
+        s.input_buffers, s.block_tables.slot_mappings[0], i64(tokens), i64(tokens),
+        i64(m * NUM_SPEC), i64(m * NUM_SPEC), torch.zeros(m * NUM_SPEC, dtype=torch.int32),
+        torch.zeros(m), i64(m), target, torch.from_numpy(Q - rejected),
+        torch.from_numpy(rejected), i64(m), i64(m), torch.zeros(m), i64(m),
+        s.block_tables.input_block_tables[0], batch.block_size, 0, 1, 1, 0, Q, NUM_SPEC, m,
+        tokens, MAX_MODEL_LEN, kv_cache_block_size=batch.block_size,
     )  # fmt: skip
     # The kernel's lengths are the batch's (a check of this setup, not of the window).
     assert s.input_buffers.seq_lens[:n].tolist() == list(batch.seq_lens)
-    s.input_batch = InputBatchSeen(n, torch.tensor(accepted, dtype=torch.int32))
-    return target
+    s.input_batch = InputBatchSeen(n, torch.tensor(batch.seq_lens, dtype=torch.int32) - Q)
 
 
 def make_batch(seq_lens: list[int], block_size: int, num_reqs_padded: int, seed: int = 0):

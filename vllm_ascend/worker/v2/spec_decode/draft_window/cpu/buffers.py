@@ -1,10 +1,8 @@
 """Real vLLM 0.33.0 MRV2 buffers on CPU, written by vLLM's own Triton kernels.
 
-The kernels (the block-table gather, the slot mappings, the target runner's positions and
-lengths, DFlash's input prep) run under Triton's interpreter
-(``use_triton_interpreter``). Only the host-side staging of the per-request tables is
-written directly (``fill_persistent_block_tables``): the window reads the tables it
-produces, not the staging.
+The per-request tables go through vLLM's staged writes; its kernels (the staged-write
+apply, the block-table gather, the slot mappings, the target runner's positions and
+lengths, DFlash's input prep) run under Triton's interpreter (``use_triton_interpreter``).
 """
 
 from dataclasses import dataclass
@@ -111,15 +109,14 @@ def make_mrv2_batch(
 
 
 def fill_persistent_block_tables(batch: Mrv2Batch) -> None:
-    """What `append_block_ids` + `apply_staged_writes` leave in the per-request tables
-    (host-side staging; the window reads only the resulting tables)."""
+    """Each request's block ids into its request-state row of the per-request tables, as the
+    model runner adds a request: vLLM's own ``append_block_ids`` and
+    ``apply_staged_writes``."""
     bt = batch.block_tables
-    for g, per_req in enumerate(batch.req_block_ids):
-        for i, ids in enumerate(per_req):
-            req = int(batch.idx_mapping[i])
-            bt.block_tables[g].gpu[req, : len(ids)] = torch.tensor(ids, dtype=torch.int32)
-            bt.num_blocks.np[g, req] = len(ids)
-    bt.num_blocks.copy_to_uva()
+    for i in range(batch.num_reqs):
+        ids = tuple(per_req[i] for per_req in batch.req_block_ids)
+        bt.append_block_ids(int(batch.idx_mapping[i]), ids, overwrite=True)
+    bt.apply_staged_writes()
 
 
 def fill_input_block_tables(batch: Mrv2Batch) -> None:
@@ -164,29 +161,37 @@ class TargetVerifyStep:
     idx_mapping: torch.Tensor
 
 
+def verify_step(seq_lens: np.ndarray, q: int, idx_mapping: np.ndarray,
+                rng: np.random.Generator) -> tuple[TargetVerifyStep, np.ndarray]:  # fmt: skip
+    """A target verify step of ``q`` tokens per request ending with random rejected tokens
+    (at least one token accepted), placed so that the DFlash draft after it has lengths
+    ``seq_lens`` (its ``q`` query tokens after the last accepted one). Returns the step and
+    the rejected counts."""
+    n = len(seq_lens)
+    accepted = np.asarray(seq_lens) - q  # through each request's last accepted token
+    rejected = np.array([rng.integers(max(0, q - a), q) for a in accepted], dtype=np.int32)
+    first = accepted + rejected - q
+    step = TargetVerifyStep(
+        n, np.full(n, q, dtype=np.int32),
+        torch.from_numpy(np.concatenate([np.arange(f, f + q) for f in first]).astype(np.int64)),
+        torch.from_numpy((np.arange(n + 1) * q).astype(np.int32)),
+        torch.from_numpy(np.asarray(idx_mapping, dtype=np.int32)),
+    )  # fmt: skip
+    return step, rejected
+
+
 def prepare_dflash_step(batch: Mrv2Batch, num_spec: int, rng: np.random.Generator) -> np.ndarray:
     """DFlash's own input prep (vLLM's ``prepare_dflash_inputs``, once per draft group as its
-    ``propose`` runs it) after a target verify step of ``num_spec + 1`` tokens per request
-    with random rejected tokens, chosen so that each draft length is ``batch.seq_lens[i]``
-    (``num_spec + 1`` query tokens per request): lengths, query layout, positions and each
-    group's query slot mappings. Runs under Triton's interpreter on CPU. Returns the
-    rejected counts."""
+    ``propose`` runs it) after a ``verify_step`` of ``num_spec + 1`` tokens per request:
+    lengths, query layout, positions and each group's query slot mappings. Runs under
+    Triton's interpreter on CPU. Returns the rejected counts."""
     from vllm.v1.worker.gpu.spec_decode.dflash.speculator import prepare_dflash_inputs
 
     q = num_spec + 1
     assert batch.query_lens == [q] * batch.num_reqs
     n, m = batch.num_reqs, batch.block_tables.max_num_reqs
     ib, bt = batch.input_buffers, batch.block_tables
-    accepted = batch.seq_lens - q  # through each request's last accepted token
-    # A verify step ends with its rejected tokens; at least one token is accepted.
-    rejected = np.array([rng.integers(max(0, q - a), q) for a in accepted], dtype=np.int32)
-    first = accepted + rejected - q
-    target = TargetVerifyStep(
-        n, np.full(n, q, dtype=np.int32),
-        torch.from_numpy(np.concatenate([np.arange(f, f + q) for f in first]).astype(np.int64)),
-        torch.from_numpy((np.arange(n + 1) * q).astype(np.int32)),
-        torch.from_numpy(batch.idx_mapping.astype(np.int32)),
-    )  # fmt: skip
+    target, rejected = verify_step(batch.seq_lens, q, batch.idx_mapping, rng)
     tokens = ib.positions.shape[0]
     i64 = lambda size: torch.zeros(size, dtype=torch.int64)  # noqa: E731
     for g, block_size in enumerate(batch.block_sizes):
