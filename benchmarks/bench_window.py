@@ -205,8 +205,9 @@ def fixed_start_cost(k, batch, w, seq_lens, table, bound, qsl, per_step, rounds,
     refreshes with a future offset of the K - 2 later steps (its table then covers their
     tokens, as section 3's future offset does), and each later step only advances the
     windowed length by what vLLM's ``update_draft_inputs`` added to the draft's own (one
-    ``sub``: the window's length buffer is its own, not vLLM's); reads grow by up to K - 2
-    tokens. Counted and timed beside the per-step refresh (``per_step``)."""
+    ``sub``: the window's length buffer is its own, not vLLM's); the earlier steps read up
+    to K - 2 tokens less than their window. Torch path counted and timed beside the
+    per-step refresh (``per_step``); the fused launches are by construction."""
     base_ib = SimpleNamespace(seq_lens=seq_lens)
     base_bt = SimpleNamespace(block_sizes=[BLOCK_SIZE], input_block_tables=[table])
     cpu = torch.device("cpu")
@@ -487,8 +488,8 @@ def launch_lines(rows: list[dict]) -> list[str]:
         "EAGLE, one window start per propose instead of one per step (the first decode step "
         "refreshes with a future offset of the K - 2 later steps, whose table then covers "
         "their tokens; each later step only writes the window's length, `own - skip`, one "
-        "launch; reads grow by up to K - 2 tokens), counted and timed beside the per-step "
-        "refresh:",
+        "launch; the earlier steps read up to K - 2 tokens less than their window), beside "
+        "the per-step refresh: torch path counted and timed, fused launches by construction:",
         "",
         "| K | batch | torch launches per step / fixed | fused launches per step / fixed "
         "| torch us per step / fixed |",
@@ -501,14 +502,13 @@ def launch_lines(rows: list[dict]) -> list[str]:
         "",
         "- A fixed start is not offered: on a device the window runs the fused kernel, where "
         "it costs the same K launches (every later step still has to write the window's own "
-        "length buffer, which vLLM's `update_draft_inputs` does not advance) while each step "
-        "reads up to K - 2 more tokens and vllm-ascend's FULL graphs record every step "
-        "anyway. Only the torch path, the fallback where the kernel is not trusted, would "
-        "gain (the launches above). Fewer than K launches would need vLLM's own "
-        "`update_draft_inputs` to advance the windowed length, i.e. vLLM's own `seq_lens` "
-        "windowed in place: the window never writes vLLM's buffers (the groups it leaves "
-        "alone read them, and vLLM's `max_model_len` clamp would no longer hold for the "
-        "windowed value).",
+        "length buffer, which vLLM's `update_draft_inputs` does not advance) while the "
+        "earlier steps lose up to K - 2 tokens of their window, and vllm-ascend's FULL graphs "
+        "record every step anyway. Only the torch path, the fallback where the kernel is not "
+        "trusted, would gain (the launches above). Fewer than K launches would need every "
+        "step's window computed ahead in one launch into per-step buffers: eager builds "
+        "could take per-step views, but a FULL decode graph replayed for every step reads "
+        "the same addresses and still needs a per-step write. Not built.",
         f"- Torch-path CPU time at batch >= 256: {min(cpu_ratios):.2f}x "
         f"to {max(cpu_ratios):.2f}x MRV1 per propose: not met "
         "(DFlash/DSpark about 0.7-0.8x with fewer launches than MRV1; EAGLE pays K refreshes "

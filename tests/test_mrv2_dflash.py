@@ -16,8 +16,6 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.cpu import capture as cpu_ca
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import (
     Mrv2Batch,
     fill_input_block_tables,
-    fill_query_inputs,
-    fill_slot_mappings,
     make_mrv2_batch,
     prepare_dflash_step,
 )
@@ -79,8 +77,12 @@ def make_batch(layouts, seq_lens=SEQ_LENS, num_reqs_padded=None, seed=0) -> Mrv2
         max_model_len=MAX_MODEL_LEN,
         rng=rng,
     )
-    prepare_dflash_step(batch, NUM_SPEC, rng)
+    prepare_dflash_step(batch, NUM_SPEC, rng, draft_groups(layouts))
     return batch
+
+
+def draft_groups(layouts) -> list[int]:
+    return [g for g, layout in enumerate(layouts) if layout.draft]
 
 
 def wire(method, layouts, batch, model_dir, monkeypatch, additional_config=None,
@@ -363,8 +365,7 @@ def test_full_graph_capture_and_in_place_update_read_the_window(sinks, model_dir
 
     # A replay step: the kernels write the real batch, then the recorded update runs.
     fill_input_block_tables(batch)
-    fill_query_inputs(batch)
-    fill_slot_mappings(batch)
+    prepare_dflash_step(batch, NUM_SPEC, np.random.default_rng(1), draft_groups(layouts))
     s._update_draft_decode_metadata(captured, MAX_NUM_REQS)
     assert_reads_exactly_the_window(wired, layouts, captured)
 

@@ -38,7 +38,7 @@ if not HAS_TRITON:
         "install triton (make setup does) and leave CUDA_VISIBLE_DEVICES empty"
     )
 # Stand-in for what triton-ascend's NPU driver reports (get_device_properties), which
-# vllm-ascend's kernel launchers size their grids by: an A2 (910B) device's cores.
+# vllm-ascend's kernel launchers size their grids by: an Atlas A2 910B1/B2's cores.
 ascend_triton._NUM_AICORE, ascend_triton._NUM_VECTORCORE = 24, 48
 apply_cpu_shims()
 

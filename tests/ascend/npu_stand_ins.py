@@ -3,7 +3,9 @@
 There is no NPU and no CANN here, so ``torch_npu`` cannot load. vllm-ascend's own unit tests
 replace it the same way (``tests/ut/conftest.py``); this is written fresh. Every attribute of a
 stand-in module is a ``MagicMock``: the tests never run an NPU kernel, they drive vllm-ascend's
-Python code (configs, plugins, speculators' metadata paths) on CPU. Installed into the test
+Python code (configs, plugins, speculators' metadata paths) and its Triton kernels (under
+Triton's interpreter) on CPU. triton-ascend's CANN extension module gets plain functions
+instead, each raising if called (``TRITON_ASCEND_OPS``). Installed into the test
 environment's site-packages by ``tools/setup_ascend030.sh`` and loaded by a ``.pth`` file in
 every Python process there (vLLM inspects models in subprocesses): .venv-030 is an Ascend
 host without an NPU.

@@ -179,10 +179,11 @@ def load_tables(s, block_ids: list[list[int]], num_reqs_padded: int,
 
 def fill(s, batch: Batch, seed: int = 0) -> None:
     """A draft step's inputs as the real kernels write them: the tables (``load_tables``),
-    then vllm-ascend's own ``prepare_dflash_inputs`` (what its DFlash and DSpark run) after a
-    target verify step with rejected tokens (``verify_step``): lengths counting the query
-    stretch (``batch.seq_lens``), query layout, positions and the query slot mappings;
-    padded rows zero. The host bound is the exact accepted length."""
+    then vllm-ascend's own ``prepare_dflash_inputs`` (the kernel its DFlash and DSpark both
+    run; its sampling outputs are not read here) after a target verify step with rejected
+    tokens (``verify_step``): lengths counting the query stretch (``batch.seq_lens``), query
+    layout, positions and the query slot mappings; padded rows zero. The host bound is the
+    exact length kept after rejection."""
     from vllm_ascend.worker.v2.spec_decode.dflash.speculator import prepare_dflash_inputs
 
     rng = np.random.default_rng(seed)

@@ -164,13 +164,15 @@ class TargetVerifyStep:
 def verify_step(seq_lens: np.ndarray, q: int, idx_mapping: np.ndarray,
                 rng: np.random.Generator) -> tuple[TargetVerifyStep, np.ndarray]:  # fmt: skip
     """A target verify step of ``q`` tokens per request ending with random rejected tokens
-    (at least one token accepted), placed so that the DFlash draft after it has lengths
-    ``seq_lens`` (its ``q`` query tokens after the last accepted one). Returns the step and
-    the rejected counts."""
+    (at least one token sampled), placed so that the DFlash draft after it has lengths
+    ``seq_lens`` (its ``q`` query tokens after the last token kept). Returns the step and
+    the rejected counts. Not drawn: a prefill chunk (nothing sampled) and a fully rejected
+    step."""
     n = len(seq_lens)
-    accepted = np.asarray(seq_lens) - q  # through each request's last accepted token
-    rejected = np.array([rng.integers(max(0, q - a), q) for a in accepted], dtype=np.int32)
-    first = accepted + rejected - q
+    kept = np.asarray(seq_lens) - q  # the target's tokens kept after rejection
+    assert (kept >= 1).all(), f"a DFlash draft length counts its {q} query tokens and more"
+    rejected = np.array([rng.integers(max(0, q - a), q) for a in kept], dtype=np.int32)
+    first = kept + rejected - q
     step = TargetVerifyStep(
         n, np.full(n, q, dtype=np.int32),
         torch.from_numpy(np.concatenate([np.arange(f, f + q) for f in first]).astype(np.int64)),
@@ -180,11 +182,12 @@ def verify_step(seq_lens: np.ndarray, q: int, idx_mapping: np.ndarray,
     return step, rejected
 
 
-def prepare_dflash_step(batch: Mrv2Batch, num_spec: int, rng: np.random.Generator) -> np.ndarray:
-    """DFlash's own input prep (vLLM's ``prepare_dflash_inputs``, once per draft group as its
-    ``propose`` runs it) after a ``verify_step`` of ``num_spec + 1`` tokens per request:
-    lengths, query layout, positions and each group's query slot mappings. Runs under
-    Triton's interpreter on CPU. Returns the rejected counts."""
+def prepare_dflash_step(batch: Mrv2Batch, num_spec: int, rng: np.random.Generator,
+                        draft_group_ids: list[int]) -> None:  # fmt: skip
+    """DFlash's own input prep (vLLM's ``prepare_dflash_inputs``, once per draft KV-cache
+    group as its ``propose`` runs it) after a ``verify_step`` of ``num_spec + 1`` tokens per
+    request: lengths, query layout, positions and each draft group's query slot mappings.
+    Runs under Triton's interpreter on CPU."""
     from vllm.v1.worker.gpu.spec_decode.dflash.speculator import prepare_dflash_inputs
 
     q = num_spec + 1
@@ -194,18 +197,17 @@ def prepare_dflash_step(batch: Mrv2Batch, num_spec: int, rng: np.random.Generato
     target, rejected = verify_step(batch.seq_lens, q, batch.idx_mapping, rng)
     tokens = ib.positions.shape[0]
     i64 = lambda size: torch.zeros(size, dtype=torch.int64)  # noqa: E731
-    for g, block_size in enumerate(batch.block_sizes):
+    for g in draft_group_ids:
         prepare_dflash_inputs(
             ib, bt.slot_mappings[g], i64(tokens), i64(tokens), i64(m * num_spec),
-            i64(m * num_spec), torch.zeros(m * num_spec, dtype=torch.int32), torch.zeros(m),
-            i64(m), target, torch.from_numpy(q - rejected), torch.from_numpy(rejected), i64(m),
-            i64(m), torch.zeros(m), i64(m), bt.input_block_tables[g], block_size, 0, 1, 1, 0, q,
-            num_spec, m, tokens, batch.max_model_len,
+            i64(m * num_spec), i64(m * num_spec), torch.zeros(m), i64(m), target,
+            torch.from_numpy(q - rejected), torch.from_numpy(rejected), i64(m), i64(m),
+            torch.zeros(m), i64(m), bt.input_block_tables[g], batch.block_sizes[g], 0, 1, 1, 0,
+            q, num_spec, m, tokens, batch.max_model_len,
         )  # fmt: skip
     # The kernel's lengths are the batch's (a check of this setup, not of the window).
     expected = np.minimum(batch.seq_lens, batch.max_model_len)
     assert ib.seq_lens[:n].tolist() == expected.tolist()
-    return rejected
 
 
 def fill_slot_mappings(batch: Mrv2Batch, input_buffers=None) -> None:
