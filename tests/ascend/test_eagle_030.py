@@ -31,9 +31,9 @@ from wiring import (
 from vllm_ascend.worker.v2.attn_utils import build_attn_metadata_wrapper
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
     PagedKVCache,
+    assert_kernel_reads,
     dense_attention,
     positions_read,
-    unified_attention_read,
 )
 
 pytestmark = pytest.mark.usefixtures("registered")
@@ -169,10 +169,7 @@ def assert_fia_reads_the_window_of_the_told_length(d: Decode, step, told_lens, t
         assert int(window.seq_lens[i]) == own - start
     assert not any(told_lens[n:])
     # The same inputs through vLLM's Triton paged attention kernel (under the interpreter).
-    lens = torch.tensor(told_lens[:n], dtype=torch.int32)
-    for got, expected in zip(unified_attention_read(d.cache, queries, table, lens),
-                             expected_reads, strict=True):  # fmt: skip
-        torch.testing.assert_close(got.double(), expected, atol=2e-5, rtol=1e-4)
+    assert_kernel_reads(d.cache, queries, table, told_lens[:n], expected_reads)
 
 
 @pytest.mark.parametrize("method", ["eagle", "eagle3"])

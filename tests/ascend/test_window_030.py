@@ -25,9 +25,9 @@ from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, plugin
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.capture import capture_on_cpu
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
     PagedKVCache,
+    assert_kernel_reads,
     dense_attention,
     positions_read,
-    unified_attention_read,
 )
 
 pytestmark = pytest.mark.usefixtures("registered")
@@ -97,10 +97,8 @@ def assert_fia_reads_exactly_the_window(s, batch, seq_lens_list, block_tables):
         assert torch.equal(slots.long(), ids * b + pos % b)
     assert not any(seq_lens_list[len(batch.seq_lens) : batch.num_reqs_padded])
     # The same inputs through vLLM's Triton paged attention kernel (under the interpreter).
-    lens = torch.tensor(seq_lens_list[: len(queries)], dtype=torch.int32)
-    for got, expected in zip(unified_attention_read(cache, queries, block_tables, lens),
-                             expected_reads, strict=True):  # fmt: skip
-        torch.testing.assert_close(got.double(), expected, atol=2e-5, rtol=1e-4)
+    assert_kernel_reads(cache, queries, block_tables, seq_lens_list[: len(queries)],
+                        expected_reads)  # fmt: skip
 
 
 @pytest.mark.parametrize("method", ["dflash", "dflash2", "dspark"])

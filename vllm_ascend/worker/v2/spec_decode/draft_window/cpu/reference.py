@@ -118,3 +118,19 @@ def unified_attention_read(
             q_descale=None, k_descale=None, v_descale=None,
         )  # fmt: skip
     return list(out.split(lens))
+
+
+def assert_kernel_reads(
+    cache: PagedKVCache,
+    queries: list[torch.Tensor],
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor | list[int],
+    expected: list[torch.Tensor],
+    block_size: int | None = None,
+) -> None:
+    """``unified_attention_read`` of these inputs equals the expected reads (float64), to
+    the kernel's float32 precision."""
+    lens = torch.as_tensor(seq_lens, dtype=torch.int32)
+    got = unified_attention_read(cache, queries, block_table, lens, block_size)
+    for read, want in zip(got, expected, strict=True):
+        torch.testing.assert_close(read.double(), want, atol=2e-5, rtol=1e-4)
