@@ -41,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -95,9 +96,10 @@ LINE: Any = None
 # Path names, as the run-time proof reports them.
 BUILD_PATH = "DraftModelSpeculator._build_attn_metadata"
 DFLASH_CAPTURE_PATH = "DFlashSpeculator.capture"
-PREFILL_PATH = "TargetDependentARSpeculator._prefill"
 AR_CAPTURE_PATH = "TargetDependentARSpeculator.capture"
-DECODE_CAPTURE_PATH = "SpeculatorCudaGraphManager.capture"
+# The installed line's names of the paths whose classes differ between lines (the draft
+# prefill, the decode graph manager's capture), set as the hooks are made.
+PATHS = {"prefill": "TargetDependentARSpeculator._prefill"}
 # The speculators' own capture methods (their qualified names), which run a draft prefill
 # outside propose.
 AR_CAPTURE_PATHS = {AR_CAPTURE_PATH}
@@ -378,7 +380,7 @@ def _capture(original: Callable) -> Callable:
         window = window_of(self)
         if window is None:
             return original(self)
-        window.proof.forget(DFLASH_CAPTURE_PATH)
+        window.proof.capture_on(DFLASH_CAPTURE_PATH)
         with window.swapped_into(self, DFLASH_CAPTURE_PATH):
             return original(self)
 
@@ -405,7 +407,7 @@ def _propose(original: Callable) -> Callable:
         if target_metadata is not None and not window.prefill_windowed:
             raise WindowNotInPathError(
                 f"draft window not in the path: {type(self).__name__}.propose ran its draft "
-                f"prefill without the window's hook {PREFILL_PATH} (an override without "
+                f"prefill without the window's hook {PATHS['prefill']} (an override without "
                 f"super()?), so the draft prefill read the target's unwindowed metadata. "
                 f"Windowing it is not supported: remove {KEY}, or report the path."
             )
@@ -416,6 +418,7 @@ def _propose(original: Callable) -> Callable:
 
 def _prefill(original: Callable) -> Callable:
     signature = inspect.signature(original)
+    PATHS["prefill"] = original.__qualname__
 
     @functools.wraps(original)
     def prefill(self, *args: Any, **kwargs: Any) -> Any:
@@ -495,7 +498,7 @@ def windowed_prefill_metadata(speculator: Any, window: Mrv2DraftWindow, batch: A
     if isinstance(kept.get("max_model_len"), int) and n:
         model_state.max_model_len = min(kept["max_model_len"], int(bound.max()))
     try:
-        with window.on_path(PREFILL_PATH):
+        with window.on_path(PATHS["prefill"]):
             return model_state.prepare_attn(
                 windowed_batch,
                 CUDAGraphMode.NONE,
@@ -603,29 +606,48 @@ def _fia_params(original: Callable) -> Callable:
 
 
 def _init_cudagraph_manager(original: Callable) -> Callable:
+    """A FULL prefill graph would read the target's captured metadata, so with the window on
+    the draft prefill's graph manager is made without FULL graphs. vLLM makes both managers
+    here, from the graph manager class its speculator module names (which vllm-ascend
+    replaces with its own); the prefill manager (``decode_query_len > 1``) is made with the
+    lowered mode in the first place: a second manager made afterwards would repeat the
+    first's start-up work, which vllm-ascend's refuses to do twice."""
+    module = sys.modules[original.__module__]
+
     @functools.wraps(original)
     def init_cudagraph_manager(self, cudagraph_mode: CUDAGraphMode) -> None:
-        original(self, cudagraph_mode)
         window = window_of(self)
-        if window is None:
+        if window is None or not cudagraph_mode.has_full_cudagraphs():
+            original(self, cudagraph_mode)
+            if window is not None and self.decode_cudagraph_manager is not None:
+                setattr(self.decode_cudagraph_manager, WINDOW_ATTR, window)
             return
-        prefill_manager = self.prefill_cudagraph_manager
-        if prefill_manager is not None and cudagraph_mode.has_full_cudagraphs():
-            mode = (
-                CUDAGraphMode.PIECEWISE
-                if cudagraph_mode.has_piecewise_cudagraphs()
-                else CUDAGraphMode.NONE
-            )
-            self.prefill_cudagraph_manager = type(prefill_manager)(
-                self.vllm_config, self.device, mode, prefill_manager.decode_query_len
-            )
-            logger.info(
-                "%s: the draft prefill runs with cudagraph mode %s instead of %s, so that its "
-                "metadata is built for the window at every step.",
-                KEY,
-                mode.name,
-                cudagraph_mode.name,
-            )
+        prefill_mode = (
+            CUDAGraphMode.PIECEWISE
+            if cudagraph_mode.has_piecewise_cudagraphs()
+            else CUDAGraphMode.NONE
+        )
+        manager_cls = module.SpeculatorCudaGraphManager
+        parameters = inspect.signature(manager_cls).parameters
+
+        def make_manager(*args: Any, **kwargs: Any) -> Any:
+            bound = inspect.Signature(list(parameters.values())).bind(*args, **kwargs)
+            if bound.arguments["decode_query_len"] > 1:
+                bound.arguments["cudagraph_mode"] = prefill_mode
+            return manager_cls(*bound.args, **bound.kwargs)
+
+        module.SpeculatorCudaGraphManager = make_manager
+        try:
+            original(self, cudagraph_mode)
+        finally:
+            module.SpeculatorCudaGraphManager = manager_cls
+        logger.info(
+            "%s: the draft prefill runs with cudagraph mode %s instead of %s, so that its "
+            "metadata is built for the window at every step.",
+            KEY,
+            prefill_mode.name,
+            cudagraph_mode.name,
+        )
         if self.decode_cudagraph_manager is not None:
             setattr(self.decode_cudagraph_manager, WINDOW_ATTR, window)
 
@@ -634,6 +656,7 @@ def _init_cudagraph_manager(original: Callable) -> Callable:
 
 def _manager_capture(original: Callable) -> Callable:
     signature = inspect.signature(original)
+    path = original.__qualname__
 
     @functools.wraps(original)
     def capture(self, *args: Any, **kwargs: Any) -> None:
@@ -644,8 +667,8 @@ def _manager_capture(original: Callable) -> Callable:
         bound = signature.bind(self, *args, **kwargs)
         bound.arguments["input_buffers"] = window.input_buffers
         bound.arguments["block_tables"] = window.block_tables
-        window.proof.forget(DECODE_CAPTURE_PATH)
-        with window.on_path(DECODE_CAPTURE_PATH):
+        window.proof.capture_on(path)
+        with window.on_path(path):
             return original(*bound.args, **bound.kwargs)
 
     return capture

@@ -94,8 +94,9 @@ def _ar_hooks(module: str, cls: str) -> tuple[Hook, ...]:
              ("num_reqs", "num_tokens", "attn_metadata")),
         Hook(f"{module}.speculator", cls, "init_cudagraph_manager", "init_cudagraph_manager",
              ("cudagraph_mode",)),
-        # Called, not wrapped.
-        Hook(f"{module}.cudagraph_utils", "SpeculatorCudaGraphManager", "__init__", None,
+        # Called, not wrapped: the graph manager class the speculator module names (which
+        # init_cudagraph_manager makes; vllm-ascend replaces the name with its own class).
+        Hook(f"{module}.speculator", "SpeculatorCudaGraphManager", "__init__", None,
              ("vllm_config", "device", "cudagraph_mode", "decode_query_len")),
     )  # fmt: skip
 

@@ -31,11 +31,25 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
 
 
 class InputBuffersView:
-    """The draft's ``InputBuffers`` whose ``seq_lens`` is the windowed buffer."""
+    """The draft's ``InputBuffers`` whose ``seq_lens`` is the windowed buffer.
 
-    def __init__(self, base: Any, seq_lens: torch.Tensor) -> None:
+    Input buffers that keep an exact host mirror of ``seq_lens`` (vllm-ascend's
+    ``AscendInputBuffers``: ``seq_lens_cpu`` and ``seq_lens_np``, one memory) show the
+    window's own mirror instead, so that nothing written or read through the view touches
+    vLLM's. A graph capture's input preparation (``prepare_inputs_to_capture`` ->
+    ``AscendInputBatch.make_dummy``) writes its dummy lengths into both the device lengths
+    and this mirror, and the builders take the mirror as the exact host lengths: the capture
+    builds from one set of lengths, the window's, as every other build does.
+    """
+
+    def __init__(
+        self, base: Any, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor | None = None
+    ) -> None:
         self.base = base
         self.seq_lens = seq_lens
+        if seq_lens_cpu is not None:
+            self.seq_lens_cpu = seq_lens_cpu
+            self.seq_lens_np = seq_lens_cpu.numpy()
 
     def __getattr__(self, name: str) -> Any:
         if name == "base":  # not set yet (copy, unpickling): no recursion
@@ -164,7 +178,15 @@ class Mrv2DraftWindow:
         # wider ones; None: the torch path.
         self.fused_steps: Any = None
         self.fused_chunks: Any = None
-        self.input_buffers = InputBuffersView(input_buffers, self.seq_lens)
+        # [max_num_reqs] int32, host: the windowed lengths' exact host mirror, where the
+        # input buffers keep one (InputBuffersView).
+        host_mirror = getattr(input_buffers, "seq_lens_cpu", None)
+        self.seq_lens_cpu = (
+            torch.zeros(max_num_reqs, dtype=torch.int32)
+            if isinstance(host_mirror, torch.Tensor)
+            else None
+        )
+        self.input_buffers = InputBuffersView(input_buffers, self.seq_lens, self.seq_lens_cpu)
         # Host-side state of the current propose (EAGLE): the target's batch for the draft
         # prefill, and how many later steps reuse the metadata being built.
         self.prefill_batch: Any = None

@@ -5,7 +5,8 @@ vLLM that stops forwarding ``_build_uniform_attn_metadata`` to ``_build_attn_met
 a graph capture that goes around the hooked one would leave the draft reading its whole
 context, and nothing would say so. The proof therefore watches the other end: the
 attention metadata builders of every windowed KV-cache group. The first time each path
-hands them metadata (and at every graph capture), it checks that
+hands them metadata (and at every build of a graph capture: a capture's input preparation
+and the steps it records run under the same hooks), it checks that
 
 - the device ``seq_lens`` is the window's persistent windowed buffer, and the block table
   is the group's persistent cropped table (or the group's kernel-block map of it, no wider);
@@ -60,10 +61,9 @@ class WindowProof:
             )
             if isinstance(mirror := getattr(buffers, "seq_lens_cpu", None), torch.Tensor)
         ]
-        # (path, builder method, group) already checked; a capture path is checked again
-        # at every capture (``forget``).
+        # (path, builder method, group) already checked, outside graph captures.
         self.proven: set[tuple[tuple[str, ...], str, int]] = set()
-        # The hooks that capture graphs (``forget``).
+        # The hooks that capture graphs (``capture_on``): every build under them is checked.
         self.capture_paths: set[str] = set()
         # Number of builder calls checked: shows in tests that the proof ran.
         self.num_checks = 0
@@ -74,11 +74,9 @@ class WindowProof:
                         if callable(getattr(builder, name, None)):
                             setattr(builder, name, self._watch(builder, name, g, group))
 
-    def forget(self, path: str) -> None:
-        """A graph capture starts on ``path``: what is built under it is checked again, every
-        time."""
+    def capture_on(self, path: str) -> None:
+        """Graphs are captured on ``path``: every build under it is checked."""
         self.capture_paths.add(path)
-        self.proven = {key for key in self.proven if path not in key[0]}
 
     def _watch(self, builder: Any, name: str, g: int, group: Any) -> Any:
         real = getattr(builder, name)
@@ -90,7 +88,11 @@ class WindowProof:
             self._check(name, g, group, args, kwargs)
             metadata = real(*args, **kwargs)
             self._check_built(name, g, metadata)
-            self.proven.add(key)
+            # NOTE: within a graph capture every build is checked: a capture's input
+            # preparation and the steps it records build under the same hooks, and a step
+            # that went around the build hook must not pass as the preparation proven first.
+            if self.capture_paths.isdisjoint(self.window.path):
+                self.proven.add(key)
             return metadata
 
         watched.__wrapped__ = real
