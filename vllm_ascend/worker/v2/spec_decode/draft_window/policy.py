@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY
+from vllm_ascend.worker.v2.spec_decode.draft_window.lines import SUPPORTED as SUPPORTED_LINES
 
 
 @dataclass(frozen=True)
@@ -160,19 +161,30 @@ def refuse_unproven_paths(
     an attention backend outside ``line.backends`` on a windowed group, or vllm-ascend's
     sparse KV offload."""
     backends = line.backends_for(speculator.method)
-    if backends is not None:
-        for decision in decisions:
-            if not decision.windowed:
-                continue
-            for group in speculator.attn_groups[decision.group_id]:
-                name = group.backend.__name__
-                if name not in backends:
-                    raise ValueError(
-                        f"{KEY}={window_size} is not supported on {line.name} for "
-                        f"{speculator.method} with {decision.describe()} on attention "
-                        f"backend {name}: its kernel takes host lengths the window does not "
-                        f"set yet (supported: {', '.join(backends)}). Remove {KEY}."
-                    )
+    for decision in decisions:
+        if not decision.windowed:
+            continue
+        for group in speculator.attn_groups[decision.group_id]:
+            name, module = group.backend.__name__, group.backend.__module__
+            if backends is not None and name not in backends:
+                raise ValueError(
+                    f"{KEY}={window_size} is not supported on {line.name} for "
+                    f"{speculator.method} with {decision.describe()} on attention "
+                    f"backend {name}: its kernel takes host lengths the window does not "
+                    f"set yet (supported: {', '.join(backends)}). Remove {KEY}."
+                )
+            if backends is None and not module.startswith("vllm."):
+                # NOTE: a platform plugin's backend (vllm-ascend's on a later vLLM) may
+                # tell its kernel host lengths of its own, which only that line's hooks
+                # window: served without them, the kernel would read outside the window.
+                raise ValueError(
+                    f"{KEY}={window_size} is not supported on {line.name} for "
+                    f"{speculator.method} with {decision.describe()} on attention "
+                    f"backend {name} from {module}, defined outside vLLM: the window is "
+                    f"proven on this line for vLLM's own backends only. Use a supported "
+                    f"line for that platform ({SUPPORTED_LINES}), run Model Runner V1 "
+                    f"(VLLM_USE_V2_MODEL_RUNNER=0), or remove {KEY}."
+                )
     if getattr(speculator, "replicated_pcp", False):
         raise ValueError(
             f"{KEY}={window_size} does not support prefill_context_parallel_size > 1 with "
