@@ -69,9 +69,11 @@ class InputBatchSeen:
 
 
 def vllm_config(model_dir, method: str, additional_config: dict, model_type: str | None = None,
-                num_spec: int = NUM_SPEC, parallel_drafting: bool = True):  # fmt: skip
-    """A real VllmConfig; the speculative method is set after construction, as vLLM 0.30's
-    config refuses DFlash/DSpark drafts without their draft model."""
+                num_spec: int = NUM_SPEC, parallel_drafting: bool = True,
+                **configs):  # fmt: skip
+    """A real VllmConfig (``configs``: more of its parts, such as ``compilation_config``); the
+    speculative method is set after construction, as vLLM 0.30's config refuses
+    DFlash/DSpark drafts without their draft model."""
     model = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
                         max_model_len=MAX_MODEL_LEN)  # fmt: skip
     parallel = ParallelConfig()
@@ -79,7 +81,7 @@ def vllm_config(model_dir, method: str, additional_config: dict, model_type: str
                                     num_speculative_tokens=num_spec, target_model_config=model,
                                     target_parallel_config=parallel)  # fmt: skip
     config = VllmConfig(model_config=model, parallel_config=parallel,
-                        speculative_config=speculative)  # fmt: skip
+                        speculative_config=speculative, **configs)  # fmt: skip
     object.__setattr__(speculative, "method", METHODS.get(method, method))
     if parallel_drafting:
         object.__setattr__(speculative, "parallel_drafting", True)
@@ -215,10 +217,10 @@ def make_batch(seq_lens: list[int], block_size: int, num_reqs_padded: int, seed:
     return Batch(list(seq_lens), ids, num_reqs_padded, block_size)
 
 
-def eagle_config(model_dir, method: str, additional_config: dict, num_spec: int):
+def eagle_config(model_dir, method: str, additional_config: dict, num_spec: int, **configs):
     """A real VllmConfig for an EAGLE/EAGLE3 draft (no parallel drafting)."""
     return vllm_config(model_dir, method, additional_config, num_spec=num_spec,
-                       parallel_drafting=False)  # fmt: skip
+                       parallel_drafting=False, **configs)  # fmt: skip
 
 
 def eagle_speculator(config, block_size: int, max_num_reqs: int, num_spec: int,

@@ -1,0 +1,295 @@
+"""vllm-ascend 0.30.0rc2's speculators started as a host starts them, on CPU: a config
+validated with graphs on, the speculator's own ``__init__``, real vLLM attention layers
+(target and draft) on vllm-ascend's GQA backend, the target runner's attention groups from
+vLLM's ``init_attn_backend``, the speculator's own ``set_attn`` (through the window's hook),
+``init_cudagraph_manager`` and ``capture``; then a target verify step and the speculator's
+own ``propose``, which replays the captured graphs. The device boundary is stood in by
+``graphs.py``; what a model runner hands a speculator before its capture (the update stream,
+the profiling run's dummy batch, the draft's layer names) is set as the runner sets it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+from graphs import DraftModel, FiaKernel
+from vllm.config import (
+    CacheConfig,
+    CompilationConfig,
+    SchedulerConfig,
+    set_current_vllm_config,
+)
+from vllm.config.compilation import CompilationMode, CUDAGraphMode
+from wiring import ascend_model_state, load_tables, vllm_config
+
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.graphs import platform_with_graphs
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import PagedKVCache
+
+CPU = torch.device("cpu")
+BLOCK = 128
+NUM_KV_HEADS, HEAD_SIZE = 2, 16
+MAX_NUM_REQS = 8
+MAX_MODEL_LEN = 2048
+# Requests per captured graph (sized down for a CPU).
+GRAPH_REQS = (4, MAX_NUM_REQS)
+# The tiny draft's config: a DFlash/DSpark draft names its mask token.
+DRAFT_EXTRA = {"dflash_config": {"mask_token_id": 250}}
+
+
+def speculator_class(method: str) -> type:
+    from vllm_ascend.worker.v2.spec_decode.dflash.speculator import AscendDFlashSpeculator
+    from vllm_ascend.worker.v2.spec_decode.dspark.speculator import AscendDSparkSpeculator
+    from vllm_ascend.worker.v2.spec_decode.eagle.speculator import AscendEagleSpeculator
+
+    return {"eagle": AscendEagleSpeculator, "eagle3": AscendEagleSpeculator,
+            "dflash": AscendDFlashSpeculator, "dspark": AscendDSparkSpeculator}[method]  # fmt: skip
+
+
+class MLALayer(torch.nn.Module):
+    """Stand-in for a registered MLA attention layer of the draft (or target) model: building
+    vllm-ascend's ``AscendMLAAttention`` needs the model's projections and tensor-parallel
+    group. It carries what vLLM's ``init_attn_backend`` and vllm-ascend's MLA metadata
+    builder read from a layer."""
+
+    def __init__(self, config, prefix: str) -> None:
+        from types import SimpleNamespace
+
+        super().__init__()
+        mla = config.model_config.hf_text_config
+        self.num_heads, self.q_lora_rank = mla.num_attention_heads, mla.q_lora_rank
+        self.kv_lora_rank, self.v_head_dim = mla.kv_lora_rank, mla.v_head_dim
+        self.qk_nope_head_dim, self.qk_rope_head_dim = mla.qk_nope_head_dim, mla.qk_rope_head_dim
+        self.impl = SimpleNamespace(use_mla_rope=True, num_heads=self.num_heads)
+        self.prefill_backend = SimpleNamespace(clone=lambda: None)
+        config.compilation_config.static_forward_context[prefix] = self
+
+    def get_attn_backend(self):
+        from vllm_ascend.attention.mla_v1 import AscendMLABackend
+
+        return AscendMLABackend
+
+    def get_kv_cache_spec(self, vllm_config):
+        return None
+
+
+def _layers(config, backend: str):
+    """The target's and the draft's attention layers, registered as the models register them;
+    returns the KV-cache spec they share."""
+    from vllm.model_executor.layers.attention.attention import Attention
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, MLAAttentionSpec
+
+    from vllm_ascend.attention.attention_v1 import AscendAttentionBackend
+
+    if backend == "gqa":
+        for name in ("target.0", "draft.0"):
+            Attention(4, HEAD_SIZE, HEAD_SIZE**-0.5, num_kv_heads=NUM_KV_HEADS, prefix=name,
+                      attn_backend=AscendAttentionBackend)  # fmt: skip
+        return FullAttentionSpec(block_size=BLOCK, num_kv_heads=NUM_KV_HEADS,
+                                 head_size=HEAD_SIZE, dtype=torch.float32)  # fmt: skip
+    import vllm_ascend.ops.rotary_embedding as rope
+
+    mla = config.model_config.hf_text_config
+    # Stand-in for the rotary caches the draft model's rotary embedding fills at load (the
+    # MLA builder gathers cos/sin by position; their values do not matter here).
+    rope._cos_cache = torch.ones(MAX_MODEL_LEN, mla.qk_rope_head_dim)
+    rope._sin_cache = torch.zeros(MAX_MODEL_LEN, mla.qk_rope_head_dim)
+    AttentionLayerBase.register(MLALayer)
+    for name in ("target.0", "draft.0"):
+        MLALayer(config, name)
+    return MLAAttentionSpec(block_size=BLOCK, num_kv_heads=1,
+                            head_size=mla.kv_lora_rank + mla.qk_rope_head_dim,
+                            dtype=torch.float32)  # fmt: skip
+
+
+def started(model_dir, method: str, num_spec: int, cudagraph_mode: CUDAGraphMode,
+            additional: dict, monkeypatch, model_type: str | None = None,
+            backend: str = "gqa"):  # fmt: skip
+    """A speculator through ``set_attn``, on a config a host with graphs would validate,
+    with its layers on vllm-ascend's GQA (FIA) or MLA backend (``backend``).
+
+    The model runner hands the speculator its resolved cudagraph mode later
+    (``init_cudagraph_manager``); PIECEWISE graphs also need torch.compile, which vLLM's CPU
+    platform turns off, so the config keeps that mode's FULL part (the stood-in draft model
+    runs uncompiled where a host runs its piecewise graphs)."""
+    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.worker.gpu.attn_utils import init_attn_backend
+
+    from vllm_ascend.ascend_config import init_ascend_config
+    from vllm_ascend.worker.v2.block_table import AscendBlockTables
+    from vllm_ascend.worker.v2.input_batch import AscendInputBuffers
+
+    platform_with_graphs(monkeypatch)
+    # Graph sizes in tokens: GRAPH_REQS requests of one query (EAGLE decode) or of a query
+    # pass (EAGLE's draft prefill and DFlash: num_spec + 1 tokens; DSpark: num_spec).
+    query_len = num_spec if method == "dspark" else num_spec + 1
+    sizes = sorted({r * q for r in GRAPH_REQS for q in (1, query_len)})
+    compilation = CompilationConfig(mode=CompilationMode.NONE,
+                                    cudagraph_mode=cudagraph_mode.without_piecewise(),
+                                    cudagraph_capture_sizes=sizes)  # fmt: skip
+    scheduler = SchedulerConfig(max_num_seqs=MAX_NUM_REQS, max_model_len=MAX_MODEL_LEN,
+                                is_encoder_decoder=False)  # fmt: skip
+    config = vllm_config(model_dir, method, additional, model_type=model_type, num_spec=num_spec,
+                         parallel_drafting=method not in ("eagle", "eagle3"),
+                         compilation_config=compilation, scheduler_config=scheduler,
+                         cache_config=CacheConfig(block_size=BLOCK))  # fmt: skip
+    init_ascend_config(config)
+    with set_current_vllm_config(config):
+        s = speculator_class(method)(config, CPU)
+    with set_current_vllm_config(config):
+        spec = _layers(config, backend)
+    kv_cache_config = KVCacheConfig(
+        num_blocks=1, kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(["target.0", "draft.0"], spec)],
+    )  # fmt: skip
+    block_tables = AscendBlockTables([BLOCK], MAX_NUM_REQS, s.max_num_tokens,
+                                     [MAX_MODEL_LEN // BLOCK], CPU,
+                                     kernel_block_sizes=[BLOCK])  # fmt: skip
+    with set_current_vllm_config(config):
+        target_groups, _, _ = init_attn_backend(kv_cache_config, config, CPU)
+    # What the model runner's load_model leaves: the draft's model and its own layers.
+    s.draft_attn_layer_names = {"draft.0"}
+    kernel = FiaKernel()
+    s.model = DraftModel(["draft.0"], s.hidden_size, s.vocab_size, kernel,
+                         pair=method in ("eagle", "eagle3"))  # fmt: skip
+    target_buffers = AscendInputBuffers(MAX_NUM_REQS, s.max_num_tokens, CPU)
+    with set_current_vllm_config(config):
+        s.set_attn(ascend_model_state(config), kv_cache_config, block_tables, target_buffers,
+                   target_groups)  # fmt: skip
+    return s, kernel
+
+
+def capture(s, cudagraph_mode: CUDAGraphMode) -> None:
+    """The model runner's graph set-up for its speculator, then the speculator's capture."""
+    from vllm_ascend.worker.v2.input_batch import AscendInputBatch
+
+    # vllm-ascend's model runner shares its graph-update stream (a stand-in stream here).
+    s.update_stream = torch.npu.Stream()
+    # The runner's profiling run proposes once before any capture, and vllm-ascend's propose
+    # keeps that dummy batch (``input_batch``), which the capture's builds read.
+    s.input_batch = AscendInputBatch.make_dummy(MAX_NUM_REQS, MAX_NUM_REQS,
+                                                s.target_input_buffers)  # fmt: skip
+    with set_current_vllm_config(s.vllm_config):
+        s.init_cudagraph_manager(cudagraph_mode)
+        s.capture()
+
+
+@dataclasses.dataclass
+class Verified:
+    """A target verify step: the target runner's batch, metadata and slot mappings, and the
+    true K/V of every position a draft can read."""
+
+    target_lens: list[int]
+    num_spec: int
+    batch: object
+    metadata: dict
+    slot_mappings: dict
+    rejected: torch.Tensor
+    block_ids: list
+    cache: PagedKVCache
+    k: list
+    v: list
+
+
+def verify_step(s, target_lens: list[int], seed: int = 0,
+                synced_bound: bool = False) -> Verified:  # fmt: skip
+    """Each request verifies num_spec + 1 tokens ending at its target length, with random
+    rejected tokens. The tables go through vLLM's staged writes and gather, the slot
+    mappings through vllm-ascend's own kernel, and the target's metadata through its model
+    state's ``prepare_attn`` (the target runner's build). ``synced_bound``: the batch's
+    host bound is the exact length kept after rejection, as vllm-ascend syncs it for
+    GLM-family targets."""
+    from vllm.v1.worker.gpu.attn_utils import build_slot_mappings_by_layer
+
+    from vllm_ascend.attention.attention_v1 import AscendAttentionState
+    from vllm_ascend.worker.v2.input_batch import AscendInputBatch
+
+    rng = np.random.default_rng(seed)
+    num_spec = s.num_speculative_steps
+    n, q = len(target_lens), num_spec + 1
+    target = torch.tensor(target_lens, dtype=torch.int32)
+    rejected = torch.from_numpy(rng.integers(0, q, n).astype(np.int32))
+    # Every position a draft can read: up to the target length plus a query stretch.
+    ends = [min(t + q, MAX_MODEL_LEN) for t in target_lens]
+    pool = rng.permutation(np.arange(1, 1 + sum(-(-e // BLOCK) for e in ends)))
+    block_ids, used = [], 0
+    for e in ends:
+        count = -(-e // BLOCK)
+        block_ids.append([int(x) for x in pool[used : used + count]])
+        used += count
+    idx_mapping = load_tables(s, block_ids, n, rng)
+    tib = s.target_input_buffers
+    qsl = np.arange(n + 1, dtype=np.int32) * q
+    num_tokens = n * q
+    batch = AscendInputBatch.make_dummy(n, num_tokens, tib)
+    tib.seq_lens.zero_()
+    tib.seq_lens[:n] = target
+    tib.seq_lens_cpu.zero_()
+    tib.seq_lens_cpu[:n] = target
+    tib.query_start_loc[: n + 1] = torch.from_numpy(qsl)
+    tib.positions[:num_tokens] = torch.cat([torch.arange(t - q, t) for t in target_lens])
+    batch = dataclasses.replace(
+        batch, idx_mapping=idx_mapping, idx_mapping_np=idx_mapping.numpy(),
+        num_scheduled_tokens=np.full(n, q, dtype=np.int32), query_start_loc_np=qsl,
+        query_start_loc=tib.query_start_loc[: n + 1], seq_lens=tib.seq_lens[:n],
+        seq_lens_np=tib.seq_lens_np[:n],
+        seq_lens_cpu_upper_bound=target - rejected if synced_bound else target.clone(),
+        positions=tib.positions[:num_tokens], is_prefilling_np=np.zeros(n, dtype=bool),
+        has_prefill=False, attn_state=AscendAttentionState.SpecDecoding, is_dummy=False,
+    )  # fmt: skip
+    bt = s.block_tables
+    slot_mappings = bt.compute_slot_mappings(idx_mapping, batch.query_start_loc, batch.positions,
+                                             num_tokens)  # fmt: skip
+    metadata = s.model_state.prepare_attn(
+        batch, CUDAGraphMode.NONE, tuple(t[:n] for t in bt.input_block_tables), slot_mappings,
+        s.target_attn_groups, s.kv_cache_config,
+    )  # fmt: skip
+    gen = torch.Generator().manual_seed(seed)
+    cache = PagedKVCache(used + 1, BLOCK, NUM_KV_HEADS, HEAD_SIZE)
+    k, v = [], []
+    for i, e in enumerate(ends):
+        k.append(torch.randn(e, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64))
+        v.append(torch.randn(e, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64))
+        cache.write(torch.tensor(block_ids[i], dtype=torch.int32), torch.arange(e), k[i], v[i])
+    by_layer = build_slot_mappings_by_layer(slot_mappings, s.kv_cache_config)
+    return Verified(list(target_lens), num_spec, batch, metadata, by_layer, rejected, block_ids,
+                    cache, k, v)  # fmt: skip
+
+
+def propose(s, t: Verified) -> None:
+    """The speculator's own ``propose`` after the verify step (greedy, no prompt prefill)."""
+    n, m = len(t.target_lens), MAX_NUM_REQS
+    hidden = torch.zeros(t.batch.num_tokens, s.hidden_size)
+    q = torch.full((n,), t.num_spec + 1, dtype=torch.int32)
+    with set_current_vllm_config(s.vllm_config):
+        s.propose(
+            t.batch, t.metadata, t.slot_mappings, hidden, [hidden, hidden, hidden],
+            q - t.rejected, t.rejected, torch.zeros(m, dtype=torch.int64),
+            torch.zeros(m, dtype=torch.int64), torch.zeros(m), torch.zeros(m, dtype=torch.int64),
+        )  # fmt: skip
+
+
+def replayed(manager, kernel: FiaKernel, num_tasks: int) -> list[tuple[list[int], torch.Tensor]]:
+    """The replay of the graph captured for MAX_NUM_REQS requests: per recorded FIA launch,
+    the lengths the graph-task update told it and the table contents at that launch (what
+    the kernel reads). GQA's tasks are the graph's own (``UpdatableGraph``); MLA's are
+    kept in vllm-ascend's draft graph parameters for the graph's token count."""
+    from vllm_ascend.compilation.acl_graph import get_draft_graph_params
+
+    (desc,) = [d for d in manager.graphs if d.num_reqs == MAX_NUM_REQS]
+    graph = manager.graphs[desc]
+    assert graph.replays == 1
+    handles = [task.handle for task in graph.tasks] or get_draft_graph_params().handles.get(
+        desc.num_tokens, []
+    )
+    assert len(handles) == num_tasks
+    launches = [x for x in kernel.launches if not x.captured][-num_tasks:]
+    reads = []
+    for handle, launch in zip(handles, launches, strict=True):
+        params = kernel.updates[handle.id]
+        # The graph's recorded launch reads the table address it was captured with.
+        assert params["block_table"].data_ptr() == launch.table_ptr
+        reads.append((params["lengths"], launch.table))
+    return reads

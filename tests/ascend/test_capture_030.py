@@ -1,0 +1,188 @@
+"""Start-up with graphs on the Ascend pairing: every draft graph capture runs through the real
+host code (the speculators' ``__init__``, ``set_attn``, ``init_cudagraph_manager`` and
+``capture``, vllm-ascend's graph managers, vLLM's ``CudaGraphManager.capture``, the capture
+input preparation with ``AscendInputBatch.make_dummy``, the builders' capture builds), with
+only the device boundary stood in (``graphs.py``, ``startup.py``). Then the speculator's own
+``propose`` replays the captured graph, and every recorded FIA launch, with the parameters
+the graph-task update gives it, must read exactly its window: the window of the length FIA
+is told, from the same start as the table it reads."""
+
+import pytest
+import torch
+from graphs import acl_graphs_on_cpu
+from startup import (
+    BLOCK,
+    DRAFT_EXTRA,
+    MAX_MODEL_LEN,
+    MAX_NUM_REQS,
+    Verified,
+    capture,
+    propose,
+    replayed,
+    started,
+    verify_step,
+)
+from vllm.config.compilation import CUDAGraphMode
+
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
+    dense_attention,
+    positions_read,
+)
+
+pytestmark = pytest.mark.usefixtures("registered")
+
+W = 128
+# Target lengths after the verify step (its query tokens included), around the window and
+# block edges and near max_model_len; 6 requests replay the graph captured for 8.
+TARGET_LENS = [130, 255, 256, 257, 700, MAX_MODEL_LEN - 8]
+GRAPH_MODES = [CUDAGraphMode.FULL_DECODE_ONLY, CUDAGraphMode.FULL,
+               CUDAGraphMode.FULL_AND_PIECEWISE]  # fmt: skip
+
+
+def _draft_dir(tmp_path_factory, config: dict):
+    import json
+
+    root = tmp_path_factory.mktemp("tiny-draft")
+    (root / "config.json").write_text(json.dumps({**config, **DRAFT_EXTRA}))
+    return root
+
+
+@pytest.fixture(scope="session")
+def draft_dir(tmp_path_factory):
+    """A tiny draft config that DFlash and DSpark drafts accept (a mask token)."""
+    from conftest import TINY_LLAMA
+
+    return _draft_dir(tmp_path_factory, TINY_LLAMA)
+
+
+@pytest.fixture(scope="session")
+def mla_draft_dir(tmp_path_factory):
+    """The same on a tiny MLA model (DeepSeek-V2 layout)."""
+    from conftest import TINY_MLA
+
+    return _draft_dir(tmp_path_factory, TINY_MLA)
+
+
+def assert_reads(t: Verified, lengths: list[int], table: torch.Tensor, ends: list[int],
+                 num_queries: int, window) -> None:  # fmt: skip
+    """FIA told ``lengths`` over ``table`` reads, for each request, exactly the window of the
+    length ``ends[i]`` it should read (its whole length without a window): the reference
+    paged read of its last ``num_queries`` queries equals dense attention over that window,
+    through exactly the blocks that hold it."""
+    n = len(ends)
+    for i, end in enumerate(ends):
+        read = int(lengths[i])
+        start, kept = positions_read(end, read)
+        if window is None:
+            assert read == end
+        else:
+            assert start % window.spec.alignment == 0
+            assert min(end, W) <= read <= window.spec.max_read_len
+        q = t.k[i][end - num_queries : end] * 0.5
+        got, touched = t.cache.read(q, table[i], read)
+        torch.testing.assert_close(got, dense_attention(q, t.k[i], t.v[i], start, end))
+        assert touched == {t.block_ids[i][p // BLOCK] for p in kept.tolist()}
+    assert not any(lengths[n:])  # the graph's padded rows read nothing
+
+
+def eagle_ends(t: Verified, step: int) -> list[int]:
+    """vllm-ascend's EAGLE decode step tells FIA the target's length plus the step."""
+    return [min(target + step, MAX_MODEL_LEN) for target in t.target_lens]
+
+
+def run(draft_dir, method, num_spec, mode, additional, monkeypatch, model_type=None,
+        backend="gqa"):  # fmt: skip
+    s, kernel = started(draft_dir, method, num_spec, mode, additional, monkeypatch, model_type,
+                        backend)  # fmt: skip
+    with acl_graphs_on_cpu(monkeypatch, kernel):
+        capture(s, mode)
+        window = s.draft_window
+        if window is not None:
+            assert s.input_buffers is window.input_buffers.base  # restored after capture
+        t = verify_step(s, TARGET_LENS, synced_bound=model_type is not None)
+        propose(s, t)
+    return s, kernel, t
+
+
+@pytest.mark.parametrize("mode", GRAPH_MODES)
+@pytest.mark.parametrize("num_spec", [3, 5])
+def test_eagle_captures_and_every_replayed_decode_step_reads_its_window(
+    mode, num_spec, draft_dir, monkeypatch
+):
+    s, kernel, t = run(draft_dir, "eagle3", num_spec, mode, {"draft_window_size": W}, monkeypatch)
+    manager = s.decode_cudagraph_manager
+    assert {d.num_reqs for d in manager.graphs} >= {4, MAX_NUM_REQS}
+    reads = replayed(manager, kernel, num_spec - 1)
+    for step, (lengths, table) in enumerate(reads, start=1):
+        assert_reads(t, lengths, table, eagle_ends(t, step), 1, s.draft_window)
+    assert s.draft_window.proof.num_checks >= 1
+
+
+def test_eagle_without_the_window_replays_each_whole_told_length(draft_dir, monkeypatch):
+    """The same start-up and replay with the window off: each step reads its whole told
+    length through vLLM's full table."""
+    mode = CUDAGraphMode.FULL_DECODE_ONLY
+    s, kernel, t = run(draft_dir, "eagle3", 4, mode, {}, monkeypatch)
+    assert s.draft_window is None
+    full_width = s.block_tables.input_block_tables[0].shape[1]
+    for step, (lengths, table) in enumerate(replayed(s.decode_cudagraph_manager, kernel, 3), 1):
+        assert_reads(t, lengths, table, eagle_ends(t, step), 1, None)
+        assert table.shape[1] == full_width
+
+
+@pytest.mark.parametrize("method,model_type,backend", [
+    ("dflash", None, "gqa"), ("dspark", None, "gqa"), ("dspark", "glm4_moe", "gqa"),
+    ("dflash", None, "mla"), ("dspark", None, "mla"),
+])  # fmt: skip
+@pytest.mark.parametrize("window", [W, None])
+def test_dflash_and_dspark_capture_and_the_replayed_query_pass_reads_its_window(
+    method, model_type, backend, window, draft_dir, mla_draft_dir, monkeypatch
+):
+    """One query pass per propose, replayed from the graph captured at start-up: FIA reads
+    each request's window of the length it is told, all of it without a window. That is the
+    draft's own length, except for DFlash on MLA, which vllm-ascend tells the host bound plus
+    the query (the target's length, rejected tokens included). DSpark on a GLM-family target
+    is told the same bound plus query, which vllm-ascend keeps exact there."""
+    additional = {} if window is None else {"draft_window_size": window}
+    mode = CUDAGraphMode.FULL_DECODE_ONLY
+    model_dir = mla_draft_dir if backend == "mla" else draft_dir
+    s, kernel, t = run(model_dir, method, 3, mode, additional, monkeypatch, model_type, backend)
+    n = len(TARGET_LENS)
+    # The draft's own lengths, as vLLM's input prep kernel wrote them: the tokens kept after
+    # rejection, then the query.
+    nq = s.num_query_per_req
+    ends = s.input_buffers.seq_lens[:n].tolist()
+    assert ends == [target - int(r) + nq
+                    for target, r in zip(TARGET_LENS, t.rejected, strict=True)]  # fmt: skip
+    if method == "dflash" and backend == "mla":
+        ends = [min(target + nq, MAX_MODEL_LEN) for target in TARGET_LENS]
+    ((lengths, table),) = replayed(s.query_cudagraph_manager, kernel, 1)
+    assert_reads(t, lengths, table, ends, s.num_query_per_req, s.draft_window)
+
+
+def test_a_capture_that_goes_around_the_build_hook_stops_start_up_naming_the_path(
+    draft_dir, monkeypatch
+):
+    """A vllm-ascend speculator whose draft decode builds its metadata without vLLM's
+    ``_build_attn_metadata`` (an override without super()) captures graphs that would read
+    the whole context: the proof stops the capture, naming vllm-ascend's classes."""
+    from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+    from vllm_ascend.worker.v2.spec_decode.draft_window.proof import WindowNotInPathError
+    from vllm_ascend.worker.v2.spec_decode.eagle.speculator import AscendEagleSpeculator
+
+    vllms_build = DraftModelSpeculator._build_attn_metadata.__wrapped__
+
+    def build_without_super(self, *args, **kwargs):
+        return vllms_build(self, *args, **kwargs)
+
+    mode = CUDAGraphMode.FULL_DECODE_ONLY
+    s, kernel = started(draft_dir, "eagle3", 3, mode, {"draft_window_size": W}, monkeypatch)
+    monkeypatch.setattr(AscendEagleSpeculator, "_build_attn_metadata", build_without_super,
+                        raising=False)  # fmt: skip
+    path = ("under the window's hooks AscendAutoRegressiveSpeculator.capture -> "
+            "AutoRegressiveAclGraphManager.capture, and its device seq_lens is not the "
+            "window's windowed seq_lens")  # fmt: skip
+    with acl_graphs_on_cpu(monkeypatch, kernel), pytest.raises(WindowNotInPathError) as error:
+        capture(s, mode)
+    assert path in str(error.value)

@@ -1,0 +1,135 @@
+"""Start-up with graphs on vLLM 0.33: every draft graph capture runs through the real host
+code (the speculators' ``__init__``, ``set_attn``, ``init_cudagraph_manager`` and
+``capture``, vLLM's graph managers and ``CudaGraphManager.capture``, the capture input
+preparation and the builders), with only the device boundary stood in (``startup.py``,
+``draft_window.cpu.graphs``). Then the speculator's own ``propose`` replays the captured
+graph, and every attention launch it recorded must read exactly its window."""
+
+import pytest
+import torch
+from startup import (
+    BLOCK,
+    Verified,
+    capture,
+    draft_dir,
+    propose,
+    replayed,
+    started,
+    verify_step,
+)
+from vllm.config.compilation import CUDAGraphMode
+
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu import graphs
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
+    dense_attention,
+    positions_read,
+)
+
+pytestmark = pytest.mark.usefixtures("window_hooks")
+
+W = 64
+# Target lengths after the verify step (its query included), around the window (64) and
+# block (16) edges; 6 requests replay the graph captured for 8.
+TARGET_LENS = [40, 79, 80, 81, 300, 900]
+GRAPH_MODES = [CUDAGraphMode.FULL_DECODE_ONLY, CUDAGraphMode.FULL,
+               CUDAGraphMode.FULL_AND_PIECEWISE]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def drafts(tmp_path_factory):
+    return draft_dir(tmp_path_factory.mktemp("tiny-draft"))
+
+
+def run(drafts, method, num_spec, mode, additional, monkeypatch):
+    graphs.cuda_graphs_on_cpu(monkeypatch)
+    st = started(drafts, method, num_spec, mode, additional, monkeypatch)
+    capture(st.s, mode)
+    window = st.s.draft_window
+    if window is not None:
+        assert st.s.input_buffers is window.input_buffers.base  # restored after capture
+    t = verify_step(st, TARGET_LENS)
+    propose(st.s, t)
+    return st, t
+
+
+def assert_reads(t: Verified, launch, ends: list[int], num_queries: int, window) -> None:
+    """What a launch reads (its lengths over its table, as they were when it ran) is, for
+    each request, exactly the window of ``ends[i]`` (all of it without a window)."""
+    n = len(ends)
+    for i, end in enumerate(ends):
+        read = int(launch.seq_lens[i])
+        start, kept = positions_read(end, read)
+        if window is None:
+            assert read == end
+        else:
+            assert start % window.spec.alignment == 0
+            assert min(end, W) <= read <= window.spec.max_read_len
+        q = t.k[i][end - num_queries : end] * 0.5
+        got, touched = t.cache.read(q, launch.table[i], read)
+        torch.testing.assert_close(got, dense_attention(q, t.k[i], t.v[i], start, end))
+        assert touched == {t.block_ids(i)[p // BLOCK] for p in kept.tolist()}
+    # The graph's padded rows read only the null block.
+    assert not launch.table[n:].any()
+
+
+@pytest.mark.parametrize("mode", GRAPH_MODES)
+@pytest.mark.parametrize("window", [W, None])
+def test_eagle_captures_and_every_replayed_decode_step_reads_its_window(
+    mode, window, drafts, monkeypatch
+):
+    num_spec = 4
+    additional = {} if window is None else {"draft_window_size": window}
+    st, t = run(drafts, "eagle3", num_spec, mode, additional, monkeypatch)
+    s = st.s
+    launches = replayed(s.decode_cudagraph_manager, st.model, num_spec - 1)
+    for step, launch in enumerate(launches, start=1):
+        # The draft's own length at the step: the tokens kept after rejection, then one per
+        # step.
+        ends = [target - int(r) + step for target, r in zip(TARGET_LENS, t.rejected, strict=True)]
+        assert_reads(t, launch, ends, 1, s.draft_window)
+
+
+@pytest.mark.parametrize("method", ["dflash", "dspark"])
+@pytest.mark.parametrize("window", [W, None])
+def test_dflash_and_dspark_capture_and_the_replayed_query_pass_reads_its_window(
+    method, window, drafts, monkeypatch
+):
+    additional = {} if window is None else {"draft_window_size": window}
+    st, t = run(drafts, method, 3, CUDAGraphMode.FULL_DECODE_ONLY, additional, monkeypatch)
+    s = st.s
+    n = len(TARGET_LENS)
+    ends = s.input_buffers.seq_lens[:n].tolist()
+    # The draft's own lengths, as vLLM's input prep kernel wrote them: the tokens kept after
+    # rejection, then the query.
+    assert ends == [target - int(r) + s.num_query_per_req
+                    for target, r in zip(TARGET_LENS, t.rejected, strict=True)]  # fmt: skip
+    (launch,) = replayed(s.query_cudagraph_manager, st.model, 1)
+    assert_reads(t, launch, ends, s.num_query_per_req, s.draft_window)
+
+
+def test_a_draft_backend_defined_outside_vllm_is_refused_at_start_up(drafts, monkeypatch):
+    """This line's table lists no backends: vLLM's own are served, and a platform plugin's
+    (which may tell its kernel host lengths of its own) stops start-up by name, with the
+    fix."""
+    import types
+
+    from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
+
+    platform = types.ModuleType("some_platform.attention")
+    exec("class PlatformAttentionBackend(Base):\n    pass\n", {"Base": TritonAttentionBackend,
+         "__name__": platform.__name__}, vars(platform))  # fmt: skip
+    foreign = platform.PlatformAttentionBackend
+    assert foreign.__module__ == "some_platform.attention"
+    graphs.cuda_graphs_on_cpu(monkeypatch)
+    refused = (r"draft_window_size=64 is not supported on vLLM 0.33.x for dflash with group 0 "
+               r"\(FullAttentionSpec, block size 16\) on attention backend "
+               r"PlatformAttentionBackend from some_platform.attention, defined outside vLLM: "
+               r".*run Model Runner V1 \(VLLM_USE_V2_MODEL_RUNNER=0\), or remove "
+               r"draft_window_size")  # fmt: skip
+    with pytest.raises(ValueError, match=refused):
+        started(drafts, "dflash", 3, CUDAGraphMode.FULL_DECODE_ONLY, {"draft_window_size": W},
+                monkeypatch, backend=foreign)  # fmt: skip
+    # Without the key the same start-up goes on, as without this package.
+    st = started(drafts, "dflash", 3, CUDAGraphMode.FULL_DECODE_ONLY, {}, monkeypatch,
+                 backend=foreign)  # fmt: skip
+    assert st.s.draft_window is None
