@@ -38,6 +38,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import (
     HEAD_SIZE,
     NUM_KV_HEADS,
     TINY_LLAMA,
+    propose_after_verify,
 )
 
 CPU = torch.device("cpu")
@@ -229,8 +230,9 @@ class Verified:
     k: list
     v: list
 
-    def block_ids(self, i: int) -> list[int]:
-        return self.batch.req_block_ids[0][i]
+    @property
+    def block_ids(self) -> list[list[int]]:
+        return self.batch.req_block_ids[0]
 
 
 def verify_step(st: Started, target_lens: list[int], seed: int = 0) -> Verified:
@@ -283,16 +285,7 @@ def verify_step(st: Started, target_lens: list[int], seed: int = 0) -> Verified:
 
 
 def propose(s, t: Verified) -> None:
-    """The speculator's own ``propose`` after the verify step (greedy)."""
-    n, m = len(t.target_lens), MAX_NUM_REQS
-    hidden = torch.zeros(t.input_batch.num_tokens, s.hidden_size)
-    q = torch.full((n,), s.num_speculative_steps + 1, dtype=torch.int32)
-    with set_current_vllm_config(s.vllm_config):
-        s.propose(
-            t.input_batch, t.metadata, t.slot_mappings, hidden, [hidden, hidden, hidden],
-            q - t.rejected, t.rejected, torch.zeros(m, dtype=torch.int64),
-            torch.zeros(m, dtype=torch.int64), torch.zeros(m), torch.zeros(m, dtype=torch.int64),
-        )  # fmt: skip
+    propose_after_verify(s, t.input_batch, t.metadata, t.slot_mappings, t.rejected)
 
 
 def replayed(manager, model: DraftModel, num_launches: int) -> list[Launch]:

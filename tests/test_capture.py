@@ -6,9 +6,7 @@ preparation and the builders), with only the device boundary stood in (``startup
 graph, and every attention launch it recorded must read exactly its window."""
 
 import pytest
-import torch
 from startup import (
-    BLOCK,
     Verified,
     capture,
     draft_dir,
@@ -20,10 +18,7 @@ from startup import (
 from vllm.config.compilation import CUDAGraphMode
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu import graphs
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
-    dense_attention,
-    positions_read,
-)
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import assert_window_reads
 
 pytestmark = pytest.mark.usefixtures("window_hooks")
 
@@ -54,22 +49,12 @@ def run(drafts, method, num_spec, mode, additional, monkeypatch):
 
 def assert_reads(t: Verified, launch, ends: list[int], num_queries: int, window) -> None:
     """What a launch reads (its lengths over its table, as they were when it ran) is, for
-    each request, exactly the window of ``ends[i]`` (all of it without a window)."""
-    n = len(ends)
-    for i, end in enumerate(ends):
-        read = int(launch.seq_lens[i])
-        start, kept = positions_read(end, read)
-        if window is None:
-            assert read == end
-        else:
-            assert start % window.spec.alignment == 0
-            assert min(end, W) <= read <= window.spec.max_read_len
-        q = t.k[i][end - num_queries : end] * 0.5
-        got, touched = t.cache.read(q, launch.table[i], read)
-        torch.testing.assert_close(got, dense_attention(q, t.k[i], t.v[i], start, end))
-        assert touched == {t.block_ids(i)[p // BLOCK] for p in kept.tolist()}
-    # The graph's padded rows read only the null block.
-    assert not launch.table[n:].any()
+    each request, exactly the window of ``ends[i]`` (all of it without a window); the graph's
+    padded rows read only the null block."""
+    spec = None if window is None else window.spec
+    assert_window_reads(t.cache, t.k, t.v, t.block_ids, launch.seq_lens.tolist(), launch.table,
+                        ends, num_queries, spec)  # fmt: skip
+    assert not launch.table[len(ends) :].any()
 
 
 @pytest.mark.parametrize("mode", GRAPH_MODES)

@@ -12,12 +12,15 @@ from vllm.config.compilation import CUDAGraphMode
 from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu import capture as cpu_capture
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import (
     Mrv2Batch,
     fill_input_block_tables,
     make_mrv2_batch,
     prepare_dflash_step,
+)
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.graphs import (
+    capturing,
+    cuda_graphs_on_cpu,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
     PagedKVCache,
@@ -335,10 +338,33 @@ def test_window_refresh_never_reads_a_device_value_on_the_host(sinks):
     assert window.seq_lens.device == meta
 
 
-def capture_on_cpu(speculator) -> dict:
-    """The graph manager stand-in for this module's batch shape (one graph size)."""
+def capture_on_cpu(speculator, monkeypatch) -> dict:
+    """Ready a wired DFlash speculator for its real capture: vLLM's own DFlash graph manager
+    (``init_cudagraph_manager``) for one graph of this module's batch shape, captured by
+    vLLM's ``CudaGraphManager.capture`` with only the device boundary stood in
+    (``cpu.graphs``). The draft forward (the graph's context step and ``_generate_draft``:
+    no weights on CPU) keeps the metadata its layers are handed in the capture, which is
+    what the graph records; returns that dict (layer name -> metadata)."""
+    cuda_graphs_on_cpu(monkeypatch)
+    compilation = speculator.vllm_config.compilation_config
+    monkeypatch.setattr(compilation, "cudagraph_capture_sizes", [MAX_NUM_REQS * Q])
+    monkeypatch.setattr(compilation, "max_cudagraph_capture_size", MAX_NUM_REQS * Q)
+    captured = {}
+
+    def generate_draft(num_reqs, num_tokens, attn_metadata, *args, **kwargs):
+        if capturing() is not None:
+            captured.update(attn_metadata)
+
+    speculator._generate_draft = generate_draft
+    speculator._prepare_graph_forward = lambda num_reqs, attn_metadata: None
+    # The buffers DFlash's __init__ makes, which its capture resets.
+    for name in ("sample_indices", "sample_pos", "sample_idx_mapping"):
+        setattr(speculator, name, torch.zeros(MAX_NUM_REQS * NUM_SPEC, dtype=torch.int64))
+    speculator._speculator_name = "DFlash"
     speculator._group_causal = True
-    return cpu_capture.capture_on_cpu(speculator, MAX_NUM_REQS, Q)
+    speculator.init_cudagraph_manager(CUDAGraphMode.FULL_DECODE_ONLY)
+    assert speculator.query_cudagraph_manager.needs_capture()
+    return captured
 
 
 @pytest.mark.parametrize("sinks", SINKS)
@@ -349,7 +375,7 @@ def test_full_graph_capture_and_in_place_update_read_the_window(sinks, model_dir
     batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
     wired = wire("dflash", layouts, batch, model_dir, monkeypatch, sinks=sinks)
     s = wired.speculator
-    captured = capture_on_cpu(s)
+    captured = capture_on_cpu(s, monkeypatch)
     s.capture()
     window = s.draft_window
     for g in (0, 1, 2):

@@ -24,6 +24,7 @@ from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator import (
 from vllm.v1.worker.utils import AttentionGroup
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu import graphs
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import (
     CPU,
     Mrv2Batch,
@@ -32,6 +33,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import (
     fill_slot_mappings,
     make_mrv2_batch,
 )
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.graphs import cuda_graphs_on_cpu
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
     PagedKVCache,
     dense_attention,
@@ -141,6 +143,7 @@ def setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=CONTEXTS, se
         group = AttentionGroup(TritonAttentionBackend, [f"target.{g}", f"draft.{g}"], spec, g)
         group.create_metadata_builders(config, CPU)
         target_groups.append([group])
+    s.target_attn_groups = target_groups
     bt = batch.block_tables
     target_metadata = model_state.prepare_attn(
         input_batch, CUDAGraphMode.NONE, tuple(t[:n] for t in bt.input_block_tables),
@@ -472,53 +475,48 @@ def test_final_step_equals_mrv1_and_earlier_steps_avoid_its_needed_columns_defec
 def test_full_graphs_prefill_runs_without_them_and_decode_graphs_read_the_window(
     sinks, model_dir, monkeypatch
 ):
-    """FULL_AND_PIECEWISE: the draft prefill manager loses its FULL graphs (they would read
-    the target's captured buffers); the fused decode graph is captured through the window
-    and, replayed, reads exactly each step's window."""
-    import vllm.v1.worker.gpu.cudagraph_utils as cudagraph_utils
-    from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils import (
-        SpeculatorBatchDescriptor,
-    )
-
+    """FULL_DECODE_ONLY, with a kernel-block group and sinks: the draft prefill manager loses
+    its FULL graphs (they would read the target's captured buffers); the fused decode graph
+    is captured through the window by vLLM's own graph managers and
+    ``CudaGraphManager.capture`` (only the device boundary stood in, ``cpu.graphs``) and,
+    replayed, reads exactly each step's window. (FULL_AND_PIECEWISE, whose draft prefill
+    keeps PIECEWISE graphs, starts through the speculators' own __init__ in
+    test_capture.py.)"""
     num_spec = 4
     # A kernel-block group too, and fewer requests than the captured graph's size.
     layouts = [GroupLayout(16), GroupLayout(64, kernel_block_size=32)]
     e = setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=[2, 60, 64, 130, 200, 700],
                     seed=5, sinks=sinks)  # fmt: skip
     s, n = e.s, e.batch.num_reqs
-    n_graph = MAX_NUM_REQS
     s.supports_decode_metadata_update = True
-    # One process, no torch.distributed: a single-rank pipeline group.
-    single_rank = SimpleNamespace(is_first_rank=True, is_last_rank=True)
-    monkeypatch.setattr(cudagraph_utils, "get_pp_group", lambda: single_rank)
-    # The CPU platform has no graph memory pool to hand out.
-    monkeypatch.setattr(type(cudagraph_utils.current_platform), "get_global_graph_pool",
-                        lambda self: None)  # fmt: skip
-    s.init_cudagraph_manager(CUDAGraphMode.FULL_AND_PIECEWISE)
-    assert s.prefill_cudagraph_manager.cudagraph_mode == CUDAGraphMode.PIECEWISE
-    assert s.decode_cudagraph_manager.draft_window is s.draft_window
-
-    def capture(self, create_forward_fn, progress_bar_desc=""):
-        # CUDA graphs cannot be captured on CPU: prepare each FULL graph's inputs as vLLM
-        # does at capture and keep its forward; "replay" runs it on those same tensors.
-        self.cpu_graphs = {
-            desc: create_forward_fn(desc, False)
-            for desc in self._capture_descs.get(CUDAGraphMode.FULL, [])
-        }
-
-    monkeypatch.setattr(cudagraph_utils.CudaGraphManager, "capture", capture)
-    monkeypatch.setattr(cudagraph_utils.CudaGraphManager, "run_fullgraph",
-                        lambda self, desc: self.cpu_graphs[desc](CUDAGraphMode.FULL))  # fmt: skip
-    desc = SpeculatorBatchDescriptor(
-        cg_mode=CUDAGraphMode.FULL, num_tokens=n_graph, num_reqs=n_graph, uniform_token_count=1,
-        num_speculative_tokens=num_spec,
-    )  # fmt: skip
-    s.prefill_cudagraph_manager._capture_descs = {}
-    s.decode_cudagraph_manager._capture_descs = {CUDAGraphMode.FULL: [desc]}
+    cuda_graphs_on_cpu(monkeypatch)
+    compilation = s.vllm_config.compilation_config
+    monkeypatch.setattr(compilation, "cudagraph_capture_sizes", [4, MAX_NUM_REQS])
+    monkeypatch.setattr(compilation, "max_cudagraph_capture_size", MAX_NUM_REQS)
     # No speculative config in the tiny VllmConfig: a fixed number of speculative tokens.
-    s.speculative_config = SimpleNamespace(uses_dynamic_speculative_decoding=lambda: False)
+    speculative = SimpleNamespace(num_speculative_tokens=num_spec,
+                                  uses_dynamic_speculative_decoding=lambda: False)  # fmt: skip
+    s.speculative_config = speculative
+    monkeypatch.setattr(s.vllm_config, "speculative_config", speculative)
+    s.init_cudagraph_manager(CUDAGraphMode.FULL_DECODE_ONLY)
+    assert s.prefill_cudagraph_manager.cudagraph_mode == CUDAGraphMode.NONE
+    assert s.decode_cudagraph_manager.draft_window is s.draft_window
+    steps = []
+
+    def generate_draft(num_reqs, num_tokens_padded, attn_metadata, *args, **kwargs):
+        # The draft forward (no weights on CPU): what its layers read when the graph
+        # replays, then vLLM's update_draft_inputs kernel, which the graph records.
+        if graphs.replaying() is not None:
+            steps.append({"lengths": s.input_buffers.seq_lens[:n].clone(),
+                          **{name: (md.seq_lens.clone(), md.block_table.clone())
+                             for name, md in attn_metadata.items()}})  # fmt: skip
+        update_inputs(e, num_spec)
+
+    s._generate_draft = generate_draft
     s.capture()
-    assert list(s.decode_cudagraph_manager.cpu_graphs) == [desc]
+    manager = s.decode_cudagraph_manager
+    (desc,) = [d for d in manager.graphs if d.num_reqs == MAX_NUM_REQS]
+    assert not s.prefill_cudagraph_manager.graphs
     assert s.input_buffers is not s.draft_window.input_buffers  # restored after capture
 
     # A replay: the target runner gathers this step's tables (capture zeroed them), the
@@ -526,15 +524,6 @@ def test_full_graphs_prefill_runs_without_them_and_decode_graphs_read_the_window
     fill_input_block_tables(e.batch)
     s.idx_mapping[:n] = torch.from_numpy(e.batch.idx_mapping)
     s.idx_mapping[n:] = -1
-    steps = []
-
-    def record(num_reqs, num_tokens_padded, attn_metadata, *args, **kwargs):
-        steps.append({"lengths": s.input_buffers.seq_lens[:n].clone(),
-                      **{name: (md.seq_lens.clone(), md.block_table.clone())
-                         for name, md in attn_metadata.items()}})  # fmt: skip
-        update_inputs(e, num_spec)
-
-    s._generate_draft = record
     prepare_decode(e)
     s._fused_multi_step_decode(n, False, desc, None, e.input_batch.seq_lens_cpu_upper_bound,
                                num_spec)  # fmt: skip

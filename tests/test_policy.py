@@ -162,10 +162,10 @@ def test_a_capture_hands_the_groups_left_alone_vllms_own_buffers(model_dir, monk
     layouts = HYBRID
     batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
     plain = wire("dflash", layouts, batch, model_dir, monkeypatch, additional_config={})
-    vllms = capture_on_cpu(plain.speculator)
+    vllms = capture_on_cpu(plain.speculator, monkeypatch)
     plain.speculator.capture()
     wired = wire("dflash", layouts, batch, model_dir, monkeypatch)
-    captured = capture_on_cpu(wired.speculator)
+    captured = capture_on_cpu(wired.speculator, monkeypatch)
     wired.speculator.capture()
     sliding = captured["draft.1"]
     assert sliding.seq_lens.data_ptr() == batch.input_buffers.seq_lens.data_ptr()

@@ -59,18 +59,20 @@ def test_each_path_is_checked_once_and_every_capture_build_every_time(model_dir,
     wired = wire("dflash", layouts, make_batch(layouts, num_reqs_padded=MAX_NUM_REQS),
                  model_dir, monkeypatch)  # fmt: skip
     s, proof = wired.speculator, wired.speculator.draft_window.proof
-    captured = capture_on_cpu(s)
+    captured = capture_on_cpu(s, monkeypatch)
     s.capture()
-    # The capture builds through build_for_cudagraph_capture, which calls build.
-    assert proof.num_checks == 2
+    # The capture prepares its inputs twice (warmup, then the capture itself), each through
+    # build_for_cudagraph_capture, which calls build.
+    assert proof.num_checks == 4
     for _ in range(3):
         build(wired)
-    assert proof.num_checks == 3
+    assert proof.num_checks == 5
     for _ in range(3):
         s._update_draft_decode_metadata(captured, MAX_NUM_REQS)
-    assert proof.num_checks == 4
-    s.capture()
     assert proof.num_checks == 6
+    s.init_cudagraph_manager(CUDAGraphMode.FULL_DECODE_ONLY)  # a fresh manager to capture
+    s.capture()
+    assert proof.num_checks == 10
     # A capture's builds are never taken as proven: the next one is checked again.
     assert {path for path, _, _ in proof.proven} == {(hooks.BUILD_PATH,), (hooks.UPDATE_PATH,)}
     # And what was proven is the window: a replay step reads exactly it.
@@ -147,7 +149,7 @@ def test_an_in_place_update_outside_the_hook_is_stopped(model_dir, monkeypatch):
     layouts = LAYOUTS["one_group"]
     wired = wire("dflash", layouts, make_batch(layouts, num_reqs_padded=MAX_NUM_REQS),
                  model_dir, monkeypatch)  # fmt: skip
-    captured = capture_on_cpu(wired.speculator)
+    captured = capture_on_cpu(wired.speculator, monkeypatch)
     wired.speculator.capture()
     (group,) = wired.attn_groups[0]
     with pytest.raises(WindowNotInPathError, match="updated in place outside the window's "
@@ -199,7 +201,7 @@ def test_a_captures_worst_case_host_bound_is_a_bound_the_proof_accepts(model_dir
     layouts = LAYOUTS["one_group"]
     wired = wire("dflash", layouts, make_batch(layouts, num_reqs_padded=MAX_NUM_REQS),
                  model_dir, monkeypatch)  # fmt: skip
-    capture_on_cpu(wired.speculator)
+    capture_on_cpu(wired.speculator, monkeypatch)
     wired.speculator.capture()
-    assert int(bounds[0].max()) == MAX_MODEL_LEN
-    assert wired.speculator.draft_window.proof.num_checks == 2
+    assert len(bounds) == 2 and int(bounds[0].max()) == MAX_MODEL_LEN  # warmup, capture
+    assert wired.speculator.draft_window.proof.num_checks == 4

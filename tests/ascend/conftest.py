@@ -25,12 +25,19 @@ if type(sys.modules.get("torch_npu")).__name__ != "StandIn":
 
 os.environ["VLLM_PLUGINS"] = ",".join(p.name for p in entry_points(group="vllm.general_plugins"))
 
+import torch
 from vllm.triton_utils import HAS_TRITON
 
 import vllm_ascend.ops.triton.triton_utils as ascend_triton
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.graphs import CpuGraph
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.shims import (
     apply_cpu_shims,
 )
+
+# Stand-in for the NPU's graph object (draft_window.cpu.graphs), set before vllm-ascend's
+# UpdatableGraph subclasses it, so that UpdatableGraph is a real class here.
+assert "vllm_ascend.compilation.updatable_graph" not in sys.modules
+torch.npu.NPUGraph = CpuGraph
 
 if not HAS_TRITON:
     raise pytest.UsageError(

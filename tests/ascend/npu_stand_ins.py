@@ -61,36 +61,6 @@ def _triton_ascend_op(name: str):
     return op
 
 
-class NPUGraph:
-    """Stand-in for ``torch.npu.NPUGraph``, the device's graph object. A CPU cannot record
-    device work, so the graph keeps the callable a capture ran inside it (``work``, set by
-    the test's graph-capture stand-in) and ``replay()`` runs it again on the same persistent
-    tensors. vllm-ascend's ``UpdatableGraph`` subclasses this, so its task registration and
-    update code runs for real."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        self.work = None
-        self.replays = 0
-
-    def capture_begin(self, pool=None, capture_error_mode="global") -> None:
-        pass
-
-    def capture_end(self) -> None:
-        pass
-
-    def replay(self) -> None:
-        if self.work is None:
-            raise RuntimeError("the stand-in graph recorded no work to replay")
-        self.replays += 1
-        self.work()
-
-    def reset(self) -> None:
-        self.work = None
-
-    def pool(self):
-        return None
-
-
 def install() -> None:
     for name in NPU_ONLY_MODULES:
         _module(name)
@@ -108,7 +78,6 @@ def install() -> None:
     torch.npu = MagicMock(name="torch.npu")
     torch.npu.is_available = MagicMock(return_value=False)
     torch.npu.current_device = MagicMock(return_value="cpu")
-    torch.npu.NPUGraph = NPUGraph
     sys.modules["torch.npu"] = torch.npu
     torch.version.cann = None
     torch.distributed.is_hccl_available = lambda: True

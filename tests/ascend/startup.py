@@ -26,6 +26,7 @@ from wiring import ascend_model_state, load_tables, vllm_config
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.graphs import platform_with_graphs
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import PagedKVCache
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import propose_after_verify
 
 CPU = torch.device("cpu")
 BLOCK = 128
@@ -259,16 +260,7 @@ def verify_step(s, target_lens: list[int], seed: int = 0,
 
 
 def propose(s, t: Verified) -> None:
-    """The speculator's own ``propose`` after the verify step (greedy, no prompt prefill)."""
-    n, m = len(t.target_lens), MAX_NUM_REQS
-    hidden = torch.zeros(t.batch.num_tokens, s.hidden_size)
-    q = torch.full((n,), t.num_spec + 1, dtype=torch.int32)
-    with set_current_vllm_config(s.vllm_config):
-        s.propose(
-            t.batch, t.metadata, t.slot_mappings, hidden, [hidden, hidden, hidden],
-            q - t.rejected, t.rejected, torch.zeros(m, dtype=torch.int64),
-            torch.zeros(m, dtype=torch.int64), torch.zeros(m), torch.zeros(m, dtype=torch.int64),
-        )  # fmt: skip
+    propose_after_verify(s, t.batch, t.metadata, t.slot_mappings, t.rejected)
 
 
 def replayed(manager, kernel: FiaKernel, num_tasks: int) -> list[tuple[list[int], torch.Tensor]]:

@@ -11,7 +11,6 @@ import pytest
 import torch
 from graphs import acl_graphs_on_cpu
 from startup import (
-    BLOCK,
     DRAFT_EXTRA,
     MAX_MODEL_LEN,
     MAX_NUM_REQS,
@@ -24,10 +23,7 @@ from startup import (
 )
 from vllm.config.compilation import CUDAGraphMode
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
-    dense_attention,
-    positions_read,
-)
+from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import assert_window_reads
 
 pytestmark = pytest.mark.usefixtures("registered")
 
@@ -66,23 +62,12 @@ def mla_draft_dir(tmp_path_factory):
 def assert_reads(t: Verified, lengths: list[int], table: torch.Tensor, ends: list[int],
                  num_queries: int, window) -> None:  # fmt: skip
     """FIA told ``lengths`` over ``table`` reads, for each request, exactly the window of the
-    length ``ends[i]`` it should read (its whole length without a window): the reference
-    paged read of its last ``num_queries`` queries equals dense attention over that window,
-    through exactly the blocks that hold it."""
-    n = len(ends)
-    for i, end in enumerate(ends):
-        read = int(lengths[i])
-        start, kept = positions_read(end, read)
-        if window is None:
-            assert read == end
-        else:
-            assert start % window.spec.alignment == 0
-            assert min(end, W) <= read <= window.spec.max_read_len
-        q = t.k[i][end - num_queries : end] * 0.5
-        got, touched = t.cache.read(q, table[i], read)
-        torch.testing.assert_close(got, dense_attention(q, t.k[i], t.v[i], start, end))
-        assert touched == {t.block_ids[i][p // BLOCK] for p in kept.tolist()}
-    assert not any(lengths[n:])  # the graph's padded rows read nothing
+    length ``ends[i]`` it should read (all of it without a window); the graph's padded rows
+    read nothing."""
+    spec = None if window is None else window.spec
+    assert_window_reads(t.cache, t.k, t.v, t.block_ids, lengths, table, ends, num_queries,
+                        spec)  # fmt: skip
+    assert not any(lengths[len(ends) :])
 
 
 def eagle_ends(t: Verified, step: int) -> list[int]:

@@ -329,66 +329,6 @@ def test_the_draft_prefill_reads_the_window_and_leaves_vllm_ascends_model_state_
         assert int(s.draft_window.seq_lens[i]) == read  # device and host: one start
 
 
-def test_the_decode_capture_records_the_windows_buffers_at_every_step(model_dir, monkeypatch):
-    """vllm-ascend's EAGLE capture (its own `capture`, without super(), through its own
-    `AutoRegressiveAclGraphManager.capture`) prepares the capture inputs and runs vLLM's real
-    `_multi_step_decode`: every step's build must record the window's persistent buffers.
-    Stand-ins, as CPU has no graphs and no draft weights: the graph capture runs the forward
-    once, the draft forward keeps the metadata it is handed, and the prefill graph manager
-    captures nothing; the slot mappings are vllm-ascend's own kernel's (interpreted)."""
-    from types import SimpleNamespace
-
-    from vllm.v1.worker.gpu.cudagraph_utils import CudaGraphManager
-
-    from vllm_ascend.worker.v2.spec_decode.autoregressive.aclgraph import (
-        AutoRegressiveAclGraphManager,
-    )
-    from vllm_ascend.worker.v2.spec_decode.draft_window import hooks
-
-    num_spec = 4
-    d = setup_decode(model_dir, "eagle3", 16, num_spec)
-    s, window = d.s, d.s.draft_window
-    manager = object.__new__(AutoRegressiveAclGraphManager)
-    manager.speculator, manager.is_draft_model_prefill = s, False
-    manager.max_num_reqs, manager.dp_size = MAX_NUM_REQS, 1
-    setattr(manager, hooks.WINDOW_ATTR, window)  # as the init_cudagraph_manager hook marks it
-    s.decode_cudagraph_manager = manager
-    s.prefill_cudagraph_manager = SimpleNamespace(use_breakable_cg=False,
-                                                  capture=lambda *args, **kwargs: None)  # fmt: skip
-    s.model = torch.nn.Identity()
-    s.last_token_indices = torch.zeros(MAX_NUM_REQS, dtype=torch.int64)
-    s.idx_mapping = torch.zeros(MAX_NUM_REQS, dtype=torch.int64)
-    s.current_draft_step = torch.zeros((), dtype=torch.int64)
-    desc = BatchExecutionDescriptor(cg_mode=CUDAGraphMode.FULL, num_tokens=8, num_reqs=8)
-
-    def capture_on_cpu(self, create_forward_fn, progress_bar_desc=""):
-        create_forward_fn(desc, warmup=False)(CUDAGraphMode.NONE)
-
-    recorded, handed = [], {}
-
-    def generate_draft(num_reqs, num_tokens_padded, attn_metadata, *args, **kwargs):
-        recorded.append(attn_metadata["draft.0"])
-
-    def prepare_inputs_to_capture(num_reqs, num_tokens, model_state, input_buffers,
-                                  block_tables, *args, **kwargs):  # fmt: skip
-        handed.update(input_buffers=input_buffers, block_tables=block_tables)
-
-    import vllm_ascend.worker.v2.spec_decode.autoregressive.aclgraph as aclgraph
-
-    monkeypatch.setattr(CudaGraphManager, "capture", capture_on_cpu)
-    monkeypatch.setattr(aclgraph, "prepare_inputs_to_capture", prepare_inputs_to_capture)
-    monkeypatch.setattr(s, "_generate_draft", generate_draft)
-    s.capture()
-    assert handed["input_buffers"] is window.input_buffers
-    assert handed["block_tables"] is window.block_tables
-    assert len(recorded) == num_spec - 1
-    for md in recorded:
-        assert md.block_tables.data_ptr() == window.windows[0].block_table.data_ptr()
-        assert md.seq_lens_gpu.data_ptr() == window.seq_lens.data_ptr()
-    assert s.input_buffers is window.input_buffers.base  # restored after the capture
-    assert window.proof.num_checks >= 1
-
-
 @pytest.mark.parametrize("num_spec", [3, 5])
 def test_final_step_equals_vllm_ascends_mrv1_window_and_earlier_steps_avoid_its_defect(
     num_spec, model_dir

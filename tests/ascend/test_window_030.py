@@ -1,9 +1,10 @@
 """The window on the Ascend pairing: vllm-ascend 0.30.0rc2's own DFlash and DSpark
-speculators, through vllm-ascend's real GQA metadata builder, at the per-propose build, the
-ACL graph replay build (``build_draft_attn_metadatas``) and the graph capture. What FIA
-would receive (``seq_lens_list`` as ``actual_seq_lengths_kv``, ``block_tables``) is read by
-the reference paged attention and must equal dense attention over exactly the window.
-Paths the window does not serve there yet stop at start-up with their name."""
+speculators, through vllm-ascend's real GQA metadata builder, at the per-propose build and
+the ACL graph replay build (``build_draft_attn_metadatas``); their graph captures run for
+real in ``test_capture_030.py``. What FIA would receive (``seq_lens_list`` as
+``actual_seq_lengths_kv``, ``block_tables``) is read by the reference paged attention and
+must equal dense attention over exactly the window. Paths the window does not serve there
+yet stop at start-up with their name."""
 
 import pytest
 import torch
@@ -22,7 +23,6 @@ from wiring import (
 
 from vllm_ascend.worker.v2.attn_utils import build_attn_metadata_wrapper
 from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, plugin
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.capture import capture_on_cpu
 from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
     PagedKVCache,
     assert_kernel_reads,
@@ -112,30 +112,6 @@ def test_fia_inputs_read_exactly_the_window(method, build, block, model_dir):
     assert md.seq_lens.data_ptr() == window.seq_lens.data_ptr()
     assert window.proof.num_checks >= 1
     assert_fia_reads_exactly_the_window(s, batch, md.seq_lens_list, md.block_tables)
-
-
-def test_the_capture_records_the_windows_buffers_and_every_replay_reads_its_window(
-    model_dir, monkeypatch
-):
-    import vllm.v1.worker.gpu.spec_decode.dflash.cudagraph as dflash_cudagraph
-
-    from vllm_ascend.worker.v2.attn_utils import build_attn_metadata
-
-    # As vllm-ascend's patch_dflash_speculator does on a host.
-    monkeypatch.setattr(dflash_cudagraph, "build_attn_metadata", build_attn_metadata)
-    s, batch = wired(model_dir, "dflash")
-    captured = capture_on_cpu(s, MAX_NUM_REQS, Q)
-    s.capture()
-    recorded = captured["draft.0"]
-    window = s.draft_window
-    assert recorded.block_tables.data_ptr() == window.windows[0].block_table.data_ptr()
-    assert recorded.seq_lens.data_ptr() == window.seq_lens.data_ptr()
-    assert s.input_buffers is not window.input_buffers  # restored after the capture
-    # A replay: the kernels write the batch, the replay build refreshes the persistent
-    # buffers the graph recorded, and updates FIA's lengths from its seq_lens_list.
-    fill(s, batch)
-    md = replay_build(s)
-    assert_fia_reads_exactly_the_window(s, batch, md.seq_lens_list, recorded.block_tables)
 
 
 def test_without_the_window_builders_get_what_vllm_ascend_gives_them(model_dir):

@@ -134,3 +134,34 @@ def assert_kernel_reads(
     got = unified_attention_read(cache, queries, block_table, lens, block_size)
     for read, want in zip(got, expected, strict=True):
         torch.testing.assert_close(read.double(), want, atol=2e-5, rtol=1e-4)
+
+
+def assert_window_reads(
+    cache: PagedKVCache,
+    k: list[torch.Tensor],
+    v: list[torch.Tensor],
+    block_ids: list[list[int]],
+    lengths: list[int],
+    table: torch.Tensor,
+    ends: list[int],
+    num_queries: int,
+    spec=None,
+) -> None:
+    """A kernel told ``lengths`` over ``table`` reads, for each request ``i``, exactly the
+    window of the length ``ends[i]`` it should read (all of it when ``spec`` is None): its
+    last ``num_queries`` queries over the reference paged read equal dense attention over
+    that window (of ``spec``: W, alignment), through exactly the blocks ``block_ids[i]`` that
+    hold it. ``k``/``v``: the true K/V of each request's positions."""
+    b = cache.block_size
+    for i, end in enumerate(ends):
+        read = int(lengths[i])
+        start, kept = positions_read(end, read)
+        if spec is None:
+            assert read == end, (i, read, end)
+        else:
+            assert start % spec.alignment == 0, (i, start)
+            assert min(end, spec.window_size) <= read <= spec.max_read_len, (i, read, end)
+        q = k[i][end - num_queries : end] * 0.5
+        got, touched = cache.read(q, table[i], read)
+        torch.testing.assert_close(got, dense_attention(q, k[i], v[i], start, end))
+        assert touched == {block_ids[i][p // b] for p in kept.tolist()}

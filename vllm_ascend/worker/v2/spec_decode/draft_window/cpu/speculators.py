@@ -17,6 +17,7 @@ import vllm.v1.worker.gpu.spec_decode.speculator as speculator_module
 from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig, VllmConfig
 from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from vllm.v1.worker.gpu.attn_utils import get_attn_cg_support
 from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
 from vllm.v1.worker.gpu.spec_decode.dspark.speculator import DSparkSpeculator
 from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
@@ -173,8 +174,9 @@ def wire_speculator(
     # No draft weights on CPU: set_attn only asks the model for optional layer maps.
     s.model = object()
     # init_attn_backend needs the model's attention layers registered in the config;
-    # set_attn gets the groups built above instead, for this call only.
-    cg_support = type("CgSupport", (), {"min_cg_support": None})()
+    # set_attn gets the groups built above instead (with vLLM's own graph-support answer for
+    # them), for this call only.
+    cg_support = get_attn_cg_support(attn_groups, vllm_config)
     real_init_attn_backend = speculator_module.init_attn_backend
     speculator_module.init_attn_backend = lambda *args, **kwargs: (attn_groups, cg_support, None)
     try:
@@ -205,3 +207,20 @@ SPECULATOR_CLASSES = {
     "eagle3": EagleSpeculator,
     "mtp": MTPSpeculator,
 }
+
+
+def propose_after_verify(speculator: Any, input_batch: Any, attn_metadata: dict,
+                         slot_mappings: dict, num_rejected: torch.Tensor) -> None:  # fmt: skip
+    """The speculator's own ``propose`` after a target verify step of ``num_speculative_steps
+    + 1`` tokens per request, ``num_rejected`` of them rejected (greedy; zero hidden states
+    stand in for the target model's)."""
+    from vllm.config import set_current_vllm_config
+
+    n, m = len(num_rejected), speculator.max_num_reqs
+    hidden = torch.zeros(input_batch.num_tokens, speculator.hidden_size)
+    q = torch.full((n,), speculator.num_speculative_steps + 1, dtype=torch.int32)
+    zeros = torch.zeros(m, dtype=torch.int64)
+    with set_current_vllm_config(speculator.vllm_config):
+        speculator.propose(input_batch, attn_metadata, slot_mappings, hidden,
+                           [hidden, hidden, hidden], q - num_rejected, num_rejected, zeros,
+                           zeros, torch.zeros(m), zeros)  # fmt: skip
