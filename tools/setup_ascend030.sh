@@ -17,9 +17,11 @@ rm -f "$SITE/_draft_window_npu_stand_ins.pth"
 PIP="$VENV/bin/python -m pip"
 # CPU torch: this exact version is the CPU build; a range would pull a CUDA build.
 $PIP install -q torch==2.13.0
+# The test tools first, resolved with their own dependencies: installed after vLLM, pip
+# would check vLLM's full (GPU) requirements and print every one it lacks.
+$PIP install -q -r requirements/test.txt setuptools-scm==10.3.4
 $PIP install -q --no-deps vllm==0.30.0
 $PIP install -q --no-deps -r requirements/cpu-030.txt
-$PIP install -q -r requirements/test.txt setuptools-scm==10.3.4
 
 # The sdist only: its metadata step wants setuptools_scm and a SOC_VERSION, no build.
 mkdir -p "$CACHE"
