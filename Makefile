@@ -2,7 +2,7 @@
 # `make setup` builds .venv once (CPU torch, vLLM 0.33.0 without its GPU deps,
 # test tools, the released vllm-ascend wheel for MRV1 parity) and .venv-030, the Ascend
 # pairing (vLLM 0.30.0 + vllm-ascend 0.30.0rc2's Python package, torch_npu stand-ins);
-# every other target needs them.
+# `make test` needs both, `make demo` and `make lint` only .venv.
 
 PYTHON ?= python3
 VENV := .venv
@@ -31,10 +31,13 @@ $(STAMP): pyproject.toml requirements/cpu.txt requirements/test.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# CPU torch: this exact version is the CPU build; a range would pull a CUDA build.
 	$(PIP) install -q torch==2.13.0
-	# vLLM without its dependency pins (triton, CUDA torchvision/torchaudio/torchcodec).
+	# The test and plot tools first, resolved with their own dependencies: installed after
+	# vLLM, pip would check vLLM's full (GPU) requirements and print every one it lacks.
+	$(PIP) install -q -r requirements/test.txt
+	# vLLM without its dependency pins (triton, CUDA torchvision/torchaudio/torchcodec), and
+	# the pinned pure-Python packages its MRV2 modules import.
 	$(PIP) install -q --no-deps vllm==0.33.0
 	$(PIP) install -q --no-deps -r requirements/cpu.txt
-	$(PIP) install -q -r requirements/test.txt
 	# This project, editable, without deps: its runtime deps are the ones above.
 	$(PIP) install -q --no-deps --no-build-isolation -e .
 	touch $@
@@ -60,14 +63,14 @@ test: setup $(OVERLAY030)  ## Run the test suite on CPU: vLLM 0.33 (.venv), then
 	@echo "== Ascend pairing: vLLM 0.30.0 + vllm-ascend 0.30.0rc2 (.venv-030) =="
 	$(PY030) -m pytest tests/ascend --confcutdir=tests/ascend -p no:cacheprovider
 
-lint: setup  ## ruff check and format check.
+lint: $(STAMP)  ## ruff check and format check.
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-demo: setup  ## The main job: the window inspector on a 1k-128k batch (DSpark, EAGLE3).
-	$(PY) -m vllm_ascend.worker.v2.spec_decode.draft_window.inspect $(DEMO_ARGS)
+demo: $(STAMP)  ## The main job: the window inspector on a 1k-128k batch (DSpark, EAGLE3).
+	$(PY) -m vllm_ascend.worker.v2.spec_decode.draft_window.inspector $(DEMO_ARGS)
 
-bench: setup  ## Benchmarks into benchmarks/results/ (about a minute).
+bench: $(STAMP) $(VLLM_ASCEND_WHEEL_STAMP)  ## Benchmarks into benchmarks/results/ (about a minute).
 	$(PY) benchmarks/bench_window.py
 
 # Runs in the host's own environment (its NPU or CUDA builds of vLLM), not in .venv.

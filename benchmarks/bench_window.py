@@ -46,12 +46,12 @@ from torch.utils._pytree import tree_leaves
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu import use_triton_interpreter  # noqa: E402
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed import use_triton_interpreter  # noqa: E402
 
 use_triton_interpreter()  # before vLLM's first import
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import PagedKVCache  # noqa: E402
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow  # noqa: E402
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import PagedKVCache  # noqa: E402
 
 from mrv1_adapter import load_mrv1_adapter_module  # noqa: E402
 
@@ -162,7 +162,7 @@ def bench_launches(mrv1, rounds: int, iters: int) -> list[dict]:
         for method, k in (("dflash/dspark", 0), ("eagle", 3), ("eagle", 5), ("eagle", 7)):
             base_ib = SimpleNamespace(seq_lens=seq_lens)
             base_bt = SimpleNamespace(block_sizes=[BLOCK_SIZE], input_block_tables=[table])
-            window = Mrv2DraftWindow(w, 0, base_ib, base_bt, [0], batch, torch.device("cpu"),
+            window = Mrv2DraftWindow(w, base_ib, base_bt, [0], batch, torch.device("cpu"),
                                      max_chunk_len=4 if k else None)  # fmt: skip
             adapter = mrv1.SlidingWindowAdapter(w, BLOCK_SIZE, batch, k, torch.device("cpu"))
 
@@ -202,22 +202,28 @@ def bench_launches(mrv1, rounds: int, iters: int) -> list[dict]:
 
 def fixed_start_cost(k, batch, w, seq_lens, table, bound, qsl, per_step, rounds, iters):
     """The alternative for EAGLE: one window start per propose. The first decode step
-    refreshes with a future offset of the K - 2 later steps (its table then covers their
-    tokens, as section 3's future offset does), and each later step only advances the
-    windowed length by what vLLM's ``update_draft_inputs`` added to the draft's own (one
-    ``sub``: the window's length buffer is its own, not vLLM's); the earlier steps read up
-    to K - 2 tokens less than their window. Torch path counted and timed beside the
-    per-step refresh (``per_step``); the fused launches are by construction."""
+    windows the length of the last step (``L + K - 2``: one ``add``, then the refresh, whose
+    table then covers the later steps' tokens) and sets the draft's own length from that
+    start (one ``sub``); each later step only advances the windowed length by what vLLM's
+    ``update_draft_inputs`` added to the draft's own (one ``sub``: the window's length
+    buffer is its own, not vLLM's); the earlier steps read up to K - 2 tokens less than
+    their window. Torch path counted and timed beside the per-step refresh (``per_step``);
+    the fused launches are by construction."""
     base_ib = SimpleNamespace(seq_lens=seq_lens)
     base_bt = SimpleNamespace(block_sizes=[BLOCK_SIZE], input_block_tables=[table])
     cpu = torch.device("cpu")
     # The draft prefill is windowed for itself, as in the per-step path.
-    prefill = Mrv2DraftWindow(w, 0, base_ib, base_bt, [0], batch, cpu, max_chunk_len=4)
-    window = Mrv2DraftWindow(w, max(k - 2, 0), base_ib, base_bt, [0], batch, cpu)
+    prefill = Mrv2DraftWindow(w, base_ib, base_bt, [0], batch, cpu, max_chunk_len=4)
+    window = Mrv2DraftWindow(w, base_ib, base_bt, [0], batch, cpu)
+    # [batch] int32: the last step's lengths, a persistent buffer.
+    last = torch.empty_like(seq_lens)
 
     def fixed(window=window):
         prefill.refresh(batch, seq_lens=seq_lens, query_start_loc=qsl)
-        mrv2_step(window, bound, batch)
+        torch.add(seq_lens, max(k - 2, 0), out=last)
+        window.refresh(batch, seq_lens=last)
+        torch.sub(seq_lens, window.window_skip[:batch], out=window.seq_lens[:batch])
+        window.host_upper_bound(bound, batch, 0, extra_steps=max(k - 2, 0))
         for _ in range(k - 2):
             torch.sub(seq_lens, window.window_skip[:batch], out=window.seq_lens[:batch])
             window.host_upper_bound(bound, batch, 0)
@@ -242,7 +248,7 @@ def bench_step_cost(mrv1, rounds: int, iters: int) -> list[dict]:
             for w in WINDOWS:
                 base_ib = SimpleNamespace(seq_lens=seq_lens)
                 base_bt = SimpleNamespace(block_sizes=[BLOCK_SIZE], input_block_tables=[table])
-                window = Mrv2DraftWindow(w, 0, base_ib, base_bt, [0], batch, torch.device("cpu"))
+                window = Mrv2DraftWindow(w, base_ib, base_bt, [0], batch, torch.device("cpu"))
                 adapter = mrv1.SlidingWindowAdapter(w, BLOCK_SIZE, batch, 0, torch.device("cpu"))
 
                 def ours(window=window, bound=bound, batch=batch):
@@ -278,13 +284,13 @@ def bench_sinks_cost(rounds: int, iters: int) -> list[dict]:
             base_ib = SimpleNamespace(seq_lens=seq_lens)
             base_bt = SimpleNamespace(block_sizes=[BLOCK_SIZE], input_block_tables=[table])
             cpu = torch.device("cpu")
-            plain = Mrv2DraftWindow(SINKS_WINDOW, 0, base_ib, base_bt, [0], batch, cpu)
+            plain = Mrv2DraftWindow(SINKS_WINDOW, base_ib, base_bt, [0], batch, cpu)
             for sinks in SINKS:
-                with_sinks = Mrv2DraftWindow(SINKS_WINDOW, 0, base_ib, base_bt, [0], batch, cpu,
+                with_sinks = Mrv2DraftWindow(SINKS_WINDOW, base_ib, base_bt, [0], batch, cpu,
                                              attention_sinks=sinks)  # fmt: skip
                 # A plain window as wide as sinks + window: same table width, no sink op.
                 size = with_sinks.spec.sink_size
-                wide = Mrv2DraftWindow(SINKS_WINDOW + size, 0, base_ib, base_bt, [0], batch, cpu)
+                wide = Mrv2DraftWindow(SINKS_WINDOW + size, base_ib, base_bt, [0], batch, cpu)
 
                 def a(window=with_sinks, bound=bound, batch=batch):
                     mrv2_step(window, bound, batch)
@@ -362,8 +368,8 @@ def bench_attention(rounds: int) -> list[dict]:
 def bench_whole_build(rounds: int, iters: int) -> list[dict]:
     import tempfile
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.shims import apply_cpu_shims
-    from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import tiny_model_dir
+    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.shims import apply_cpu_shims
+    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import tiny_model_dir
 
     apply_cpu_shims()
     context = 32 * 1024
@@ -387,8 +393,8 @@ def whole_build_row(model_dir, batch: int, context: int, window: int, rounds: in
     from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
 
     from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
-    from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import make_mrv2_batch
-    from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import (
+    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.buffers import make_mrv2_batch
+    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import (
         SPECULATOR_CLASSES,
         GroupLayout,
         make_vllm_config,
@@ -486,8 +492,8 @@ def launch_lines(rows: list[dict]) -> list[str]:
         "0.1x would need the refresh fused into vLLM's own per-step kernels.",
         "",
         "EAGLE, one window start per propose instead of one per step (the first decode step "
-        "refreshes with a future offset of the K - 2 later steps, whose table then covers "
-        "their tokens; each later step only writes the window's length, `own - skip`, one "
+        "windows the last step's length, `L + K - 2`, so that its table covers the later "
+        "steps' tokens; each later step only writes the window's length, `own - skip`, one "
         "launch; the earlier steps read up to K - 2 tokens less than their window), beside "
         "the per-step refresh: torch path counted and timed, fused launches by construction:",
         "",

@@ -190,7 +190,7 @@ def draft_kv_read(context: int, window: int | None, sinks: int, alignment: int) 
         return context
     from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec, align_sinks
 
-    spec = WindowSpec(window, alignment, 0, align_sinks(sinks, alignment))
+    spec = WindowSpec(window, alignment, align_sinks(sinks, alignment))
     return min(context, spec.max_read_len)
 
 

@@ -4,7 +4,7 @@ The shims run at import time, before any test builds a vLLM object.
 """
 
 # First, before any vLLM import: vLLM's Triton kernels run under Triton's interpreter.
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu import use_triton_interpreter
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed import use_triton_interpreter
 
 use_triton_interpreter()
 
@@ -12,7 +12,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from vllm.triton_utils import HAS_TRITON  # noqa: E402
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.shims import (  # noqa: E402
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.shims import (  # noqa: E402
     apply_cpu_shims,
 )
 
@@ -23,7 +23,7 @@ if not HAS_TRITON:
     )
 apply_cpu_shims()
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import (  # noqa: E402
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.buffers import (  # noqa: E402
     Mrv2Batch,
     make_mrv2_batch,
 )
@@ -71,7 +71,7 @@ def mrv1():
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory):
     """A tiny model config written locally (no weights), for vLLM's configs and builders."""
-    from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import tiny_model_dir
+    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import tiny_model_dir
 
     return tiny_model_dir(tmp_path_factory.mktemp("tiny-llama"))
 
@@ -92,6 +92,25 @@ def vllm_log_records():
     yield records
     vllm_logger.removeHandler(handler)
     vllm_logger.setLevel(level)
+
+
+@pytest.fixture
+def window_log():
+    """What the draft window logs at INFO and above: [(level, message)], as "info" and
+    "warning"."""
+    import logging
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append((record.levelname.lower(), record.getMessage()))
+    logger = logging.getLogger("vllm.draft_window")
+    level = logger.level
+    # setLevel, not the attribute: it also clears the loggers' cached isEnabledFor answers.
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    yield records
+    logger.removeHandler(handler)
+    logger.setLevel(level)
 
 
 @pytest.fixture

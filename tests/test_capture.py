@@ -2,7 +2,7 @@
 code (the speculators' ``__init__``, ``set_attn``, ``init_cudagraph_manager`` and
 ``capture``, vLLM's graph managers and ``CudaGraphManager.capture``, the capture input
 preparation and the builders), with only the device boundary stood in (``startup.py``,
-``draft_window.cpu.graphs``). Then the speculator's own ``propose`` replays the captured
+``draft_window.testbed.graphs``). Then the speculator's own ``propose`` replays the captured
 graph, and every attention launch it recorded must read exactly its window."""
 
 import pytest
@@ -17,8 +17,8 @@ from startup import (
 )
 from vllm.config.compilation import CUDAGraphMode
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu import graphs
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import assert_window_reads
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed import graphs
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import assert_window_reads
 
 pytestmark = pytest.mark.usefixtures("window_hooks")
 

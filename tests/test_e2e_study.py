@@ -153,7 +153,7 @@ def test_the_draft_kv_read_is_the_longest_read_of_any_context_up_to_it(context, 
         window_seq_lens,
     )
 
-    spec = WindowSpec(window, 128, 0, align_sinks(sinks, 128))
+    spec = WindowSpec(window, 128, align_sinks(sinks, 128))
     lengths = torch.arange(1, context + 1, dtype=torch.int32)
     reads = torch.empty_like(lengths)
     window_seq_lens(lengths, spec, skip_out=torch.empty_like(lengths), out=reads)

@@ -2,7 +2,7 @@
 
 Runs the project's Triton kernel under Triton's interpreter on CPU (``TRITON_INTERPRET=1``;
 timings there mean nothing) over property cases: several KV-cache groups and block sizes,
-attention sinks, a future offset, padded rows, lengths at the full table's edge, draft
+attention sinks, padded rows, lengths at the full table's edge, draft
 prefill query chunks, and told lengths (vllm-ascend's EAGLE). Every output the torch path
 writes is compared: the windowed lengths, the skips, the told windowed lengths, and every
 column of every group's cropped table.
@@ -18,13 +18,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import fused
-from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
+from vllm_ascend.worker.v2.spec_decode.draft_window import fused, trust
+from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow, ToldLengths
 
 CASES = 24
 
 
-def make_window(gen, block_sizes, window_size, future_offset, sinks, rows, extra_cols):
+def make_window(gen, block_sizes, window_size, sinks, rows, extra_cols, told=None):
     """A window over random full tables whose widths end near the longest length, so
     reads reach the table's edge."""
     alignment = math.lcm(*block_sizes)
@@ -35,69 +35,71 @@ def make_window(gen, block_sizes, window_size, future_offset, sinks, rows, extra
         for b in block_sizes
     ]  # fmt: skip
     window = Mrv2DraftWindow(
-        window_size=window_size, future_offset=future_offset,
+        window_size=window_size,
         input_buffers=SimpleNamespace(seq_lens=torch.zeros(rows, dtype=torch.int32)),
         block_tables=SimpleNamespace(input_block_tables=tables, block_sizes=block_sizes),
         draft_group_ids=list(range(len(block_sizes))), max_num_reqs=rows,
         device=torch.device("cpu"), max_chunk_len=2 * window_size, attention_sinks=sinks,
+        told=told,
     )  # fmt: skip
     window.enable_fused()
     return window, max_len
 
 
-def case(seed, one_step=False):
-    """``one_step``: a window made for one pass (future offset 0), as draft prefills and
-    told lengths are."""
+def case(seed, told=False):
+    """``told``: a window whose kernel is told the target's lengths (vllm-ascend's EAGLE):
+    the draft's own lengths plus up to 4 rejected tokens, padded rows 0."""
     gen = torch.Generator().manual_seed(seed)
     layouts = [[16], [16, 32], [16, 64, 128], [32, 32]]
     block_sizes = layouts[seed % len(layouts)]
     window_size = [64, 100, 256][seed % 3]
-    future_offset = 0 if one_step else [0, 5, 3][seed % 3]
     sinks = [0, 0, 16, 40][seed % 4]
     rows = 9
     extra_cols = [0, 1, 5][seed % 3]
-    window, max_len = make_window(gen, block_sizes, window_size, future_offset, sinks, rows,
-                                  extra_cols)  # fmt: skip
+    told_source = torch.zeros(rows, dtype=torch.int32)
+    told_lengths = None
+    if told:
+        told_lengths = ToldLengths(told_source, 3 * (window_size + sinks + math.lcm(*block_sizes)))
+    window, max_len = make_window(gen, block_sizes, window_size, sinks, rows, extra_cols,
+                                  told_lengths)  # fmt: skip
     # Lengths up to what the narrowest full table holds.
     max_len = min(
         t.shape[1] * b
         for t, b in zip(window.block_tables.base.input_block_tables, block_sizes, strict=True)
     )
     lengths = torch.randint(0, max_len + 1, (rows,), generator=gen, dtype=torch.int32)
-    # The full tables' edge: a length that fills the narrowest table (with a future offset,
-    # its last step would read past it), and one just short of it.
+    # The full tables' edge: a length that fills the narrowest table, and one just short of
+    # it.
     lengths[0], lengths[1] = max_len, max_len - 1
     num_padded = 1 + seed % 3
     lengths[rows - num_padded :] = 0
+    rejected = torch.randint(0, 5, (rows,), generator=gen, dtype=torch.int32)
+    told_source.copy_(torch.where(lengths > 0, lengths + rejected, 0))
     return gen, window, lengths, rows, max_len
 
 
 @pytest.mark.parametrize("seed", range(CASES))
 def test_decode_refresh_equals_the_torch_path(seed):
     _, window, lengths, rows, _ = case(seed)
-    assert fused.compare_with_torch(window, rows, lengths) == []
+    assert trust.compare_with_torch(window, rows, lengths) == []
 
 
 @pytest.mark.parametrize("seed", range(CASES))
 def test_prefill_refresh_with_query_chunks_equals_the_torch_path(seed):
-    gen, window, lengths, rows, _ = case(seed, one_step=True)
+    gen, window, lengths, rows, _ = case(seed)
     chunk = torch.randint(1, 2 * window.spec.window_size, (rows,), generator=gen,
                           dtype=torch.int32)  # fmt: skip
     query_lens = torch.minimum(chunk, lengths)
     qsl = torch.zeros(rows + 1, dtype=torch.int32)
     qsl[1:] = torch.cumsum(query_lens, 0)
-    assert fused.compare_with_torch(window, rows, lengths, query_start_loc=qsl) == []
+    assert trust.compare_with_torch(window, rows, lengths, query_start_loc=qsl) == []
 
 
 @pytest.mark.parametrize("seed", range(CASES))
 def test_told_length_refresh_equals_the_torch_path(seed):
-    gen, window, lengths, rows, max_len = case(seed, one_step=True)
-    window.max_model_len = max_len
-    # The target's lengths: the draft's own plus up to 4 rejected tokens, padded rows 0.
-    rejected = torch.randint(0, 5, (rows,), generator=gen, dtype=torch.int32)
-    window.told_source = torch.where(lengths > 0, lengths + rejected, 0).to(torch.int32)
+    _, window, lengths, rows, _ = case(seed, told=True)
     for step in (1, 3):
-        assert fused.compare_with_torch(window, rows, lengths, told_step=step) == []
+        assert trust.compare_with_torch(window, rows, lengths, told_step=step) == []
 
 
 def test_a_wrong_kernel_is_caught_by_the_comparison_and_the_self_check(monkeypatch):
@@ -105,18 +107,18 @@ def test_a_wrong_kernel_is_caught_by_the_comparison_and_the_self_check(monkeypat
     _, window, lengths, rows, _ = case(1)
     real = fused.FusedRefresh.launch
 
-    def off_by_one(self, n, source, query_start_loc=None, told_step=None):
-        real(self, n, source, query_start_loc, told_step)
-        self.windows[0].block_table[0, 0] += 1
+    def off_by_one(self, n, source, *args, **kwargs):
+        real(self, n, source, *args, **kwargs)
+        self.cropped_tables[0][0, 0] += 1
 
     monkeypatch.setattr(fused.FusedRefresh, "launch", off_by_one)
-    assert fused.compare_with_torch(window, rows, lengths) == ["group 0 table"]
-    assert "decode: group 0 table" in fused.self_check(window)
+    assert trust.compare_with_torch(window, rows, lengths) == ["group 0 table"]
+    assert "decode: group 0 table" in trust.self_check(window)
 
 
 def test_the_self_check_passes_on_every_variant_of_a_real_layout():
     _, window, _, _, _ = case(2)
-    assert fused.self_check(window) == []
+    assert trust.self_check(window) == []
 
 
 def test_trust_then_use_enables_the_kernel_only_when_its_self_check_agrees(monkeypatch):
@@ -132,16 +134,16 @@ def test_trust_then_use_enables_the_kernel_only_when_its_self_check_agrees(monke
     _, window, _, _, _ = case(3)
     window.fused_steps = window.fused_chunks = None
     # On CPU the interpreter's kernel is never chosen by itself.
-    assert not fused.enable_if_trusted(window, logger, "draft_window_size")
+    assert not trust.enable_if_trusted(window, logger, "draft_window_size")
     assert window.fused_steps is None and not records
-    assert fused.enable_if_trusted(window, logger, "draft_window_size", allow_cpu=True)
+    assert trust.enable_if_trusted(window, logger, "draft_window_size", allow_cpu=True)
     assert window.fused_steps is not None
 
     real = fused.FusedRefresh.launch
 
-    def wrong(self, n, source, query_start_loc=None, told_step=None):
-        real(self, n, source, query_start_loc, told_step)
-        self.window.seq_lens[0] += 1
+    def wrong(self, n, source, *args, **kwargs):
+        real(self, n, source, *args, **kwargs)
+        self.seq_lens_out[0] += 1
 
     def broken(self, *args, **kwargs):
         raise RuntimeError("no such intrinsic")
@@ -150,18 +152,25 @@ def test_trust_then_use_enables_the_kernel_only_when_its_self_check_agrees(monke
         window.fused_steps = window.fused_chunks = None
         records.clear()
         monkeypatch.setattr(fused.FusedRefresh, "launch", launch)
-        assert not fused.enable_if_trusted(window, logger, "draft_window_size", allow_cpu=True)
+        assert not trust.enable_if_trusted(window, logger, "draft_window_size", allow_cpu=True)
         assert window.fused_steps is None
         (record,) = records
         assert record.levelno == logging.WARNING and said in record.getMessage()
         assert "the window refreshes with the torch path" in record.getMessage()
 
 
-def test_the_self_check_covers_told_lengths_where_the_window_uses_them():
-    _, window, lengths, _, max_len = case(0, one_step=True)
-    window.max_model_len = max_len
-    window.told_source = lengths.clone()
-    assert fused.self_check(window) == []
+def test_the_self_check_covers_told_lengths_where_the_window_uses_them(monkeypatch):
+    _, window, _, _, _ = case(0, told=True)
+    assert trust.self_check(window) == []
+    real = fused.FusedRefresh.launch
+
+    def told_off_by_one(self, n, source, *args, told_source=None, **kwargs):
+        real(self, n, source, *args, told_source=told_source, **kwargs)
+        if told_source is not None:
+            self.told_out[0] += 1
+
+    monkeypatch.setattr(fused.FusedRefresh, "launch", told_off_by_one)
+    assert trust.self_check(window) == ["told: told_windowed"]
 
 
 def test_tables_wider_than_one_column_block_equal_the_torch_path():
@@ -171,7 +180,7 @@ def test_tables_wider_than_one_column_block_equal_the_torch_path():
     rows, b = 5, 16
     table = torch.randint(1, 50_000, (rows, 2600), generator=gen, dtype=torch.int32)
     window = Mrv2DraftWindow(
-        window_size=64, future_offset=0,
+        window_size=64,
         input_buffers=SimpleNamespace(seq_lens=torch.zeros(rows, dtype=torch.int32)),
         block_tables=SimpleNamespace(input_block_tables=[table], block_sizes=[b]),
         draft_group_ids=[0], max_num_reqs=rows, device=torch.device("cpu"),
@@ -183,7 +192,7 @@ def test_tables_wider_than_one_column_block_equal_the_torch_path():
     query_lens = torch.tensor([20_000, 17_000, 20_100, 64, 0], dtype=torch.int32)
     qsl = torch.zeros(rows + 1, dtype=torch.int32)
     qsl[1:] = torch.cumsum(query_lens, 0)
-    assert fused.compare_with_torch(window, rows, lengths, query_start_loc=qsl) == []
+    assert trust.compare_with_torch(window, rows, lengths, query_start_loc=qsl) == []
 
 
 def test_a_table_layout_the_kernel_cannot_take_keeps_the_torch_path(monkeypatch):
@@ -196,13 +205,13 @@ def test_a_table_layout_the_kernel_cannot_take_keeps_the_torch_path(monkeypatch)
     window.fused_steps = window.fused_chunks = None
     real = fused.FusedRefresh.__init__
 
-    def strided_tables(self, window_, windows, full_tables):
-        if window_ is window:  # the real window's tables, not the self-check's own
+    def strided_tables(self, spec, tables, seq_lens_out, *args):
+        if seq_lens_out is window.seq_lens:  # the real window's, not the self-check's own
             raise ValueError("the fused window refresh needs int32 row-major tables")
-        real(self, window_, windows, full_tables)
+        real(self, spec, tables, seq_lens_out, *args)
 
     monkeypatch.setattr(fused.FusedRefresh, "__init__", strided_tables)
-    assert not fused.enable_if_trusted(window, logger, "draft_window_size", allow_cpu=True)
+    assert not trust.enable_if_trusted(window, logger, "draft_window_size", allow_cpu=True)
     assert window.fused_steps is None and window.fused_chunks is None
     (record,) = records
     assert "int32 row-major tables" in record.getMessage()

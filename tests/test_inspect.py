@@ -2,7 +2,7 @@
 
 import pytest
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import inspect, plugin
+from vllm_ascend.worker.v2.spec_decode.draft_window import inspector, plugin
 
 
 @pytest.fixture(autouse=True)
@@ -12,7 +12,7 @@ def uninstall_after():
 
 
 def test_inspector_prints_a_checked_row_per_request(capsys):
-    code = inspect.main(["--window", "256", "--seq-lens", "100,256,1000,5000",
+    code = inspector.main(["--window", "256", "--seq-lens", "100,256,1000,5000",
                          "--block-sizes", "16,32", "--method", "dspark", "--method", "eagle3",
                          "--no-progress"])  # fmt: skip
     out = capsys.readouterr().out
@@ -27,7 +27,7 @@ def test_inspector_prints_a_checked_row_per_request(capsys):
 
 
 def test_inspector_checks_sinks_beside_the_window(capsys):
-    code = inspect.main(["--window", "256", "--sinks", "20", "--seq-lens", "100,300,1000,5000",
+    code = inspector.main(["--window", "256", "--sinks", "20", "--seq-lens", "100,300,1000,5000",
                          "--block-sizes", "32", "--method", "dspark", "--method", "eagle3",
                          "--no-progress"])  # fmt: skip
     out = capsys.readouterr().out
@@ -44,7 +44,7 @@ def test_inspector_checks_sinks_beside_the_window(capsys):
 @pytest.mark.parametrize("sinks", ["0", "16"])
 def test_inspector_writes_its_plot(sinks, tmp_path):
     path = tmp_path / "blocks.png"
-    code = inspect.main(["--window", "64", "--sinks", sinks, "--seq-lens", "50,300",
+    code = inspector.main(["--window", "64", "--sinks", sinks, "--seq-lens", "50,300",
                          "--method", "dspark", "--no-progress", "--plot", str(path)])  # fmt: skip
     assert code == 0 and path.read_bytes()[:4] == b"\x89PNG"
 
@@ -60,7 +60,7 @@ def test_inspector_writes_its_plot(sinks, tmp_path):
 ])  # fmt: skip
 def test_bad_flags_stop_with_a_clear_error(argv, message, capsys):
     with pytest.raises(SystemExit) as info:
-        inspect.main(argv)
+        inspector.main(argv)
     assert info.value.code == 2
     assert message in capsys.readouterr().err
 
@@ -72,14 +72,12 @@ def test_inspector_fails_when_the_window_is_wrong(capsys, monkeypatch):
     real = window_math.WindowSpec
     monkeypatch.setattr(
         window_math, "WindowSpec",
-        lambda window_size, alignment, future_offset=0, sink_size=0: real(
-            100, alignment, future_offset, sink_size
-        ),
+        lambda window_size, alignment, sink_size=0: real(100, alignment, sink_size),
     )  # fmt: skip
     from vllm_ascend.worker.v2.spec_decode.draft_window import mrv2
 
     monkeypatch.setattr(mrv2, "WindowSpec", window_math.WindowSpec)
-    code = inspect.main(["--window", "256", "--seq-lens", "1000,5000", "--method", "dspark",
+    code = inspector.main(["--window", "256", "--seq-lens", "1000,5000", "--method", "dspark",
                          "--no-progress"])  # fmt: skip
     out = capsys.readouterr().out
     assert code == 1 and "FAILED" in out

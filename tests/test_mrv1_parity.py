@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import dense_attention
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import dense_attention
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
     BlockTableWindow,
     WindowSpec,
@@ -39,15 +39,23 @@ def run_mrv1(mrv1, window_size, block_size, future_offset, seq_lens, full_block_
 
 
 def run_ours(window_size, block_size, future_offset, seq_lens, full_block_table):
-    spec = WindowSpec(window_size, block_size, future_offset)
+    """Our window arithmetic, as MRV1 uses it: metadata that also serves ``future_offset``
+    later tokens (EAGLE's later steps; 0 for DFlash/DSpark). The window itself has no future
+    offset (every pass is windowed for itself); the same arithmetic over the length the last
+    served step reads (``L + K``) gives that metadata's start, the length read now is
+    ``L - skip``, and its table covers ``L + K - skip`` tokens."""
+    spec = WindowSpec(window_size, block_size)
     n = seq_lens.shape[0]
-    start, windowed = torch.empty_like(seq_lens), torch.empty_like(seq_lens)
-    window_seq_lens(seq_lens, spec, skip_out=start, out=windowed)
+    last = seq_lens + future_offset * (seq_lens > 0).to(seq_lens.dtype)
+    skip, last_read = torch.empty_like(seq_lens), torch.empty_like(seq_lens)
+    window_seq_lens(last, spec, skip_out=skip, out=last_read)
+    windowed = seq_lens - skip
     # Exact host mirrors go through the same function on the host copy.
-    host_start, host_windowed = torch.empty_like(seq_lens), torch.empty_like(seq_lens)
-    window_seq_lens(seq_lens.clone(), spec, skip_out=host_start, out=host_windowed)
+    host_skip, host_last = torch.empty_like(seq_lens), torch.empty_like(seq_lens)
+    window_seq_lens(last.clone(), spec, skip_out=host_skip, out=host_last)
+    host_windowed = seq_lens.clone() - host_skip
     window = BlockTableWindow(spec, block_size, max_num_reqs=n, device="cpu")
-    table = window.gather(full_block_table, start, windowed, n)
+    table = window.gather(full_block_table, skip, last_read, n)
     return windowed, host_windowed, table
 
 
@@ -114,7 +122,7 @@ def test_eagle_window_equals_mrv1_except_the_columns_mrv1_leaves_out(mrv1, batch
 def test_mrv1_needed_columns_defect_and_ours_covers_it(mrv1):
     """W=64, b=16, K=3, L=64: MRV1's clone has 4 valid columns, but the first later draft
     step reads 65 tokens and finds block id 0 in column 4. Ours reads the real block."""
-    case = build_case([16], window_size=64, future_offset=3, seq_lens=[64], extra_cols=0, seed=7)
+    case = build_case([16], window_size=64, seq_lens=[64], extra_cols=0, seed=7, lookahead=3)
     group = case.groups[0]
     cam = run_mrv1(mrv1, 64, 16, 3, case.seq_lens, group.full_block_table)
     windowed, _, ours = run_ours(64, 16, 3, case.seq_lens, group.full_block_table)

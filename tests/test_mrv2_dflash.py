@@ -12,23 +12,24 @@ from vllm.config.compilation import CUDAGraphMode
 from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import (
+from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import propose_state
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.buffers import (
     Mrv2Batch,
     fill_input_block_tables,
     make_mrv2_batch,
     prepare_dflash_step,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.graphs import (
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.graphs import (
     capturing,
     cuda_graphs_on_cpu,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import (
     PagedKVCache,
     assert_kernel_reads,
     dense_attention,
     positions_read,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import (
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import (
     HEAD_SIZE,
     NUM_KV_HEADS,
     SPECULATOR_CLASSES,
@@ -220,7 +221,7 @@ def test_builders_receive_windowed_inputs_and_untouched_slot_mappings(layout_nam
     assert torch.equal(batch.block_tables.slot_mappings, slots_before)
     assert s.input_buffers is batch.input_buffers and s.block_tables is batch.block_tables
     assert s.draft_max_seq_len == MAX_MODEL_LEN
-    assert window.num_builds == 1
+    assert propose_state(wired.speculator).num_builds == 1
 
 
 def test_groups_the_draft_does_not_read_are_left_alone(model_dir, monkeypatch):
@@ -328,7 +329,7 @@ def test_window_refresh_never_reads_a_device_value_on_the_host(sinks):
         block_sizes=[16, 32],
         input_block_tables=[torch.zeros(8, 40, dtype=torch.int32, device=meta)] * 2,
     )
-    window = Mrv2DraftWindow(64, 0, input_buffers, block_tables, [0, 1], 8, meta,
+    window = Mrv2DraftWindow(64, input_buffers, block_tables, [0, 1], 8, meta,
                              max_chunk_len=300, attention_sinks=sinks)  # fmt: skip
     window.refresh(8)
     # The multi-token pass of an EAGLE draft prefill, over the target's lengths.
@@ -342,7 +343,7 @@ def capture_on_cpu(speculator, monkeypatch) -> dict:
     """Ready a wired DFlash speculator for its real capture: vLLM's own DFlash graph manager
     (``init_cudagraph_manager``) for one graph of this module's batch shape, captured by
     vLLM's ``CudaGraphManager.capture`` with only the device boundary stood in
-    (``cpu.graphs``). The draft forward (the graph's context step and ``_generate_draft``:
+    (``testbed.graphs``). The draft forward (the graph's context step and ``_generate_draft``:
     no weights on CPU) keeps the metadata its layers are handed in the capture, which is
     what the graph records; returns that dict (layer name -> metadata)."""
     cuda_graphs_on_cpu(monkeypatch)

@@ -24,8 +24,9 @@ from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator import (
 from vllm.v1.worker.utils import AttentionGroup
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu import graphs
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import (
+from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import propose_state
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed import graphs
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.buffers import (
     CPU,
     Mrv2Batch,
     fill_input_block_tables,
@@ -33,14 +34,14 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import (
     fill_slot_mappings,
     make_mrv2_batch,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.graphs import cuda_graphs_on_cpu
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.graphs import cuda_graphs_on_cpu
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import (
     PagedKVCache,
     dense_attention,
     positions_read,
     unified_attention_read,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import (
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import (
     HEAD_SIZE,
     NUM_KV_HEADS,
     GroupLayout,
@@ -182,13 +183,13 @@ def run_prefill(e: Eagle, num_tokens_padded: int | None = None) -> dict:
         return hidden, hidden
 
     e.s._run_model = run_model
-    e.s.draft_window.prefill_batch = e.input_batch
+    propose_state(e.s).prefill_batch = e.input_batch
     try:
         e.s._prefill(e.batch.num_reqs, num_tokens_padded or e.batch.num_tokens,
                      e.target_metadata, None, num_tokens_across_dp=None,
                      skip_sample=True)  # fmt: skip
     finally:
-        e.s.draft_window.prefill_batch = None
+        propose_state(e.s).prefill_batch = None
     return seen
 
 
@@ -404,7 +405,7 @@ def test_propose_hands_the_target_batch_to_the_prefill_and_forgets_it(model_dir,
 
     def prepare_prefill_inputs(*args, **kwargs):
         # The first Triton kernel of propose; what the draft window holds then is recorded.
-        seen.append(e.s.draft_window.prefill_batch)
+        seen.append(propose_state(e.s).prefill_batch)
         raise Stop
 
     monkeypatch.setattr(ar_module, "prepare_prefill_inputs", prepare_prefill_inputs)
@@ -421,7 +422,7 @@ def test_propose_hands_the_target_batch_to_the_prefill_and_forgets_it(model_dir,
         e.s.propose(e.input_batch, e.target_metadata, {}, torch.zeros(64, 4), None, zeros,
                     zeros, zeros, zeros, e.s.temperature, e.s.seeds)  # fmt: skip
     assert seen == [e.input_batch]
-    assert e.s.draft_window.prefill_batch is None
+    assert propose_state(e.s).prefill_batch is None
 
 
 @pytest.mark.parametrize("num_spec", [2, 3, 4, 7])
@@ -478,7 +479,7 @@ def test_full_graphs_prefill_runs_without_them_and_decode_graphs_read_the_window
     """FULL_DECODE_ONLY, with a kernel-block group and sinks: the draft prefill manager loses
     its FULL graphs (they would read the target's captured buffers); the fused decode graph
     is captured through the window by vLLM's own graph managers and
-    ``CudaGraphManager.capture`` (only the device boundary stood in, ``cpu.graphs``) and,
+    ``CudaGraphManager.capture`` (only the device boundary stood in, ``testbed.graphs``) and,
     replayed, reads exactly each step's window. (FULL_AND_PIECEWISE, whose draft prefill
     keeps PIECEWISE graphs, starts through the speculators' own __init__ in
     test_capture.py.)"""
@@ -576,21 +577,23 @@ def test_a_group_the_window_leaves_alone_reads_what_vllm_gives_it(fused, model_d
 
 def test_before_set_attn_there_is_no_window_yet_and_nothing_is_decided(model_dir):
     """vLLM's profiling run proposes before the KV cache exists (before set_attn)."""
-    from vllm_ascend.worker.v2.spec_decode.draft_window import hooks
+    from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, install
 
     s = object.__new__(EagleSpeculator)
     s.vllm_config = make_vllm_config(model_dir, MAX_MODEL_LEN, MAX_NUM_REQS,
                                      {"draft_window_size": W})  # fmt: skip
     calls = []
     # vLLM's propose needs its Triton kernels; this stand-in only records the call.
-    propose = hooks.WRAPPERS["propose"](lambda self, batch, attn_metadata: calls.append(batch))
+    propose = hooks.FACTORIES["propose"](
+        lambda self, batch, attn_metadata: calls.append(batch), install.installation()
+    )
     propose(s, "dummy batch", None)
     assert calls == ["dummy batch"] and "draft_window" not in vars(s)
-    assert hooks.window_of(s) is None and "draft_window" not in vars(s)
+    assert hooks.window_of(s, install.installation()) is None and "draft_window" not in vars(s)
 
 
 def test_a_propose_whose_draft_prefill_skips_the_hook_is_stopped(model_dir, monkeypatch):
-    from vllm_ascend.worker.v2.spec_decode.draft_window import hooks
+    from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, install
     from vllm_ascend.worker.v2.spec_decode.draft_window.proof import WindowNotInPathError
 
     e = setup_eagle(model_dir, monkeypatch, 3, LAYOUTS["one_group"])
@@ -603,7 +606,7 @@ def test_a_propose_whose_draft_prefill_skips_the_hook_is_stopped(model_dir, monk
                       skip_sample=True)  # fmt: skip
         return "drafts"
 
-    propose = hooks.WRAPPERS["propose"](vllms_propose)
+    propose = hooks.FACTORIES["propose"](vllms_propose, install.installation())
     assert propose(e.s, e.input_batch, e.target_metadata) == "drafts"
 
     def own_prefill(self, num_reqs, num_tokens, attn_metadata, *args, **kwargs):
@@ -616,7 +619,6 @@ def test_a_propose_whose_draft_prefill_skips_the_hook_is_stopped(model_dir, monk
 
 
 def test_a_draft_prefill_outside_propose_runs_only_in_a_graph_capture(model_dir, monkeypatch):
-    from vllm_ascend.worker.v2.spec_decode.draft_window import hooks
     from vllm_ascend.worker.v2.spec_decode.draft_window.proof import WindowNotInPathError
 
     e = setup_eagle(model_dir, monkeypatch, 3, LAYOUTS["one_group"])
@@ -625,5 +627,6 @@ def test_a_draft_prefill_outside_propose_runs_only_in_a_graph_capture(model_dir,
     outside = r"_prefill ran with the target's metadata outside the window's propose hook"
     with pytest.raises(WindowNotInPathError, match=outside):
         e.s._prefill(*args, skip_sample=True)
-    with e.s.draft_window.on_path(hooks.AR_CAPTURE_PATH):
-        e.s._prefill(*args, skip_sample=True)
+    # As the speculator's capture hook marks it.
+    propose_state(e.s).capturing = True
+    e.s._prefill(*args, skip_sample=True)

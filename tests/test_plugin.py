@@ -16,7 +16,7 @@ from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator import (
 )
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import (
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import (
     make_speculative_vllm_config,
 )
 
@@ -90,7 +90,7 @@ def restore_runner_choice():
 
 
 def config_for(model_dir, additional_config):
-    from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import make_vllm_config
+    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import make_vllm_config
 
     return make_vllm_config(model_dir, 512, 4, additional_config)
 

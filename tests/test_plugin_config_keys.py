@@ -10,7 +10,7 @@ import pytest
 from pydantic.dataclasses import dataclass
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import make_vllm_config
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import make_vllm_config
 
 from mrv1_adapter import load_released_file
 

@@ -24,13 +24,13 @@ from vllm.v1.kv_cache_interface import (
     UniformTypeKVCacheSpecs,
 )
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, policy
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import (
+from vllm_ascend.worker.v2.spec_decode.draft_window import groups
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.buffers import (
     fill_input_block_tables,
     fill_query_inputs,
     fill_slot_mappings,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import (
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import (
     HEAD_SIZE,
     NUM_KV_HEADS,
     GroupLayout,
@@ -103,14 +103,14 @@ POLICY = [
 @pytest.mark.parametrize(("spec", "windowed", "reason"), POLICY,
                          ids=[type(p[0]).__name__ for p in POLICY])  # fmt: skip
 def test_each_kv_cache_spec_gets_a_decision_and_its_reason(spec, windowed, reason):
-    decision, why, unknown = policy.classify(spec)
+    decision, why, unknown = groups.classify(spec)
     assert (decision, unknown) == (windowed, False)
     assert why.startswith(reason)
 
 
 def test_an_unknown_spec_class_is_left_alone_and_named():
     spec = NewAttentionSpec(block_size=16, **KV)
-    assert policy.classify(spec) == (
+    assert groups.classify(spec) == (
         False, "a KV-cache spec the draft window does not know (NewAttentionSpec)", True
     )  # fmt: skip
 
@@ -184,18 +184,8 @@ def test_a_capture_hands_the_groups_left_alone_vllms_own_buffers(model_dir, monk
 
 
 @pytest.fixture
-def warnings(monkeypatch):
-    lines = []
-
-    class Recorder:
-        def warning(self, msg, *args):
-            lines.append(("warning", msg % args))
-
-        def info(self, msg, *args):
-            lines.append(("info", msg % args))
-
-    monkeypatch.setattr(hooks, "logger", Recorder())
-    return lines
+def warnings(window_log):
+    return window_log
 
 
 def test_no_windowable_group_keeps_the_window_off_with_one_warning(model_dir, monkeypatch,
@@ -217,7 +207,7 @@ def test_the_start_up_line_lists_the_groups_windowed_and_left_alone(model_dir, m
     ((level, line),) = warnings
     assert level == "info"
     assert line.endswith(
-        "block sizes per KV-cache group {0: 16}, alignment 16, future offset 0; windowed: "
+        "block sizes per KV-cache group {0: 16}, alignment 16; windowed: "
         "group 0 (FullAttentionSpec, block size 16); left alone: group 1 (CircularBufferSpec, "
         "block size 64): a ring buffer, one block per request: its columns are no range of "
         "positions; group 2 (FullAttentionSpec, block size 16): compressed: one state per 4 "
@@ -243,7 +233,7 @@ def test_a_deepseek_v4_dspark_draft_has_no_group_to_window(model_dir, monkeypatc
     the draft never reads past its own window, and the draft window has nothing to crop."""
     from vllm.v1.worker.gpu.spec_decode.dspark.speculator import DSparkSpeculator
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import (
+    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import (
         make_vllm_config,
         wire_speculator,
     )

@@ -12,17 +12,17 @@ from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
 from vllm.v1.worker.gpu.spec_decode.dspark.speculator import DSparkSpeculator
 from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import hooks
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import (
+from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
+from vllm_ascend.worker.v2.spec_decode.draft_window.proof import UPDATE_PATH, WindowNotInPathError
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.buffers import (
     fill_input_block_tables,
     fill_query_inputs,
     fill_slot_mappings,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import (
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import (
     make_vllm_config,
     wire_speculator,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.proof import WindowNotInPathError
 
 from test_mrv2_dflash import (
     LAYOUTS,
@@ -40,6 +40,8 @@ from test_mrv2_dflash import (
 
 pytestmark = pytest.mark.usefixtures("window_hooks")
 LAYOUT = [*LAYOUTS["target_group_and_two_draft_groups"], *LAYOUTS["one_group"]]
+# The build hook's path: the method it wraps, as the installed line names it.
+BUILD_PATH = DraftModelSpeculator._build_attn_metadata.__qualname__
 
 
 def wire_class(cls, model_dir, layouts=LAYOUT):
@@ -74,7 +76,7 @@ def test_each_path_is_checked_once_and_every_capture_build_every_time(model_dir,
     s.capture()
     assert proof.num_checks == 10
     # A capture's builds are never taken as proven: the next one is checked again.
-    assert {path for path, _, _ in proof.proven} == {(hooks.BUILD_PATH,), (hooks.UPDATE_PATH,)}
+    assert {path for path, _, _ in proof.proven} == {(BUILD_PATH,), (UPDATE_PATH,)}
     # And what was proven is the window: a replay step reads exactly it.
     fill_input_block_tables(wired.batch)
     fill_query_inputs(wired.batch)
@@ -100,7 +102,7 @@ def test_a_subclass_building_without_super_is_stopped_with_its_path(model_dir):
     assert "DraftModelSpeculator._build_uniform_attn_metadata" in message
     assert "its device seq_lens is not the window's windowed seq_lens" in message
     assert "is not the group's cropped table" in message
-    assert "Remove draft_window_size" in message
+    assert "remove draft_window_size, or report the path" in message
 
 
 def test_a_vllm_that_stops_forwarding_the_uniform_build_is_stopped(model_dir, monkeypatch):
@@ -172,13 +174,13 @@ def test_a_set_attn_override_without_super_is_stopped_at_the_first_build(model_d
 def test_host_lengths_past_the_window_are_stopped(model_dir, monkeypatch):
     """A host bound that escaped the window (here the window's own host arithmetic is
     switched off; vllm-ascend's DSpark MLA path hands its builders unwindowed host lengths)."""
-    monkeypatch.setattr(hooks.Mrv2DraftWindow, "host_upper_bound",
+    monkeypatch.setattr(Mrv2DraftWindow, "host_upper_bound",
                         lambda self, bound, num_reqs, step, **kwargs: bound)  # fmt: skip
     wired = wire_class(DSparkSpeculator, model_dir)
     with pytest.raises(WindowNotInPathError) as error:
         build(wired)
     message = str(error.value)
-    assert f"(build) under the window's hooks {hooks.BUILD_PATH}, and " in message
+    assert f"(build) under the window's hooks {BUILD_PATH}, and " in message
     # Alignment lcm(16, 32, 16) = 32: at most 64 + 32 - 1 tokens; the longest context is 2000.
     assert "seq_lens_cpu_upper_bound reaches 2000, past the window's 95" in message
 

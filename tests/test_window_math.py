@@ -1,13 +1,12 @@
 """The window math against a reference: attention read through the cropped block table
-must equal dense attention over exactly the sinks and the window, for every step the
-metadata serves."""
+must equal dense attention over exactly the sinks and the window."""
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import (
     dense_attention,
     window_positions,
 )
@@ -24,7 +23,7 @@ from window_cases import Case, build_case, cases
 
 
 def apply_window(case: Case) -> tuple[WindowSpec, torch.Tensor, torch.Tensor, list[torch.Tensor]]:
-    spec = WindowSpec(case.window_size, case.alignment, case.future_offset, case.sink_size)
+    spec = WindowSpec(case.window_size, case.alignment, case.sink_size)
     n = case.seq_lens.shape[0]
     skip, windowed = torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.int32)
     window_seq_lens(case.seq_lens, spec, skip_out=skip, out=windowed)
@@ -49,7 +48,7 @@ def window_blocks(full_row: torch.Tensor, b: int, start: int, end: int, sinks: i
 
 @settings(max_examples=300, deadline=None)
 @given(cases())
-def test_draft_reads_exactly_the_window_at_every_served_step(case: Case):
+def test_draft_reads_exactly_the_window(case: Case):
     spec, start, windowed, cropped = apply_window(case)
     sinks = spec.sink_size
     for i, length in enumerate(case.seq_lens.tolist()):
@@ -57,42 +56,39 @@ def test_draft_reads_exactly_the_window_at_every_served_step(case: Case):
             continue
         s, w = int(start[i]), int(windowed[i])
         for g, table in zip(case.groups, cropped, strict=True):
-            # Step j of the same metadata reads j more tokens than its seq_lens.
-            for j in range(case.future_offset + 1):
-                end = length + j
-                q = case.k[i][end - 1 : end] * 0.5 + 0.1
-                got, touched = g.cache.read(q, table[i], w + j)
-                expected = dense_attention(q, case.k[i], case.v[i], s, end, sinks)
-                torch.testing.assert_close(got, expected)
-                full_row = g.full_block_table[i]
-                assert touched == window_blocks(full_row, g.block_size, s, end, sinks)
-                assert w + j <= spec.max_read_len
+            q = case.k[i][length - 1 : length] * 0.5 + 0.1
+            got, touched = g.cache.read(q, table[i], w)
+            expected = dense_attention(q, case.k[i], case.v[i], s, length, sinks)
+            torch.testing.assert_close(got, expected)
+            full_row = g.full_block_table[i]
+            assert touched == window_blocks(full_row, g.block_size, s, length, sinks)
+            assert w <= spec.max_read_len
 
 
 @settings(max_examples=150, deadline=None)
 @given(cases())
 def test_unwindowed_read_is_dense_attention_over_the_whole_context(case: Case):
     for i, length in enumerate(case.seq_lens.tolist()):
+        if not length:
+            continue
         for g in case.groups:
-            for j in range(case.future_offset + 1 if length else 0):
-                end = length + j
-                q = case.k[i][end - 1 : end]
-                got, _ = g.cache.read(q, g.full_block_table[i], end)
-                torch.testing.assert_close(got, dense_attention(q, case.k[i], case.v[i], 0, end))
+            q = case.k[i][length - 1 : length]
+            got, _ = g.cache.read(q, g.full_block_table[i], length)
+            torch.testing.assert_close(got, dense_attention(q, case.k[i], case.v[i], 0, length))
 
 
 @settings(max_examples=300, deadline=None)
 @given(cases())
 def test_window_bounds_and_padded_rows(case: Case):
     spec, start, windowed, cropped = apply_window(case)
-    lengths, k, sinks = case.seq_lens.long(), case.future_offset, spec.sink_size
+    lengths, sinks = case.seq_lens.long(), spec.sink_size
     # Start is block-aligned for every group and never past the context.
     assert bool((start % spec.alignment == 0).all()) and bool((start <= lengths).all())
     real = lengths > 0
     # The draft sees at least its sinks and window (or everything), at most S + W + a - 1.
-    least = torch.clamp(lengths[real] + k, max=sinks + spec.window_size)
-    assert bool((windowed[real] + k >= least).all())
-    assert bool((windowed + k <= spec.max_read_len).all())
+    least = torch.clamp(lengths[real], max=sinks + spec.window_size)
+    assert bool((windowed[real] >= least).all())
+    assert bool((windowed <= spec.max_read_len).all())
     for g, table in zip(case.groups, cropped, strict=True):
         b = g.block_size
         assert table.shape[1] == spec.max_window_blocks(b)
@@ -102,7 +98,7 @@ def test_window_bounds_and_padded_rows(case: Case):
                 continue
             full_row = g.full_block_table[i]
             num_cols = full_row.shape[0]
-            last = min(-(-(int(lengths[i]) + k) // b), num_cols)
+            last = min(-(-int(lengths[i]) // b), num_cols)
             if int(start[i]) <= sinks:
                 # Sinks and window meet: exactly the unwindowed read.
                 assert int(windowed[i]) == int(lengths[i])
@@ -118,50 +114,36 @@ def test_window_bounds_and_padded_rows(case: Case):
 @given(cases(), st.integers(0, 300))
 def test_host_bound_stays_an_upper_bound_after_the_step_the_parent_adds(case: Case, slack):
     spec, _, windowed, _ = apply_window(case)
-    k = case.future_offset
     for step in range(min(spec.max_read_len, 8) + 1):
         # The caller only knows U >= L - step; vLLM's builder then adds `step`.
         upper = torch.clamp(case.seq_lens - step, min=0) + slack
         bound = seq_lens_upper_bound(upper, spec, out=torch.empty_like(upper), step=step)
-        # A padded row (L = 0) reads nothing at any step.
-        served = windowed + k * (case.seq_lens > 0)
-        assert bool((bound + step >= served).all()), (bound, step, windowed)
+        assert bool((bound + step >= windowed).all()), (bound, step, windowed)
 
 
 @pytest.mark.parametrize(
-    ("window_size", "alignment", "future_offset"),
-    [
-        (64, 16, 0),
-        (64, 16, 3),
-        (128, 64, 0),
-        (5, 4, 2),
-        (1, 1, 0),
-        (33, 8, 7),
-        (100, 48, 1),
-    ],
+    ("window_size", "alignment"),
+    [(64, 16), (128, 64), (5, 4), (1, 1), (33, 8), (100, 48)],
 )
-def test_host_bound_is_the_tightest_bound(window_size, alignment, future_offset):
+def test_host_bound_is_the_tightest_bound(window_size, alignment):
     """For U >= 1 the bound equals the longest read that any L <= U can need."""
     for sinks in (0, alignment, 3 * alignment):
-        spec = WindowSpec(window_size, alignment, future_offset, sinks)
-        assert_bound_is_the_running_maximum(spec)
+        assert_bound_is_the_running_maximum(WindowSpec(window_size, alignment, sinks))
 
 
 def assert_bound_is_the_running_maximum(spec: WindowSpec) -> None:
-    future_offset = spec.future_offset
     edge = spec.sink_size + spec.window_size + spec.alignment
     lengths = torch.arange(0, 4 * edge, dtype=torch.int32)
     start, windowed = torch.empty_like(lengths), torch.empty_like(lengths)
     window_seq_lens(lengths, spec, skip_out=start, out=windowed)
-    served = windowed + future_offset * (lengths > 0)
-    running_max = torch.cummax(served, dim=0).values
+    running_max = torch.cummax(windowed, dim=0).values
     bound = seq_lens_upper_bound(lengths, spec, out=torch.empty_like(lengths))
     assert torch.equal(bound[1:], running_max[1:].int())
 
 
 def test_windowing_an_upper_bound_by_the_formula_is_not_a_bound():
     """Why the host bound is truncated, not windowed: the windowed length is a sawtooth."""
-    spec = WindowSpec(64, 16, 0)
+    spec = WindowSpec(64, 16)
     start, windowed = torch.empty(2, dtype=torch.int32), torch.empty(2, dtype=torch.int32)
     window_seq_lens(torch.tensor([80, 79], dtype=torch.int32), spec, skip_out=start, out=windowed)
     assert windowed.tolist() == [64, 79]  # the formula applied to U = 80 gives 64 < 79
@@ -182,9 +164,7 @@ def test_alignment_is_the_lcm_of_the_groups_block_sizes():
 def test_one_windowed_length_serves_groups_of_different_block_sizes():
     """With blocks of 16 and 24 tokens the start is a multiple of 48, a block boundary in
     both tables, so both cropped tables read exactly [start, L)."""
-    case = build_case(
-        [16, 24], window_size=50, future_offset=0, seq_lens=[130, 47, 0], extra_cols=0, seed=3
-    )
+    case = build_case([16, 24], window_size=50, seq_lens=[130, 47, 0], extra_cols=0, seed=3)
     spec, start, windowed, cropped = apply_window(case)
     assert spec.alignment == 48
     assert start.tolist() == [48, 0, 0] and windowed.tolist() == [82, 47, 0]
@@ -201,8 +181,7 @@ def test_one_windowed_length_serves_groups_of_different_block_sizes():
     [
         ({"window_size": 0, "alignment": 16}, "window_size must be >= 1"),
         ({"window_size": 8, "alignment": 0}, "alignment must be >= 1"),
-        ({"window_size": 8, "alignment": 16, "future_offset": 8}, "future_offset must be in"),
-        ({"window_size": 8, "alignment": 16, "future_offset": -1}, "future_offset must be in"),
+        ({"window_size": 8, "alignment": 16, "sink_size": 8}, "multiple of the alignment 16"),
     ],
 )
 def test_window_spec_rejects_impossible_windows(kwargs, message):
@@ -217,7 +196,7 @@ def test_block_size_must_divide_the_alignment():
 
 def test_per_step_math_writes_only_into_its_persistent_buffers():
     """The same storage is returned every step, and nothing the caller owns is written."""
-    spec = WindowSpec(64, 16, 3)
+    spec = WindowSpec(64, 16)
     window = BlockTableWindow(spec, 16, max_num_reqs=8, device="cpu")
     full = torch.arange(1, 4 * 30 + 1, dtype=torch.int32).reshape(4, 30)
     full_before = full.clone()
@@ -234,7 +213,7 @@ def test_per_step_math_writes_only_into_its_persistent_buffers():
 
 
 @settings(max_examples=200, deadline=None)
-@given(cases(max_future=0), st.data())
+@given(cases(), st.data())
 def test_a_multi_token_pass_keeps_every_query_inside_its_window(case: Case, data):
     """A draft prefill queries the last q tokens of each request: every query token reads
     exactly the sinks and [start, its position], the start stays block-aligned, and a chunk
@@ -244,7 +223,7 @@ def test_a_multi_token_pass_keeps_every_query_inside_its_window(case: Case, data
         [data.draw(st.integers(1, length)) if length else 0 for length in case.seq_lens.tolist()],
         dtype=torch.int32,
     )
-    spec = WindowSpec(case.window_size, case.alignment, 0, case.sink_size)
+    spec = WindowSpec(case.window_size, case.alignment, case.sink_size)
     sinks = spec.sink_size
     skip, windowed = torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.int32)
     window_seq_lens(case.seq_lens, spec, skip_out=skip, out=windowed, query_lens=query_lens)
@@ -274,30 +253,20 @@ def test_a_multi_token_pass_keeps_every_query_inside_its_window(case: Case, data
             assert touched == window_blocks(full_row, g.block_size, s, length, sinks)
 
 
-def test_a_multi_token_pass_must_not_serve_later_steps():
-    spec = WindowSpec(64, 16, 2)
-    lengths = torch.tensor([100], dtype=torch.int32)
-    with pytest.raises(ValueError, match="future_offset must be 0 with query_lens, got 2"):
-        window_seq_lens(lengths, spec, skip_out=torch.empty_like(lengths),
-                        out=torch.empty_like(lengths), query_lens=lengths)  # fmt: skip
-    with pytest.raises(ValueError, match="future_offset must be 0 with query_lens, got 2"):
-        seq_lens_upper_bound(lengths, spec, out=torch.empty_like(lengths), query_lens=lengths)
-
-
 def test_sinks_are_rounded_up_to_whole_columns_of_the_cropped_table():
     assert [align_sinks(s, 16) for s in (0, 1, 16, 17, 64)] == [0, 16, 16, 32, 64]
     assert align_sinks(20, 48) == 48
     with pytest.raises(ValueError, match=">= 0"):
         align_sinks(-1, 16)
     with pytest.raises(ValueError, match="multiple of the alignment 16"):
-        WindowSpec(64, 16, 0, 20)
+        WindowSpec(64, 16, 20)
 
 
 def test_sinks_and_window_of_one_request_around_where_they_part():
     """W = 64, a = 16, S = 16, one group of 16-token blocks: up to L = 95 the window
     starts at or before the sinks' end and the read is the whole context; from L = 96 on
     the first block is kept, then the window's blocks."""
-    spec = WindowSpec(64, 16, 0, 16)
+    spec = WindowSpec(64, 16, 16)
     lengths = torch.tensor([10, 79, 95, 96, 200, 0], dtype=torch.int32)
     skip, windowed = torch.empty_like(lengths), torch.empty_like(lengths)
     window_seq_lens(lengths, spec, skip_out=skip, out=windowed)

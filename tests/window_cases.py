@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import torch
 from hypothesis import strategies as st
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import PagedKVCache
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import PagedKVCache
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import align_sinks, lcm_alignment
 
 NUM_HEADS, HEAD_DIM = 2, 4
@@ -22,11 +22,10 @@ class Group:
 @dataclass
 class Case:
     window_size: int
-    future_offset: int
     # [num_reqs] int32: 0 marks a padded row
     seq_lens: torch.Tensor
     groups: list[Group]
-    # per request: true K and V [seq_len + future_offset, H, D] at absolute positions
+    # per request: true K and V [seq_len + lookahead, H, D] at absolute positions
     k: list[torch.Tensor]
     v: list[torch.Tensor]
     # draft_attention_sinks as configured (rounded up to the alignment by the window)
@@ -42,14 +41,11 @@ class Case:
 
 
 @st.composite
-def cases(
-    draw, max_len: int = 400, max_window: int = 200, max_future: int = 6, sinks: bool = True
-) -> Case:
+def cases(draw, max_len: int = 400, max_window: int = 200, sinks: bool = True) -> Case:
     block_sizes = draw(
         st.lists(st.sampled_from([1, 2, 4, 8, 16, 32]), min_size=1, max_size=2, unique=True)
     )
     window_size = draw(st.integers(1, max_window))
-    future_offset = draw(st.integers(0, min(window_size - 1, max_future)))
     # Half without sinks, half with up to a few alignments of them.
     sink_tokens = draw(st.one_of(st.just(0), st.integers(1, 100))) if sinks else 0
     # Where the first tokens start to be left out.
@@ -65,7 +61,7 @@ def cases(
     # inside the cropped table's width.
     extra_cols = draw(st.integers(0, 3))
     seed = draw(st.integers(0, 2**31 - 1))
-    case = build_case(block_sizes, window_size, future_offset, seq_lens, extra_cols, seed)
+    case = build_case(block_sizes, window_size, seq_lens, extra_cols, seed)
     case.sink_tokens = sink_tokens
     return case
 
@@ -73,13 +69,15 @@ def cases(
 def build_case(
     block_sizes: list[int],
     window_size: int,
-    future_offset: int,
     seq_lens: list[int],
     extra_cols: int,
     seed: int,
+    lookahead: int = 0,
 ) -> Case:
+    """``lookahead``: tokens past each request's length that its table and K/V also hold
+    (the later steps MRV1's one window per propose serves, for the MRV1 comparisons)."""
     gen = torch.Generator().manual_seed(seed)
-    ends = [length + future_offset if length > 0 else 0 for length in seq_lens]
+    ends = [length + lookahead if length > 0 else 0 for length in seq_lens]
     k = [torch.randn(end, NUM_HEADS, HEAD_DIM, generator=gen, dtype=torch.float64) for end in ends]
     v = [torch.randn(end, NUM_HEADS, HEAD_DIM, generator=gen, dtype=torch.float64) for end in ends]
     groups = []
@@ -104,7 +102,6 @@ def build_case(
         groups.append(Group(b, table, cache))
     return Case(
         window_size=window_size,
-        future_offset=future_offset,
         seq_lens=torch.tensor(seq_lens, dtype=torch.int32),
         groups=groups,
         k=k,

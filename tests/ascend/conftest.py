@@ -15,7 +15,7 @@ import pytest
 
 # First, before anything imports vLLM (vllm-ascend's package __init__ files do): vLLM's and
 # vllm-ascend's Triton kernels run under Triton's interpreter, set up as
-# ``draft_window.cpu.use_triton_interpreter`` does for the 0.33 tests.
+# ``draft_window.testbed.use_triton_interpreter`` does for the 0.33 tests.
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -29,12 +29,12 @@ import torch
 from vllm.triton_utils import HAS_TRITON
 
 import vllm_ascend.ops.triton.triton_utils as ascend_triton
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.graphs import CpuGraph
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.shims import (
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.graphs import CpuGraph
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.shims import (
     apply_cpu_shims,
 )
 
-# Stand-in for the NPU's graph object (draft_window.cpu.graphs), set before vllm-ascend's
+# Stand-in for the NPU's graph object (draft_window.testbed.graphs), set before vllm-ascend's
 # UpdatableGraph subclasses it, so that UpdatableGraph is a real class here.
 assert "vllm_ascend.compilation.updatable_graph" not in sys.modules
 torch.npu.NPUGraph = CpuGraph

@@ -1,5 +1,5 @@
 """ACL graph capture and replay on CPU for the Ascend pairing, with only the device boundary
-stood in (on top of ``draft_window.cpu.graphs``, shared with the upstream line).
+stood in (on top of ``draft_window.testbed.graphs``, shared with the upstream line).
 
 On a host, vllm-ascend's model runner enters ``torch_cuda_wrapper()`` at start-up, which
 makes vLLM's ``CudaGraphManager.capture`` create vllm-ascend's ``UpdatableGraph`` and capture
@@ -12,11 +12,11 @@ registration, ``resolve_tasks`` and ``update``. Stood in, each because it needs 
 
 - the graph object's capture and replay (``torch.npu.NPUGraph``, ``npu_stand_ins.py``, which
   ``UpdatableGraph`` subclasses) and ``torch.npu.graph``, the capture context that hands it
-  the forward to replay (``cpu.graphs``);
+  the forward to replay (``testbed.graphs``);
 - the graph tasks' handles and their update brackets (``torch.npu.graph_task_group_end``,
   ``graph_task_update_begin``/``_end``); streams and events stay ``torch_npu`` stand-ins;
 - the process groups, the graph memory pool and the platform's graph support
-  (``cpu.graphs``);
+  (``testbed.graphs``);
 - the draft model (``DraftModel``): no weights on CPU. Each draft layer launches FIA as
   vllm-ascend's full-graph attention does (``register_task`` with the layer's
   ``block_tables`` and ``seq_lens_list``, ``FIAParamProvider``);
@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.graphs import (
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.graphs import (
     capturing,
     graph_context,
     process_groups_on_cpu,

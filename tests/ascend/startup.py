@@ -24,9 +24,9 @@ from vllm.config import (
 from vllm.config.compilation import CompilationMode, CUDAGraphMode
 from wiring import ascend_model_state, load_tables, vllm_config
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.graphs import platform_with_graphs
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import PagedKVCache
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import propose_after_verify
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.graphs import platform_with_graphs
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import PagedKVCache
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import propose_after_verify
 
 CPU = torch.device("cpu")
 BLOCK = 128

@@ -23,7 +23,7 @@ from startup import (
 )
 from vllm.config.compilation import CUDAGraphMode
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import assert_window_reads
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import assert_window_reads
 
 pytestmark = pytest.mark.usefixtures("registered")
 

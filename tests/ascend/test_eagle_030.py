@@ -29,7 +29,8 @@ from wiring import (
 )
 
 from vllm_ascend.worker.v2.attn_utils import build_attn_metadata_wrapper
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
+from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import propose_state
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import (
     PagedKVCache,
     assert_kernel_reads,
     dense_attention,
@@ -305,12 +306,12 @@ def test_the_draft_prefill_reads_the_window_and_leaves_vllm_ascends_model_state_
     s._run_model = run_model
     s.last_token_indices = torch.zeros(MAX_NUM_REQS, dtype=torch.int64)
     s.idx_mapping = torch.zeros(MAX_NUM_REQS, dtype=torch.int64)
-    s.draft_window.prefill_batch = batch
+    propose_state(s).prefill_batch = batch
     try:
         with pytest.raises(Stop):
             s._prefill(n, num_tokens, target_metadata, None, num_tokens_across_dp=None)
     finally:
-        s.draft_window.prefill_batch = None
+        propose_state(s).prefill_batch = None
     assert set(seen) == {"draft.0"}  # vllm-ascend keeps only the draft's layers
     md = seen["draft.0"]
     assert md is not target_metadata["draft.0"]
@@ -381,10 +382,10 @@ def test_final_step_equals_vllm_ascends_mrv1_window_and_earlier_steps_avoid_its_
 def refused(d: Decode, match: str) -> None:
     from vllm.config import set_current_vllm_config
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window import hooks
+    from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, install
 
     with set_current_vllm_config(d.s.vllm_config), pytest.raises(ValueError, match=match):
-        hooks.create_draft_window(d.s)
+        hooks.create_draft_window(d.s, install.installation().line)
 
 
 def test_eagle_layouts_the_told_lengths_cannot_serve_stop_at_start_up(model_dir, monkeypatch):
@@ -410,7 +411,11 @@ def test_eagle_layouts_the_told_lengths_cannot_serve_stop_at_start_up(model_dir,
     d.s._sparse_kv_offload_metadata = kept
 
     d.s.replicated_pcp = True
-    refused(d, r"does not support prefill_context_parallel_size > 1 with vLLM 0.30.x")
+    refused(
+        d,
+        r"not supported on vLLM 0.30.x with vllm-ascend 0.30.0rc2 with vllm-ascend.s "
+        r"replicated draft under prefill_context_parallel_size > 1",
+    )
     d.s.replicated_pcp = False
 
     hf_config = d.s.vllm_config.model_config.hf_config

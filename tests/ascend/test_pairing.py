@@ -162,13 +162,13 @@ def test_without_the_window_configs_build_as_without_this_package(
 def test_eagle3_with_the_window_builds_on_model_runner_v2_and_other_methods_stop_named(
     registered, model_runner_v2, model_dir
 ):
-    from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, policy
+    from vllm_ascend.worker.v2.spec_decode.draft_window import install, policy
 
     assert speculative_config(model_dir, {"draft_window_size": 512}).use_v2_model_runner
     # Every other Model Runner V2 method of vLLM 0.30 but MTP (which keeps its warning) is
     # one the line does not serve, e.g. extract_hidden_states.
     with pytest.raises(ValueError) as error:
-        policy.refuse_method("extract_hidden_states", hooks.LINE, 512)
+        policy.refuse_method("extract_hidden_states", install.installation().line, 512)
     assert (
         "draft_window_size=512 is not supported on Model Runner V2 for speculative method "
         "'extract_hidden_states' on vLLM 0.30.x with vllm-ascend 0.30.0rc2; supported there: "

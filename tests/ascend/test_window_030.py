@@ -22,8 +22,8 @@ from wiring import (
 )
 
 from vllm_ascend.worker.v2.attn_utils import build_attn_metadata_wrapper
-from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, plugin
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
+from vllm_ascend.worker.v2.spec_decode.draft_window import install, plugin
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import (
     PagedKVCache,
     assert_kernel_reads,
     dense_attention,
@@ -145,7 +145,7 @@ def test_dspark_on_a_glm_family_target_reads_the_window_of_what_fia_is_told(
     s.input_buffers.seq_lens[:n] = told - rejected
     md = build(s)
     window = s.draft_window
-    assert window.told_bound
+    assert window.told is not None and window.told.bound
     assert md.block_tables.data_ptr() == window.windows[0].block_table.data_ptr()
     assert_fia_reads_exactly_the_window(s, batch, md.seq_lens_list, md.block_tables)
     for i in range(n):
@@ -181,7 +181,7 @@ def test_mla_drafts_read_the_window_of_the_host_lengths_mla_takes(method, build,
         s.input_buffers.seq_lens[:n] = told - rejected
     md = build(s)
     window = s.draft_window
-    assert window.told_bound is (method == "dflash")
+    assert (window.told is not None and window.told.bound) is (method == "dflash")
     decode = md.decode
     assert decode.block_table.data_ptr() == window.windows[0].block_table.data_ptr()
     assert_fia_reads_exactly_the_window(s, batch, decode.seq_lens_list, decode.block_table)
@@ -200,7 +200,7 @@ def test_an_eagle_draft_on_mla_stops_at_start_up(mla_model_dir):
                                          r"size 128\) on attention backend AscendMLABackend: "
                                          r"its kernel takes host lengths"):  # fmt: skip
         eagle_speculator(config, BLOCK, MAX_NUM_REQS, 3, backend=AscendMLABackend)
-    assert hooks.LINE.name == "vLLM 0.30.x with vllm-ascend 0.30.0rc2"
+    assert install.installation().line.name == "vLLM 0.30.x with vllm-ascend 0.30.0rc2"
 
 
 def test_fia_lengths_that_escape_the_window_are_stopped_with_the_path(model_dir, monkeypatch):
@@ -217,7 +217,7 @@ def test_fia_lengths_that_escape_the_window_are_stopped_with_the_path(model_dir,
     with pytest.raises(WindowNotInPathError) as error:
         per_propose_build(s)
     message = str(error.value)
-    assert f"under the window's hooks {hooks.BUILD_PATH}" in message
+    assert "under the window's hooks DraftModelSpeculator._build_attn_metadata" in message
     assert "the built metadata's seq_lens is not the window's windowed seq_lens" in message
     assert "the built seq_lens_list reaches 2000, past the window's 255" in message
 

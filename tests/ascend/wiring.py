@@ -30,8 +30,8 @@ from vllm_ascend.attention.mla_v1 import AscendMLABackend
 from vllm_ascend.worker.v2.block_table import AscendBlockTables
 from vllm_ascend.worker.v2.spec_decode.dflash.speculator import AscendDFlashSpeculator
 from vllm_ascend.worker.v2.spec_decode.dflash2.speculator import AscendDFlash2Speculator
-from vllm_ascend.worker.v2.spec_decode.draft_window import hooks
-from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import verify_step
+from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, install
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.buffers import verify_step
 from vllm_ascend.worker.v2.spec_decode.dspark.speculator import AscendDSparkSpeculator
 
 CPU = torch.device("cpu")
@@ -157,7 +157,7 @@ def speculator(config, method: str, block_size: int, max_num_reqs: int,
         s.attn_architecture = "MLA" if backend is AscendMLABackend else "GQA"
         s.use_dcp, s.dcp_manager = False, None
     with set_current_vllm_config(config):
-        s.draft_window = hooks.create_draft_window(s)
+        s.draft_window = window_as_set_attn_makes_it(s)
     return s
 
 
@@ -269,7 +269,7 @@ def eagle_speculator(config, block_size: int, max_num_reqs: int, num_spec: int,
         max_num_tokens=max_tokens, device=CPU,
     )  # fmt: skip
     with set_current_vllm_config(config):
-        s.draft_window = hooks.create_draft_window(s)
+        s.draft_window = window_as_set_attn_makes_it(s)
     return s
 
 
@@ -283,3 +283,9 @@ def ascend_model_state(config) -> Any:
     state.kvpp_runtime = state.pcp_manager = state.device_metadata = None
     state.attn_metadata = {}
     return state
+
+
+def window_as_set_attn_makes_it(s) -> Any:
+    """The speculator's window as the ``set_attn`` hook makes it (none while uninstalled)."""
+    installed = install.installation()
+    return hooks.create_draft_window(s, installed.line) if installed is not None else None

@@ -1,6 +1,6 @@
 """Window inspector: what the draft window does to a batch, through vLLM's real build path.
 
-    python -m vllm_ascend.worker.v2.spec_decode.draft_window.inspect [--window 2048] ...
+    python -m vllm_ascend.worker.v2.spec_decode.draft_window.inspector [--window 2048] ...
 
 Runs a batch through vLLM 0.33.0's real Model Runner V2 draft metadata build on CPU
 (DSpark: its one query pass; EAGLE3: a draft decode step), with the window on and off, and
@@ -24,6 +24,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     SINKS_KEY,
     DraftWindowConfig,
 )
+from vllm_ascend.worker.v2.spec_decode.draft_window.window import ceil_div
 
 DEFAULT_SEQ_LENS = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
 METHODS = ("dspark", "dflash", "eagle3", "eagle")
@@ -33,7 +34,7 @@ CHECK_HEADS, CHECK_HEAD_DIM = 1, 8
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m vllm_ascend.worker.v2.spec_decode.draft_window.inspect",
+        prog="python -m vllm_ascend.worker.v2.spec_decode.draft_window.inspector",
         description=__doc__.splitlines()[0],
     )
     parser.add_argument("--window", default="2048", help=f"{KEY} (default 2048)")
@@ -102,13 +103,13 @@ def inspect_method(args, method: str, model_dir: Path, progress) -> list[dict]:
     from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
     from vllm.v1.worker.gpu.input_batch import InputBuffers
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.buffers import make_mrv2_batch
-    from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.reference import (
+    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.buffers import make_mrv2_batch
+    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import (
         PagedKVCache,
         dense_attention,
         positions_read,
     )
-    from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import (
+    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import (
         SPECULATOR_CLASSES,
         GroupLayout,
         make_vllm_config,
@@ -121,7 +122,7 @@ def inspect_method(args, method: str, model_dir: Path, progress) -> list[dict]:
     query = k_spec + 1 if parallel else 1
     seq_lens = [length + query for length in args.seq_lens]
     n = len(seq_lens)
-    max_model_len = -(-(max(seq_lens) + k_spec + 1) // 1024) * 1024
+    max_model_len = ceil_div(max(seq_lens) + k_spec + 1, 1024) * 1024
     layouts = [GroupLayout(b) for b in args.block_sizes]
     rng = np.random.default_rng(0)
     batch = make_mrv2_batch(args.block_sizes, seq_lens, query, n, n, max_model_len, rng,
@@ -180,7 +181,7 @@ def inspect_method(args, method: str, model_dir: Path, progress) -> list[dict]:
         per_token = 2 * args.draft_layers * args.kv_heads * args.head_dim * args.dtype_bytes
         rows.append({
             "context": length - query, "seq_len": length, "start": start, "windowed": read,
-            "blocks": -(-read // b0) if read else 0, "full_blocks": -(-length // b0),
+            "blocks": ceil_div(read, b0) if read else 0, "full_blocks": ceil_div(length, b0),
             "kv_bytes": read * per_token, "full_kv_bytes": length * per_token,
             "ok": all(checks), "alignment": spec.alignment, "sinks": spec.sink_size,
         })  # fmt: skip
@@ -273,13 +274,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import logging
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window.cpu import use_triton_interpreter
+    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed import use_triton_interpreter
 
     use_triton_interpreter()  # before vLLM's first import, just below
-    from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.shims import apply_cpu_shims
-
     # Show the window's start-up lines, which a server prints through vLLM's logging.
-    window_logger = logging.getLogger("vllm.draft_window")
+    from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger as window_logger
+    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.shims import apply_cpu_shims
+
     if not window_logger.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("INFO %(message)s"))
@@ -290,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
     from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
-    from vllm_ascend.worker.v2.spec_decode.draft_window.cpu.speculators import tiny_model_dir
+    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import tiny_model_dir
 
     plugin.register()
     total = len(args.method) * len(args.seq_lens) * len(args.block_sizes)

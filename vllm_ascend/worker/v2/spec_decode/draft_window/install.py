@@ -10,7 +10,9 @@ start-up with those reasons (``plugin.py``).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import Any
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import lines, patches
 
@@ -25,10 +27,18 @@ class Status:
 
 
 _status = Status(installed=False, problems=("the draft window plugin has not been registered",))
+# The installation each line's hooks serve (hooks.Installed), made once: a wrapper another
+# plugin keeps in its chain after uninstalling serves it again once it is active again.
+_installations: dict[str, Any] = {}
 
 
 def status() -> Status:
     return _status
+
+
+def installation() -> Any:
+    """The installation the hooks in place serve (``hooks.Installed``: its line), or None."""
+    return next((i for i in _installations.values() if i.active), None)
 
 
 def install() -> Status:
@@ -57,17 +67,18 @@ def _install() -> Status:
             problems = [f"the draft window's hooks cannot import what they use ({error})"]
     if problems:
         return Status(installed=False, problems=tuple(problems))
+    wrapped = [r for r in found if r.hook.wrapper is not None]
+    installed = _installations.setdefault(line.name, hooks.Installed(line, active=False))
+    installed.names.update({r.hook.wrapper: r.hook.name for r in wrapped})
     try:
-        for resolved in found:
-            if resolved.hook.wrapper is not None:
-                patches.replace(
-                    resolved.owner, resolved.hook.method, hooks.WRAPPERS[resolved.hook.wrapper]
-                )
+        for resolved in wrapped:
+            factory = hooks.FACTORIES[resolved.hook.wrapper]
+            patches.replace(resolved.owner, resolved.hook.method,
+                            functools.partial(factory, installed=installed))  # fmt: skip
     except Exception:
         patches.restore_all()  # none, rather than some
         raise
-    hooks.ACTIVE = True
-    hooks.LINE = line
+    installed.active = True
     return Status(installed=True, line=line.name)
 
 
@@ -76,12 +87,8 @@ def uninstall() -> None:
     the window). A wrapper of ours that another plugin has wrapped since stays in its chain,
     inert: it makes no window."""
     global _status
-    try:
-        from vllm_ascend.worker.v2.spec_decode.draft_window import hooks
-    except ImportError:
-        pass
-    else:
-        hooks.ACTIVE = False
+    for installed in _installations.values():
+        installed.active = False
     patches.restore_all()
     _status = Status(installed=False, problems=("the draft window was uninstalled",))
 

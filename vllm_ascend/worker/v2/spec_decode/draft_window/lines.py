@@ -13,14 +13,16 @@ import importlib
 import importlib.metadata
 import inspect
 from dataclasses import dataclass
+from typing import Any
 
 _SPEC_DECODE = "vllm.v1.worker.gpu.spec_decode"
 
 
 @dataclass(frozen=True)
 class Hook:
-    """One method the window wraps (``wrapper`` names its factory in ``hooks.py``), or only
-    calls (``wrapper`` None; it may then be inherited), with the parameters it relies on."""
+    """One method the window wraps (``wrapper`` names its factory in ``hooks.FACTORIES``), or
+    only calls (``wrapper`` None; it may then be inherited), with the parameters it relies
+    on."""
 
     module: str
     cls: str
@@ -49,17 +51,53 @@ class Line:
     # the draft's groups (a method not listed: any backend); a draft whose kernel takes host
     # lengths the window does not set is refused.
     backends: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    # Targets (a substring of their model_type) for whose DSpark drafts the kernel takes the
-    # host bound plus the query stretch as the exact length: the window's start comes from
-    # that told length, on the host and on the device.
+    # Where the kernel is told host lengths of its own (vllm-ascend; window.py: a told
+    # length), the window's start comes from that told length, on the host and the device:
+    # - per method, the backends whose kernel takes the builder's host bound plus the query
+    #   stretch as the exact length (DFlash on MLA);
+    told_bound_backends: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # - targets (a substring of their model_type) for whose DSpark drafts the same holds,
+    #   except on the backends handed an exact host copy (below);
     dspark_host_length_targets: tuple[str, ...] = ()
-    # Whether an EAGLE decode step's kernel is told the target's length plus the step (the
-    # rejected tokens included) rather than the draft's own length (vllm-ascend).
+    # - per method, the backends handed an exact host copy of the draft's device lengths,
+    #   windowed by the device's arithmetic (DSpark on MLA);
+    exact_copy_backends: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # - whether an EAGLE decode step's kernel is told the target's length plus the step (the
+    #   rejected tokens included) rather than the draft's own length.
     ar_told_target_lengths: bool = False
+    # The exact host mirror of seq_lens the line's input buffers keep (torch and numpy
+    # names, one memory), and the built metadata's host length lists its kernels take
+    # (dotted paths): the run-time proof checks both.
+    host_mirror: tuple[str, str] | None = None
+    built_host_lengths: tuple[str, ...] = ()
+    # (module, function) telling whether a target's host lengths are not synced after
+    # rejection, so that a told length and the device's differ.
+    unsynced_target: tuple[str, str] | None = None
+    # Speculator attributes that, when set, name a layout the window does not serve here:
+    # (attribute path, the layout, why, the fix).
+    unserved_state: tuple[tuple[str, str, str, str], ...] = ()
+    # Model-state attributes of per-step state a draft prefill rebuild would run twice.
+    prefill_state: tuple[str, ...] = ()
 
     def backends_for(self, method: str) -> tuple[str, ...] | None:
         """The backends proven for ``method`` on this line, or None (any)."""
         return dict(self.backends).get(method)
+
+    def told_bound(self, method: str, backends: set[str], model_type: str) -> bool:
+        """Whether the draft's kernel takes the host bound plus the query stretch as its
+        exact length, for ``method`` on ``backends`` with a target of ``model_type``."""
+        if backends & set(dict(self.told_bound_backends).get(method, ())):
+            return True
+        exact_copy = backends & set(dict(self.exact_copy_backends).get(method, ()))
+        family = any(f in model_type.lower() for f in self.dspark_host_length_targets)
+        return method == "dspark" and family and not exact_copy
+
+    def target_unsynced(self, hf_config: Any) -> bool:
+        """Whether the target's host lengths are not synced after rejection."""
+        if self.unsynced_target is None or hf_config is None:
+            return False
+        module, function = self.unsynced_target
+        return bool(getattr(importlib.import_module(module), function)(hf_config))
 
 
 _AR = f"{_SPEC_DECODE}.target_dependent_ar"
@@ -75,7 +113,7 @@ _BUILD_ATTN_METADATA = Hook(
     ("num_reqs", "batch_desc", "query_start_loc_np", "seq_lens_cpu_upper_bound", "step"),
 )  # fmt: skip
 _DFLASH_CAPTURE = Hook(
-    f"{_SPEC_DECODE}.dflash.speculator", "DFlashSpeculator", "capture", "capture"
+    f"{_SPEC_DECODE}.dflash.speculator", "DFlashSpeculator", "capture", "dflash_capture"
 )
 # Called, not wrapped: the EAGLE draft prefill builds through it.
 _PREPARE_ATTN = Hook(
@@ -165,11 +203,29 @@ VLLM_0_30_ASCEND = Line(
         ("eagle", ("AscendAttentionBackend",)),
         ("eagle3", ("AscendAttentionBackend",)),
     ),
+    told_bound_backends=(("dflash", ("AscendMLABackend",)),),
     dspark_host_length_targets=("glm",),
+    exact_copy_backends=(("dspark", ("AscendMLABackend",)),),
     ar_told_target_lengths=True,
+    host_mirror=("seq_lens_cpu", "seq_lens_np"),
+    built_host_lengths=("seq_lens_list", "decode.seq_lens_list"),
+    unsynced_target=("vllm_ascend.utils", "is_deepseek_v41"),
+    unserved_state=(
+        ("replicated_pcp", "with vllm-ascend's replicated draft under "
+         "prefill_context_parallel_size > 1", "its draft prefill rebuilds metadata for the "
+         "global batch outside the window's hooks", "Use prefill_context_parallel_size=1"),
+        # vllm-ascend builds these buffers only with sparse_kv_offload_config enabled.
+        ("_sparse_kv_offload_metadata.req_ids_buffers", "with vllm-ascend's "
+         "sparse_kv_offload_config enabled", "its draft metadata reads offloaded KV by "
+         "absolute slots the window does not crop", "Disable the offload"),
+    ),
+    prefill_state=("kvpp_runtime", "device_metadata"),
 )  # fmt: skip
 
 LINES = (VLLM_0_33, VLLM_0_30_ASCEND)
+# vllm-ascend's config of additional_config's keys (module, class), which later releases
+# validate strictly: the sinks key is let through it (plugin.accept_sinks_key).
+STRICT_CONFIG = ("vllm_ascend.ascend_config", "AscendConfig")
 SUPPORTED = ", ".join(line.name for line in LINES)
 
 
@@ -184,13 +240,7 @@ class Resolved:
 
 def installed_versions() -> dict[str, str]:
     """The installed vLLM and vllm-ascend distributions, for messages."""
-    versions = {}
-    for dist in ("vllm", "vllm-ascend"):
-        try:
-            versions[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            versions[dist] = "not installed"
-    return versions
+    return {dist: _version_of(dist) for dist in ("vllm", "vllm-ascend")}
 
 
 def describe_versions() -> str:
@@ -213,7 +263,7 @@ def requirement_problem(line: Line) -> str | None:
     if line.requires is None:
         return None
     dist, version = line.requires
-    installed = installed_versions().get(dist) or _version_of(dist)
+    installed = installed_versions()[dist]
     if installed == "not installed" or not installed.startswith(version):
         return f"{line.name} needs {dist} {version}, installed: {installed}"
     return None
@@ -262,3 +312,10 @@ def resolve(line: Line) -> tuple[list[Resolved], list[str]]:
             continue
         found.append(Resolved(hook, owner, method))
     return found, problems
+
+
+def dotted(obj: Any, path: str) -> Any:
+    """``obj.a.b`` for ``path`` ``"a.b"`` (attribute paths the lines name), None if absent."""
+    for name in path.split("."):
+        obj = getattr(obj, name, None)
+    return obj

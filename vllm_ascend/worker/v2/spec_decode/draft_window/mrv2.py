@@ -1,13 +1,11 @@
-"""The draft window of one Model Runner V2 speculator.
+"""The draft window of one Model Runner V2 speculator: its persistent buffers, made once and
+complete when made, and the refresh that windows them each pass.
 
-vLLM 0.33.0's ``DraftModelSpeculator._build_attn_metadata`` reads the draft's KV lengths
-from ``self.input_buffers.seq_lens`` and its block tables from
+vLLM's ``DraftModelSpeculator._build_attn_metadata`` reads the draft's KV lengths from
+``self.input_buffers.seq_lens`` and its block tables from
 ``self.block_tables.input_block_tables``. The window hands it views of those two objects
-in which the draft's lengths and the draft groups' tables are replaced by persistent
-windowed buffers; everything else (query layout, positions, slot mappings, the other
-groups' tables) is the original object's. The originals are never written: the DFlash
-prep kernel and the target runner read them, and ``BlockTables`` is shared with the
-target.
+(``views.py``) in which the draft's lengths and the draft groups' tables are its own
+persistent windowed buffers.
 """
 
 from __future__ import annotations
@@ -18,8 +16,15 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-from vllm.v1.worker.block_table import get_block_table_width
 
+from vllm_ascend.worker.v2.spec_decode.draft_window.fused import FusedRefresh
+from vllm_ascend.worker.v2.spec_decode.draft_window.proof import WindowProof
+from vllm_ascend.worker.v2.spec_decode.draft_window.views import (
+    BlockTablesView,
+    InputBuffersView,
+    block_table_units,
+    cropped_table_width,
+)
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
     BlockTableWindow,
     WindowSpec,
@@ -30,82 +35,29 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
 )
 
 
-class InputBuffersView:
-    """The draft's ``InputBuffers`` whose ``seq_lens`` is the windowed buffer.
+@dataclasses.dataclass(frozen=True)
+class ToldLengths:
+    """Where the kernel is told a length other than the draft's own (window.py: a told
+    length), the window start comes from that length, on the host and on the device.
 
-    Input buffers that keep an exact host mirror of ``seq_lens`` (vllm-ascend's
-    ``AscendInputBuffers``: ``seq_lens_cpu`` and ``seq_lens_np``, one memory) show the
-    window's own mirror instead, so that nothing written or read through the view touches
-    vLLM's. A graph capture's input preparation (``prepare_inputs_to_capture`` ->
-    ``AscendInputBatch.make_dummy``) writes its dummy lengths into both the device lengths
-    and this mirror, and the builders take the mirror as the exact host lengths: the capture
-    builds from one set of lengths, the window's, as every other build does.
-    """
+    ``source``: the device tensor of the target's lengths the told length starts from;
+    ``max_model_len``: where it is clamped. ``bound``: the told length is the builder's host
+    bound plus the build's step (vllm-ascend's DSpark on GLM-family targets, DFlash on MLA),
+    rather than the target's length plus each decode step (its EAGLE decode)."""
 
-    def __init__(
-        self, base: Any, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor | None = None
-    ) -> None:
-        self.base = base
-        self.seq_lens = seq_lens
-        if seq_lens_cpu is not None:
-            self.seq_lens_cpu = seq_lens_cpu
-            self.seq_lens_np = seq_lens_cpu.numpy()
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "base":  # not set yet (copy, unpickling): no recursion
-            raise AttributeError(name)
-        return getattr(self.base, name)
+    source: torch.Tensor
+    max_model_len: int
+    bound: bool = False
 
 
-class BlockTablesView:
-    """The shared ``BlockTables`` whose draft groups read their cropped tables."""
+@dataclasses.dataclass(frozen=True)
+class Watch:
+    """The speculator whose draft builders the run-time proof watches, and what the
+    installed line says about its host lengths (``lines.Line``)."""
 
-    def __init__(self, base: Any, windows: dict[int, BlockTableWindow]) -> None:
-        self.base = base
-        self.windows = windows
-
-    @property
-    def input_block_tables(self) -> list[torch.Tensor]:
-        tables = list(self.base.input_block_tables)
-        for g, window in self.windows.items():
-            tables[g] = window.block_table
-        return tables
-
-    def get_dummy_block_tables(self, num_reqs: int) -> tuple[torch.Tensor, ...]:
-        # NOTE: graph capture records these addresses, so the draft groups must get the
-        # persistent cropped tables, zeroed like vLLM zeroes its own dummy rows.
-        tables = list(self.base.get_dummy_block_tables(num_reqs))
-        for g, window in self.windows.items():
-            window.block_table[:num_reqs].zero_()
-            tables[g] = window.block_table[:num_reqs]
-        return tuple(tables)
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "base":  # not set yet (copy, unpickling): no recursion
-            raise AttributeError(name)
-        return getattr(self.base, name)
-
-
-def block_table_units(block_tables: Any) -> Sequence[int]:
-    """Tokens per column of each group's ``input_block_tables``.
-
-    vLLM 0.33.0's ``BlockTables`` stores KV-cache-manager blocks of ``block_sizes[g]``
-    tokens; a subclass that stores kernel-block ids says so with ``kernel_block_sizes``.
-    """
-    kernel_block_sizes = getattr(block_tables, "kernel_block_sizes", None)
-    return kernel_block_sizes if kernel_block_sizes is not None else block_tables.block_sizes
-
-
-def cropped_table_width(
-    spec: WindowSpec, block_size: int, full_width: int, max_query_len: int
-) -> int:
-    """Columns of a cropped table: what the sinks and the window read (a query chunk longer
-    than the window keeps its whole chunk: ``S + max(W, q) + a - 1`` tokens), rounded up like vLLM
-    rounds its own tables (kernels load block ids a tile at a time), and never wider than
-    the full table, past which no window reads."""
-    max_read_len = spec.sink_size + max(spec.window_size, max_query_len) + spec.alignment - 1
-    width = get_block_table_width(-(-max_read_len // block_size), block_size)
-    return min(width, full_width)
+    speculator: Any
+    host_mirror: tuple[str, str] | None = None
+    built_host_lengths: tuple[str, ...] = ()
 
 
 class Mrv2DraftWindow:
@@ -114,7 +66,6 @@ class Mrv2DraftWindow:
     def __init__(
         self,
         window_size: int,
-        future_offset: int,
         input_buffers: Any,
         block_tables: Any,
         draft_group_ids: Sequence[int],
@@ -123,18 +74,23 @@ class Mrv2DraftWindow:
         max_query_len: int = 1,
         max_chunk_len: int | None = None,
         attention_sinks: int = 0,
+        told: ToldLengths | None = None,
+        attn_groups: list[list[Any]] | None = None,
+        left_alone_group_ids: Sequence[int] = (),
+        watch: Watch | None = None,
     ) -> None:
         """``max_query_len``: the longest query of one request in the passes that read the
         window every step (DFlash: its query stretch; EAGLE decode: 1). ``max_chunk_len``:
         the longest query chunk of a draft prefill (EAGLE), which gets wider tables of its
         own so that the per-step tables stay as narrow as the window. ``attention_sinks``:
-        the first tokens kept besides the window, rounded up to the alignment here."""
+        the first tokens kept besides the window, rounded up to the alignment here.
+        ``attn_groups`` and ``left_alone_group_ids``: the draft groups whose builders keep
+        vLLM's own inputs (``policy.py``). ``watch``: the speculator whose builders the
+        run-time proof watches (none for a window no speculator builds from)."""
         units = block_table_units(block_tables)
         self.group_block_sizes = {g: int(units[g]) for g in draft_group_ids}
         alignment = lcm_alignment(list(self.group_block_sizes.values()))
-        self.spec = WindowSpec(
-            window_size, alignment, future_offset, align_sinks(attention_sinks, alignment)
-        )
+        self.spec = WindowSpec(window_size, alignment, align_sinks(attention_sinks, alignment))
 
         def tables(query_len: int) -> dict[int, BlockTableWindow]:
             return {
@@ -161,63 +117,44 @@ class Mrv2DraftWindow:
         self.query_lens = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
         # [max_num_reqs] int32, host: the windowed seq_lens_cpu_upper_bound.
         self.seq_lens_cpu_upper_bound = torch.zeros(max_num_reqs, dtype=torch.int32)
-        # Where the kernel is told a length other than the draft's own (vllm-ascend's EAGLE
-        # decode: the target's length plus the step, the rejected tokens included), the
-        # device tensor of the target's lengths; None where the kernel reads the draft's.
-        self.told_source: torch.Tensor | None = None
-        self.max_model_len = 0
+        self.told = told
         # [max_num_reqs] int32: the told lengths of the pass in progress, windowed in place.
         self.told_windowed = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
-        # Whether the kernel takes the builder's host bound plus the step as the exact
-        # length (vllm-ascend's DSpark on GLM-family targets): then that told length is
-        # windowed, not bounded (told_host_bound).
-        self.told_bound = False
-        # [max_num_reqs] int32, host: scratch for windowing host lengths (told_host_lengths).
+        # [max_num_reqs] int32, host: scratch for windowing host lengths (told lengths).
         self.host_skip = torch.zeros(max_num_reqs, dtype=torch.int32)
         # One-launch refreshes (fused.py) of the per-step tables and of a draft prefill's
-        # wider ones; None: the torch path.
-        self.fused_steps: Any = None
-        self.fused_chunks: Any = None
+        # wider ones; None: the torch path (trust.py decides).
+        self.fused_steps: FusedRefresh | None = None
+        self.fused_chunks: FusedRefresh | None = None
+        host_mirror = watch.host_mirror if watch is not None else None
         # [max_num_reqs] int32, host: the windowed lengths' exact host mirror, where the
         # input buffers keep one (InputBuffersView).
-        host_mirror = getattr(input_buffers, "seq_lens_cpu", None)
-        self.seq_lens_cpu = (
-            torch.zeros(max_num_reqs, dtype=torch.int32)
-            if isinstance(host_mirror, torch.Tensor)
-            else None
-        )
-        self.input_buffers = InputBuffersView(input_buffers, self.seq_lens, self.seq_lens_cpu)
-        # Host-side state of the current propose (EAGLE): the target's batch for the draft
-        # prefill, and how many later steps reuse the metadata being built.
-        self.prefill_batch: Any = None
-        # Whether this propose's draft prefill went through the window (hooks.py).
-        self.prefill_windowed = False
-        self.host_extra_steps = 0
-        # Windowed builds so far.
-        self.num_builds = 0
-        # The window's hooks running now, outermost first: the path a build takes, which
-        # the run-time proof (proof.py) names and checks once.
-        self.path: list[str] = []
-        # The run-time proof watching this window's builders (set by hooks.py).
-        self.proof: Any = None
+        has_mirror = host_mirror is not None and hasattr(input_buffers, host_mirror[0])
+        self.seq_lens_cpu = torch.zeros(max_num_reqs, dtype=torch.int32) if has_mirror else None
+        self.input_buffers = InputBuffersView(input_buffers, self.seq_lens, host_mirror,
+                                              self.seq_lens_cpu)  # fmt: skip
         self.block_tables = BlockTablesView(block_tables, self.windows)
+        # The window's hooks running now, outermost first: the path a build takes, which
+        # the run-time proof (proof.py) names and checks.
+        self.path: list[str] = []
         # The speculator's attention groups split by the window's policy: an eager build runs
         # vLLM's own build once over each (None while every draft group is windowed).
         self.windowed_attn_groups: list[list[Any]] | None = None
         self.left_alone_attn_groups: list[list[Any]] | None = None
+        if left_alone_group_ids:
+            self._leave_groups_alone(attn_groups, left_alone_group_ids)
+        self.proof = WindowProof(self, watch) if watch is not None else None
 
-    def leave_groups_alone(self, attn_groups: list[list[Any]], group_ids: Sequence[int]) -> None:
-        """Keep what vLLM builds for the draft groups ``group_ids`` (policy.py): their
-        builders must see vLLM's own lengths and tables, never the window's.
+    def _leave_groups_alone(self, attn_groups: list[list[Any]], group_ids: Sequence[int]) -> None:
+        """Keep what vLLM builds for the draft groups ``group_ids``: their builders must see
+        vLLM's own lengths and tables, never the window's.
 
         vLLM builds every group from one ``seq_lens``. An eager build therefore runs vLLM's
-        own build twice (hooks.py): over the windowed groups through the views, and over
-        these with vLLM's inputs. A graph capture builds all groups at once through the
+        own build twice (the build hook): over the windowed groups through the views, and
+        over these with vLLM's inputs. A graph capture builds all groups at once through the
         views, so these groups' builders are handed vLLM's own device ``seq_lens`` back (the
         views give them vLLM's tables already, and a capture's host lengths are vLLM's).
         """
-        if not group_ids:
-            return
         left = set(group_ids)
         self.windowed_attn_groups = [[] if g in left else gs for g, gs in enumerate(attn_groups)]
         self.left_alone_attn_groups = [gs if g in left else [] for g, gs in enumerate(attn_groups)]
@@ -257,59 +194,61 @@ class Mrv2DraftWindow:
 
         ``seq_lens`` defaults to the draft's own; a draft prefill passes the target's, with
         its ``query_start_loc`` so that every query token stays inside its window.
-        ``told_step`` (with ``told_source`` set): the kernel is told
-        ``min(told_source + told_step, max_model_len)`` instead of the draft's own length, so
-        the window start comes from that told length, and the draft's own length and the
-        cropped table follow the same start (invariant 2: one start per request). Device
-        ops into persistent buffers only, so it may run inside a graph capture.
+        ``told_step`` (with ``told`` set): the kernel is told
+        ``min(told.source + told_step, told.max_model_len)`` instead of the draft's own
+        length, so the window start comes from that told length, and the draft's own length
+        and the cropped table follow the same start (invariant 2: one start per request).
+        Device ops into persistent buffers only, so it may run inside a graph capture.
         """
         n = num_reqs_padded
         source = self.input_buffers.base.seq_lens if seq_lens is None else seq_lens
+        told = self.told if told_step is not None else None
+        windows = self.windows if query_start_loc is None else self.chunk_windows
+        # The views hand the builder the tables this pass fills.
+        self.block_tables.windows = windows
         fused = self.fused_steps if query_start_loc is None else self.fused_chunks
         if fused is not None:
-            fused.launch(n, source, query_start_loc, told_step)
-            self.block_tables.windows = fused.windows
+            fused.launch(n, source, query_start_loc,
+                         told_source=None if told is None else told.source,
+                         told_step=told_step or 0,
+                         max_model_len=0 if told is None else told.max_model_len)  # fmt: skip
             return
         query_lens = None
         if query_start_loc is not None:
             query_lens = self.query_lens[:n]
             torch.sub(query_start_loc[1 : n + 1], query_start_loc[:n], out=query_lens)
         read_lens = self.seq_lens
-        if told_step is None:
-            window_seq_lens(
-                source[:n],
-                self.spec,
-                skip_out=self.window_skip[:n],
-                out=self.seq_lens[:n],
-                query_lens=query_lens,
-            )
+        if told is None:
+            window_seq_lens(source[:n], self.spec, skip_out=self.window_skip[:n],
+                            out=self.seq_lens[:n], query_lens=query_lens)  # fmt: skip
         else:
-            assert self.told_source is not None and query_lens is None
-            told = self.told_windowed[:n]
-            torch.add(self.told_source[:n], told_step, out=told)
-            told.clamp_(max=self.max_model_len)
-            window_seq_lens(told, self.spec, skip_out=self.window_skip[:n], out=told)
+            assert query_lens is None
+            told_lens = self.told_windowed[:n]
+            torch.add(told.source[:n], told_step, out=told_lens)
+            told_lens.clamp_(max=told.max_model_len)
+            window_seq_lens(told_lens, self.spec, skip_out=self.window_skip[:n], out=told_lens)
             torch.sub(source[:n], self.window_skip[:n], out=self.seq_lens[:n])
             # The table covers what the kernel is told to read.
             read_lens = self.told_windowed
-        windows = self.windows if query_start_loc is None else self.chunk_windows
-        # The views hand the builder the tables this pass filled.
-        self.block_tables.windows = windows
         full_tables = self.block_tables.base.input_block_tables
         for g, window in windows.items():
             window.gather(full_tables[g], self.window_skip, read_lens, n)
 
     def enable_fused(self) -> None:
         """Refresh with one kernel launch (fused.py) from now on."""
-        from vllm_ascend.worker.v2.spec_decode.draft_window.fused import FusedRefresh
-
         full_tables = self.block_tables.base.input_block_tables
-        self.fused_steps = FusedRefresh(self, self.windows, full_tables)
+
+        def refresh_of(windows: dict[int, BlockTableWindow]) -> FusedRefresh:
+            tables = [(full_tables[g], windows[g].block_table, windows[g].block_size)
+                      for g in sorted(windows)]  # fmt: skip
+            return FusedRefresh(self.spec, tables, self.seq_lens, self.window_skip,
+                                self.told_windowed)  # fmt: skip
+
+        self.fused_steps = refresh_of(self.windows)
         self.fused_chunks = (
-            self.fused_steps
-            if self.chunk_windows is self.windows
-            else FusedRefresh(self, self.chunk_windows, full_tables)
-        )
+            self.fused_steps if self.chunk_windows is self.windows
+            else refresh_of(self.chunk_windows)
+        )  # fmt: skip
 
     def window_host_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
         """Window host lengths the kernel is told, in place, by the same arithmetic as the
@@ -345,11 +284,12 @@ class Mrv2DraftWindow:
         self, seq_lens_cpu_upper_bound: torch.Tensor, num_reqs: int, step: int
     ) -> torch.Tensor:
         """Where the kernel is told ``min(U + step, max_model_len)`` as the exact length
-        (``told_bound``): the host array that, once the builder adds ``step``, is that told
+        (``told.bound``): the host array that, once the builder adds ``step``, is that told
         length windowed by the device's arithmetic (``refresh(told_step=step)``)."""
+        assert self.told is not None
         out = self.seq_lens_cpu_upper_bound[:num_reqs]
         torch.add(seq_lens_cpu_upper_bound[:num_reqs], step, out=out)
-        out.clamp_(max=self.max_model_len)
+        out.clamp_(max=self.told.max_model_len)
         self.window_host_lengths(out).sub_(step)
         return self.seq_lens_cpu_upper_bound
 

@@ -13,7 +13,6 @@ vLLM's.
 
 import functools
 import importlib
-import logging
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import install, lines, patches
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
@@ -21,9 +20,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     SINKS_KEY,
     DraftWindowConfig,
 )
-
-# A child of vLLM's "vllm" logger, so the line reaches vLLM's configured handler.
-logger = logging.getLogger("vllm.draft_window")
+from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
 
 
 def register() -> None:
@@ -105,12 +102,13 @@ def _check_window_config(vllm_config) -> None:
 def _refuse_method_at_start_up(vllm_config, config: DraftWindowConfig) -> None:
     """A method the installed line does not serve stops here, before workers start (MTP
     keeps its warning at set_attn: its draft shares the target's KV)."""
-    from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, policy
+    from vllm_ascend.worker.v2.spec_decode.draft_window import policy
 
     method = getattr(vllm_config.speculative_config, "method", None)
-    if method is None or method in hooks.SHARED_KV_METHODS or hooks.LINE is None:
+    installed = install.installation()
+    if method is None or method in policy.SHARED_KV_METHODS or installed is None:
         return
-    policy.refuse_method(method, hooks.LINE, config.draft_window_size)
+    policy.refuse_method(method, installed.line, config.draft_window_size)
 
 
 def _runs_model_runner_v2(vllm_config) -> bool:
@@ -150,9 +148,7 @@ def accept_sinks_key() -> None:
     try:
         _accept_sinks_key()
     except Exception as error:
-        from vllm.logger import init_logger
-
-        init_logger("vllm.draft_window").warning(
+        logger.warning(
             "Could not let vllm-ascend's AscendConfig accept %s (%s: %s); vllm-ascend may "
             "reject the key as unknown.",
             SINKS_KEY,
@@ -177,12 +173,13 @@ def _accept_sinks_key() -> None:
     from pydantic.dataclasses import is_pydantic_dataclass, rebuild_dataclass
 
     try:
-        module = importlib.import_module("vllm_ascend.ascend_config")
+        module = importlib.import_module(lines.STRICT_CONFIG[0])
     except ModuleNotFoundError as exc:
-        if exc.name != "vllm_ascend" and not (exc.name or "").startswith("vllm_ascend."):
+        package = lines.STRICT_CONFIG[0].split(".")[0]
+        if exc.name != package and not (exc.name or "").startswith(f"{package}."):
             raise
         return
-    ascend_config = getattr(module, "AscendConfig", None)
+    ascend_config = getattr(module, lines.STRICT_CONFIG[1], None)
     if is_pydantic_dataclass(ascend_config):
         extra = ascend_config.__pydantic_config__.get("extra")
     elif isinstance(ascend_config, type) and issubclass(ascend_config, BaseModel):
@@ -198,9 +195,10 @@ def _accept_sinks_key() -> None:
         # defined (vllm-ascend's name classes defined below it) on first use, and doing so
         # sets a new __init__ that would drop the wrapper below; complete it first.
         rebuild_dataclass(ascend_config)
-    init = ascend_config.__init__  # its own, or inherited
 
-    def drop_sinks_key(_own_init):
+    def drop_sinks_key(own_init):
+        init = own_init if own_init is not None else ascend_config.__init__  # or inherited
+
         @functools.wraps(init)
         def __init__(self, *args, **kwargs) -> None:
             kwargs.pop(SINKS_KEY, None)

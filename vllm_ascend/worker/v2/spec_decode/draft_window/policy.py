@@ -1,16 +1,9 @@
-"""Which of a draft's KV-cache groups the window serves, and which parallel layouts it
-refuses: decisions with reasons, made once at ``set_attn``; the arithmetic never sees them.
-
-A group is windowed only when its layers attend over every token of the request, one
-token per cache slot, causally: ``FullAttentionSpec`` and ``MLAAttentionSpec`` without a
-sliding window, chunk, compression, sparsity or sinks of their own (and a per-layer-uniform
-wrapper whose every member is such). Cropping its table to the window then reads exactly
-the window's tokens. Every other group is left alone, and kept out of the alignment: its own
-spec already bounds or reshapes what it reads (a sliding window the layer was trained with,
-a chunk, a ring, compressed or sparse states, recurrent state), or its early columns are not
-the request's first tokens, so neither a window start nor sinks mean anything there. A spec
-class this table does not know is left alone too, with a warning that names it: a window is
-never applied by default.
+"""What the window serves, decided once per speculator at ``set_attn``: every refusal and
+the decisions behind it, in one entry (``plan``) that takes the speculator, the validated
+config and the installed line. A refusal is a ``ValueError`` naming the key, the value and
+the fix; a window that would change nothing stays off with one line saying why. The
+arithmetic (``window.py``) and the window (``mrv2.py``) never see these decisions, only
+their outcome (``Plan``).
 """
 
 from __future__ import annotations
@@ -18,132 +11,106 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY
-from vllm_ascend.worker.v2.spec_decode.draft_window.lines import SUPPORTED as SUPPORTED_LINES
+from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
+    KEY,
+    SINKS_KEY,
+    DraftWindowConfig,
+)
+from vllm_ascend.worker.v2.spec_decode.draft_window.groups import (
+    GroupDecision,
+    decide_groups,
+    describe_decisions,
+)
+from vllm_ascend.worker.v2.spec_decode.draft_window.lines import SUPPORTED, Line, dotted
+from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
+from vllm_ascend.worker.v2.spec_decode.draft_window.views import block_table_units
+from vllm_ascend.worker.v2.spec_decode.draft_window.window import align_sinks, lcm_alignment
+
+# Drafts whose first pass is a prefill over the target's batch (any query length), and whose
+# later passes are decode steps of one token.
+AR_METHODS = frozenset({"eagle", "eagle3"})
+# Drafts that read the target's own KV cache: a draft-only window does not apply.
+SHARED_KV_METHODS = frozenset({"mtp"})
 
 
 @dataclass(frozen=True)
-class GroupDecision:
-    """The window's decision for one draft KV-cache group."""
+class Plan:
+    """What the window of one speculator is made of (``Mrv2DraftWindow``'s arguments)."""
 
-    group_id: int
-    spec_kind: str
-    block_size: int
-    windowed: bool
-    reason: str
-    # A spec class the table does not know (left alone, with a warning).
-    unknown: bool = False
+    window_size: int
+    sink_tokens: int
+    decisions: list[GroupDecision]
+    # DFlash/DSpark: the query stretch every pass reads; an EAGLE decode step: 1.
+    max_query_len: int
+    # EAGLE's draft prefill: its longest query chunk (wider tables of its own), else None.
+    max_chunk_len: int | None
+    # Where the kernel is told lengths of its own (``lines.Line``): "bound" (the host bound
+    # plus the query stretch), "per_step" (the target's length plus each decode step), or None.
+    told: str | None
 
-    def describe(self) -> str:
-        return f"group {self.group_id} ({self.spec_kind}, block size {self.block_size})"
+    @property
+    def windowed_group_ids(self) -> list[int]:
+        return [d.group_id for d in self.decisions if d.windowed]
 
-
-# Spec classes left alone whatever their fields, by the vLLM class name (isinstance, so
-# their subclasses too), with the reason. A name missing from the installed vLLM is skipped.
-_LEFT_ALONE = (
-    ("SlidingWindowSpec", "a sliding window the layer reads by itself (and was trained with)"),
-    ("ChunkedLocalAttentionSpec", "chunked local attention: the layer reads its own chunk"),
-    ("CircularBufferSpec", "a ring buffer, one block per request: its columns are no range "
-     "of positions"),
-    ("MambaSpec", "recurrent (mamba/SSM) state: no per-token KV to window"),
-    ("HiddenStateCacheSpec", "a hidden-state cache, not attention KV"),
-    ("EncoderOnlyAttentionSpec", "encoder attention: no KV of the request's tokens"),
-    ("CrossAttentionSpec", "cross attention over the encoder's states"),
-    ("SinkFullAttentionSpec", "attention sinks the model declares itself"),
-    ("RSWASpec", "restricted sliding window: its tables already leave the gap out"),
-    ("HiSparseHotSpec", "a sparse (HiSparse) cache"),
-    ("HiSparseResidentSpec", "a sparse (HiSparse) cache"),
-)  # fmt: skip
-# Spec classes windowed when their fields say full, dense, causal attention (exact class:
-# a subclass of them is a different kind of cache, unknown here until this table says so).
-_FULL = ("FullAttentionSpec", "MLAAttentionSpec")
-_UNIFORM = "UniformTypeKVCacheSpecs"
+    @property
+    def left_alone_group_ids(self) -> list[int]:
+        return [d.group_id for d in self.decisions if not d.windowed]
 
 
-def decide_groups(kv_cache_config: Any, attn_groups: list[list[Any]]) -> list[GroupDecision]:
-    """One decision per KV-cache group the draft reads (a non-empty ``attn_groups[g]``)."""
-    decisions = []
-    for g, groups in enumerate(attn_groups):
-        if not groups:
-            continue
-        spec = kv_cache_config.kv_cache_groups[g].kv_cache_spec
-        windowed, reason, unknown = classify(spec)
-        decisions.append(GroupDecision(g, _kind(spec), spec.block_size, windowed, reason, unknown))
-    return decisions
-
-
-def classify(spec: Any) -> tuple[bool, str, bool]:
-    """(windowed, reason, unknown class) for one KV-cache spec."""
-    from vllm.v1 import kv_cache_interface
-
-    name = type(spec).__name__
-    if name == _UNIFORM:
-        members = [classify(member) for member in spec.kv_cache_specs.values()]
-        for windowed, reason, unknown in members:
-            if not windowed:
-                return False, f"a member layer is left alone: {reason}", unknown
-        return True, "every layer attends over the whole context, one token per slot", False
-    for class_name, reason in _LEFT_ALONE:
-        cls = getattr(kv_cache_interface, class_name, None)
-        if isinstance(cls, type) and isinstance(spec, cls):
-            return False, reason, False
-    if name not in _FULL:
-        return False, f"a KV-cache spec the draft window does not know ({name})", True
-    tokens_per_state = getattr(spec, "tokens_per_state", 1)
-    if tokens_per_state != 1:
-        return False, f"compressed: one state per {tokens_per_state} tokens", False
-    if getattr(spec, "sliding_window", None) is not None:
-        window = spec.sliding_window
-        return False, f"a sliding window of {window} tokens computed in the layer", False
-    if getattr(spec, "attention_chunk_size", None) is not None:
-        return False, "chunked local attention computed in the layer", False
-    if getattr(spec, "non_causal", False):
-        return False, "non-causal attention over absolute positions", False
-    if getattr(spec, "topk_buffer_width", None) is not None:
-        return False, "sparse MLA: top-k tokens chosen over the whole context", False
-    role = getattr(spec, "cache_role", None)
-    if role is not None and getattr(role, "value", role) != "sparse":
-        return False, f"a sparse-attention {getattr(role, 'value', role)} cache", False
-    return True, "full attention over the whole context, one token per slot", False
-
-
-def _kind(spec: Any) -> str:
-    name = type(spec).__name__
-    if name == _UNIFORM:
-        members = sorted({type(member).__name__ for member in spec.kv_cache_specs.values()})
-        return f"{name}[{', '.join(members)}]"
-    return name
-
-
-def describe_decisions(decisions: list[GroupDecision]) -> str:
-    """``windowed: group 0 (FullAttentionSpec, block size 16); left alone: group 1 (...): why``."""
-    windowed = [d.describe() for d in decisions if d.windowed]
-    left = [f"{d.describe()}: {d.reason}" for d in decisions if not d.windowed]
-    parts = []
-    if windowed:
-        parts.append("windowed: " + ", ".join(windowed))
-    if left:
-        parts.append("left alone: " + "; ".join(left))
-    return "; ".join(parts)
-
-
-def refuse_parallel_layout(parallel_config: Any, window_size: int) -> None:
-    """Stop on a parallel layout whose draft KV one block-aligned window cannot crop."""
-    layouts = (
-        ("decode_context_parallel_size", "each rank holds an interleaved shard of the KV"),
-        ("prefill_context_parallel_size", "the draft prefill builds metadata for the global "
-         "batch while each rank runs its own split of the tokens"),
+def plan(speculator: Any, config: DraftWindowConfig, line: Line) -> Plan | None:
+    """The window this speculator gets under ``config`` on ``line``; None: off (said once)."""
+    window_size, sink_tokens, method = config.draft_window_size, config.draft_attention_sinks, (
+        speculator.method
     )  # fmt: skip
-    for name, why in layouts:
-        size = getattr(parallel_config, name, 1) or 1
-        if size > 1:
-            raise ValueError(
-                f"{KEY}={window_size} does not support {name}={size}: {why}, which one "
-                f"block-aligned window per request cannot crop. Use {name}=1 or remove {KEY}."
-            )
+    if method in SHARED_KV_METHODS:
+        sinks = f" with {SINKS_KEY}={sink_tokens}" if sink_tokens else ""
+        logger.warning("%s=%d%s is ignored for method %r: its draft layers share the target's KV "
+                       "cache and attention, which the window must not crop.", KEY, window_size,
+                       sinks, method)  # fmt: skip
+        return None
+    refuse_method(method, line, window_size)
+    query_stretch = speculator.num_speculative_steps + 1
+    vllm_config = speculator.vllm_config
+    _refuse_shape(method, window_size, query_stretch, vllm_config)
+    decisions = decide_groups(speculator.kv_cache_config, speculator.attn_groups)
+    _refuse_backends(speculator, line, decisions, window_size)
+    for decision in decisions:
+        if decision.unknown:
+            logger.warning("%s: draft KV-cache group %d has a spec the window does not know "
+                           "(%s); it is left alone.", KEY, decision.group_id,
+                           decision.spec_kind)  # fmt: skip
+    windowed = [d.group_id for d in decisions if d.windowed]
+    if not windowed:
+        logger.warning("%s=%d: no draft KV-cache group is one the window applies to, so the "
+                       "draft window stays off; %s.", KEY, window_size,
+                       describe_decisions(decisions))  # fmt: skip
+        return None
+    units = block_table_units(speculator.block_tables)
+    alignment = lcm_alignment([int(units[g]) for g in windowed])
+    sink_size = align_sinks(sink_tokens, alignment)
+    max_model_len = speculator.max_model_len
+    # A read leaves tokens out once start > S, which needs L - W >= S + a for some
+    # L <= max_model_len.
+    if max_model_len - window_size - sink_size < alignment:
+        logger.info("%s=%d%s never crops with max_model_len=%d (the window start moves in "
+                    "steps of %d tokens); the draft window stays off.", KEY, window_size,
+                    f" with {sink_size} attention sinks" if sink_size else "", max_model_len,
+                    alignment)  # fmt: skip
+        return None
+    if method == "dspark" and _model_type(vllm_config, "hf_config").startswith("deepseek_v4"):
+        logger.warning("%s=%d with a DeepSeek-V4 target: its DSpark draft is trained with the "
+                       "target for long context, and a window may lower acceptance. The window "
+                       "stays on.", KEY, window_size)  # fmt: skip
+    told = _told_lengths(speculator, line, decisions, window_size)
+    ar = method in AR_METHODS
+    return Plan(
+        window_size=window_size, sink_tokens=sink_tokens, decisions=decisions,
+        max_query_len=1 if ar else query_stretch,
+        max_chunk_len=speculator.max_num_tokens if ar else None, told=told,
+    )  # fmt: skip
 
 
-def refuse_method(method: str, line: Any, window_size: int) -> None:
+def refuse_method(method: str, line: Line, window_size: int) -> None:
     """Stop on a speculative method the window is not proven for on the installed line."""
     if method in line.methods:
         return
@@ -154,23 +121,52 @@ def refuse_method(method: str, line: Any, window_size: int) -> None:
     )
 
 
-def refuse_unproven_paths(
-    speculator: Any, line: Any, decisions: list[GroupDecision], window_size: int
-) -> None:
-    """Stop where the draft's kernel would take lengths the window does not set on this line:
-    an attention backend outside ``line.backends`` on a windowed group, or vllm-ascend's
-    sparse KV offload."""
-    backends = line.backends_for(speculator.method)
+def _refuse_shape(method: str, window_size: int, query_stretch: int, vllm_config: Any) -> None:
+    """Stop where one block-aligned window per request cannot hold the draft: a window
+    smaller than the draft's own queries, prefix-LM targets, context parallelism."""
+    if window_size < query_stretch:
+        raise ValueError(
+            f"{KEY}={window_size} is smaller than the {query_stretch} query tokens "
+            f"method {method!r} drafts per request (num_speculative_tokens + 1): the window "
+            f"must hold the draft's own queries. Use {KEY} >= {query_stretch}."
+        )
+    if getattr(vllm_config.model_config, "is_mm_prefix_lm", False):
+        raise ValueError(
+            f"{KEY}={window_size} does not support prefix-LM multimodal targets: their "
+            f"bidirectional image spans are placed in absolute positions that a cropped "
+            f"draft table no longer uses. Remove {KEY} for this model."
+        )
+    layouts = (
+        ("decode_context_parallel_size", "each rank holds an interleaved shard of the KV"),
+        ("prefill_context_parallel_size", "the draft prefill builds metadata for the global "
+         "batch while each rank runs its own split of the tokens"),
+    )  # fmt: skip
+    for name, why in layouts:
+        size = getattr(vllm_config.parallel_config, name, 1) or 1
+        if size > 1:
+            raise ValueError(
+                f"{KEY}={window_size} does not support {name}={size}: {why}, which one "
+                f"block-aligned window per request cannot crop. Use {name}=1 or remove {KEY}."
+            )
+
+
+def _refuse_backends(speculator: Any, line: Line, decisions: list[GroupDecision],
+                     window_size: int) -> None:  # fmt: skip
+    """Stop where the draft's kernel would take lengths the window does not set on this
+    line: an attention backend the line's table does not prove for the method (on a line
+    that lists none, a backend defined outside vLLM), or a layout the line names."""
+    method = speculator.method
+    backends = line.backends_for(method)
     for decision in decisions:
         if not decision.windowed:
             continue
         for group in speculator.attn_groups[decision.group_id]:
             name, module = group.backend.__name__, group.backend.__module__
+            where = (f"{KEY}={window_size} is not supported on {line.name} for {method} with "
+                     f"{decision.describe()} on attention backend {name}")  # fmt: skip
             if backends is not None and name not in backends:
                 raise ValueError(
-                    f"{KEY}={window_size} is not supported on {line.name} for "
-                    f"{speculator.method} with {decision.describe()} on attention "
-                    f"backend {name}: its kernel takes host lengths the window does not "
+                    f"{where}: its kernel takes host lengths the window does not "
                     f"set yet (supported: {', '.join(backends)}). Remove {KEY}."
                 )
             if backends is None and not module.startswith("vllm."):
@@ -178,78 +174,69 @@ def refuse_unproven_paths(
                 # tell its kernel host lengths of its own, which only that line's hooks
                 # window: served without them, the kernel would read outside the window.
                 raise ValueError(
-                    f"{KEY}={window_size} is not supported on {line.name} for "
-                    f"{speculator.method} with {decision.describe()} on attention "
-                    f"backend {name} from {module}, defined outside vLLM: the window is "
-                    f"proven on this line for vLLM's own backends only. Use a supported "
-                    f"line for that platform ({SUPPORTED_LINES}), run Model Runner V1 "
-                    f"(VLLM_USE_V2_MODEL_RUNNER=0), or remove {KEY}."
+                    f"{where} from {module}, defined outside vLLM: the window is proven on "
+                    f"this line for vLLM's own backends only. Use a supported line for that "
+                    f"platform ({SUPPORTED}), run Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0), "
+                    f"or remove {KEY}."
                 )
-    if getattr(speculator, "replicated_pcp", False):
-        raise ValueError(
-            f"{KEY}={window_size} does not support prefill_context_parallel_size > 1 with "
-            f"{line.name}'s replicated draft: its draft prefill rebuilds metadata for the "
-            f"global batch outside the window's hooks. Use prefill_context_parallel_size=1 "
-            f"or remove {KEY}."
-        )
-    # vllm-ascend builds these buffers only with sparse_kv_offload_config enabled.
-    offload = getattr(speculator, "_sparse_kv_offload_metadata", None)
-    if getattr(offload, "req_ids_buffers", None):
-        raise ValueError(
-            f"{KEY}={window_size} is not supported on {line.name} with vllm-ascend's "
-            f"sparse_kv_offload_config enabled: its draft metadata reads offloaded KV by "
-            f"absolute slots the window does not crop. Remove {KEY} or disable the offload."
-        )
+    for path, layout, why, fix in line.unserved_state:
+        if dotted(speculator, path):
+            raise ValueError(f"{KEY}={window_size} is not supported on {line.name} {layout}: "
+                             f"{why}. {fix}, or remove {KEY}.")  # fmt: skip
 
 
-def told_bound_family(speculator: Any, line: Any) -> str | None:
-    """The target family (``line.dspark_host_length_targets``) for whose DSpark drafts the
-    kernel takes the host bound plus the step as the exact length, or None."""
-    if not line.dspark_host_length_targets:
-        return None
-    hf_config = getattr(speculator.vllm_config.model_config, "hf_text_config", None)
-    model_type = str(getattr(hf_config, "model_type", "") or "").lower()
-    return next((f for f in line.dspark_host_length_targets if f in model_type), None)
+def _told_lengths(speculator: Any, line: Line, decisions: list[GroupDecision],
+                  window_size: int) -> str | None:  # fmt: skip
+    """Whether the kernel is told lengths of its own, and the refusals where the window
+    start cannot come from them.
 
-
-def refuse_told_length_paths(
-    speculator: Any, line: Any, decisions: list[GroupDecision], window_size: int, per_step: bool
-) -> None:
-    """Stop where the window start cannot come from the length vllm-ascend's kernel is told.
-
-    The device takes it from the target's device lengths, the host from vllm-ascend's host
-    mirror of them: the two agree only where vllm-ascend syncs its host counts after
-    rejection (not for DeepSeek-V4.1 targets). ``per_step`` (EAGLE decode): vllm-ascend writes
-    one host length list into every draft layer, so no group may be left alone; and its
-    draft prefill rebuilds through a model state without a second prepare for KV prefetch
-    or device-built metadata."""
-    hf_config = getattr(speculator.vllm_config.model_config, "hf_config", None)
-    try:
-        from vllm_ascend.utils import is_deepseek_v41
-    except ImportError:  # not vllm-ascend's line: nothing told
-        return
-    if hf_config is not None and is_deepseek_v41(hf_config):
-        raise ValueError(
-            f"{KEY}={window_size} is not supported on {line.name} for {speculator.method} "
-            f"with a DeepSeek-V4.1 target: vllm-ascend does not sync its host lengths after "
-            f"rejection there, so the length its kernel is told and the device's differ. "
-            f"Remove {KEY}."
-        )
-    if not per_step:
-        return
-    left = [d for d in decisions if not d.windowed]
-    if left:
-        raise ValueError(
-            f"{KEY}={window_size} is not supported on {line.name} for {speculator.method} "
-            f"with draft KV-cache groups the window leaves alone ({describe_decisions(left)}): "
-            f"vllm-ascend writes one host length list into every draft layer. Remove {KEY}."
-        )
-    model_state = getattr(speculator, "model_state", None)
-    for name in ("kvpp_runtime", "device_metadata"):
-        if getattr(model_state, name, None) is not None:
+    The device takes the start from the target's device lengths, the host from the line's
+    host mirror of them: the two agree only where the line syncs its host counts after
+    rejection. An EAGLE decode (``per_step``) has one host length list written into every
+    draft layer, so no group may be left alone, and its draft prefill rebuilds through a
+    model state without a second prepare of per-step state."""
+    method = speculator.method
+    backends = {group.backend.__name__ for d in decisions if d.windowed
+                for group in speculator.attn_groups[d.group_id]}  # fmt: skip
+    model_type = _model_type(speculator.vllm_config, "hf_text_config")
+    if line.told_bound(method, backends, model_type):
+        told = "bound"
+    elif method in AR_METHODS and line.ar_told_target_lengths:
+        told = "per_step"
+        if getattr(speculator, "use_fused_multi_step_decode", False):
             raise ValueError(
-                f"{KEY}={window_size} is not supported on {line.name} for {speculator.method} "
-                f"with the model state's {name} (KV prefetch or device-built metadata): the "
-                f"draft prefill's windowed rebuild would run its per-step state twice. "
+                f"{KEY}={window_size} is not supported on {line.name} with the fused "
+                f"multi-step draft decode (a draft attention backend that updates its "
+                f"metadata in place): the line's host lengths are written per step. "
                 f"Remove {KEY}."
             )
+    else:
+        return None
+    where = f"{KEY}={window_size} is not supported on {line.name} for {method}"
+    if line.target_unsynced(getattr(speculator.vllm_config.model_config, "hf_config", None)):
+        raise ValueError(
+            f"{where} with a DeepSeek-V4.1 target: vllm-ascend does not sync its host lengths "
+            f"after rejection there, so the length its kernel is told and the device's "
+            f"differ. Remove {KEY}."
+        )
+    if told == "per_step":
+        left = [d for d in decisions if not d.windowed]
+        if left:
+            raise ValueError(
+                f"{where} with draft KV-cache groups the window leaves alone "
+                f"({describe_decisions(left)}): vllm-ascend writes one host length list into "
+                f"every draft layer. Remove {KEY}."
+            )
+        model_state = getattr(speculator, "model_state", None)
+        for name in line.prefill_state:
+            if getattr(model_state, name, None) is not None:
+                raise ValueError(
+                    f"{where} with the model state's {name} (KV prefetch or device-built "
+                    f"metadata): the draft prefill's windowed rebuild would run its per-step "
+                    f"state twice. Remove {KEY}."
+                )
+    return told
+
+
+def _model_type(vllm_config: Any, attr: str) -> str:
+    return str(getattr(getattr(vllm_config.model_config, attr, None), "model_type", "") or "")

@@ -34,32 +34,47 @@ from typing import Any
 
 import torch
 
+from vllm_ascend.worker.v2.spec_decode.draft_window.lines import dotted
+
 # The builder methods a kernel's metadata comes from.
 _BUILDS = ("build", "build_for_cudagraph_capture")
 _UPDATE = "update_draft_decode_metadata"
-# The path label of the in-place update hook (hooks.py).
+# The path label of the in-place update hook (hooks/draft.py).
 UPDATE_PATH = "DraftModelSpeculator._update_draft_decode_metadata"
+_NOT_SUPPORTED = "Windowing it is not supported: remove draft_window_size, or report the path."
 
 
 class WindowNotInPathError(RuntimeError):
     """The draft's attention was about to read outside the window."""
 
 
-class WindowProof:
-    """Watches the builders of one speculator's windowed KV-cache groups."""
+def not_in_path(what: str) -> WindowNotInPathError:
+    """The one error for a path the window is not on: ``what`` says where and why."""
+    return WindowNotInPathError(f"draft window not in the path: {what}. {_NOT_SUPPORTED}")
 
-    def __init__(self, speculator: Any, window: Any) -> None:
+
+class WindowProof:
+    """Watches the builders of one speculator's windowed KV-cache groups (``watch``: the
+    speculator, and the host-length fields the installed line's builders keep)."""
+
+    def __init__(self, window: Any, watch: Any) -> None:
+        speculator = watch.speculator
         self.speculator = speculator
         self.window = window
-        # vllm-ascend's host mirrors of the unwindowed lengths (draft's and target's), which
-        # a built host seq_lens must never be.
+        # The built metadata's host length lists the kernel takes (vllm-ascend's FIA and MLA
+        # keep them), as dotted attribute paths.
+        self.built_host_lengths = watch.built_host_lengths
+        # The line's host mirrors of the unwindowed lengths (draft's and target's), which a
+        # built host seq_lens must never be.
+        mirror_name = watch.host_mirror[0] if watch.host_mirror else None
         self.unwindowed_host = [
             mirror
             for buffers in (
                 speculator.input_buffers,
                 getattr(speculator, "target_input_buffers", None),
             )
-            if isinstance(mirror := getattr(buffers, "seq_lens_cpu", None), torch.Tensor)
+            if mirror_name
+            and isinstance(mirror := getattr(buffers, mirror_name, None), torch.Tensor)
         ]
         # (path, builder method, group) already checked, outside graph captures.
         self.proven: set[tuple[tuple[str, ...], str, int]] = set()
@@ -108,7 +123,7 @@ class WindowProof:
             capture = name != "build" or not self.capture_paths.isdisjoint(self.window.path)
             problems = self._check_common(g, group, cm, capture)
         if problems:
-            raise WindowNotInPathError(self._message(name, g, problems))
+            raise self._error(name, g, problems)
 
     def _check_common(self, g: int, group: Any, cm: Any, capture: bool) -> list[str]:
         window = self.window
@@ -136,10 +151,8 @@ class WindowProof:
         (at most the longest read; outside a capture) and from the window's device lengths."""
         problems = []
         seq_lens = getattr(metadata, "seq_lens", None)
-        host = getattr(metadata, "seq_lens_list", None)
-        if host is None:
-            # vllm-ascend's MLA keeps the host list in its decode part.
-            host = getattr(getattr(metadata, "decode", None), "seq_lens_list", None)
+        host = next((value for path in self.built_host_lengths
+                     if (value := dotted(metadata, path)) is not None), None)  # fmt: skip
         if (
             isinstance(seq_lens, torch.Tensor)
             and not _same_start(seq_lens, self.window.seq_lens)
@@ -147,14 +160,14 @@ class WindowProof:
         ):
             problems.append("the built metadata's seq_lens is not the window's windowed seq_lens")
         capture = name != "build" or not self.capture_paths.isdisjoint(self.window.path)
-        query_len = getattr(metadata, "max_query_len", None) or self.window.spec.window_size
+        query_len = getattr(metadata, "max_query_len", None) or 0
         if isinstance(host, list) and host and not capture:
-            cap = self.read_cap(query_len)
+            cap = self.window.spec.read_cap(query_len)
             if max(host) > cap:
                 problems.append(f"the built seq_lens_list reaches {max(host)}, past the "
                                 f"window's {cap}")  # fmt: skip
         if problems:
-            raise WindowNotInPathError(self._message(name, g, problems))
+            raise self._error(name, g, problems)
 
     def _is_host_mirror(self, seq_lens: torch.Tensor, host: Any) -> bool:
         """Where the kernel is told host lengths (vllm-ascend's EAGLE: its builder keeps the
@@ -163,8 +176,8 @@ class WindowProof:
         one of vLLM's own device tensors of unwindowed lengths."""
         window = self.window
         vllms = [window.input_buffers.base.seq_lens, *self.unwindowed_host]
-        if window.told_source is not None:
-            vllms.append(window.told_source)
+        if window.told is not None:
+            vllms.append(window.told.source)
         return (
             isinstance(host, list)
             and seq_lens.device.type == "cpu"
@@ -173,7 +186,7 @@ class WindowProof:
         )
 
     def _host_lengths_problems(self, cm: Any) -> list[str]:
-        cap = self.read_cap(cm.max_query_len)
+        cap = self.window.spec.read_cap(cm.max_query_len)
         problems = []
         if cm.max_seq_len > cap:
             problems.append(f"max_seq_len={cm.max_seq_len} exceeds the window's {cap}")
@@ -196,11 +209,6 @@ class WindowProof:
             problems.append("the metadata's seq_lens is not the window's windowed seq_lens")
         return problems
 
-    def read_cap(self, max_query_len: int) -> int:
-        """The longest KV read of a pass with ``max_query_len`` queries per request."""
-        spec = self.window.spec
-        return spec.sink_size + max(spec.window_size, max_query_len) + spec.alignment - 1
-
     def _is_cropped_table(self, g: int, group: Any, table: torch.Tensor) -> bool:
         window = self.window
         # The cropped tables of the pass in progress (per step, or a prefill's wider ones).
@@ -216,18 +224,17 @@ class WindowProof:
         per_block = group.kv_cache_spec.block_size // kernel_block_size
         return table.shape[1] <= cropped.shape[1] * per_block
 
-    def _message(self, name: str, g: int, problems: list[str]) -> str:
+    def _error(self, name: str, g: int, problems: list[str]) -> WindowNotInPathError:
         owner = type(self.speculator).__name__
         if self.window.path:
             where = "under the window's hooks " + " -> ".join(self.window.path)
         else:
             where = "outside the window's hooks, called from " + self._callers()
-        return (
-            f"draft window not in the path: {owner}'s draft attention builder for KV-cache "
-            f"group {g} got metadata ({name}) {where}, and " + "; ".join(problems) + ". The "
-            "draft would read outside its window. A method on that path overrides a hooked "
-            "vLLM method without calling super(), or bypasses it; windowing it is not "
-            "supported. Remove draft_window_size, or report the path."
+        return not_in_path(
+            f"{owner}'s draft attention builder for KV-cache group {g} got metadata ({name}) "
+            f"{where}, and " + "; ".join(problems) + ". The draft would read outside its "
+            "window. A method on that path overrides a hooked vLLM method without calling "
+            "super(), or bypasses it"
         )
 
     def _callers(self) -> str:

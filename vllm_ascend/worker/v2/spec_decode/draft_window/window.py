@@ -11,24 +11,26 @@ Invariants (the whole feature rests on these two):
    come from one ``skip`` per request (below); a host *upper bound* is truncated by
    :func:`seq_lens_upper_bound`, which keeps it a bound (see below).
 
-Notation. ``L``: a request's ``seq_lens`` (device); ``W``: ``draft_window_size``;
-``K``: the future offset, the number of tokens beyond ``L`` that the same metadata must
-still serve (0 where metadata is rebuilt every step); ``a``: the alignment, the tokens one
-column of the cropped table covers (a common multiple of the block sizes of every KV-cache
-group the window serves, so that one windowed length is valid for all of them);
-``b``: one group's block size (``b`` divides ``a``); ``S``: the attention sinks, the first
-tokens every request keeps besides its window (``draft_attention_sinks`` rounded up to a
-multiple of ``a``; 0 for a plain window). Precondition: ``0 <= K < W``.
+Notation. ``L``: the length a request's attention reads (its ``seq_lens``; on vllm-ascend
+sometimes a *told length*: the length its kernel is told on the host, the target's length
+plus the draft step, whose window the device then follows); ``W``: ``draft_window_size``;
+``a``: the alignment, the tokens one column of the cropped table covers (a common multiple
+of the block sizes of every KV-cache group the window serves, so that one windowed length is
+valid for all of them); ``b``: one group's block size (``b`` divides ``a``); ``S``: the
+attention sinks, the first tokens every request keeps besides its window
+(``draft_attention_sinks`` rounded up to a multiple of ``a``; 0 for a plain window).
 
-    start    = floor(max(L + K - W, 0) / a) * a      block-aligned window start
+    start    = floor(max(L - W, 0) / a) * a           block-aligned window start
     skip     = max(start - S, 0)                      tokens left out between sinks and window
-             = floor(max(L + K - W - S, 0) / a) * a   (S is a multiple of a)
-    windowed = L - skip                               what the kernel reads at step 0
-    needed_b = ceil((windowed + K) / b)               columns the last served step reads
-                                                      (0 for a padded row, L == 0)
+             = floor(max(L - W - S, 0) / a) * a       (S is a multiple of a)
+    windowed = L - skip                               what the kernel reads
+    needed_b = ceil(windowed / b)                     columns it reads (0 for a padded row)
 
 The second form of ``skip`` is the window start for a window of ``W + S``: sinks cost no
-extra op in the length math, only one per group in the table's column index.
+extra op in the length math, only one per group in the table's column index. Every draft
+pass is windowed for itself (a rebuild, or the in-place update recorded in a graph), so one
+window never serves a later step; vllm-ascend's MRV1 window, which does, is compared in the
+design doc (section 6).
 
 The cropped table is the sink columns ``[0, S / b)`` of the full table followed by its
 columns from ``(S + skip) / b = start / b`` on, so the kernel reads ``[0, S)`` and then
@@ -41,27 +43,24 @@ read is exactly the unwindowed one. With ``S = 0``, ``skip = start``.
 Bounds, with short proofs:
 
 - ``0 <= start <= L`` and ``start = 0`` when ``L = 0`` (padded rows read nothing):
-  if ``L + K - W > 0`` then ``start <= L + K - W < L`` because ``K < W``.
-- ``windowed + K <= S + W + a - 1``: ``L + K - start <= W + a - 1`` (if ``L + K <= W``,
-  ``start = 0``; otherwise ``start > L + K - W - a``, flooring loses less than ``a``). If
-  ``skip > 0``, ``windowed + K = S + (L + K - start)``; if not, ``start <= S`` and
-  ``windowed + K = L + K <= S + W + a - 1``. Hence every step reads at most
-  ``S + W + a - 1`` tokens and ``needed_b <= ceil((S + W + a - 1) / b)``, the clone's width.
-- ``windowed + K >= min(L + K, S + W)``: the draft never sees less than its sinks and its
-  window (``start <= L + K - W`` whenever ``start > 0``).
-- Host bound: the host knows only ``U >= L``, and a step of the same metadata reads up
-  to ``windowed + K`` tokens. ``min(U + K, S + W + a - 1)`` bounds that, by the bound
-  above and ``windowed <= L <= U``. It is also the *smallest* bound for ``U >= 1``:
-  ``windowed + K`` is a sawtooth in ``L`` that equals ``L + K`` until ``L + K`` reaches
-  ``S + W + a - 1`` and peaks there again at every tooth. For ``K = 0`` this is a plain
-  truncation of ``U``. Applying the windowing formula to ``U`` instead is not a bound:
-  with ``W = 64, a = 16, K = 0, S = 0``, ``U = 80`` windows to 64 while ``L = 79 <= U``
-  windows to 79.
+  if ``L - W > 0`` then ``start <= L - W < L``.
+- ``windowed <= S + W + a - 1``: ``L - start <= W + a - 1`` (if ``L <= W``, ``start = 0``;
+  otherwise ``start > L - W - a``, flooring loses less than ``a``). If ``skip > 0``,
+  ``windowed = S + (L - start)``; if not, ``start <= S`` and ``windowed = L <= S + W + a - 1``.
+  Hence every pass reads at most ``S + W + a - 1`` tokens (``WindowSpec.read_cap``) and
+  ``needed_b <= ceil((S + W + a - 1) / b)``, the clone's width.
+- ``windowed >= min(L, S + W)``: the draft never sees less than its sinks and its window
+  (``start <= L - W`` whenever ``start > 0``).
+- Host bound: the host knows only ``U >= L``. ``min(U, S + W + a - 1)`` bounds
+  ``windowed``, by the bound above and ``windowed <= L <= U``. It is also the *smallest*
+  bound for ``U >= 1``: ``windowed`` is a sawtooth in ``L`` that equals ``L`` until ``L``
+  reaches ``S + W + a - 1`` and peaks there again at every tooth. Applying the windowing
+  formula to ``U`` instead is not a bound: with ``W = 64, a = 16, S = 0``, ``U = 80``
+  windows to 64 while ``L = 79 <= U`` windows to 79.
 
-A pass whose queries are several tokens (a draft prefill, ``K = 0``) also keeps
-``start <= L - q``, so
+A pass whose queries are several tokens (a draft prefill) also keeps ``start <= L - q``, so
 each query token reads at least itself; only a chunk longer than the window is affected,
-and it reads at most ``S + q + a - 1`` tokens.
+and it reads at most ``S + q + a - 1`` tokens (``WindowSpec.read_cap(q)``).
 
 Every function writes into caller-provided persistent buffers (``out=``), so a per-step
 caller allocates nothing on the device, and none reads a device value on the host.
@@ -90,16 +89,20 @@ def align_sinks(sink_tokens: int, alignment: int) -> int:
     """``draft_attention_sinks`` rounded up to whole columns of the cropped table."""
     if sink_tokens < 0:
         raise ValueError(f"attention sinks must be >= 0 tokens, got {sink_tokens}")
-    return -(-sink_tokens // alignment) * alignment
+    return ceil_div(sink_tokens, alignment) * alignment
+
+
+def ceil_div(x: int, y: int) -> int:
+    """``ceil(x / y)`` for integers, ``y > 0``."""
+    return -(-x // y)
 
 
 @dataclass(frozen=True)
 class WindowSpec:
-    """The static shape of one window: ``W``, ``a``, ``K`` and ``S`` in the module docstring."""
+    """The static shape of one window: ``W``, ``a`` and ``S`` in the module docstring."""
 
     window_size: int
     alignment: int
-    future_offset: int = 0
     sink_size: int = 0
 
     def __post_init__(self) -> None:
@@ -107,21 +110,21 @@ class WindowSpec:
             raise ValueError(f"window_size must be >= 1, got {self.window_size}")
         if self.alignment < 1:
             raise ValueError(f"alignment must be >= 1, got {self.alignment}")
-        if not 0 <= self.future_offset < self.window_size:
-            raise ValueError(
-                f"future_offset must be in [0, window_size={self.window_size}), "
-                f"got {self.future_offset}: a window must hold the tokens it still serves"
-            )
         if self.sink_size < 0 or self.sink_size % self.alignment:
             raise ValueError(
                 f"sink_size must be a multiple of the alignment {self.alignment} (see "
                 f"align_sinks), got {self.sink_size}"
             )
 
+    def read_cap(self, query_len: int = 0) -> int:
+        """The longest KV length a pass of ``query_len`` query tokens per request reads:
+        ``S + max(W, q) + a - 1``."""
+        return self.sink_size + max(self.window_size, query_len) + self.alignment - 1
+
     @property
     def max_read_len(self) -> int:
-        """The longest KV length any served step reads: ``S + W + a - 1``."""
-        return self.sink_size + self.window_size + self.alignment - 1
+        """The longest KV length any one-token-per-request pass reads: ``S + W + a - 1``."""
+        return self.read_cap()
 
     def max_window_blocks(self, block_size: int) -> int:
         """Width of a cropped table whose columns are blocks of ``block_size`` tokens."""
@@ -129,7 +132,7 @@ class WindowSpec:
             raise ValueError(
                 f"block_size {block_size} does not divide the alignment {self.alignment}"
             )
-        return -(-self.max_read_len // block_size)
+        return ceil_div(self.max_read_len, block_size)
 
 
 def window_seq_lens(
@@ -156,13 +159,8 @@ def window_seq_lens(
     ``floor((L - q) / a) * a``, so every query token reads at least itself: a chunk
     longer than the window keeps the whole chunk, and reads at most ``S + q + a - 1``.
     """
-    if query_lens is not None and spec.future_offset:
-        raise ValueError(
-            f"a multi-token pass is windowed for itself: future_offset must be 0 with "
-            f"query_lens, got {spec.future_offset}"
-        )
     sinks = spec.sink_size
-    torch.add(seq_lens, spec.future_offset - spec.window_size - sinks, out=skip_out)
+    torch.add(seq_lens, -spec.window_size - sinks, out=skip_out)
     skip_out.clamp_(min=0)
     skip_out.div_(spec.alignment, rounding_mode="floor")
     skip_out.mul_(spec.alignment)
@@ -191,7 +189,7 @@ def seq_lens_upper_bound(
 
     ``step`` is what the caller adds to the result afterwards (vLLM's metadata builder
     adds its ``step`` to ``seq_lens_cpu_upper_bound``): for every row, the result plus
-    ``step`` is at least ``windowed + K`` for every ``L <= upper_bound + step``. With
+    ``step`` is at least ``windowed`` for every ``L <= upper_bound + step``. With
     ``query_lens`` a chunk longer than the window may read up to ``S + q + a - 1``. ``out``
     may alias ``upper_bound``. Host only: it may allocate host tensors.
     """
@@ -201,16 +199,10 @@ def seq_lens_upper_bound(
             f"step {step} exceeds what a window of {spec.window_size} tokens "
             f"(alignment {spec.alignment}) can read"
         )
-    if query_lens is not None and spec.future_offset:
-        raise ValueError(
-            f"a multi-token pass is windowed for itself: future_offset must be 0 with "
-            f"query_lens, got {spec.future_offset}"
-        )
-    torch.add(upper_bound, spec.future_offset, out=out)
     if query_lens is None:
-        return out.clamp_(max=cap)
+        return torch.clamp(upper_bound, max=cap, out=out)
     caps = query_lens.clamp(min=spec.window_size) + (spec.sink_size + spec.alignment - 1 - step)
-    return torch.minimum(out, caps, out=out)
+    return torch.minimum(upper_bound, caps, out=out)
 
 
 class BlockTableWindow:
@@ -249,10 +241,8 @@ class BlockTableWindow:
         # the window (without sinks: the window's first column). The index math runs in
         # int64, the gather's index dtype, so no op promotes into a temporary.
         self.skip_blocks = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
-        # [max_num_reqs] int64: columns the last served step reads, within the table.
+        # [max_num_reqs] int64: columns the pass reads, within the table.
         self.needed = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
-        # [max_num_reqs] int64: the windowed lengths, widened.
-        self._windowed = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
 
     def gather(
         self,
@@ -279,14 +269,8 @@ class BlockTableWindow:
         out = self.block_table[:num_reqs]
 
         skip_blocks.copy_(skip[:num_reqs]).div_(b, rounding_mode="floor")
-        # needed = ceil((windowed + K * [L > 0]) / b); windowed is 0 exactly when L is 0.
-        if self.spec.future_offset:
-            windowed = self._windowed[:num_reqs]
-            windowed.copy_(windowed_seq_lens[:num_reqs])
-            torch.clamp(windowed, max=1, out=needed)
-            needed.mul_(self.spec.future_offset).add_(windowed)
-        else:
-            needed.copy_(windowed_seq_lens[:num_reqs])
+        # needed = ceil(windowed / b), 0 for a padded row.
+        needed.copy_(windowed_seq_lens[:num_reqs])
         needed.add_(b - 1).div_(b, rounding_mode="floor")
         # Columns past the full table's width do not exist: count only those inside it
         # (the last one read is column needed - 1 + skip / b).

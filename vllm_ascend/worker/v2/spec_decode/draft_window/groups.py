@@ -1,0 +1,124 @@
+"""Which of a draft's KV-cache groups the window serves: decisions with reasons, made once at
+``set_attn`` (``policy.py`` asks); the arithmetic never sees them.
+
+A group is windowed only when its layers attend over every token of the request, one
+token per cache slot, causally: ``FullAttentionSpec`` and ``MLAAttentionSpec`` without a
+sliding window, chunk, compression, sparsity or sinks of their own (and a per-layer-uniform
+wrapper whose every member is such). Cropping its table to the window then reads exactly
+the window's tokens. Every other group is left alone, and kept out of the alignment: its own
+spec already bounds or reshapes what it reads (a sliding window the layer was trained with,
+a chunk, a ring, compressed or sparse states, recurrent state), or its early columns are not
+the request's first tokens, so neither a window start nor sinks mean anything there. A spec
+class this table does not know is left alone too, with a warning that names it: a window is
+never applied by default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class GroupDecision:
+    """The window's decision for one draft KV-cache group."""
+
+    group_id: int
+    spec_kind: str
+    block_size: int
+    windowed: bool
+    reason: str
+    # A spec class the table does not know (left alone, with a warning).
+    unknown: bool = False
+
+    def describe(self) -> str:
+        return f"group {self.group_id} ({self.spec_kind}, block size {self.block_size})"
+
+
+# Spec classes left alone whatever their fields, by the vLLM class name (isinstance, so
+# their subclasses too), with the reason. A name missing from the installed vLLM is skipped.
+_LEFT_ALONE = (
+    ("SlidingWindowSpec", "a sliding window the layer reads by itself (and was trained with)"),
+    ("ChunkedLocalAttentionSpec", "chunked local attention: the layer reads its own chunk"),
+    ("CircularBufferSpec", "a ring buffer, one block per request: its columns are no range "
+     "of positions"),
+    ("MambaSpec", "recurrent (mamba/SSM) state: no per-token KV to window"),
+    ("HiddenStateCacheSpec", "a hidden-state cache, not attention KV"),
+    ("EncoderOnlyAttentionSpec", "encoder attention: no KV of the request's tokens"),
+    ("CrossAttentionSpec", "cross attention over the encoder's states"),
+    ("SinkFullAttentionSpec", "attention sinks the model declares itself"),
+    ("RSWASpec", "restricted sliding window: its tables already leave the gap out"),
+    ("HiSparseHotSpec", "a sparse (HiSparse) cache"),
+    ("HiSparseResidentSpec", "a sparse (HiSparse) cache"),
+)  # fmt: skip
+# Spec classes windowed when their fields say full, dense, causal attention (exact class:
+# a subclass of them is a different kind of cache, unknown here until this table says so).
+_FULL = ("FullAttentionSpec", "MLAAttentionSpec")
+_UNIFORM = "UniformTypeKVCacheSpecs"
+
+
+def decide_groups(kv_cache_config: Any, attn_groups: list[list[Any]]) -> list[GroupDecision]:
+    """One decision per KV-cache group the draft reads (a non-empty ``attn_groups[g]``)."""
+    decisions = []
+    for g, groups in enumerate(attn_groups):
+        if not groups:
+            continue
+        spec = kv_cache_config.kv_cache_groups[g].kv_cache_spec
+        windowed, reason, unknown = classify(spec)
+        decisions.append(GroupDecision(g, _kind(spec), spec.block_size, windowed, reason, unknown))
+    return decisions
+
+
+def classify(spec: Any) -> tuple[bool, str, bool]:
+    """(windowed, reason, unknown class) for one KV-cache spec."""
+    from vllm.v1 import kv_cache_interface
+
+    name = type(spec).__name__
+    if name == _UNIFORM:
+        members = [classify(member) for member in spec.kv_cache_specs.values()]
+        for windowed, reason, unknown in members:
+            if not windowed:
+                return False, f"a member layer is left alone: {reason}", unknown
+        return True, "every layer attends over the whole context, one token per slot", False
+    for class_name, reason in _LEFT_ALONE:
+        cls = getattr(kv_cache_interface, class_name, None)
+        if isinstance(cls, type) and isinstance(spec, cls):
+            return False, reason, False
+    if name not in _FULL:
+        return False, f"a KV-cache spec the draft window does not know ({name})", True
+    tokens_per_state = getattr(spec, "tokens_per_state", 1)
+    if tokens_per_state != 1:
+        return False, f"compressed: one state per {tokens_per_state} tokens", False
+    if getattr(spec, "sliding_window", None) is not None:
+        window = spec.sliding_window
+        return False, f"a sliding window of {window} tokens computed in the layer", False
+    if getattr(spec, "attention_chunk_size", None) is not None:
+        return False, "chunked local attention computed in the layer", False
+    if getattr(spec, "non_causal", False):
+        return False, "non-causal attention over absolute positions", False
+    if getattr(spec, "topk_buffer_width", None) is not None:
+        return False, "sparse MLA: top-k tokens chosen over the whole context", False
+    role = getattr(spec, "cache_role", None)
+    if role is not None and getattr(role, "value", role) != "sparse":
+        return False, f"a sparse-attention {getattr(role, 'value', role)} cache", False
+    return True, "full attention over the whole context, one token per slot", False
+
+
+def _kind(spec: Any) -> str:
+    name = type(spec).__name__
+    if name == _UNIFORM:
+        members = sorted({type(member).__name__ for member in spec.kv_cache_specs.values()})
+        return f"{name}[{', '.join(members)}]"
+    return name
+
+
+def describe_decisions(decisions: list[GroupDecision]) -> str:
+    """``windowed: group 0 (FullAttentionSpec, block size 16); left alone: group 1 (...): why``."""
+    windowed = [d.describe() for d in decisions if d.windowed]
+    left = [f"{d.describe()}: {d.reason}" for d in decisions if not d.windowed]
+    parts = []
+    if windowed:
+        parts.append("windowed: " + ", ".join(windowed))
+    if left:
+        parts.append("left alone: " + "; ".join(left))
+    return "; ".join(parts)

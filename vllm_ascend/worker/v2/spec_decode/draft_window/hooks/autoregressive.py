@@ -1,0 +1,276 @@
+"""The autoregressive (EAGLE/EAGLE3) family: vLLM's ``TargetDependentARSpeculator`` (0.33;
+``AutoRegressiveSpeculator`` in 0.30, whose ``capture`` vllm-ascend reimplements) and its
+graph managers. Each decode step builds through the draft build hook (``draft.py``); these
+serve the rest of a propose:
+
+- ``propose`` and ``_prefill``: the draft prefill reuses the target's metadata dict; the
+  draft layers' entries are replaced by metadata built for the window through the draft's
+  own builders (the target's objects are never touched).
+- ``capture``: names the capture, the one place a draft prefill runs outside ``propose``
+  (on the target's dummy metadata; its graphs are PIECEWISE at most).
+- ``init_cudagraph_manager``: a FULL prefill graph would read the target's captured
+  buffers, so the draft prefill's manager is made without FULL graphs; the decode graph
+  manager is marked so that its capture goes through the windowed views.
+- the decode graph manager's ``capture``: the windowed views handed to the capture.
+- ``_fused_multi_step_decode`` (0.33): its metadata serves every later draft step
+  (refreshed in place each step), so its host bound covers them all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from vllm.config.compilation import CUDAGraphMode
+from vllm.v1.attention.backends.utils import PAD_SLOT_ID
+
+from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY
+from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import (
+    WINDOW_ATTR,
+    Installed,
+    around,
+    propose_state,
+    window_of,
+)
+from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
+from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
+from vllm_ascend.worker.v2.spec_decode.draft_window.proof import not_in_path
+from vllm_ascend.worker.v2.spec_decode.draft_window.window import window_seq_lens
+
+
+def propose(original: Callable, installed: Installed) -> Callable:
+    """``propose``: hands the target's batch to the draft prefill, and checks the prefill
+    went through the window."""
+
+    def body(self: Any, window: Mrv2DraftWindow, input_batch: Any, *args: Any,
+             **kwargs: Any) -> Any:  # fmt: skip
+        state = propose_state(self)
+        state.prefill_batch, state.prefill_windowed = input_batch, False
+        try:
+            drafts = original(self, input_batch, *args, **kwargs)
+        finally:
+            state.prefill_batch = None
+        target_metadata = kwargs["attn_metadata"] if "attn_metadata" in kwargs else args[0]
+        # The draft prefill reads the target's metadata unless the _prefill hook replaced
+        # the draft layers' entries: a subclass that overrides _prefill without super()
+        # would have the draft read its whole context.
+        if target_metadata is not None and not state.prefill_windowed:
+            raise not_in_path(
+                f"{type(self).__name__}.propose ran its draft prefill without the window's "
+                f"hook {installed.names['prefill']} (an override without super()?), so the "
+                f"draft prefill read the target's unwindowed metadata"
+            )
+        return drafts
+
+    return around(original, installed, body)
+
+
+def prefill(original: Callable, installed: Installed) -> Callable:
+    """``_prefill``: the draft layers' entries of the target's metadata replaced by
+    metadata built for the window (``windowed_prefill_metadata``)."""
+    signature = inspect.signature(original)
+    path = original.__qualname__
+
+    def body(self: Any, window: Mrv2DraftWindow, *args: Any, **kwargs: Any) -> Any:
+        state = propose_state(self)
+        bound = signature.bind(self, *args, **kwargs)
+        target_metadata = bound.arguments["attn_metadata"]
+        if target_metadata is None:
+            state.prefill_windowed = True  # no metadata: the draft reads nothing
+            return original(*bound.args, **bound.kwargs)
+        if state.prefill_batch is None:
+            # Only a graph capture runs the prefill outside propose; it builds its dummy
+            # metadata through the target's builders, and the prefill graphs it records
+            # are PIECEWISE at most (init_cudagraph_manager), so attention runs eagerly.
+            if not state.capturing:
+                raise not_in_path(
+                    f"{type(self).__name__}._prefill ran with the target's metadata outside "
+                    f"the window's propose hook (an override of propose without super()?), "
+                    f"so the draft prefill would read the target's unwindowed metadata"
+                )
+            return original(*bound.args, **bound.kwargs)
+        state.prefill_windowed = True
+        batch = state.prefill_batch
+        host_mirror = installed.line.host_mirror
+        draft_metadata = windowed_prefill_metadata(self, window, batch, path,
+                                                   host_mirror and host_mirror[1])  # fmt: skip
+        bound.arguments["attn_metadata"] = {**target_metadata, **draft_metadata}
+        # Without FULL prefill graphs a PIECEWISE prefill may pad past the target's padded
+        # token count; those slots must write nowhere (a graph may record the KV write).
+        slot_mappings = self.block_tables.slot_mappings
+        slot_mappings[:, batch.num_tokens_after_padding : bound.arguments["num_tokens"]].fill_(
+            PAD_SLOT_ID
+        )
+        return original(*bound.args, **bound.kwargs)
+
+    return around(original, installed, body)
+
+
+def windowed_prefill_metadata(speculator: Any, window: Mrv2DraftWindow, batch: Any,
+                              path: str, host_mirror: str | None = None) -> dict:  # fmt: skip
+    """The draft layers' prefill metadata: the target's batch, read through the window.
+
+    Built by vLLM's own ``ModelState.prepare_attn`` with the draft's attention groups, as
+    the target runner builds the target's (eager/PIECEWISE sizes), from the windowed
+    ``seq_lens`` of the target's lengths and the cropped tables. ``host_mirror``: the name
+    of the batch's exact host mirror of its lengths, where the line's batches keep one.
+    """
+    n = batch.num_reqs
+    window.refresh(n, seq_lens=batch.seq_lens, query_start_loc=batch.query_start_loc)
+    query_lens_cpu = torch.from_numpy(np.diff(batch.query_start_loc_np[: n + 1]))
+    bound = window.host_upper_bound(batch.seq_lens_cpu_upper_bound, n, 0, query_lens_cpu)[:n]
+    # NOTE: vLLM keeps the host bound exact for prefill rows, and builders (MLA) rely on it
+    # (context = bound - q); there the same windowing applied to the exact host length
+    # gives the exact windowed length.
+    prefilling = torch.from_numpy(batch.is_prefilling_np[:n])
+    if bool(prefilling.any()):
+        windowed = _window_exact(window, batch.seq_lens_cpu_upper_bound[:n], query_lens_cpu)
+        bound[prefilling] = windowed[prefilling]
+    changes: dict[str, Any] = {"seq_lens": window.seq_lens[:n], "seq_lens_cpu_upper_bound": bound}
+    fields = {f.name for f in dataclasses.fields(batch)}
+    if "prompt_lens" in fields:
+        # Prompt lengths feed the target's restricted-SWA prefix, in absolute positions
+        # the cropped tables no longer use; draft layers have no such prefix.
+        changes["prompt_lens"] = None
+    mirror = getattr(batch, host_mirror, None) if host_mirror else None
+    if mirror is not None:
+        # The exact host mirror of the target's lengths, which the line's kernel takes as
+        # the exact lengths: windowed by the device's arithmetic (the mirror is exact).
+        exact = torch.from_numpy(np.ascontiguousarray(mirror[:n], dtype=np.int32))
+        changes[host_mirror] = _window_exact(window, exact, query_lens_cpu).numpy()
+    windowed_batch = dataclasses.replace(batch, **changes)
+    block_tables = tuple(t[:n] for t in window.block_tables.input_block_tables)
+    model_state = speculator.model_state
+    # The model state may keep what it built (vllm-ascend keeps the target's metadata for
+    # its graph replays, and takes its max_seq_len from max_model_len): the draft's
+    # build leaves every attribute as it was.
+    kept = dict(vars(model_state))
+    if isinstance(kept.get("max_model_len"), int) and n:
+        model_state.max_model_len = min(kept["max_model_len"], int(bound.max()))
+    try:
+        with window.on_path(path):
+            return model_state.prepare_attn(
+                windowed_batch,
+                CUDAGraphMode.NONE,
+                block_tables,
+                speculator.block_tables.slot_mappings[:, : batch.num_tokens],
+                # The groups the window leaves alone keep the target's metadata (_prefill).
+                window.windowed_attn_groups or speculator.attn_groups,
+                speculator.kv_cache_config,
+            )
+    finally:
+        for name in set(vars(model_state)) - set(kept):
+            delattr(model_state, name)
+        vars(model_state).update(kept)
+        # The prefill's metadata holds the wide tables; everything else (decode builds, a
+        # graph capture's dummy tables) reads the per-step ones.
+        window.block_tables.windows = window.windows
+
+
+def _window_exact(window: Mrv2DraftWindow, exact: torch.Tensor, query_lens: torch.Tensor):
+    """Exact host lengths of a multi-token pass, windowed by the device's arithmetic."""
+    windowed = torch.empty_like(exact)
+    window_seq_lens(exact, window.spec, skip_out=torch.empty_like(exact), out=windowed,
+                    query_lens=query_lens.to(exact.dtype))  # fmt: skip
+    return windowed
+
+
+def ar_capture(original: Callable, installed: Installed) -> Callable:
+    """The speculator's ``capture``: named on the window's path, and its draft prefill
+    (outside propose) allowed to read the target's dummy metadata."""
+    path = original.__qualname__
+
+    def body(self: Any, window: Mrv2DraftWindow) -> None:
+        state = propose_state(self)
+        state.capturing = True
+        try:
+            with window.on_path(path):
+                return original(self)
+        finally:
+            state.capturing = False
+
+    return around(original, installed, body)
+
+
+def init_cudagraph_manager(original: Callable, installed: Installed) -> Callable:
+    """A FULL prefill graph would read the target's captured metadata, so with the window on
+    the draft prefill's graph manager is made without FULL graphs. vLLM makes both managers
+    here, from the graph manager class its speculator module names (which vllm-ascend
+    replaces with its own); the prefill manager (``decode_query_len > 1``) is made with the
+    lowered mode in the first place: a second manager made afterwards would repeat the
+    first's start-up work, which vllm-ascend's refuses to do twice."""
+    module = sys.modules[original.__module__]
+
+    @functools.wraps(original)
+    def wrapper(self, cudagraph_mode: CUDAGraphMode) -> None:
+        window = window_of(self, installed)
+        if window is None or not cudagraph_mode.has_full_cudagraphs():
+            original(self, cudagraph_mode)
+        else:
+            piecewise = cudagraph_mode.has_piecewise_cudagraphs()
+            prefill_mode = CUDAGraphMode.PIECEWISE if piecewise else CUDAGraphMode.NONE
+            manager_cls = module.SpeculatorCudaGraphManager
+            signature = inspect.signature(manager_cls)
+
+            def make_manager(*args: Any, **kwargs: Any) -> Any:
+                bound = signature.bind(*args, **kwargs)
+                if bound.arguments["decode_query_len"] > 1:
+                    bound.arguments["cudagraph_mode"] = prefill_mode
+                return manager_cls(*bound.args, **bound.kwargs)
+
+            module.SpeculatorCudaGraphManager = make_manager
+            try:
+                original(self, cudagraph_mode)
+            finally:
+                module.SpeculatorCudaGraphManager = manager_cls
+            logger.info("%s: the draft prefill runs with cudagraph mode %s instead of %s, so "
+                        "that its metadata is built for the window at every step.", KEY,
+                        prefill_mode.name, cudagraph_mode.name)  # fmt: skip
+        if window is not None and self.decode_cudagraph_manager is not None:
+            setattr(self.decode_cudagraph_manager, WINDOW_ATTR, window)
+
+    return wrapper
+
+
+def manager_capture(original: Callable, installed: Installed) -> Callable:
+    """The decode graph manager's ``capture``: the graphs record the persistent windowed
+    buffers (and every build under the capture is checked by the proof)."""
+    signature = inspect.signature(original)
+    path = original.__qualname__
+
+    @functools.wraps(original)
+    def wrapper(self, *args: Any, **kwargs: Any) -> None:
+        window: Mrv2DraftWindow | None = getattr(self, WINDOW_ATTR, None)
+        if window is None or not installed.active:
+            return original(self, *args, **kwargs)
+        bound = signature.bind(self, *args, **kwargs)
+        bound.arguments["input_buffers"] = window.input_buffers
+        bound.arguments["block_tables"] = window.block_tables
+        window.proof.capture_on(path)
+        with window.on_path(path):
+            return original(*bound.args, **bound.kwargs)
+
+    return wrapper
+
+
+def fused_multi_step_decode(original: Callable, installed: Installed) -> Callable:
+    """``_fused_multi_step_decode``: built at step 1, the metadata serves steps 1 .. K - 1,
+    so its host bound covers the later steps too."""
+    signature = inspect.signature(original)
+
+    def body(self: Any, window: Mrv2DraftWindow, *args: Any, **kwargs: Any) -> None:
+        steps = signature.bind(self, *args, **kwargs).arguments["num_speculative_steps"]
+        state = propose_state(self)
+        state.extra_steps = max(steps - 2, 0)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            state.extra_steps = 0
+
+    return around(original, installed, body)

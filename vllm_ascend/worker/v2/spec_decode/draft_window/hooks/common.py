@@ -1,0 +1,109 @@
+"""What every family of hooks shares: the installation they serve, a speculator's window,
+and the per-speculator state of a propose."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY, DraftWindowConfig
+from vllm_ascend.worker.v2.spec_decode.draft_window.lines import Line
+from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
+from vllm_ascend.worker.v2.spec_decode.draft_window.proof import not_in_path
+
+WINDOW_ATTR = "draft_window"
+STATE_ATTR = "_draft_window_propose"
+# A speculator whose set_attn never ran through the hook has no window attribute at all.
+_UNSET = object()
+
+
+@dataclass
+class Installed:
+    """The installation the hooks serve (``install.py`` makes it and hands it to every
+    factory): the line, the names of the methods it wrapped (``Class.method``, as the line
+    resolved them, for the paths the proof and the errors name), and whether it is still
+    active (after uninstalling, a wrapper another plugin keeps in its chain makes no
+    window)."""
+
+    line: Line
+    names: dict[str, str] = field(default_factory=dict)
+    active: bool = True
+
+
+@dataclass
+class ProposeState:
+    """A speculator's state within one propose (the autoregressive hooks): the target's
+    batch its draft prefill reads, whether that prefill went through the window, whether a
+    graph capture is running, and how many later decode steps reuse the metadata being
+    built."""
+
+    prefill_batch: Any = None
+    prefill_windowed: bool = False
+    capturing: bool = False
+    extra_steps: int = 0
+    # Windowed builds so far (the first one is said once).
+    num_builds: int = 0
+
+
+def propose_state(speculator: Any) -> ProposeState:
+    state = vars(speculator).get(STATE_ATTR)
+    if state is None:
+        state = ProposeState()
+        setattr(speculator, STATE_ATTR, state)
+    return state
+
+
+def window_of(speculator: Any, installed: Installed) -> Mrv2DraftWindow | None:
+    """The speculator's window, None when off.
+
+    Before ``set_attn`` there is none yet. A speculator whose ``set_attn`` ran but not
+    through the hook (a subclass that overrides it without ``super()``) has none: with the
+    window asked for, that is an error, never a silent unwindowed draft.
+    """
+    window = getattr(speculator, WINDOW_ATTR, _UNSET)
+    if window is not _UNSET:
+        return window
+    if "kv_cache_config" not in vars(speculator):
+        # set_attn has not run yet (vLLM's profiling run proposes before the KV cache
+        # exists): no window yet, and nothing decided.
+        return None
+    additional = getattr(getattr(speculator, "vllm_config", None), "additional_config", None)
+    if installed.active and DraftWindowConfig.from_additional_config(additional).enabled:
+        raise not_in_path(
+            f"{type(speculator).__name__}.set_attn did not run through the window's hook (an "
+            f"override of {installed.names['set_attn']} without super()?), so its draft has "
+            f"no window although {KEY} is set"
+        )
+    setattr(speculator, WINDOW_ATTR, None)
+    return None
+
+
+def around(original: Callable, installed: Installed, body: Callable) -> Callable:
+    """A wrapper of ``original`` that runs ``body(self, window, *args, **kwargs)`` for a
+    speculator with a window, and ``original`` unchanged for one without."""
+
+    @functools.wraps(original)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        window = window_of(self, installed)
+        if window is None:
+            return original(self, *args, **kwargs)
+        return body(self, window, *args, **kwargs)
+
+    return wrapper
+
+
+def after(original: Callable, installed: Installed, windowed: Callable) -> Callable:
+    """A wrapper of ``original`` whose result, for a speculator with a window, is
+    ``windowed(self, window, result, *args, **kwargs)``."""
+
+    @functools.wraps(original)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        window = window_of(self, installed)
+        if window is None:
+            return result
+        return windowed(self, window, result, *args, **kwargs)
+
+    return wrapper

@@ -1,0 +1,6 @@
+"""The draft window's logger: a child of vLLM's "vllm" logger, so its lines reach the handler
+vLLM configures (``vllm.logger.init_logger`` returns the same object)."""
+
+import logging
+
+logger = logging.getLogger("vllm.draft_window")

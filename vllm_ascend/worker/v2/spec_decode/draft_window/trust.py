@@ -1,0 +1,130 @@
+"""Trust, then use: the one-launch refresh (``fused.py``) serves a window only after a
+start-up self-check on the window's own device agrees with the torch path bit for bit."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from vllm_ascend.worker.v2.spec_decode.draft_window.fused import triton_available
+from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow, ToldLengths
+from vllm_ascend.worker.v2.spec_decode.draft_window.window import ceil_div
+
+
+def compare_with_torch(
+    window: Mrv2DraftWindow,
+    num_reqs_padded: int,
+    source: torch.Tensor,
+    query_start_loc: torch.Tensor | None = None,
+    told_step: int | None = None,
+) -> list[str]:
+    """Refresh ``window`` through the torch path and through the fused kernel on the same
+    inputs; return what differs (empty: bit for bit equal). Uses the window's own buffers,
+    so only for a window no graph has recorded yet (a self-check's, or a test's)."""
+    n = num_reqs_padded
+    windows = window.windows if query_start_loc is None else window.chunk_windows
+    kept = window.fused_steps, window.fused_chunks
+    window.fused_steps = window.fused_chunks = None
+    try:
+        window.refresh(n, seq_lens=source, query_start_loc=query_start_loc, told_step=told_step)
+    finally:
+        window.fused_steps, window.fused_chunks = kept
+    expected = _outputs(window, windows, n, told_step is not None)
+    for buffer in (window.seq_lens, window.window_skip, window.told_windowed):
+        buffer.fill_(-7)
+    for cropped in windows.values():
+        cropped.block_table.fill_(-7)
+    window.refresh(n, seq_lens=source, query_start_loc=query_start_loc, told_step=told_step)
+    got = _outputs(window, windows, n, told_step is not None)
+    return [name for name in expected if not torch.equal(expected[name], got[name])]
+
+
+def _outputs(window: Any, windows: dict, n: int, told: bool) -> dict[str, torch.Tensor]:
+    out = {"seq_lens": window.seq_lens[:n].clone(), "skip": window.window_skip[:n].clone()}
+    if told:
+        out["told_windowed"] = window.told_windowed[:n].clone()
+    for g, cropped in windows.items():
+        out[f"group {g} table"] = cropped.block_table[:n].clone()
+    return out
+
+
+def self_check(window: Mrv2DraftWindow, seed: int = 0) -> list[str]:
+    """The start-up check on the window's device: a synthetic window of the same shape (W,
+    alignment, sinks, groups and block sizes, told lengths; its own small tables and
+    lengths) refreshed by both paths, for every variant the window uses. Returns what
+    differs, named by variant (empty: the kernel may be used)."""
+    spec = window.spec
+    device = window.seq_lens.device
+    gen = torch.Generator().manual_seed(seed)
+    rows = 8
+    max_len = 4 * (spec.sink_size + spec.window_size + spec.alignment)
+    groups = sorted(window.group_block_sizes)
+    tables, sizes = [], []
+    for g in range(max(groups) + 1):
+        b = window.group_block_sizes.get(g, spec.alignment)
+        ids = torch.randint(1, 10_000, (rows, ceil_div(max_len, b) + 3), generator=gen,
+                            dtype=torch.int32)  # fmt: skip
+        tables.append(ids.to(device))
+        sizes.append(b)
+    told = None
+    if window.told is not None:
+        # The window's own max_model_len: Triton specializes on some integer arguments.
+        high = min(max_len, window.told.max_model_len)
+        told_source = torch.randint(0, high, (rows,), generator=gen, dtype=torch.int32)
+        told = ToldLengths(told_source.to(device), window.told.max_model_len)
+    synthetic = Mrv2DraftWindow(
+        window_size=spec.window_size,
+        input_buffers=SimpleNamespace(seq_lens=torch.zeros(rows, dtype=torch.int32,
+                                                           device=device)),
+        block_tables=SimpleNamespace(input_block_tables=tables, block_sizes=sizes),
+        draft_group_ids=groups, max_num_reqs=rows, device=device,
+        max_chunk_len=2 * spec.window_size, attention_sinks=spec.sink_size, told=told,
+    )  # fmt: skip
+    synthetic.enable_fused()
+    lengths = torch.randint(0, max_len, (rows,), generator=gen, dtype=torch.int32)
+    lengths[-2:] = 0  # padded rows
+    query_lens = torch.minimum(torch.randint(1, 2 * spec.window_size, (rows,), generator=gen,
+                                             dtype=torch.int32), lengths)  # fmt: skip
+    qsl = torch.zeros(rows + 1, dtype=torch.int32)
+    qsl[1:] = torch.cumsum(query_lens, 0)
+    variants: dict[str, dict] = {"decode": {}, "prefill": {"query_start_loc": qsl.to(device)}}
+    if told is not None:
+        variants["told"] = {"told_step": 1}
+    problems = []
+    for name, kwargs in variants.items():
+        diff = compare_with_torch(synthetic, rows, lengths.to(device), **kwargs)
+        problems += [f"{name}: {d}" for d in diff]
+    return problems
+
+
+def enable_if_trusted(window: Mrv2DraftWindow, logger: Any, key: str,
+                      allow_cpu: bool = False) -> bool:  # fmt: skip
+    """Use the one-launch refresh on the window's device only after the self-check there
+    agrees with the torch path; otherwise say why once and keep the torch path. On CPU only
+    with ``allow_cpu`` (Triton's interpreter there says nothing about speed)."""
+    if window.seq_lens.device.type == "cpu" and not allow_cpu:
+        return False
+    if not triton_available():
+        return False
+    try:
+        problems = self_check(window)
+        if not problems:
+            window.enable_fused()
+    except Exception as error:  # a compiler, runtime or table layout the kernel cannot take
+        window.fused_steps = window.fused_chunks = None
+        problems = [f"the kernel did not run ({type(error).__name__}: {error})"]
+    if problems:
+        logger.warning(
+            "%s: the one-launch window refresh disagrees with the torch path on %s (%s); "
+            "the window refreshes with the torch path.",
+            key,
+            window.seq_lens.device,
+            "; ".join(problems),
+        )
+        return False
+    logger.info(
+        "%s: the window refreshes with one kernel launch on %s.", key, window.seq_lens.device
+    )
+    return True
