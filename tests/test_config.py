@@ -1,5 +1,5 @@
-"""`draft_window_size` and `draft_attention_sinks` validation, and what each speculator
-does with them at start-up."""
+"""`draft_window_size`, `draft_attention_sinks` and `draft_window_min_context` validation,
+and what each speculator does with them at start-up."""
 
 from types import SimpleNamespace
 
@@ -86,6 +86,37 @@ def test_sinks_without_a_window_are_rejected(window, sinks):
     assert "Set draft_window_size too, or remove draft_attention_sinks." in message
 
 
+@pytest.mark.parametrize(("value", "expected"), [
+    (None, 0), (0, 0), (8192, 8192), ("8192", 8192), (" 4096 ", 4096), (2048.0, 2048),
+])  # fmt: skip
+def test_accepted_thresholds(value, expected):
+    config = DraftWindowConfig.from_additional_config(
+        {"draft_window_size": 512, "draft_window_min_context": value, "draft_attention_sinks": 64}
+    )
+    assert config.draft_window_min_context == expected
+    assert (config.draft_window_size, config.draft_attention_sinks) == (512, 64)
+
+
+@pytest.mark.parametrize("value", [-1, True, False, 4.5, "abc", "", "8k", [8192]])
+def test_rejected_thresholds_name_the_key_the_value_and_what_is_allowed(value):
+    with pytest.raises(ValueError) as info:
+        DraftWindowConfig.from_additional_config(
+            {"draft_window_size": 512, "draft_window_min_context": value}
+        )
+    message = str(info.value)
+    assert 'additional_config["draft_window_min_context"]' in message
+    assert repr(value) in message and "integer number of tokens >= 0" in message
+
+
+@pytest.mark.parametrize("window", [None, "absent"])
+def test_a_threshold_without_a_window_is_rejected(window):
+    additional = {"draft_window_min_context": 8192}
+    if window != "absent":
+        additional["draft_window_size"] = window
+    with pytest.raises(ValueError, match=r"remove draft_window_min_context\."):
+        DraftWindowConfig.from_additional_config(additional)
+
+
 @pytest.fixture
 def log(window_log):
     plugin.register()
@@ -94,12 +125,14 @@ def log(window_log):
 
 
 def start(model_dir, monkeypatch, window, method="dspark", num_spec=3, parallel=None,
-          layouts=ONE_GROUP, model_type=None, sinks=None):  # fmt: skip
+          layouts=ONE_GROUP, model_type=None, sinks=None, min_context=None):  # fmt: skip
     batch = make_mrv2_batch([g.block_size for g in layouts], [100], num_spec + 1, 1, 4,
                             MAX_MODEL_LEN, np.random.default_rng(0))  # fmt: skip
     additional = {"draft_window_size": window}
     if sinks is not None:
         additional["draft_attention_sinks"] = sinks
+    if min_context is not None:
+        additional["draft_window_min_context"] = min_context
     config = make_vllm_config(model_dir, MAX_MODEL_LEN, 4, additional)
     if model_type is not None:
         config.model_config.hf_config.model_type = model_type
@@ -250,3 +283,48 @@ def test_start_up_line_goes_through_vllms_logger(model_dir, monkeypatch, vllm_lo
     finally:
         plugin.unregister()
     assert any("Draft KV window on for dspark" in r.getMessage() for r in vllm_log_records)
+
+
+def test_start_up_line_states_the_threshold(model_dir, monkeypatch, log):
+    layouts = (GroupLayout(16), GroupLayout(64, kernel_block_size=32))
+    s = start(model_dir, monkeypatch, 256, layouts=layouts, sinks=20, min_context=800)
+    assert s.draft_window.spec.min_context == 800
+    assert log.calls == [(
+        "info",
+        "Draft KV window on for dspark: draft_window_size=256 with the first 64 tokens as "
+        "attention sinks (draft_attention_sinks=20 rounded up to the alignment 64), from a "
+        "context of 800 tokens on (draft_window_min_context; shorter contexts read whole), the "
+        "draft reads at most 799 tokens per request; block sizes per KV-cache group "
+        "{0: 16, 1: 64}, alignment 64.",
+    )]  # fmt: skip
+
+
+@pytest.mark.parametrize("min_context", [1, 300, 384])
+def test_a_threshold_within_the_windows_reach_changes_nothing_and_says_so(
+    min_context, model_dir, monkeypatch, log
+):
+    """S + W + a = 64 + 256 + 64 = 384: no shorter context is cropped, threshold or not."""
+    layouts = (GroupLayout(16), GroupLayout(64, kernel_block_size=32))
+    s = start(model_dir, monkeypatch, 256, layouts=layouts, sinks=64, min_context=min_context)
+    assert s.draft_window.spec.min_context == 0
+    said, on = log.calls
+    assert said == ("info", f"draft_window_min_context={min_context} changes nothing: no context "
+                    "shorter than 384 tokens (draft_window_size=256 with 64 attention sinks and "
+                    "the alignment 64) is cropped anyway, so every request reads its window "
+                    "from there.")  # fmt: skip
+    assert on[1].startswith("Draft KV window on for dspark: draft_window_size=256 with the first")
+    assert "draft_window_min_context" not in on[1]
+
+
+def test_a_threshold_above_max_model_len_keeps_the_window_off_and_says_so(
+    model_dir, monkeypatch, log
+):
+    s = start(model_dir, monkeypatch, 256, min_context=MAX_MODEL_LEN + 1)
+    assert s.draft_window is None
+    said = (
+        "draft_window_min_context=1025 is above max_model_len=1024: no request reaches it, "
+        "so the draft window stays off."
+    )
+    assert log.calls == [("info", said)]
+    s = start(model_dir, monkeypatch, 256, min_context=MAX_MODEL_LEN)
+    assert s.draft_window.spec.min_context == MAX_MODEL_LEN

@@ -3,11 +3,13 @@
 Runs the project's Triton kernel under Triton's interpreter on CPU (``TRITON_INTERPRET=1``;
 timings there mean nothing) over property cases: several KV-cache groups and block sizes,
 attention sinks, padded rows, lengths at the full table's edge, draft
-prefill query chunks, and told lengths (vllm-ascend's EAGLE). Every output the torch path
+prefill query chunks, told lengths (vllm-ascend's EAGLE), and a ``draft_window_min_context``
+with rows on both sides of it. Every output the torch path
 writes is compared: the windowed lengths, the skips, the told windowed lengths, and every
 column of every group's cropped table.
 """
 
+import dataclasses
 import math
 import os
 
@@ -24,7 +26,8 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow,
 CASES = 24
 
 
-def make_window(gen, block_sizes, window_size, sinks, rows, extra_cols, told=None):
+def make_window(gen, block_sizes, window_size, sinks, rows, extra_cols, told=None,
+                min_context=0):  # fmt: skip
     """A window over random full tables whose widths end near the longest length, so
     reads reach the table's edge."""
     alignment = math.lcm(*block_sizes)
@@ -40,15 +43,17 @@ def make_window(gen, block_sizes, window_size, sinks, rows, extra_cols, told=Non
         block_tables=SimpleNamespace(input_block_tables=tables, block_sizes=block_sizes),
         draft_group_ids=list(range(len(block_sizes))), max_num_reqs=rows,
         device=torch.device("cpu"), max_chunk_len=2 * window_size, attention_sinks=sinks,
-        told=told,
+        min_context=min_context, told=told,
     )  # fmt: skip
     window.enable_fused()
     return window, max_len
 
 
-def case(seed, told=False):
+def case(seed, told=False, threshold=False):
     """``told``: a window whose kernel is told the target's lengths (vllm-ascend's EAGLE):
-    the draft's own lengths plus up to 4 rejected tokens, padded rows 0."""
+    the draft's own lengths plus up to 4 rejected tokens, padded rows 0. ``threshold``: a
+    min_context between the window's reach and the longest length, with rows just below,
+    at and above it."""
     gen = torch.Generator().manual_seed(seed)
     layouts = [[16], [16, 32], [16, 64, 128], [32, 32]]
     block_sizes = layouts[seed % len(layouts)]
@@ -60,8 +65,13 @@ def case(seed, told=False):
     told_lengths = None
     if told:
         told_lengths = ToldLengths(told_source, 3 * (window_size + sinks + math.lcm(*block_sizes)))
+    alignment = math.lcm(*block_sizes)
+    # The window's reach S + W + a (sinks rounded up to the alignment).
+    reach = -(-sinks // alignment) * alignment + window_size + alignment
+    min_context = reach + 1 + (seed * 37) % (window_size + alignment) if threshold else 0
     window, max_len = make_window(gen, block_sizes, window_size, sinks, rows, extra_cols,
-                                  told_lengths)  # fmt: skip
+                                  told_lengths, min_context)  # fmt: skip
+    assert window.spec.min_context == min_context
     # Lengths up to what the narrowest full table holds.
     max_len = min(
         t.shape[1] * b
@@ -71,6 +81,8 @@ def case(seed, told=False):
     # The full tables' edge: a length that fills the narrowest table, and one just short of
     # it.
     lengths[0], lengths[1] = max_len, max_len - 1
+    if threshold:
+        lengths[2:5] = torch.tensor([min_context - 1, min_context, min_context + 1])
     num_padded = 1 + seed % 3
     lengths[rows - num_padded :] = 0
     rejected = torch.randint(0, 5, (rows,), generator=gen, dtype=torch.int32)
@@ -100,6 +112,44 @@ def test_told_length_refresh_equals_the_torch_path(seed):
     _, window, lengths, rows, _ = case(seed, told=True)
     for step in (1, 3):
         assert trust.compare_with_torch(window, rows, lengths, told_step=step) == []
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_refreshes_with_a_threshold_equal_the_torch_path(seed):
+    """Every variant with ``draft_window_min_context``: rows below it read whole, the
+    others their window, bit for bit on both paths."""
+    gen, window, lengths, rows, _ = case(seed, told=True, threshold=True)
+    assert trust.compare_with_torch(window, rows, lengths) == []
+    for step in (1, 3):
+        assert trust.compare_with_torch(window, rows, lengths, told_step=step) == []
+    chunk = torch.randint(1, 2 * window.spec.window_size, (rows,), generator=gen,
+                          dtype=torch.int32)  # fmt: skip
+    query_lens = torch.minimum(chunk, lengths)
+    qsl = torch.zeros(rows + 1, dtype=torch.int32)
+    qsl[1:] = torch.cumsum(query_lens, 0)
+    assert trust.compare_with_torch(window, rows, lengths, query_start_loc=qsl) == []
+    # Both sides of the threshold were exercised: a row just below it reads all of itself.
+    window.refresh(rows, seq_lens=lengths)
+    m = window.spec.min_context
+    assert int(window.seq_lens[2]) == m - 1 and int(window.seq_lens[3]) < m
+    assert trust.self_check(window) == []
+
+
+def test_a_kernel_ignoring_the_threshold_is_caught_by_the_self_check(monkeypatch):
+    _, window, _, _, _ = case(5, threshold=True)
+    assert trust.self_check(window) == []
+    real = fused.FusedRefresh.launch
+
+    def without_threshold(self, *args, **kwargs):
+        spec = self.spec
+        self.spec = dataclasses.replace(spec, min_context=0)
+        try:
+            real(self, *args, **kwargs)
+        finally:
+            self.spec = spec
+
+    monkeypatch.setattr(fused.FusedRefresh, "launch", without_threshold)
+    assert "decode: seq_lens" in trust.self_check(window)
 
 
 def test_a_wrong_kernel_is_caught_by_the_comparison_and_the_self_check(monkeypatch):

@@ -174,6 +174,64 @@ def test_invalid_sinks_on_model_runner_v1_raise_the_configs_error(additional_con
         speculative_config_for(model_dir, additional_config)
 
 
+MIN_CONTEXT_ON_V1 = (
+    "draft_window_min_context=8192 needs Model Runner V2 (VLLM_USE_V2_MODEL_RUNNER=1): "
+    "vllm-ascend's Model Runner V1 draft window windows every context. "
+    "Set VLLM_USE_V2_MODEL_RUNNER=1 or remove draft_window_min_context."
+)
+
+
+@pytest.mark.parametrize(("min_context", "refused"), [(8192, True), ("8192", True), (0, False),
+                                                      (None, False)])  # fmt: skip
+def test_a_threshold_on_model_runner_v1_is_refused_with_the_fix(min_context, refused, model_dir,
+                                                                restore_runner_choice,
+                                                                monkeypatch):  # fmt: skip
+    additional_config = {"draft_window_size": 512, "draft_window_min_context": min_context}
+    plugin.register()
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
+    if refused:
+        with pytest.raises(ValueError, match=re.escape(MIN_CONTEXT_ON_V1)):
+            speculative_config_for(model_dir, additional_config)
+    else:  # 0 or absent: today's behaviour, vllm-ascend's own V1 window
+        assert not speculative_config_for(model_dir, additional_config).use_v2_model_runner
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    assert speculative_config_for(model_dir, additional_config).use_v2_model_runner
+
+
+@pytest.mark.parametrize(("value", "error"), [
+    (-1, "got -1 (int)"), (1.5, "got 1.5 (float)"), (True, "got True (bool)"),
+    ("8k", "got '8k' (str)"), ([8192], "got [8192] (list)"),
+])  # fmt: skip
+@pytest.mark.parametrize("env", ["0", "1"])
+def test_an_invalid_threshold_stops_start_up_naming_key_value_and_fix(value, error, env,
+                                                                       model_dir,
+                                                                       restore_runner_choice,
+                                                                       monkeypatch):  # fmt: skip
+    plugin.register()
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", env)
+    message = (
+        'additional_config["draft_window_min_context"] must be an integer number of tokens >= 0 '
+        '(an integral string such as "8192" is accepted; 0 or null: every context); ' + error
+    )
+    with pytest.raises(ValueError, match=re.escape(message)):
+        speculative_config_for(model_dir, {"draft_window_size": 512,
+                                           "draft_window_min_context": value})  # fmt: skip
+
+
+def test_a_threshold_without_a_window_is_an_error_with_or_without_a_draft(
+    model_dir, restore_runner_choice
+):
+    plugin.register()
+    message = (
+        'additional_config["draft_window_min_context"]=8192 needs '
+        'additional_config["draft_window_size"]: it shapes the draft window. Set '
+        "draft_window_size too, or remove draft_window_min_context."
+    )
+    for make in (config_for, speculative_config_for):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            make(model_dir, {"draft_window_min_context": 8192})
+
+
 def test_sinks_without_a_window_are_an_error_without_a_draft(model_dir, restore_runner_choice):
     plugin.register()
     message = 'needs additional_config["draft_window_size"]'

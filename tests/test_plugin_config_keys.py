@@ -1,5 +1,6 @@
-"""`draft_attention_sinks` passes vllm-ascend's own validation of `additional_config`: a
-strict `AscendConfig` drops it and still checks every other key; a lenient one is untouched.
+"""The window's own keys (`draft_attention_sinks`, `draft_window_min_context`) pass
+vllm-ascend's own validation of `additional_config`: a strict `AscendConfig` drops them and
+still checks every other key; a lenient one is untouched.
 """
 
 import sys
@@ -101,22 +102,29 @@ def test_the_released_lenient_ascend_config_is_left_untouched(monkeypatch):
     assert released.AscendConfig.__init__ is init
 
 
-def test_a_strict_ascend_config_rejects_the_sinks_key_without_the_plugin(model_dir, monkeypatch):
+OWN_KEYS = ("draft_attention_sinks", "draft_window_min_context")
+
+
+@pytest.mark.parametrize("key", OWN_KEYS)
+def test_a_strict_ascend_config_rejects_the_own_keys_without_the_plugin(key, model_dir,
+                                                                        monkeypatch):  # fmt: skip
     strict = install_strict_ascend_config(monkeypatch)
-    with pytest.raises(ValueError, match="draft_attention_sinks"):
-        build(strict, model_dir, {"draft_window_size": 4096, "draft_attention_sinks": 64})
+    with pytest.raises(ValueError, match=key):
+        build(strict, model_dir, {"draft_window_size": 4096, key: 8192})
 
 
-def test_a_strict_ascend_config_accepts_the_sinks_key_once_registered(model_dir, monkeypatch):
+def test_a_strict_ascend_config_accepts_the_own_keys_once_registered(model_dir, monkeypatch):
     strict = install_strict_ascend_config(monkeypatch)
     assert not strict.AscendConfig.__pydantic_complete__
     plugin.register()
     # Twice: pydantic completing the class on first use must not drop the wrapper.
     for _ in range(2):
         ascend_config = build(strict, model_dir, {"draft_window_size": "4096",
-                                                  "draft_attention_sinks": 64})  # fmt: skip
+                                                  "draft_attention_sinks": 64,
+                                                  "draft_window_min_context": 8192})  # fmt: skip
         assert ascend_config.draft_window_size == 4096
-        assert not hasattr(ascend_config, "draft_attention_sinks")
+        for key in OWN_KEYS:
+            assert not hasattr(ascend_config, key)
 
 
 @pytest.mark.parametrize(("additional_config", "rejected"), [
@@ -142,11 +150,12 @@ def test_registering_twice_wraps_a_strict_ascend_config_once(monkeypatch):
     assert not hasattr(wrapped.__wrapped__, "__wrapped__")
 
 
-def test_a_strict_ascend_config_that_declares_the_sinks_is_left_untouched(monkeypatch):
+def test_a_strict_ascend_config_that_declares_the_own_keys_is_left_untouched(monkeypatch):
     @dataclass(config=pydantic.ConfigDict(extra="forbid"))
     class AscendConfig:
         draft_window_size: int | None = None
         draft_attention_sinks: int = 0
+        draft_window_min_context: int = 0
 
     module = install_module(monkeypatch, ModuleType(MODULE))
     module.AscendConfig = AscendConfig
@@ -154,6 +163,21 @@ def test_a_strict_ascend_config_that_declares_the_sinks_is_left_untouched(monkey
     plugin.register()
     assert AscendConfig.__init__ is init
     assert AscendConfig(draft_window_size=8, draft_attention_sinks="4").draft_attention_sinks == 4
+
+
+def test_a_strict_ascend_config_declaring_one_own_key_gets_it_and_drops_the_other(monkeypatch):
+    @dataclass(config=pydantic.ConfigDict(extra="forbid"))
+    class AscendConfig:
+        draft_window_size: int | None = None
+        draft_attention_sinks: int = 0
+
+    module = install_module(monkeypatch, ModuleType(MODULE))
+    module.AscendConfig = AscendConfig
+    plugin.register()
+    config = AscendConfig(draft_window_size=8, draft_attention_sinks="4",
+                          draft_window_min_context=64)  # fmt: skip
+    assert config.draft_attention_sinks == 4
+    assert not hasattr(config, "draft_window_min_context")
 
 
 def test_a_strict_pydantic_model_drops_the_sinks_key_too(monkeypatch):
@@ -175,7 +199,7 @@ def test_a_failed_adaptation_warns_and_start_up_goes_on(monkeypatch, vllm_log_re
     def broken():
         raise RuntimeError("AscendConfig moved")
 
-    monkeypatch.setattr(plugin, "_accept_sinks_key", broken)
+    monkeypatch.setattr(plugin, "_accept_own_keys", broken)
     plugin.register()
     (record,) = [r for r in vllm_log_records if "draft_attention_sinks" in r.getMessage()]
     assert record.levelname == "WARNING"

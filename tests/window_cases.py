@@ -30,6 +30,8 @@ class Case:
     v: list[torch.Tensor]
     # draft_attention_sinks as configured (rounded up to the alignment by the window)
     sink_tokens: int = 0
+    # draft_window_min_context, above the window's reach (0: every context is windowed)
+    min_context: int = 0
 
     @property
     def alignment(self) -> int:
@@ -41,7 +43,9 @@ class Case:
 
 
 @st.composite
-def cases(draw, max_len: int = 400, max_window: int = 200, sinks: bool = True) -> Case:
+def cases(draw, max_len: int = 400, max_window: int = 200, sinks: bool = True,
+          threshold: bool = False) -> Case:  # fmt: skip
+    """``threshold``: a ``min_context`` above the window's reach, lengths around it too."""
     block_sizes = draw(
         st.lists(st.sampled_from([1, 2, 4, 8, 16, 32]), min_size=1, max_size=2, unique=True)
     )
@@ -50,11 +54,14 @@ def cases(draw, max_len: int = 400, max_window: int = 200, sinks: bool = True) -
     sink_tokens = draw(st.one_of(st.just(0), st.integers(1, 100))) if sinks else 0
     # Where the first tokens start to be left out.
     edge = window_size + align_sinks(sink_tokens, lcm_alignment(block_sizes))
-    # 0 is a padded row; bias towards lengths around block and window boundaries.
+    reach = edge + lcm_alignment(block_sizes)
+    min_context = draw(st.integers(reach + 1, max(max_len, reach + 1) + 40)) if threshold else 0
+    # 0 is a padded row; bias towards lengths around block, window and threshold boundaries.
     lengths = st.one_of(
         st.just(0),
         st.integers(1, max_len),
         st.integers(max(edge - 40, 1), edge + 40),
+        *([st.integers(max(min_context - 40, 1), min_context + 40)] if threshold else []),
     )
     seq_lens = draw(st.lists(lengths, min_size=1, max_size=4))
     # 0 extra columns: the table ends right after the last block a request needs,
@@ -63,6 +70,7 @@ def cases(draw, max_len: int = 400, max_window: int = 200, sinks: bool = True) -
     seed = draw(st.integers(0, 2**31 - 1))
     case = build_case(block_sizes, window_size, seq_lens, extra_cols, seed)
     case.sink_tokens = sink_tokens
+    case.min_context = min_context
     return case
 
 

@@ -1,5 +1,5 @@
-"""``draft_window_size`` and ``draft_attention_sinks`` from ``--additional-config``,
-validated once at start-up."""
+"""``draft_window_size``, ``draft_attention_sinks`` and ``draft_window_min_context`` from
+``--additional-config``, validated once at start-up."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 KEY = "draft_window_size"
 SINKS_KEY = "draft_attention_sinks"
+MIN_CONTEXT_KEY = "draft_window_min_context"
+# The keys besides draft_window_size that only this package reads.
+OWN_KEYS = (SINKS_KEY, MIN_CONTEXT_KEY)
 
 
 class DraftWindowConfig(BaseModel):
@@ -22,14 +25,21 @@ class DraftWindowConfig(BaseModel):
     ``draft_attention_sinks`` (default 0): the first tokens of every request the draft
     attends to besides its window, rounded up to the window's alignment once the block
     sizes are known. Only valid together with ``draft_window_size``.
+
+    ``draft_window_min_context`` (default 0: every request): the context length from which a
+    request reads its window; a shorter request reads its whole context. Only valid together
+    with ``draft_window_size``.
     """
 
     model_config = ConfigDict(frozen=True)
 
     draft_window_size: int | None = Field(default=None, ge=1)
     draft_attention_sinks: int = Field(default=0, ge=0)
+    draft_window_min_context: int = Field(default=0, ge=0)
 
-    @field_validator("draft_window_size", "draft_attention_sinks", mode="before")
+    @field_validator(
+        "draft_window_size", "draft_attention_sinks", "draft_window_min_context", mode="before"
+    )
     @classmethod
     def _no_booleans(cls, value: Any) -> Any:
         # pydantic's lax mode reads True as 1; a boolean here is a mistake, not a size.
@@ -55,20 +65,26 @@ class DraftWindowConfig(BaseModel):
                 f'(an integral string such as "4096" is accepted), or null to turn the '
                 f"draft window off; got {value!r} ({type(value).__name__})"
             ) from None
-        sinks = additional_config.get(SINKS_KEY)
-        if sinks is None:
-            return window
-        if not window.enabled:
-            raise ValueError(
-                f'additional_config["{SINKS_KEY}"]={sinks!r} needs '
-                f'additional_config["{KEY}"]: the sinks are kept beside the draft window. '
-                f"Set {KEY} too, or remove {SINKS_KEY}."
-            )
-        try:
-            return cls(draft_window_size=window.draft_window_size, draft_attention_sinks=sinks)
-        except ValidationError:
-            raise ValueError(
-                f'additional_config["{SINKS_KEY}"] must be an integer number of tokens >= 0 '
-                f'(an integral string such as "64" is accepted; 0 or null for none); got '
-                f"{sinks!r} ({type(sinks).__name__})"
-            ) from None
+        values = {"draft_window_size": window.draft_window_size}
+        for key, example, off in (
+            (SINKS_KEY, "64", "0 or null for none"),
+            (MIN_CONTEXT_KEY, "8192", "0 or null: every context"),
+        ):
+            value = additional_config.get(key)
+            if value is None:
+                continue
+            if not window.enabled:
+                raise ValueError(
+                    f'additional_config["{key}"]={value!r} needs additional_config["{KEY}"]: '
+                    f"it shapes the draft window. Set {KEY} too, or remove {key}."
+                )
+            try:
+                cls(draft_window_size=window.draft_window_size, **{key: value})
+            except ValidationError:
+                raise ValueError(
+                    f'additional_config["{key}"] must be an integer number of tokens >= 0 (an '
+                    f'integral string such as "{example}" is accepted; {off}); got {value!r} '
+                    f"({type(value).__name__})"
+                ) from None
+            values[key] = value
+        return cls(**values)

@@ -57,6 +57,7 @@ def _kernel() -> Any:
         window_size,
         alignment,
         sink_size,
+        min_context,
         TOLD: tl.constexpr,
         QUERY: tl.constexpr,
         BLOCK: tl.constexpr,
@@ -69,6 +70,8 @@ def _kernel() -> Any:
             base = tl.minimum(tl.load(told_ptr + row) + told_step, max_model_len)
         skip = tl.maximum(base - window_size - sink_size, 0)
         skip = (skip // alignment) * alignment
+        # Below the threshold the whole context is read (min_context 0: never below).
+        skip = tl.where(base >= min_context, skip, 0)
         if QUERY:
             q = tl.load(qsl_ptr + row + 1) - tl.load(qsl_ptr + row)
             latest = length - q
@@ -183,6 +186,7 @@ class FusedRefresh:
             spec.window_size,
             spec.alignment,
             spec.sink_size,
+            spec.min_context,
             TOLD=told_source is not None,
             QUERY=query_start_loc is not None,
             BLOCK=self.block,

@@ -224,7 +224,7 @@ VLLM_0_30_ASCEND = Line(
 
 LINES = (VLLM_0_33, VLLM_0_30_ASCEND)
 # vllm-ascend's config of additional_config's keys (module, class), which later releases
-# validate strictly: the sinks key is let through it (plugin.accept_sinks_key).
+# validate strictly: the window's own keys are let through it (plugin.accept_own_keys).
 STRICT_CONFIG = ("vllm_ascend.ascend_config", "AscendConfig")
 SUPPORTED = ", ".join(line.name for line in LINES)
 

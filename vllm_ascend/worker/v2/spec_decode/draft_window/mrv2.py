@@ -29,6 +29,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
     BlockTableWindow,
     WindowSpec,
     align_sinks,
+    effective_min_context,
     lcm_alignment,
     seq_lens_upper_bound,
     window_seq_lens,
@@ -74,6 +75,7 @@ class Mrv2DraftWindow:
         max_query_len: int = 1,
         max_chunk_len: int | None = None,
         attention_sinks: int = 0,
+        min_context: int = 0,
         told: ToldLengths | None = None,
         attn_groups: list[list[Any]] | None = None,
         left_alone_group_ids: Sequence[int] = (),
@@ -84,13 +86,17 @@ class Mrv2DraftWindow:
         the longest query chunk of a draft prefill (EAGLE), which gets wider tables of its
         own so that the per-step tables stay as narrow as the window. ``attention_sinks``:
         the first tokens kept besides the window, rounded up to the alignment here.
+        ``min_context``: the context from which a request reads its window (shorter ones
+        read whole); 0 where it changes nothing (``effective_min_context``).
         ``attn_groups`` and ``left_alone_group_ids``: the draft groups whose builders keep
         vLLM's own inputs (``policy.py``). ``watch``: the speculator whose builders the
         run-time proof watches (none for a window no speculator builds from)."""
         units = block_table_units(block_tables)
         self.group_block_sizes = {g: int(units[g]) for g in draft_group_ids}
         alignment = lcm_alignment(list(self.group_block_sizes.values()))
-        self.spec = WindowSpec(window_size, alignment, align_sinks(attention_sinks, alignment))
+        sinks = align_sinks(attention_sinks, alignment)
+        min_context = effective_min_context(min_context, window_size, alignment, sinks)
+        self.spec = WindowSpec(window_size, alignment, sinks, min_context)
 
         def tables(query_len: int) -> dict[int, BlockTableWindow]:
             return {

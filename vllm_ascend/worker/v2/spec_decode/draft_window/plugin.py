@@ -17,6 +17,8 @@ import importlib
 from vllm_ascend.worker.v2.spec_decode.draft_window import install, lines, patches
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     KEY,
+    MIN_CONTEXT_KEY,
+    OWN_KEYS,
     SINKS_KEY,
     DraftWindowConfig,
 )
@@ -28,7 +30,7 @@ def register() -> None:
     be served, only the start-up check that refuses a config asking for it."""
     state = install.install()
     failed = []
-    for step in (check_window_config, accept_sinks_key):
+    for step in (check_window_config, accept_own_keys):
         try:
             step()
         except Exception as error:
@@ -76,12 +78,13 @@ def check_window_config() -> None:
 
 def _check_window_config(vllm_config) -> None:
     """Validate set keys (a draft or not); then, for a draft on Model Runner V2, refuse a
-    window whose hooks are not installed; on Model Runner V1, refuse sinks > 0, which only
-    the MRV2 hooks keep (vllm-ascend's V1 window has none). Keys unset change nothing."""
+    window whose hooks are not installed; on Model Runner V1, refuse sinks > 0 and a
+    threshold > 0, which only the MRV2 hooks apply (vllm-ascend's V1 window has neither).
+    Keys unset change nothing."""
     additional = vllm_config.additional_config
     if not isinstance(additional, dict):
         return
-    if additional.get(KEY) is None and additional.get(SINKS_KEY) is None:
+    if all(additional.get(key) is None for key in (KEY, *OWN_KEYS)):
         return
     config = DraftWindowConfig.from_additional_config(additional)
     if vllm_config.speculative_config is None or not config.enabled:
@@ -96,6 +99,12 @@ def _check_window_config(vllm_config) -> None:
             f"{SINKS_KEY}={config.draft_attention_sinks} needs Model Runner V2 "
             "(VLLM_USE_V2_MODEL_RUNNER=1): vllm-ascend's Model Runner V1 draft window has no "
             f"attention sinks. Set VLLM_USE_V2_MODEL_RUNNER=1 or remove {SINKS_KEY}."
+        )
+    elif config.draft_window_min_context > 0:
+        raise ValueError(
+            f"{MIN_CONTEXT_KEY}={config.draft_window_min_context} needs Model Runner V2 "
+            "(VLLM_USE_V2_MODEL_RUNNER=1): vllm-ascend's Model Runner V1 draft window windows "
+            f"every context. Set VLLM_USE_V2_MODEL_RUNNER=1 or remove {MIN_CONTEXT_KEY}."
         )
 
 
@@ -124,12 +133,15 @@ def _unserved_message(config: DraftWindowConfig, state: install.Status) -> str:
     keys = f"{KEY}={config.draft_window_size}"
     if config.draft_attention_sinks:
         keys += f" and {SINKS_KEY}={config.draft_attention_sinks}"
-    # vllm-ascend's Model Runner V1 has a window of its own (without sinks).
+    if config.draft_window_min_context:
+        keys += f" and {MIN_CONTEXT_KEY}={config.draft_window_min_context}"
+    # vllm-ascend's Model Runner V1 has a window of its own (without sinks or threshold).
     has_v1_window = lines.installed_versions()["vllm-ascend"] != "not installed"
+    v1_serves = not config.draft_attention_sinks and not config.draft_window_min_context
     v1 = (
         ", run Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0), whose draft window is "
         "vllm-ascend's own,"
-        if has_v1_window and not config.draft_attention_sinks
+        if has_v1_window and v1_serves
         else ""
     )
     return (
@@ -140,34 +152,35 @@ def _unserved_message(config: DraftWindowConfig, state: install.Status) -> str:
     )
 
 
-def accept_sinks_key() -> None:
-    """Let vllm-ascend's strictly validated ``AscendConfig`` pass ``draft_attention_sinks``;
-    where that fails, say so and go on (most deployments never set the key, and a plugin
-    error would stop every vLLM start-up).
+def accept_own_keys() -> None:
+    """Let vllm-ascend's strictly validated ``AscendConfig`` pass the window's own keys
+    (``config.OWN_KEYS``); where that fails, say so and go on (most deployments never set
+    them, and a plugin error would stop every vLLM start-up).
     """
     try:
-        _accept_sinks_key()
+        _accept_own_keys()
     except Exception as error:
         logger.warning(
             "Could not let vllm-ascend's AscendConfig accept %s (%s: %s); vllm-ascend may "
-            "reject the key as unknown.",
-            SINKS_KEY,
+            "reject them as unknown.",
+            " and ".join(OWN_KEYS),
             type(error).__name__,
             error,
         )
 
 
-def _accept_sinks_key() -> None:
-    """Let vllm-ascend's strictly validated ``AscendConfig`` pass ``draft_attention_sinks``.
+def _accept_own_keys() -> None:
+    """Let vllm-ascend's strictly validated ``AscendConfig`` pass the window's own keys.
 
     vllm-ascend builds ``AscendConfig`` from the keys of ``additional_config``. Releases up
     to 0.26.0rc1 read the keys they know and ignore the rest. A later config migration
     makes it a pydantic dataclass with ``extra="forbid"`` that declares
-    ``draft_window_size`` but not the sinks, so the sinks key would stop start-up as an
-    unknown option. The key is this package's and is validated by ``DraftWindowConfig``
-    where the MRV2 hooks read it, so it alone is dropped before vllm-ascend validates the
-    rest: typos are still rejected and every other value is still coerced. A config that
-    ignores unknown keys, or declares the sinks itself, is left as it is.
+    ``draft_window_size`` but not ``draft_attention_sinks`` or ``draft_window_min_context``,
+    so either would stop start-up as an unknown option. They are this package's and are
+    validated by ``DraftWindowConfig`` where the MRV2 hooks read them, so they alone are
+    dropped before vllm-ascend validates the rest: typos are still rejected and every other
+    value is still coerced. A config that ignores unknown keys, or declares all of them
+    itself, is left as it is; one it declares is passed on.
     """
     from pydantic import BaseModel
     from pydantic.dataclasses import is_pydantic_dataclass, rebuild_dataclass
@@ -186,7 +199,8 @@ def _accept_sinks_key() -> None:
         extra = ascend_config.model_config.get("extra")
     else:
         return
-    if extra != "forbid" or SINKS_KEY in ascend_config.__pydantic_fields__:
+    undeclared = tuple(key for key in OWN_KEYS if key not in ascend_config.__pydantic_fields__)
+    if extra != "forbid" or not undeclared:
         return
     if patches.is_replaced(ascend_config, "__init__"):
         return
@@ -196,14 +210,15 @@ def _accept_sinks_key() -> None:
         # sets a new __init__ that would drop the wrapper below; complete it first.
         rebuild_dataclass(ascend_config)
 
-    def drop_sinks_key(own_init):
+    def drop_own_keys(own_init):
         init = own_init if own_init is not None else ascend_config.__init__  # or inherited
 
         @functools.wraps(init)
         def __init__(self, *args, **kwargs) -> None:
-            kwargs.pop(SINKS_KEY, None)
+            for key in undeclared:
+                kwargs.pop(key, None)
             init(self, *args, **kwargs)
 
         return __init__
 
-    patches.replace(ascend_config, "__init__", drop_sinks_key)
+    patches.replace(ascend_config, "__init__", drop_own_keys)

@@ -13,6 +13,7 @@ from typing import Any
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     KEY,
+    MIN_CONTEXT_KEY,
     SINKS_KEY,
     DraftWindowConfig,
 )
@@ -24,7 +25,11 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.groups import (
 from vllm_ascend.worker.v2.spec_decode.draft_window.lines import SUPPORTED, Line, dotted
 from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
 from vllm_ascend.worker.v2.spec_decode.draft_window.views import block_table_units
-from vllm_ascend.worker.v2.spec_decode.draft_window.window import align_sinks, lcm_alignment
+from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
+    align_sinks,
+    effective_min_context,
+    lcm_alignment,
+)
 
 # Drafts whose first pass is a prefill over the target's batch (any query length), and whose
 # later passes are decode steps of one token.
@@ -39,6 +44,8 @@ class Plan:
 
     window_size: int
     sink_tokens: int
+    # The context from which a request reads its window; 0: every context.
+    min_context: int
     decisions: list[GroupDecision]
     # DFlash/DSpark: the query stretch every pass reads; an EAGLE decode step: 1.
     max_query_len: int
@@ -97,6 +104,9 @@ def plan(speculator: Any, config: DraftWindowConfig, line: Line) -> Plan | None:
                     f" with {sink_size} attention sinks" if sink_size else "", max_model_len,
                     alignment)  # fmt: skip
         return None
+    min_context = _min_context(config, window_size, sink_size, alignment, max_model_len)
+    if min_context is None:
+        return None
     if method == "dspark" and _model_type(vllm_config, "hf_config").startswith("deepseek_v4"):
         logger.warning("%s=%d with a DeepSeek-V4 target: its DSpark draft is trained with the "
                        "target for long context, and a window may lower acceptance. The window "
@@ -104,10 +114,30 @@ def plan(speculator: Any, config: DraftWindowConfig, line: Line) -> Plan | None:
     told = _told_lengths(speculator, line, decisions, window_size)
     ar = method in AR_METHODS
     return Plan(
-        window_size=window_size, sink_tokens=sink_tokens, decisions=decisions,
+        window_size=window_size, sink_tokens=sink_tokens, min_context=min_context,
+        decisions=decisions,
         max_query_len=1 if ar else query_stretch,
         max_chunk_len=speculator.max_num_tokens if ar else None, told=told,
     )  # fmt: skip
+
+
+def _min_context(config: DraftWindowConfig, window_size: int, sink_size: int, alignment: int,
+                 max_model_len: int) -> int | None:  # fmt: skip
+    """The threshold the window applies (0: every context), or None where no request can
+    reach it (the window stays off); a threshold that changes nothing is said once."""
+    asked = config.draft_window_min_context
+    min_context = effective_min_context(asked, window_size, alignment, sink_size)
+    if asked and not min_context:
+        logger.info("%s=%d changes nothing: no context shorter than %d tokens (%s=%d%s and "
+                    "the alignment %d) is cropped anyway, so every request reads its window "
+                    "from there.", MIN_CONTEXT_KEY, asked, window_size + sink_size + alignment,
+                    KEY, window_size, f" with {sink_size} attention sinks" if sink_size else "",
+                    alignment)  # fmt: skip
+    if min_context > max_model_len:
+        logger.info("%s=%d is above max_model_len=%d: no request reaches it, so the draft "
+                    "window stays off.", MIN_CONTEXT_KEY, min_context, max_model_len)  # fmt: skip
+        return None
+    return min_context
 
 
 def refuse_method(method: str, line: Line, window_size: int) -> None:

@@ -52,14 +52,15 @@ def _outputs(window: Any, windows: dict, n: int, told: bool) -> dict[str, torch.
 
 def self_check(window: Mrv2DraftWindow, seed: int = 0) -> list[str]:
     """The start-up check on the window's device: a synthetic window of the same shape (W,
-    alignment, sinks, groups and block sizes, told lengths; its own small tables and
+    alignment, sinks, threshold, groups and block sizes, told lengths; its own small tables and
     lengths) refreshed by both paths, for every variant the window uses. Returns what
     differs, named by variant (empty: the kernel may be used)."""
     spec = window.spec
     device = window.seq_lens.device
     gen = torch.Generator().manual_seed(seed)
     rows = 8
-    max_len = 4 * (spec.sink_size + spec.window_size + spec.alignment)
+    # Lengths on both sides of the window's reach and of its threshold.
+    max_len = 4 * spec.reach + spec.min_context
     groups = sorted(window.group_block_sizes)
     tables, sizes = [], []
     for g in range(max(groups) + 1):
@@ -80,11 +81,14 @@ def self_check(window: Mrv2DraftWindow, seed: int = 0) -> list[str]:
                                                            device=device)),
         block_tables=SimpleNamespace(input_block_tables=tables, block_sizes=sizes),
         draft_group_ids=groups, max_num_reqs=rows, device=device,
-        max_chunk_len=2 * spec.window_size, attention_sinks=spec.sink_size, told=told,
+        max_chunk_len=2 * spec.window_size, attention_sinks=spec.sink_size,
+        min_context=spec.min_context, told=told,
     )  # fmt: skip
     synthetic.enable_fused()
     lengths = torch.randint(0, max_len, (rows,), generator=gen, dtype=torch.int32)
     lengths[-2:] = 0  # padded rows
+    if spec.min_context:
+        lengths[:2] = torch.tensor([spec.min_context - 1, spec.min_context])  # either side
     query_lens = torch.minimum(torch.randint(1, 2 * spec.window_size, (rows,), generator=gen,
                                              dtype=torch.int32), lengths)  # fmt: skip
     qsl = torch.zeros(rows + 1, dtype=torch.int32)

@@ -62,6 +62,18 @@ A pass whose queries are several tokens (a draft prefill) also keeps ``start <= 
 each query token reads at least itself; only a chunk longer than the window is affected,
 and it reads at most ``S + q + a - 1`` tokens (``WindowSpec.read_cap(q)``).
 
+Threshold. ``M``: ``draft_window_min_context``, the context from which the window engages
+(0: every context). A request whose ``L`` is below ``M`` reads all of it, one at or above
+it reads its window, decided per request and per pass from the same ``L``:
+
+    skip     = floor(max(L - W - S, 0) / a) * a   if L >= M, else 0
+
+No context below ``S + W + a`` is cropped anyway, so an ``M`` at or below ``S + W + a``
+changes nothing and is applied as 0 (``effective_min_context``); above it, ``M - 1 >= S + W +
+a`` is the longest whole read, so every pass reads at most ``max(S + W + a - 1, M - 1)``
+(``read_cap``) and the host bound becomes ``min(U, max(S + W + a - 1, M - 1))``. That is
+still the smallest bound: ``L = min(U, M - 1)`` reads all of itself.
+
 Every function writes into caller-provided persistent buffers (``out=``), so a per-step
 caller allocates nothing on the device, and none reads a device value on the host.
 """
@@ -92,6 +104,15 @@ def align_sinks(sink_tokens: int, alignment: int) -> int:
     return ceil_div(sink_tokens, alignment) * alignment
 
 
+def effective_min_context(min_context: int, window_size: int, alignment: int,
+                          sink_size: int = 0) -> int:  # fmt: skip
+    """``draft_window_min_context`` as the window applies it: 0 where it changes nothing,
+    at or below ``S + W + a`` (every shorter context already reads whole)."""
+    if min_context < 0:
+        raise ValueError(f"min_context must be >= 0 tokens, got {min_context}")
+    return min_context if min_context > sink_size + window_size + alignment else 0
+
+
 def ceil_div(x: int, y: int) -> int:
     """``ceil(x / y)`` for integers, ``y > 0``."""
     return -(-x // y)
@@ -99,11 +120,13 @@ def ceil_div(x: int, y: int) -> int:
 
 @dataclass(frozen=True)
 class WindowSpec:
-    """The static shape of one window: ``W``, ``a`` and ``S`` in the module docstring."""
+    """The static shape of one window: ``W``, ``a``, ``S`` and ``M`` in the module
+    docstring (``M`` 0: every context is windowed)."""
 
     window_size: int
     alignment: int
     sink_size: int = 0
+    min_context: int = 0
 
     def __post_init__(self) -> None:
         if self.window_size < 1:
@@ -115,15 +138,28 @@ class WindowSpec:
                 f"sink_size must be a multiple of the alignment {self.alignment} (see "
                 f"align_sinks), got {self.sink_size}"
             )
+        if self.min_context and self.min_context <= self.reach:
+            raise ValueError(
+                f"min_context must be 0 or above S + W + a = {self.reach}, below which no "
+                f"context is cropped (see effective_min_context), got {self.min_context}"
+            )
+
+    @property
+    def reach(self) -> int:
+        """``S + W + a``: the shortest context a window without a threshold crops."""
+        return self.sink_size + self.window_size + self.alignment
 
     def read_cap(self, query_len: int = 0) -> int:
         """The longest KV length a pass of ``query_len`` query tokens per request reads:
-        ``S + max(W, q) + a - 1``."""
-        return self.sink_size + max(self.window_size, query_len) + self.alignment - 1
+        ``S + max(W, q) + a - 1``, or ``M - 1`` (a whole context below the threshold)
+        where that is longer."""
+        cap = self.sink_size + max(self.window_size, query_len) + self.alignment - 1
+        return max(cap, self.min_context - 1)
 
     @property
     def max_read_len(self) -> int:
-        """The longest KV length any one-token-per-request pass reads: ``S + W + a - 1``."""
+        """The longest KV length any one-token-per-request pass reads: ``S + W + a - 1``,
+        or ``M - 1``."""
         return self.read_cap()
 
     def max_window_blocks(self, block_size: int) -> int:
@@ -160,7 +196,13 @@ def window_seq_lens(
     longer than the window keeps the whole chunk, and reads at most ``S + q + a - 1``.
     """
     sinks = spec.sink_size
-    torch.add(seq_lens, -spec.window_size - sinks, out=skip_out)
+    if spec.min_context:
+        # skip = 0 below the threshold: [L >= M] * L - W - S, floored at 0 below, is
+        # L - W - S at or above it and negative under it.
+        torch.add(seq_lens, 1 - spec.min_context, out=skip_out)
+        skip_out.clamp_(min=0, max=1).mul_(seq_lens).sub_(spec.window_size + sinks)
+    else:
+        torch.add(seq_lens, -spec.window_size - sinks, out=skip_out)
     skip_out.clamp_(min=0)
     skip_out.div_(spec.alignment, rounding_mode="floor")
     skip_out.mul_(spec.alignment)
@@ -202,6 +244,8 @@ def seq_lens_upper_bound(
     if query_lens is None:
         return torch.clamp(upper_bound, max=cap, out=out)
     caps = query_lens.clamp(min=spec.window_size) + (spec.sink_size + spec.alignment - 1 - step)
+    if spec.min_context:
+        caps.clamp_(min=spec.min_context - 1 - step)
     return torch.minimum(upper_bound, caps, out=out)
 
 

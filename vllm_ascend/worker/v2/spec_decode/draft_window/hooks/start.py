@@ -10,6 +10,7 @@ from typing import Any
 from vllm_ascend.worker.v2.spec_decode.draft_window import policy
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     KEY,
+    MIN_CONTEXT_KEY,
     SINKS_KEY,
     DraftWindowConfig,
 )
@@ -42,7 +43,8 @@ def create_draft_window(speculator: Any, line: Line) -> Mrv2DraftWindow | None:
         plan.window_size, speculator.input_buffers, speculator.block_tables,
         plan.windowed_group_ids, speculator.max_num_reqs, speculator.device,
         max_query_len=plan.max_query_len, max_chunk_len=plan.max_chunk_len,
-        attention_sinks=plan.sink_tokens, told=told, attn_groups=speculator.attn_groups,
+        attention_sinks=plan.sink_tokens, min_context=plan.min_context, told=told,
+        attn_groups=speculator.attn_groups,
         left_alone_group_ids=plan.left_alone_group_ids,
         watch=Watch(speculator, line.host_mirror, line.built_host_lengths),
     )  # fmt: skip
@@ -65,13 +67,17 @@ def _say_on(method: str, plan: policy.Plan, window: Mrv2DraftWindow) -> None:
     if plan.max_chunk_len is not None:
         chunk = (f" (a draft prefill chunk longer than the window: the chunk and at most "
                  f"{spec.sink_size + spec.alignment - 1} more)")  # fmt: skip
+    engaged = ""
+    if spec.min_context:
+        engaged = (f", from a context of {spec.min_context} tokens on ({MIN_CONTEXT_KEY}; "
+                   f"shorter contexts read whole)")  # fmt: skip
     groups = ""
     if plan.left_alone_group_ids:
         groups = f"; {describe_decisions(plan.decisions)}"
-    logger.info("Draft KV window on for %s: %s=%d%s, the draft reads at most %d tokens per "
-                "request%s; block sizes per KV-cache group %s, alignment %d%s.", method, KEY,
-                plan.window_size, sinks, spec.max_read_len, chunk, window.group_block_sizes,
-                spec.alignment, groups)  # fmt: skip
+    logger.info("Draft KV window on for %s: %s=%d%s%s, the draft reads at most %d tokens "
+                "per request%s; block sizes per KV-cache group %s, alignment %d%s.", method, KEY,
+                plan.window_size, sinks, engaged, spec.max_read_len, chunk,
+                window.group_block_sizes, spec.alignment, groups)  # fmt: skip
 
 
 def set_attn(original: Callable, installed: Installed) -> Callable:

@@ -148,7 +148,9 @@ def assert_window_reads(
     spec=None,
 ) -> None:
     """A kernel told ``lengths`` over ``table`` reads, for each request ``i``, exactly the
-    window of the length ``ends[i]`` it should read (all of it when ``spec`` is None): its
+    window of the length ``ends[i]`` it should read (all of it when ``spec`` is None, or
+    when ``ends[i]`` is below ``spec.min_context``; the window's start, aligned and
+    ``W`` to ``W + a - 1`` tokens back, is the only one that fits the bounds): its
     last ``num_queries`` queries over the reference paged read equal dense attention over
     that window (of ``spec``: W, alignment), through exactly the blocks ``block_ids[i]`` that
     hold it. ``k``/``v``: the true K/V of each request's positions."""
@@ -156,11 +158,12 @@ def assert_window_reads(
     for i, end in enumerate(ends):
         read = int(lengths[i])
         start, kept = positions_read(end, read)
-        if spec is None:
+        if spec is None or end < spec.min_context:
             assert read == end, (i, read, end)
         else:
+            reach = spec.sink_size + spec.window_size + spec.alignment
             assert start % spec.alignment == 0, (i, start)
-            assert min(end, spec.window_size) <= read <= spec.max_read_len, (i, read, end)
+            assert min(end, spec.sink_size + spec.window_size) <= read <= reach - 1, (i, read, end)
         q = k[i][end - num_queries : end] * 0.5
         got, touched = cache.read(q, table[i], read)
         torch.testing.assert_close(got, dense_attention(q, k[i], v[i], start, end))
