@@ -129,10 +129,12 @@ def kv_block_ids(full_ids: list[int], b: int, kb: int, positions: torch.Tensor) 
     return set(ids.tolist())
 
 
-def assert_reads_exactly_the_window(wired: Wired, layouts, metadata, window_size=W):
+def assert_reads_exactly_the_window(wired: Wired, layouts, metadata, window_size=W,
+                                    min_context=0):  # fmt: skip
     """Each draft group's metadata, read by the reference paged attention, equals dense
     attention over the sinks [0, S) and [start, L), with start block-aligned for every
-    draft group (everything when the two meet)."""
+    draft group (everything when the two meet); a context below ``min_context`` reads all
+    of itself."""
     batch = wired.batch
     k, v = true_kv(batch)
     window = wired.speculator.draft_window
@@ -154,7 +156,11 @@ def assert_reads_exactly_the_window(wired: Wired, layouts, metadata, window_size
             read_len = int(md.seq_lens[i])
             start, kept = positions_read(length, read_len, sinks)
             assert start % window.spec.alignment == 0
-            assert min(length, sinks + window_size) <= read_len <= window.spec.max_read_len
+            if length < min_context:
+                assert read_len == length  # below the threshold: the whole context
+            else:
+                reach = sinks + window_size + window.spec.alignment
+                assert min(length, sinks + window_size) <= read_len <= reach - 1
             q = k[i][length - Q : length] * 0.5
             got, touched = cache.read(q, md.block_table[i], read_len, block_size=kb)
             expected = dense_attention(q, k[i], v[i], start, length, sinks)

@@ -60,7 +60,7 @@ SINKS = [0, 20]
 # Contexts before the verify chunk, around block (16) and window (64) boundaries, and
 # around where sinks of 32 and the window part (96 + 16).
 CONTEXTS = [2, 47, 48, 57, 63, 64, 65, 200, 700, 105, 120]
-LAYOUTS = {
+LAYOUTS = EAGLE_LAYOUTS = {
     "one_group": [GroupLayout(16)],
     "two_groups": [GroupLayout(16), GroupLayout(32)],
 }
@@ -88,7 +88,7 @@ class Eagle:
 
 
 def setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=CONTEXTS, seed=0,
-                prefill_chunk=None, window=W, sinks=0) -> Eagle:  # fmt: skip
+                prefill_chunk=None, window=W, sinks=0, min_context=0) -> Eagle:  # fmt: skip
     """A target verify batch (each request: context + num_spec + 1 query tokens; optionally
     one request prefilling a long chunk), its real target metadata, and a wired draft."""
     rng = np.random.default_rng(seed)
@@ -105,6 +105,8 @@ def setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=CONTEXTS, se
     additional = {"draft_window_size": window}
     if sinks:
         additional["draft_attention_sinks"] = sinks
+    if min_context:
+        additional["draft_window_min_context"] = min_context
     config = make_vllm_config(model_dir, MAX_MODEL_LEN, MAX_NUM_REQS, additional)
     model_state = DefaultModelState(config, torch.nn.Module(), None, CPU)
     draft_buffers = InputBuffers(MAX_NUM_REQS, batch.block_tables.max_num_batched_tokens, CPU)
@@ -472,9 +474,9 @@ def test_final_step_equals_mrv1_and_earlier_steps_avoid_its_needed_columns_defec
     assert defects > 0
 
 
-@pytest.mark.parametrize("sinks", SINKS)
+@pytest.mark.parametrize(("sinks", "min_context"), [(0, 0), (20, 0), (0, 206), (20, 206)])
 def test_full_graphs_prefill_runs_without_them_and_decode_graphs_read_the_window(
-    sinks, model_dir, monkeypatch
+    sinks, min_context, model_dir, monkeypatch
 ):
     """FULL_DECODE_ONLY, with a kernel-block group and sinks: the draft prefill manager loses
     its FULL graphs (they would read the target's captured buffers); the fused decode graph
@@ -482,12 +484,13 @@ def test_full_graphs_prefill_runs_without_them_and_decode_graphs_read_the_window
     ``CudaGraphManager.capture`` (only the device boundary stood in, ``testbed.graphs``) and,
     replayed, reads exactly each step's window. (FULL_AND_PIECEWISE, whose draft prefill
     keeps PIECEWISE graphs, starts through the speculators' own __init__ in
-    test_capture.py.)"""
+    test_capture.py.) With ``draft_window_min_context``, rows cross the threshold between
+    the capture (dummy lengths) and the replay, and from step to step inside it."""
     num_spec = 4
     # A kernel-block group too, and fewer requests than the captured graph's size.
     layouts = [GroupLayout(16), GroupLayout(64, kernel_block_size=32)]
     e = setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=[2, 60, 64, 130, 200, 700],
-                    seed=5, sinks=sinks)  # fmt: skip
+                    seed=5, sinks=sinks, min_context=min_context)  # fmt: skip
     s, n = e.s, e.batch.num_reqs
     s.supports_decode_metadata_update = True
     cuda_graphs_on_cpu(monkeypatch)
@@ -539,7 +542,16 @@ def test_full_graphs_prefill_runs_without_them_and_decode_graphs_read_the_window
                 got, expected, _ = read_step(e, g, unit, record_["lengths"], read_lens,
                                              tables, i)  # fmt: skip
                 torch.testing.assert_close(got, expected)
-                assert int(read_lens[i]) <= window.spec.max_read_len
+                length, read = int(record_["lengths"][i]), int(read_lens[i])
+                if length < min_context:
+                    assert read == length  # below the threshold: the whole context
+                else:
+                    reach = window.spec.sink_size + W + window.spec.alignment
+                    assert min(length, window.spec.sink_size + W) <= read <= reach - 1
+    if min_context:
+        # Both sides of the threshold were replayed, and a row crossed it between steps.
+        first, last = steps[0]["lengths"], steps[-1]["lengths"]
+        assert bool(((first < min_context) & (last >= min_context)).any()), (first, last)
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["rebuild_each_step", "in_place_update"])
