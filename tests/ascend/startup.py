@@ -136,6 +136,10 @@ def started(model_dir, method: str, num_spec: int, cudagraph_mode: CUDAGraphMode
                          parallel_drafting=method not in ("eagle", "eagle3"),
                          compilation_config=compilation, scheduler_config=scheduler,
                          cache_config=CacheConfig(block_size=BLOCK))  # fmt: skip
+    # A host runs these speculators with VLLM_USE_V2_MODEL_RUNNER=1; set after the config
+    # above, whose placeholder method vLLM 0.30 refuses on V2, and before the configs the
+    # speculator derives from it (which check the window's keys against the runner).
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
     init_ascend_config(config)
     with set_current_vllm_config(config):
         s = speculator_class(method)(config, CPU)
@@ -194,14 +198,14 @@ class Verified:
     v: list
 
 
-def verify_step(s, target_lens: list[int], seed: int = 0,
-                synced_bound: bool = False) -> Verified:  # fmt: skip
+def verify_step(s, target_lens: list[int], seed: int = 0) -> Verified:
     """Each request verifies num_spec + 1 tokens ending at its target length, with random
     rejected tokens. The tables go through vLLM's staged writes and gather, the slot
     mappings through vllm-ascend's own kernel, and the target's metadata through its model
-    state's ``prepare_attn`` (the target runner's build). ``synced_bound``: the batch's
-    host bound is the exact length kept after rejection, as vllm-ascend syncs it for
-    GLM-family targets."""
+    state's ``prepare_attn`` (the target runner's build). The batch's host bound is the
+    target's exact length: vllm-ascend's runner computes it as the host's computed tokens
+    plus the scheduled ones, exact where it syncs its host counts after rejection (every
+    target but DeepSeek-V4.1, which the window refuses where a kernel is told the bound)."""
     from vllm.v1.worker.gpu.attn_utils import build_slot_mappings_by_layer
 
     from vllm_ascend.attention.attention_v1 import AscendAttentionState
@@ -236,7 +240,7 @@ def verify_step(s, target_lens: list[int], seed: int = 0,
         num_scheduled_tokens=np.full(n, q, dtype=np.int32), query_start_loc_np=qsl,
         query_start_loc=tib.query_start_loc[: n + 1], seq_lens=tib.seq_lens[:n],
         seq_lens_np=tib.seq_lens_np[:n],
-        seq_lens_cpu_upper_bound=target - rejected if synced_bound else target.clone(),
+        seq_lens_cpu_upper_bound=target.clone(),
         positions=tib.positions[:num_tokens], is_prefilling_np=np.zeros(n, dtype=bool),
         has_prefill=False, attn_state=AscendAttentionState.SpecDecoding, is_dummy=False,
     )  # fmt: skip

@@ -84,7 +84,7 @@ def run(draft_dir, method, num_spec, mode, additional, monkeypatch, model_type=N
         window = s.draft_window
         if window is not None:
             assert s.input_buffers is window.input_buffers.base  # restored after capture
-        t = verify_step(s, TARGET_LENS, synced_bound=model_type is not None)
+        t = verify_step(s, TARGET_LENS)
         propose(s, t)
     return s, kernel, t
 
@@ -126,8 +126,8 @@ def test_dflash_and_dspark_capture_and_the_replayed_query_pass_reads_its_window(
     """One query pass per propose, replayed from the graph captured at start-up: FIA reads
     each request's window of the length it is told, all of it without a window. That is the
     draft's own length, except for DFlash on MLA, which vllm-ascend tells the host bound plus
-    the query (the target's length, rejected tokens included). DSpark on a GLM-family target
-    is told the same bound plus query, which vllm-ascend keeps exact there."""
+    the query (the target's length, rejected tokens included), and for DSpark on a
+    GLM-family target, which vllm-ascend tells the same."""
     additional = {} if window is None else {"draft_window_size": window}
     mode = CUDAGraphMode.FULL_DECODE_ONLY
     model_dir = mla_draft_dir if backend == "mla" else draft_dir
@@ -139,7 +139,7 @@ def test_dflash_and_dspark_capture_and_the_replayed_query_pass_reads_its_window(
     ends = s.input_buffers.seq_lens[:n].tolist()
     assert ends == [target - int(r) + nq
                     for target, r in zip(TARGET_LENS, t.rejected, strict=True)]  # fmt: skip
-    if method == "dflash" and backend == "mla":
+    if (method, backend) == ("dflash", "mla") or model_type is not None:
         ends = [min(target + nq, MAX_MODEL_LEN) for target in TARGET_LENS]
     ((lengths, table),) = replayed(s.query_cudagraph_manager, kernel, 1)
     assert_reads(t, lengths, table, ends, s.num_query_per_req, s.draft_window)
@@ -171,3 +171,51 @@ def test_a_capture_that_goes_around_the_build_hook_stops_start_up_naming_the_pat
     with acl_graphs_on_cpu(monkeypatch, kernel), pytest.raises(WindowNotInPathError) as error:
         capture(s, mode)
     assert path in str(error.value)
+
+
+# draft_window_min_context between the told lengths of one request's decode steps (its
+# target length is 700): whole up to the step that reaches it, the window from there.
+MIN_CONTEXT = 702
+
+
+@pytest.mark.parametrize("mode", [CUDAGraphMode.FULL_DECODE_ONLY, CUDAGraphMode.FULL_AND_PIECEWISE])
+def test_eagle_replays_read_whole_below_the_threshold_and_the_window_from_it(
+    mode, draft_dir, monkeypatch
+):
+    """One graph captured at start-up (dummy lengths) serves, in one replay, steps on both
+    sides of the threshold: FIA's told lengths and the table follow each row."""
+    additional = {"draft_window_size": W, "draft_window_min_context": MIN_CONTEXT}
+    s, kernel, t = run(draft_dir, "eagle3", 5, mode, additional, monkeypatch)
+    assert s.draft_window.spec.min_context == MIN_CONTEXT
+    reads = replayed(s.decode_cudagraph_manager, kernel, 4)
+    for step, (lengths, table) in enumerate(reads, start=1):
+        ends = eagle_ends(t, step)
+        assert_reads(t, lengths, table, ends, 1, s.draft_window)
+        # The request whose told length crosses the threshold at step 2.
+        assert lengths[TARGET_LENS.index(700)] == (701 if step == 1 else 128 + (700 + step) % 128)
+
+
+@pytest.mark.parametrize("method,model_type,backend", [
+    ("dflash", None, "gqa"), ("dspark", "glm4_moe", "gqa"), ("dflash", None, "mla"),
+])  # fmt: skip
+def test_dflash_and_dspark_replays_read_whole_below_the_threshold(
+    method, model_type, backend, draft_dir, mla_draft_dir, monkeypatch
+):
+    """The same for one query pass per propose, on the draft's own lengths (GQA), the host
+    bound plus the query (DSpark on GLM) and the target's length plus the query (DFlash on
+    MLA): rows on both sides of the threshold in one replay."""
+    min_context = 258
+    additional = {"draft_window_size": W, "draft_window_min_context": min_context}
+    model_dir = mla_draft_dir if backend == "mla" else draft_dir
+    s, kernel, t = run(model_dir, method, 3, CUDAGraphMode.FULL_DECODE_ONLY, additional,
+                       monkeypatch, model_type, backend)  # fmt: skip
+    nq, n = s.num_query_per_req, len(TARGET_LENS)
+    ends = s.input_buffers.seq_lens[:n].tolist()
+    if (method, backend) == ("dflash", "mla") or model_type is not None:
+        ends = [min(target + nq, MAX_MODEL_LEN) for target in TARGET_LENS]
+    assert min(ends) < min_context <= max(ends)
+    ((lengths, table),) = replayed(s.query_cudagraph_manager, kernel, 1)
+    assert_reads(t, lengths, table, ends, nq, s.draft_window)
+    assert [length == end for length, end in zip(lengths, ends, strict=False)] == [
+        end < min_context for end in ends
+    ]

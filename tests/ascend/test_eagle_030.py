@@ -157,7 +157,10 @@ def assert_fia_reads_the_window_of_the_told_length(d: Decode, step, told_lens, t
         read = int(told_lens[i])
         start, kept = positions_read(told, read)
         assert start % spec.alignment == 0
-        assert min(told, W) <= read <= spec.max_read_len
+        if told < spec.min_context:
+            assert read == told  # below draft_window_min_context: the whole told length
+        else:
+            assert min(told, W) <= read <= W + spec.alignment - 1
         q = d.k[i][told - 1 : told] * 0.5
         expected = dense_attention(q, d.k[i], d.v[i], start, told)
         got, touched = d.cache.read(q, table[i], read)
@@ -173,13 +176,17 @@ def assert_fia_reads_the_window_of_the_told_length(d: Decode, step, told_lens, t
     assert_kernel_reads(d.cache, queries, table, told_lens[:n], expected_reads)
 
 
-@pytest.mark.parametrize("method", ["eagle", "eagle3"])
-@pytest.mark.parametrize("block_size", [16, 128])
-@pytest.mark.parametrize("num_spec", [2, 4])
+@pytest.mark.parametrize(("method", "block_size", "num_spec", "min_context"), [
+    *[(m, b, k, 0) for m in ("eagle", "eagle3") for b in (16, 128) for k in (2, 4)],
+    # Told lengths 256 -> 258 and 255 -> 258 cross the threshold between steps.
+    ("eagle3", 128, 4, 258), ("eagle", 16, 4, 258),
+])  # fmt: skip
 def test_every_eager_decode_step_reads_the_window_of_what_fia_is_told(
-    method, block_size, num_spec, model_dir
+    method, block_size, num_spec, min_context, model_dir
 ):
-    d = setup_decode(model_dir, method, block_size, num_spec)
+    additional = {"draft_window_size": W, "draft_window_min_context": min_context}
+    d = setup_decode(model_dir, method, block_size, num_spec, additional)
+    assert d.s.draft_window.spec.min_context == min_context
     window = d.s.draft_window
     for step in range(1, num_spec):
         at_step(d, step)
@@ -196,16 +203,18 @@ def test_every_eager_decode_step_reads_the_window_of_what_fia_is_told(
     assert window.proof.num_checks >= 1
 
 
-@pytest.mark.parametrize("block_size", [16, 128])
-@pytest.mark.parametrize("num_spec", [3, 5])
+@pytest.mark.parametrize(("block_size", "num_spec", "min_context"), [
+    (16, 3, 0), (16, 5, 0), (128, 3, 0), (128, 5, 0), (128, 5, 258),
+])  # fmt: skip
 def test_every_full_graph_replay_step_reads_the_window_of_what_fia_is_told(
-    block_size, num_spec, model_dir
+    block_size, num_spec, min_context, model_dir
 ):
     """A FULL ACL graph replay: before it, vllm-ascend builds the per-step metadata once
     (step 1) and hands the graph every step's `actual_seq_lengths_kv` and block table
     (`build_fia_params`); the graph then replays each recorded step's build, which refreshes
     the window's persistent table. Each step's told lengths must match that step's table."""
-    d = setup_decode(model_dir, "eagle3", block_size, num_spec)
+    additional = {"draft_window_size": W, "draft_window_min_context": min_context}
+    d = setup_decode(model_dir, "eagle3", block_size, num_spec, additional)
     window = d.s.draft_window
     padded = MAX_NUM_REQS
     at_step(d, 1)
@@ -240,7 +249,10 @@ def test_without_the_window_fia_is_told_the_target_length_plus_the_step(model_di
     ]
 
 
-def test_the_draft_prefill_reads_the_window_and_leaves_vllm_ascends_model_state_alone(model_dir):
+@pytest.mark.parametrize("min_context", [0, 257])
+def test_the_draft_prefill_reads_the_window_and_leaves_vllm_ascends_model_state_alone(
+    min_context, model_dir
+):
     """The draft prefill over the target's verify batch (one request prefilling a chunk
     longer than the window) through vllm-ascend's `_prefill` and `AscendModelState
     .prepare_attn`: FIA's host lengths (from `seq_lens_np`) and the chunk tables read exactly
@@ -253,7 +265,8 @@ def test_the_draft_prefill_reads_the_window_and_leaves_vllm_ascends_model_state_
     from vllm_ascend.worker.v2.input_batch import AscendInputBatch
 
     num_spec, block_size = 3, 16
-    d = setup_decode(model_dir, "eagle3", block_size, num_spec, max_num_tokens=512)
+    additional = {"draft_window_size": W, "draft_window_min_context": min_context}
+    d = setup_decode(model_dir, "eagle3", block_size, num_spec, additional, max_num_tokens=512)
     s, n = d.s, len(TARGET_LENS)
     # Every request verifies num_spec + 1 tokens, but the last prefills a 300-token chunk.
     query_lens = [min(num_spec + 1, t) for t in TARGET_LENS[:-1]] + [300]
@@ -322,7 +335,10 @@ def test_the_draft_prefill_reads_the_window_and_leaves_vllm_ascends_model_state_
         q_len, read = query_lens[i], int(md.seq_lens_list[i])
         start, kept_positions = positions_read(length, read)
         assert start % spec.alignment == 0 and start <= length - q_len
-        assert min(length, max(W, q_len)) <= read <= max(W, q_len) + spec.alignment - 1
+        if length < min_context:
+            assert read == length  # below draft_window_min_context: the whole context
+        else:
+            assert min(length, max(W, q_len)) <= read <= max(W, q_len) + spec.alignment - 1
         q = d.k[i][length - q_len : length] * 0.5
         got, touched = d.cache.read(q, md.block_tables[i], read)
         torch.testing.assert_close(got, dense_attention(q, d.k[i], d.v[i], start, length))

@@ -39,6 +39,12 @@ MAX_NUM_REQS = 12
 SEQ_LENS = [5, 127, 128, 129, 255, 256, 257, 300, 700, 2000]
 
 
+# draft_window_min_context 258: just above the window's reach (W + a = 256 for blocks of
+# 128), so that 257 reads whole and 300 its window.
+def window_config(min_context: int) -> dict:
+    return {"draft_window_size": W, "draft_window_min_context": min_context}
+
+
 def wired(model_dir, method, additional_config=None, seq_lens=SEQ_LENS, block=BLOCK, **config):
     additional = {"draft_window_size": W} if additional_config is None else additional_config
     s = speculator(vllm_config(model_dir, method, additional, **config), method, block,
@@ -82,7 +88,10 @@ def assert_fia_reads_exactly_the_window(s, batch, seq_lens_list, block_tables):
         read_len = int(seq_lens_list[i])
         start, kept = positions_read(length, read_len)
         assert start % window.spec.alignment == 0
-        assert min(length, W) <= read_len <= window.spec.max_read_len
+        if length < window.spec.min_context:
+            assert read_len == length  # below draft_window_min_context: the whole context
+        else:
+            assert min(length, W) <= read_len <= W + window.spec.alignment - 1
         q = k[length - Q : length] * 0.5
         expected = dense_attention(q, k, v, start, length)
         got, touched = cache.read(q, block_tables[i], read_len)
@@ -101,11 +110,24 @@ def assert_fia_reads_exactly_the_window(s, batch, seq_lens_list, block_tables):
                         expected_reads)  # fmt: skip
 
 
-@pytest.mark.parametrize("method", ["dflash", "dflash2", "dspark"])
-@pytest.mark.parametrize("build", [per_propose_build, replay_build], ids=["eager", "replay"])
-@pytest.mark.parametrize("block", [16, 128])
-def test_fia_inputs_read_exactly_the_window(method, build, block, model_dir):
-    s, batch = wired(model_dir, method, block=block)
+EAGER, REPLAY = per_propose_build, replay_build
+# Without the threshold every combination; with it, each method, path and block size once.
+FIA_CASES = [
+    (m, b, blk, 0)
+    for m in ("dflash", "dflash2", "dspark")
+    for b in (EAGER, REPLAY)
+    for blk in (16, 128)
+] + [
+    ("dflash", EAGER, 128, 258),
+    ("dflash2", REPLAY, 16, 258),
+    ("dspark", REPLAY, 128, 258),
+    ("dspark", EAGER, 16, 258),
+]
+
+
+@pytest.mark.parametrize(("method", "build", "block", "min_context"), FIA_CASES)
+def test_fia_inputs_read_exactly_the_window(method, build, block, min_context, model_dir):
+    s, batch = wired(model_dir, method, window_config(min_context), block=block)
     md = build(s)
     window = s.draft_window
     assert md.block_tables.data_ptr() == window.windows[0].block_table.data_ptr()
@@ -125,17 +147,20 @@ def test_without_the_window_builders_get_what_vllm_ascend_gives_them(model_dir):
     assert torch.equal(ours.block_tables, theirs.block_tables)
 
 
-@pytest.mark.parametrize("build", [per_propose_build, replay_build], ids=["eager", "replay"])
-@pytest.mark.parametrize("block", [16, 128])
+@pytest.mark.parametrize(("build", "block", "min_context"), [
+    (EAGER, 16, 0), (EAGER, 128, 0), (REPLAY, 16, 0), (REPLAY, 128, 0), (EAGER, 128, 258),
+    (REPLAY, 16, 258),
+])  # fmt: skip
 def test_dspark_on_a_glm_family_target_reads_the_window_of_what_fia_is_told(
-    build, block, model_dir
+    build, block, min_context, model_dir
 ):
     """On GLM-family targets vllm-ascend's FIA takes the host bound plus the query stretch
     (`_select_seq_lens` keeps the host copy) as the exact length, which counts the rejected
     tokens the device length does not. The window start comes from that told length on both
     sides: FIA reads exactly the window of what it is told, and the device length shares
     its start."""
-    s, batch = wired(model_dir, "dspark", model_type="glm_moe_dsa", block=block)
+    s, batch = wired(model_dir, "dspark", window_config(min_context), model_type="glm_moe_dsa",
+                     block=block)  # fmt: skip
     n = len(batch.seq_lens)
     told = torch.tensor(batch.seq_lens, dtype=torch.int32)  # the target's length + Q
     rejected = torch.tensor([min(i % Q, length - Q) for i, length in enumerate(batch.seq_lens)],
@@ -153,9 +178,12 @@ def test_dspark_on_a_glm_family_target_reads_the_window_of_what_fia_is_told(
         assert int(window.seq_lens[i]) == int(told[i] - rejected[i]) - start
 
 
-@pytest.mark.parametrize("method", ["dflash", "dspark"])
-@pytest.mark.parametrize("build", [per_propose_build, replay_build], ids=["eager", "replay"])
-def test_mla_drafts_read_the_window_of_the_host_lengths_mla_takes(method, build, mla_model_dir):
+@pytest.mark.parametrize(("method", "build", "min_context"), [
+    ("dflash", EAGER, 0), ("dflash", REPLAY, 0), ("dspark", EAGER, 0), ("dspark", REPLAY, 0),
+    ("dflash", REPLAY, 258), ("dspark", EAGER, 258),
+])  # fmt: skip
+def test_mla_drafts_read_the_window_of_the_host_lengths_mla_takes(method, build, min_context,
+                                                                  mla_model_dir):  # fmt: skip
     """vllm-ascend's MLA takes host lengths as exact (`seq_lens_list` of its decode part).
     DSpark hands it an exact copy of the draft's device lengths, taken before any hook
     (`_prepare_draft_dcp_metadata_inputs`): windowed like the device. DFlash hands it the
@@ -166,7 +194,7 @@ def test_mla_drafts_read_the_window_of_the_host_lengths_mla_takes(method, build,
 
     from vllm_ascend.attention.mla_v1 import AscendMLABackend
 
-    config = vllm_config(mla_model_dir, method, {"draft_window_size": W})
+    config = vllm_config(mla_model_dir, method, window_config(min_context))
     s = make(config, method, BLOCK, MAX_NUM_REQS, backend=AscendMLABackend)
     batch = make_batch(SEQ_LENS, BLOCK, MAX_NUM_REQS)
     fill(s, batch)
