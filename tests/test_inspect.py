@@ -23,7 +23,7 @@ def test_inspector_prints_a_checked_row_per_request(capsys):
     rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
     assert len(rows) == 8 and all(row[-1] == "ok" for row in rows)
     # dspark, 5000-token context (+4 query tokens): start 4736 = floor((5004 - 256) / 32) * 32.
-    assert rows[3][:4] == ["5000", "5004", "4736", "268"]
+    assert rows[3][:5] == ["5000", "5004", "yes", "4736", "268"]
 
 
 def test_inspector_checks_sinks_beside_the_window(capsys):
@@ -37,8 +37,37 @@ def test_inspector_checks_sinks_beside_the_window(capsys):
     assert len(rows) == 8 and all(row[-1] == "ok" for row in rows)
     # dspark, 300-token context (+4): start 32 = floor((304 - 256) / 32) * 32 meets the
     # sinks, so all 304 are read; 5000 (+4): start 4736, 32 sinks + 268 recent tokens.
-    assert rows[1][:4] == ["300", "304", "0", "304"]
-    assert rows[3][:4] == ["5000", "5004", "4736", "300"]
+    assert rows[1][:5] == ["300", "304", "yes", "0", "304"]
+    assert rows[3][:5] == ["5000", "5004", "yes", "4736", "300"]
+
+
+def test_inspector_shows_which_rows_engaged_the_window(capsys):
+    code = inspector.main(["--window", "256", "--min-context", "1000", "--seq-lens",
+                         "100,995,996,2000", "--block-sizes", "32", "--method", "dspark",
+                         "--method", "eagle3", "--no-progress"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "draft_window_size=256, engaged from a context of 1000 (draft_window_min_context)" in out
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert len(rows) == 8 and all(row[-1] == "ok" for row in rows)
+    # dspark's lengths count 4 query tokens: 995 + 4 = 999 reads whole, 996 + 4 its window.
+    assert [row[:5] for row in rows[:4]] == [
+        ["100", "104", "no", "0", "104"],
+        ["995", "999", "no", "0", "999"],
+        ["996", "1000", "yes", "736", "264"],
+        ["2000", "2004", "yes", "1728", "276"],
+    ]
+    # eagle3's decode step reads one query token: 996 + 1 is still below the threshold.
+    assert [row[2] for row in rows[4:]] == ["no", "no", "no", "yes"]
+
+
+def test_inspector_says_when_a_threshold_changes_nothing(capsys):
+    code = inspector.main(["--window", "256", "--min-context", "288", "--seq-lens", "100,5000",
+                         "--block-sizes", "32", "--method", "dspark", "--no-progress"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0 and "(draft_window_min_context=288 changes nothing)" in out
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert [row[2] for row in rows] == ["yes", "yes"]
 
 
 @pytest.mark.parametrize("sinks", ["0", "16"])
@@ -53,6 +82,7 @@ def test_inspector_writes_its_plot(sinks, tmp_path):
     (["--window", "0"], 'additional_config["draft_window_size"] must be a positive integer'),
     (["--window", "abc"], "got 'abc'"),
     (["--sinks", "-1"], 'additional_config["draft_attention_sinks"] must be an integer'),
+    (["--min-context", "8k"], 'additional_config["draft_window_min_context"] must be an integer'),
     (["--block-sizes", "16,x"], "--block-sizes must be comma-separated positive integers"),
     (["--seq-lens", "0"], "--seq-lens must be comma-separated positive integers"),
     (["--window", "3", "--num-spec-tokens", "3"], "smaller than the draft's query stretch"),
@@ -72,7 +102,7 @@ def test_inspector_fails_when_the_window_is_wrong(capsys, monkeypatch):
     real = window_math.WindowSpec
     monkeypatch.setattr(
         window_math, "WindowSpec",
-        lambda window_size, alignment, sink_size=0: real(100, alignment, sink_size),
+        lambda window_size, alignment, sink_size=0, min_context=0: real(100, alignment, sink_size),
     )  # fmt: skip
     from vllm_ascend.worker.v2.spec_decode.draft_window import mrv2
 

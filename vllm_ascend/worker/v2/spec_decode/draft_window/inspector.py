@@ -5,9 +5,10 @@
 Runs a batch through vLLM 0.33.0's real Model Runner V2 draft metadata build on CPU
 (DSpark: its one query pass; EAGLE3: a draft decode step), with the window on and off, and
 prints per request the window start, the windowed length, the blocks and KV bytes the
-draft reads against the full context, and the checks it ran: slot mappings identical with
-and without the window, and the reference paged attention through the windowed metadata
-equal to dense attention over exactly the window (and the attention sinks, with --sinks).
+draft reads against the full context, whether the window engaged (with --min-context, a
+shorter context reads whole), and the checks it ran: slot mappings identical with and
+without the window, and the reference paged attention through the windowed metadata equal
+to dense attention over exactly the window (and the attention sinks, with --sinks).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     KEY,
+    MIN_CONTEXT_KEY,
     SINKS_KEY,
     DraftWindowConfig,
 )
@@ -41,6 +43,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--sinks", default="0", help=f"{SINKS_KEY}: first tokens kept besides the window"
     )
+    parser.add_argument(
+        "--min-context", default="0",
+        help=f"{MIN_CONTEXT_KEY}: the context from which the window engages (0: every one)",
+    )  # fmt: skip
     parser.add_argument(
         "--block-sizes", default="128", help="block size of each draft KV group, comma-separated"
     )
@@ -64,11 +70,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     try:
-        config = DraftWindowConfig.from_additional_config({KEY: args.window,
-                                                           SINKS_KEY: args.sinks})  # fmt: skip
+        config = DraftWindowConfig.from_additional_config({
+            KEY: args.window, SINKS_KEY: args.sinks, MIN_CONTEXT_KEY: args.min_context,
+        })  # fmt: skip
         if config.draft_window_size is None:
             raise ValueError(f"--window: {KEY} must be set to inspect a window")
         args.window, args.sinks = config.draft_window_size, config.draft_attention_sinks
+        args.min_context = config.draft_window_min_context
         args.block_sizes = _positive_ints("--block-sizes", args.block_sizes)
         args.seq_lens = _positive_ints("--seq-lens", args.seq_lens)
         for name in ("num_spec_tokens", "draft_layers", "kv_heads", "head_dim", "dtype_bytes"):
@@ -130,7 +138,9 @@ def inspect_method(args, method: str, model_dir: Path, progress) -> list[dict]:
     cls = SPECULATOR_CLASSES[method]
 
     def build(window: int | None):
-        additional = {KEY: window, SINKS_KEY: args.sinks} if window else {}
+        additional = {}
+        if window:
+            additional = {KEY: window, SINKS_KEY: args.sinks, MIN_CONTEXT_KEY: args.min_context}
         config = make_vllm_config(model_dir, max_model_len, n, additional)
         draft_buffers = None if parallel else batch.input_buffers
         wired = wire_speculator(cls, batch, layouts, config, method, k_spec,
@@ -168,10 +178,16 @@ def inspect_method(args, method: str, model_dir: Path, progress) -> list[dict]:
             # What the read covers: the sinks, then [start, L); everything if nothing is
             # left out.
             start, kept = positions_read(length, read, spec.sink_size)
-            # The window's own bounds: block-aligned start, at least min(L, S + W) tokens,
-            # at most S + W + a - 1 (DFlash/DSpark: the query stretch is within W).
+            # Below the threshold the whole context; from it the window's own bounds:
+            # block-aligned start, at least min(L, S + W) tokens, at most S + W + a - 1
+            # (DFlash/DSpark: the query stretch is within W).
+            engaged = length >= spec.min_context
             checks.append(start % spec.alignment == 0)
-            checks.append(min(length, spec.sink_size + args.window) <= read <= spec.max_read_len)
+            if engaged:
+                reach = spec.sink_size + args.window + spec.alignment
+                checks.append(min(length, spec.sink_size + args.window) <= read <= reach - 1)
+            else:
+                checks.append(read == length)
             checks.append(_reference_check(batch, g, b, i, length, start, spec.sink_size, kept,
                                            query, windowed[name].block_table[i], PagedKVCache,
                                            dense_attention))  # fmt: skip
@@ -184,6 +200,7 @@ def inspect_method(args, method: str, model_dir: Path, progress) -> list[dict]:
             "blocks": ceil_div(read, b0) if read else 0, "full_blocks": ceil_div(length, b0),
             "kv_bytes": read * per_token, "full_kv_bytes": length * per_token,
             "ok": all(checks), "alignment": spec.alignment, "sinks": spec.sink_size,
+            "engaged": engaged, "min_context": spec.min_context,
         })  # fmt: skip
     return rows
 
@@ -212,26 +229,31 @@ def print_table(method: str, args, rows: list[dict]) -> None:
     what = "its query pass" if method in ("dspark", "dflash") else "its first draft decode step"
     sinks = rows[0]["sinks"]
     with_sinks = f", attention sinks {sinks} ({SINKS_KEY}={args.sinks})" if sinks else ""
+    if rows[0]["min_context"]:
+        with_sinks += f", engaged from a context of {rows[0]['min_context']} ({MIN_CONTEXT_KEY})"
+    elif args.min_context:
+        with_sinks += f" ({MIN_CONTEXT_KEY}={args.min_context} changes nothing)"
     print(f"\n{method} ({what}): {KEY}={args.window}{with_sinks}, block sizes "
           f"{args.block_sizes}, alignment {rows[0]['alignment']}, {args.num_spec_tokens} "
           f"speculative tokens; blocks of {args.block_sizes[0]} tokens")  # fmt: skip
-    header = (f"{'context':>8} {'seq_len':>8} {'start':>8} {'windowed':>8} {'blocks':>13} "
-              f"{'KV MiB read':>20} {'reduction':>9}  checks")  # fmt: skip
+    header = (f"{'context':>8} {'seq_len':>8} {'engaged':>7} {'start':>8} {'windowed':>8} "
+              f"{'blocks':>13} {'KV MiB read':>20} {'reduction':>9}  checks")  # fmt: skip
     print(header)
     print("-" * len(header))
     for r in rows:
         reduction = r["full_kv_bytes"] / r["kv_bytes"] if r["kv_bytes"] else 1.0
-        print(f"{r['context']:>8} {r['seq_len']:>8} {r['start']:>8} {r['windowed']:>8} "
-              f"{r['blocks']:>6}/{r['full_blocks']:<6} "
+        engaged = "yes" if r["engaged"] else "no"
+        print(f"{r['context']:>8} {r['seq_len']:>8} {engaged:>7} {r['start']:>8} "
+              f"{r['windowed']:>8} {r['blocks']:>6}/{r['full_blocks']:<6} "
               f"{r['kv_bytes'] / mib:>9.2f}/{r['full_kv_bytes'] / mib:<10.2f} "
               f"{reduction:>8.1f}x  {'ok' if r['ok'] else 'FAILED'}")  # fmt: skip
     total = sum(r["kv_bytes"] for r in rows), sum(r["full_kv_bytes"] for r in rows)
     print(f"batch: the draft reads {total[0] / mib:.1f} MiB of KV instead of "
           f"{total[1] / mib:.1f} MiB ({total[1] / max(total[0], 1):.1f}x less). Checks: slot "
           f"mappings absolute with and without the window; window start block-aligned, length "
-          f"between min(L, S + W) and S + W + a - 1 (S: sinks, {sinks} here); reference paged "
-          f"attention through the windowed metadata equals dense attention over the sinks "
-          f"and the window.")  # fmt: skip
+          f"between min(L, S + W) and S + W + a - 1 (S: sinks, {sinks} here), or the whole "
+          f"context where the window is not engaged; reference paged attention through the "
+          f"windowed metadata equals dense attention over the sinks and the window.")  # fmt: skip
 
 
 def plot(path: Path, method: str, args, rows: list[dict]) -> None:
