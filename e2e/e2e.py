@@ -7,6 +7,7 @@
     DEVICE=cuda E2E_SCENARIO=tiny make e2e-ascend   # random tiny models, downloads nothing
     SINKS=64 make e2e-ascend          # V2 with the window and 64 attention sinks
     STUDY=long make e2e-ascend        # acceptance and throughput by context (study.py)
+    STUDY=long MIN_CONTEXT=8192 make e2e-ascend   # the window engaged from 8k contexts on
 
 For each run of the scenario (V2 runner with the window, V2 without it, V1 runner with the
 window) it starts `vllm serve`, waits for health, sends prompts longer and shorter than W,
@@ -17,7 +18,9 @@ with the window at least V1 with the window minus 0.05; and writes a JSON and ma
 report with a plot of acceptance by position. Model locations come from TARGET_MODEL and
 DRAFT_MODEL (local paths work with no network). With SINKS, the V2 run with the window also
 keeps that many attention sinks (its golden file is one of its own); V1 has no sinks, so
-its run keeps the plain window as the floor to compare with.
+its run keeps the plain window as the floor to compare with. MIN_CONTEXT sets
+draft_window_min_context on the V2 run with the window the same way (V1 windows every
+context).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ import study  # noqa: E402  (beside this file)
 
 KEY = "draft_window_size"
 SINKS_KEY = "draft_attention_sinks"
+MIN_CONTEXT_KEY = "draft_window_min_context"
 PLUGIN_MODULE = "vllm_ascend.worker.v2.spec_decode.draft_window.plugin"
 FILLER = "This is a padding sentence for testing sliding window draft attention. "
 
@@ -67,14 +71,16 @@ class Scenario:
     golden: Path | None
     extra_args: list[str] = field(default_factory=list)
     sinks: int = 0
+    # draft_window_min_context of the V2 run with the window (0: every context)
+    min_context: int = 0
     token_prompts: bool = False  # tiny random models: token ids instead of text
 
 
 def scenarios(env: dict[str, str]) -> dict[str, Scenario]:
     golden = ROOT / "e2e" / "golden"
-    sinks = int(env.get("SINKS", 0))
-    # Sinks change what the draft reads, so they have golden files of their own.
-    suffix = f"_s{sinks}" if sinks else ""
+    sinks, min_context = int(env.get("SINKS", 0)), int(env.get("MIN_CONTEXT", 0))
+    # Sinks and a threshold change what the draft reads: golden files of their own.
+    suffix = golden_suffix(sinks, min_context)
     found = {
         # As the upstream MRV1 end-to-end test of the window: Qwen3-8B, EAGLE3, K=3, W=512.
         "eagle3": Scenario(
@@ -103,8 +109,12 @@ def scenarios(env: dict[str, str]) -> dict[str, Scenario]:
         ),
     }  # fmt: skip
     for scenario in found.values():
-        scenario.sinks = sinks
+        scenario.sinks, scenario.min_context = sinks, min_context
     return found
+
+
+def golden_suffix(sinks: int, min_context: int) -> str:
+    return f"{f'_s{sinks}' if sinks else ''}{f'_m{min_context}' if min_context else ''}"
 
 
 @dataclass
@@ -113,10 +123,11 @@ class Run:
     v2: bool
     window: int | None
     sinks: int = 0
+    min_context: int = 0
 
 
 def runs(scenario: Scenario, device: str) -> list[Run]:
-    out = [Run("v2_window", True, scenario.window, scenario.sinks),
+    out = [Run("v2_window", True, scenario.window, scenario.sinks, scenario.min_context),
            Run("v2_no_window", True, None)]  # fmt: skip
     if device == "ascend":
         out.append(Run("v1_window", False, scenario.window))
@@ -137,7 +148,11 @@ def serve_command(scenario: Scenario, run: Run, port: int) -> tuple[dict[str, st
         *scenario.extra_args,
     ]  # fmt: skip
     if run.window is not None:
-        additional = {KEY: run.window, **({SINKS_KEY: run.sinks} if run.sinks else {})}
+        additional = {KEY: run.window}
+        if run.sinks:
+            additional[SINKS_KEY] = run.sinks
+        if run.min_context:
+            additional[MIN_CONTEXT_KEY] = run.min_context
         cmd += ["--additional-config", json.dumps(additional)]
     return env, cmd
 
@@ -509,7 +524,8 @@ def run_study(
     counter: study.TokenCounter,
     record: bool,
 ) -> int:
-    golden_file = study.golden_path(ROOT, scenario.name, scenario.window, scenario.sinks)
+    golden_file = study.golden_path(ROOT, scenario.name, scenario.window, scenario.sinks,
+                                    scenario.min_context)  # fmt: skip
     golden, tolerance = None, 0.15
     if not record:
         if not golden_file.exists():
@@ -553,7 +569,7 @@ def run_study(
                 metrics = study.context_metrics(before, _http(f"{base}/metrics"), scenario.num_spec)
                 metrics["client_tokens_per_s"] = tokens / seconds if seconds else None
                 metrics["draft_kv_read"] = study.draft_kv_read(
-                    ctx, run.window, run.sinks, settings.alignment
+                    ctx, run.window, run.sinks, settings.alignment, run.min_context
                 )
                 contexts[str(ctx)] = metrics
                 print(f"[e2e] study {run.name} {ctx}: mean acceptance length "
@@ -565,9 +581,10 @@ def run_study(
                                            "mean_length": measured, "tolerance": 0.15},
                                           indent=2) + "\n")  # fmt: skip
         print(f"[e2e] recorded {golden_file}")
-    failures = study.check(results, golden, tolerance)
+    failures = study.check(results, golden, tolerance, scenario.min_context)
     meta = {"scenario": scenario.name, "device": device, "window": scenario.window,
-            "sinks": scenario.sinks, "contexts": settings.contexts,
+            "sinks": scenario.sinks, "min_context": scenario.min_context,
+            "contexts": settings.contexts,
             "prompts_per_context": settings.prompts_per_context,
             "output_tokens": settings.output_tokens, "token_counts": counter.source}  # fmt: skip
     study.write_report(out_dir, meta, results, failures)

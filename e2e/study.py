@@ -3,11 +3,15 @@
     STUDY=long make e2e-ascend               # the scenario's target and draft, 4k .. model limit
     STUDY=long DRY_RUN=1 make e2e-ascend     # every server and request, per context
     STUDY=long DEVICE=cuda E2E_SCENARIO=dspark make e2e-ascend
+    STUDY=long MIN_CONTEXT=8192 make e2e-ascend   # the window engaged from 8k contexts on
 
 Drafters trained on 4k-8k contexts lose acceptance at 32k and beyond; the window is there to
 bring it back. For each run (V2 with the window, V2 without, V1 with the window on Ascend)
 one server serves every context; for each context it sends PROMPTS_PER_CONTEXT natural long
-prompts, greedy, OUTPUT_TOKENS tokens each, and reads vLLM's metrics around them.
+prompts, greedy, OUTPUT_TOKENS tokens each, and reads vLLM's metrics around them. With
+MIN_CONTEXT (``draft_window_min_context`` of the V2 run with the window) the report marks
+which contexts engage the window, beside the runs with the window on and off, so that a
+threshold can be picked from the acceptance curve of one's own hardware and drafter.
 
 The text needs no model hub: it is the documentation CPython ships with itself (the Python
 Language Reference topics of ``pydoc_data.topics``, then the standard library's own module
@@ -31,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CHARS_PER_TOKEN = 4
+MIN_CONTEXT_KEY = "draft_window_min_context"
 # Standard library modules whose own documentation follows the language reference.
 DOCUMENTED_MODULES = (
     "argparse", "asyncio", "collections", "dataclasses", "email", "functools", "inspect",
@@ -184,19 +189,29 @@ def context_metrics(before: str, after: str, num_spec: int) -> dict:
     }
 
 
-def draft_kv_read(context: int, window: int | None, sinks: int, alignment: int) -> int:
-    """The most KV tokens one draft step reads at ``context`` (window.py's bound)."""
+def draft_kv_read(context: int, window: int | None, sinks: int, alignment: int,
+                  min_context: int = 0) -> int:  # fmt: skip
+    """The most KV tokens one draft step reads at ``context`` (window.py's bound): all of it
+    below the threshold ``min_context``, at most ``S + W + a - 1`` from it on."""
     if window is None:
         return context
-    from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec, align_sinks
+    from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
+        WindowSpec,
+        align_sinks,
+        effective_min_context,
+    )
 
-    spec = WindowSpec(window, alignment, align_sinks(sinks, alignment))
-    return min(context, spec.max_read_len)
+    sink_size = align_sinks(sinks, alignment)
+    if context < effective_min_context(min_context, window, alignment, sink_size):
+        return context
+    return min(context, WindowSpec(window, alignment, sink_size).max_read_len)
 
 
-def check(results: dict[str, dict], golden: dict[str, float] | None, tolerance: float
-          ) -> list[str]:  # fmt: skip
-    """The study's assertions on hardware; returns the failures."""
+def check(results: dict[str, dict], golden: dict[str, float] | None, tolerance: float,
+          min_context: int = 0) -> list[str]:  # fmt: skip
+    """The study's assertions on hardware; returns the failures. Below ``min_context`` the
+    V2 run with the window reads what the run without it reads (the whole context), and
+    is not compared with V1, which windows every context."""
     failures = []
     on, off, v1 = results["v2_window"], results["v2_no_window"], results.get("v1_window")
     for name, run in results.items():
@@ -204,12 +219,18 @@ def check(results: dict[str, dict], golden: dict[str, float] | None, tolerance: 
             failures.append(f"greedy outputs of {name} differ from v2_window")
     for ctx, got in on["contexts"].items():
         mean, without = got["mean_length"], off["contexts"][ctx]["mean_length"]
-        if int(ctx) >= 32768 and mean < without:
+        if int(ctx) < min_context and abs(mean - without) > 0.1:
+            failures.append(f"{ctx}: below {MIN_CONTEXT_KEY}={min_context}, acceptance with "
+                            f"the window {mean:.3f} is not within 0.1 of without "
+                            f"{without:.3f}")  # fmt: skip
+        elif int(ctx) >= 32768 and mean < without:
             failures.append(f"{ctx}: acceptance with the window {mean:.3f} < without {without:.3f}")
-        if int(ctx) <= 4096 and abs(mean - without) > 0.1:
+        if min_context <= int(ctx) <= 4096 and abs(mean - without) > 0.1:
             failures.append(f"{ctx}: acceptance with the window {mean:.3f} is not within 0.1 of "
                             f"without {without:.3f}")  # fmt: skip
-        if v1 is not None and abs(mean - v1["contexts"][ctx]["mean_length"]) > 0.05:
+        # V1 windows every context: comparable from the threshold on.
+        v1_mean = None if v1 is None else v1["contexts"][ctx]["mean_length"]
+        if v1_mean is not None and int(ctx) >= min_context and abs(mean - v1_mean) > 0.05:
             failures.append(f"{ctx}: V2 with the window {mean:.3f} is not within 0.05 of V1 "
                             f"{v1['contexts'][ctx]['mean_length']:.3f}")  # fmt: skip
         if golden is not None and ctx in golden and abs(mean - golden[ctx]) > tolerance:
@@ -223,24 +244,29 @@ def write_report(out_dir: Path, meta: dict, results: dict[str, dict], failures: 
     out_dir.mkdir(parents=True, exist_ok=True)
     report = {**meta, "runs": results, "failures": failures, "anchors": list(ANCHORS)}
     (out_dir / "report.json").write_text(json.dumps(report, indent=2, default=str))
+    min_context = meta.get("min_context", 0)
+    threshold = f", {MIN_CONTEXT_KEY} {min_context}" if min_context else ""
     lines = [
         f"# Long-context study: {meta['scenario']} on {meta['device']}, W = {meta['window']}"
-        f"{', sinks ' + str(meta['sinks']) if meta['sinks'] else ''}",
+        f"{', sinks ' + str(meta['sinks']) if meta['sinks'] else ''}{threshold}",
         "",
         f"Token counts: {meta['token_counts']}. {meta['prompts_per_context']} prompts per "
-        f"context, {meta['output_tokens']} output tokens each, greedy.",
+        f"context, {meta['output_tokens']} output tokens each, greedy. Window engaged: whether "
+        f"the V2 run with the window crops this context ({MIN_CONTEXT_KEY}: "
+        f"{min_context or 'every context'}).",
         "",
-        "| context | run | mean acceptance length | acceptance by position | decode tok/s "
-        "| TPOT ms | draft KV read per step |",
-        "|---:|---|---:|---|---:|---:|---:|",
+        "| context | window engaged | run | mean acceptance length | acceptance by position "
+        "| decode tok/s | TPOT ms | draft KV read per step |",
+        "|---:|---|---|---:|---|---:|---:|---:|",
     ]
     for ctx in meta["contexts"]:
+        engaged = "yes" if ctx >= min_context else "no"
         for name, run in results.items():
             m = run["contexts"][str(ctx)]
             speed = _speed(m)
             tpot = "-" if m["tpot_ms"] is None else f"{m['tpot_ms']:.2f}"
             lines.append(
-                f"| {ctx} | {name} | {m['mean_length']:.3f} | "
+                f"| {ctx} | {engaged} | {name} | {m['mean_length']:.3f} | "
                 f"{', '.join(f'{x:.2f}' for x in m['per_position'])} | {speed} | {tpot} | "
                 f"{m['draft_kv_read']} |"
             )
@@ -259,11 +285,13 @@ def write_report(out_dir: Path, meta: dict, results: dict[str, dict], failures: 
         speeds = [m["decode_tokens_per_s"] or 0.0 for m in run["contexts"].values()]
         right.plot(xs, speeds, marker="o", label=name)
     for ax, label in ((left, "mean acceptance length"), (right, "decode tokens/s")):
+        if min_context:
+            ax.axvline(min_context, color="grey", linestyle="--", label=MIN_CONTEXT_KEY)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("context (tokens)")
         ax.set_ylabel(label)
         ax.legend()
-    fig.suptitle(f"{meta['scenario']}: window {meta['window']} on vs off")
+    fig.suptitle(f"{meta['scenario']}: window {meta['window']} on vs off{threshold}")
     fig.tight_layout()
     fig.savefig(out_dir / "study.png", dpi=110)
 
@@ -330,7 +358,7 @@ def model_limit(target: str) -> int:
     return 40960
 
 
-def golden_path(root: Path, scenario: str, window: int, sinks: int) -> Path:
-    return (
-        root / "e2e" / "golden" / f"study_{scenario}_w{window}{f'_s{sinks}' if sinks else ''}.json"
-    )
+def golden_path(root: Path, scenario: str, window: int, sinks: int, min_context: int = 0
+                ) -> Path:  # fmt: skip
+    suffix = f"{f'_s{sinks}' if sinks else ''}{f'_m{min_context}' if min_context else ''}"
+    return root / "e2e" / "golden" / f"study_{scenario}_w{window}{suffix}.json"

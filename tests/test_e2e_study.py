@@ -19,6 +19,7 @@ import e2e  # noqa: E402
 
 STUDY_ENV = (
     *("E2E_SCENARIO", "DEVICE", "DRY_RUN", "TARGET_MODEL", "DRAFT_MODEL", "TP", "SINKS"),
+    "MIN_CONTEXT",
     *("STUDY", "MAX_CONTEXT", "PROMPTS_PER_CONTEXT", "OUTPUT_TOKENS", "BLOCK_SIZE"),
 )
 
@@ -52,6 +53,19 @@ def test_the_plan_serves_each_run_once_and_sends_every_context_its_prompts(capsy
         assert sum(f"# context {ctx}: a prompt of" in line for line in requests) == 9
         assert sum(f"context {ctx}" in line and "/metrics" in line for line in lines) == 6
     assert sum("kill -INT" in line for line in lines) == 3
+
+
+def test_min_context_goes_to_the_v2_window_run_only(capsys, monkeypatch):
+    lines = dry_run(capsys, monkeypatch, MIN_CONTEXT="8192", SINKS="64")
+    serves = [line for line in lines if " serve " in line]
+    assert len(serves) == 3
+    assert ("""--additional-config '{"draft_window_size": 512, "draft_attention_sinks": 64, """
+            """"draft_window_min_context": 8192}'""") in serves[0]  # fmt: skip
+    assert "--additional-config" not in serves[1]
+    # V1 windows every context and has no sinks: its run keeps the plain window.
+    assert """--additional-config '{"draft_window_size": 512}'""" in serves[2]
+    assert e2e.golden_suffix(64, 8192) == "_s64_m8192"
+    assert study.golden_path(ROOT, "eagle3", 512, 0, 8192).name == "study_eagle3_w512_m8192.json"
 
 
 def test_the_plan_reaches_128k_where_the_model_allows_and_cuda_has_no_v1_run(capsys, monkeypatch):
@@ -161,6 +175,24 @@ def test_the_draft_kv_read_is_the_longest_read_of_any_context_up_to_it(context, 
     assert study.draft_kv_read(context, None, sinks, 128) == context
 
 
+@pytest.mark.parametrize(("context", "min_context"), [(8000, 8192), (8192, 8192), (9000, 8192),
+                                                      (32768, 8192), (4096, 300)])  # fmt: skip
+def test_the_draft_kv_read_with_a_threshold(context, min_context):
+    """Below the threshold the whole context (what the window's arithmetic reads there);
+    from it on, the plain window's bound (300 <= S + W + a: no threshold)."""
+    from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec, window_seq_lens
+
+    read = study.draft_kv_read(context, 512, 0, 128, min_context)
+    if context < min_context and min_context == 8192:
+        spec = WindowSpec(512, 128, 0, min_context)
+        length = torch.tensor([context], dtype=torch.int32)
+        out = torch.empty_like(length)
+        window_seq_lens(length, spec, skip_out=torch.empty_like(length), out=out)
+        assert read == int(out[0]) == context
+    else:
+        assert read == study.draft_kv_read(context, 512, 0, 128) == min(context, 639)
+
+
 def run(outputs, lengths):
     return {
         "outputs": outputs,
@@ -192,6 +224,39 @@ def test_checks_flag_every_rule():
     assert any(f.startswith("32768: mean acceptance length 1.000, golden 2.500") for f in failures)
 
 
+def test_checks_below_the_threshold_compare_with_the_window_off():
+    on = run(["a"], {4096: 3.0, 16384: 2.0, 32768: 2.5})
+    off = run(["a"], {4096: 3.05, 16384: 2.5, 32768: 1.2})
+    v1 = run(["a"], {4096: 2.0, 16384: 2.0, 32768: 2.5})  # V1 windows every context
+    assert study.check({"v2_window": on, "v2_no_window": off}, None, 0.15) == []
+    failures = study.check({"v2_window": on, "v2_no_window": off, "v1_window": v1}, None, 0.15,
+                           20000)  # fmt: skip
+    assert failures == ["16384: below draft_window_min_context=20000, acceptance with the window "
+                        "2.000 is not within 0.1 of without 2.500"]  # fmt: skip
+
+
+def test_the_report_marks_which_contexts_engage_the_window(tmp_path):
+    results = {name: {"outputs": ["a"], "contexts": {}} for name in ("v2_window", "v2_no_window")}
+    for name in results:
+        for ctx in (4096, 32768):
+            results[name]["contexts"][str(ctx)] = {
+                "mean_length": 2.0, "per_position": [1.0], "decode_tokens_per_s": None,
+                "client_tokens_per_s": 10.0, "tpot_ms": None,
+                "draft_kv_read": study.draft_kv_read(ctx, 512 if name == "v2_window" else None,
+                                                     0, 128, 8192),
+            }  # fmt: skip
+    meta = {"scenario": "dspark", "device": "ascend", "window": 512, "sinks": 0,
+            "min_context": 8192, "contexts": [4096, 32768], "prompts_per_context": 1,
+            "output_tokens": 16, "token_counts": "estimate"}  # fmt: skip
+    study.write_report(tmp_path, meta, results, [])
+    md = (tmp_path / "report.md").read_text()
+    assert md.startswith("# Long-context study: dspark on ascend, W = 512, "
+                         "draft_window_min_context 8192\n")  # fmt: skip
+    assert "| 4096 | no | v2_window | 2.000 | 1.00 | 10.0 (client) | - | 4096 |" in md
+    assert "| 32768 | yes | v2_window | 2.000 | 1.00 | 10.0 (client) | - | 639 |" in md
+    assert json.loads((tmp_path / "report.json").read_text())["min_context"] == 8192
+
+
 def test_the_report_is_written_from_recorded_metrics(tmp_path):
     contexts = [4096, 32768]
     results = {}
@@ -213,8 +278,8 @@ def test_the_report_is_written_from_recorded_metrics(tmp_path):
     assert report["runs"]["v2_window"]["contexts"]["32768"]["mean_length"] == pytest.approx(2.5)
     md = (tmp_path / "report.md").read_text()
     # 500 tokens of 2 requests, 498 decoded in 2.5 s.
-    assert "| 32768 | v2_window | 2.500 | 1.50, 0.00, 0.00 | 199.2 | 10.00 | 639 |" in md
-    assert "| 32768 | v2_no_window | 1.200 | 0.20, 0.00, 0.00 | 199.2 | 10.00 | 32768 |" in md
+    assert "| 32768 | yes | v2_window | 2.500 | 1.50, 0.00, 0.00 | 199.2 | 10.00 | 639 |" in md
+    assert "| 32768 | yes | v2_no_window | 1.200 | 0.20, 0.00, 0.00 | 199.2 | 10.00 | 32768 |" in md
     assert "vllm-ascend #12103" in md and "Failures: none" in md
     assert (tmp_path / "study.png").stat().st_size > 0
 
