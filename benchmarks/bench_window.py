@@ -9,7 +9,9 @@
    step (and for its prefill) where MRV1 applies once.
 2. Allocations per step after warm-up (torch profiler memory events).
 3. Attention sinks: the same per-build work with ``draft_attention_sinks`` against the plain
-   window, on identical inputs, interleaved: the extra per-step cost of the sinks.
+   window, on identical inputs, interleaved: the extra per-step cost of the sinks. The same
+   for ``draft_window_min_context``: the threshold against the plain window, with device
+   op counts.
 4. The draft's attention cost with and without the window (the reference paged attention),
    next to the ideal ratio (W + a) / L, and with sinks added to the window.
 5. The whole draft metadata build through vLLM's real path (a DSpark speculator, vLLM's
@@ -62,6 +64,8 @@ CONTEXTS = [8 * 1024, 32 * 1024, 128 * 1024]
 # draft_attention_sinks for section 3: 64 (one block once rounded up) and 4 blocks.
 SINKS = [64, 512]
 SINKS_WINDOW = 2048
+# draft_window_min_context for section 3: 4 and 16 windows of 2048.
+MIN_CONTEXTS = [8192, 32768]
 
 
 def make_inputs(batch: int, context: int, seed: int = 0):
@@ -320,6 +324,79 @@ def bench_sinks_cost(rounds: int, iters: int) -> list[dict]:
     return rows
 
 
+def bench_threshold_cost(rounds: int, iters: int) -> list[dict]:
+    """Per-build window work with draft_window_min_context against the plain window, same
+    inputs (lengths spread over the context: rows on both sides of the threshold)."""
+    rows = []
+    cpu = torch.device("cpu")
+    for context in CONTEXTS[1:]:
+        for batch in BATCH_SIZES:
+            seq_lens, table = make_inputs(batch, context)
+            bound = seq_lens.clone()
+            base_ib = SimpleNamespace(seq_lens=seq_lens)
+            base_bt = SimpleNamespace(block_sizes=[BLOCK_SIZE], input_block_tables=[table])
+            plain = Mrv2DraftWindow(SINKS_WINDOW, base_ib, base_bt, [0], batch, cpu)
+            for min_context in MIN_CONTEXTS:
+                engaged = Mrv2DraftWindow(SINKS_WINDOW, base_ib, base_bt, [0], batch, cpu,
+                                          min_context=min_context)  # fmt: skip
+
+                def a(window=engaged, bound=bound, batch=batch):
+                    mrv2_step(window, bound, batch)
+
+                def b(window=plain, bound=bound, batch=batch):
+                    mrv2_step(window, bound, batch)
+
+                a()
+                b()
+                t_on, t_plain = interleaved(a, b, rounds, iters)
+                rows.append({
+                    "context": context, "batch": batch, "min_context": min_context,
+                    "below": int((seq_lens < min_context).sum()),
+                    "width": engaged.windows[0].max_window_blocks,
+                    "plain_width": plain.windows[0].max_window_blocks,
+                    "on_us": t_on, "plain_us": t_plain, "ratio": t_on / t_plain,
+                    "allocs": allocations(a),
+                    "launches": launches(a, (bound, engaged.seq_lens_cpu_upper_bound)),
+                    "plain_launches": launches(b, (bound, plain.seq_lens_cpu_upper_bound)),
+                })  # fmt: skip
+                print(f"  context {context:>6} batch {batch:>4} min_context {min_context:>5}: "
+                      f"{t_on:7.1f} us vs plain {t_plain:7.1f} us, ratio "
+                      f"{t_on / t_plain:.2f}", flush=True)  # fmt: skip
+    return rows
+
+
+def threshold_lines(rows: list[dict]) -> list[str]:
+    lines = [
+        "## Engaging the window by context length: extra per-step cost",
+        "",
+        f"The same MRV2 per-build work (`refresh` + host bound) with "
+        f"`draft_window_min_context` M against the plain window, W = {SINKS_WINDOW}, same "
+        f"inputs (lengths spread over the context, so rows fall on both sides of M), "
+        f"interleaved; median microseconds per build. The threshold adds three small device "
+        f"ops to the lengths (the engaged mask, folded into the skip), none to the host bound "
+        f"or the fused kernel's one launch; the cropped tables must hold a whole context "
+        f"below M, ceil((M - 1) / b) columns instead of ceil((W + a - 1) / b), which every "
+        f"per-column op pays. Device ops: torch-path ops that launch a kernel on a device "
+        f"(host-bound ops excluded).",
+        "",
+        "| context | batch | M | rows below M | table columns (plain) | with M us | plain us "
+        "| ratio | allocs | device ops (plain) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['context'] // 1024}k | {r['batch']} | {r['min_context']} | {r['below']} | "
+            f"{r['width']} ({r['plain_width']}) | {r['on_us']:.1f} | {r['plain_us']:.1f} | "
+            f"{r['ratio']:.2f} | {r['allocs'][0]} / {r['allocs'][1]} | "
+            f"{r['launches']} ({r['plain_launches']}) |"
+        )
+    by_m = {m: [r["ratio"] for r in rows if r["min_context"] == m] for m in MIN_CONTEXTS}
+    summary = [f"M = {m}: median {statistics.median(v):.2f}, worst {max(v):.2f}"
+               for m, v in by_m.items()]  # fmt: skip
+    lines += ["", f"Ratio to the plain window: {'; '.join(summary)}.", ""]
+    return lines
+
+
 def bench_attention(rounds: int) -> list[dict]:
     rows = []
     window_size, heads, head_dim = 2048, 8, 128
@@ -527,7 +604,8 @@ def launch_lines(rows: list[dict]) -> list[str]:
 
 
 def write_results(out: Path, steps: list[dict], sinks: list[dict], attention: list[dict],
-                  info: str, whole: list[dict], launch_rows: list[dict]) -> None:  # fmt: skip
+                  info: str, whole: list[dict], launch_rows: list[dict],
+                  threshold: list[dict]) -> None:  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     lines = [
         "# Draft window benchmarks",
@@ -595,6 +673,7 @@ def write_results(out: Path, steps: list[dict], sinks: list[dict], attention: li
         f"{statistics.median(ratios):.2f}, worst {max(ratios):.2f}; to a plain window of "
         f"W + S median {statistics.median(wide):.2f}, worst {max(wide):.2f}.",
         "",
+        *threshold_lines(threshold),
         "## Draft attention with and without the window (reference paged attention)",
         "",
         "One query token, 8 heads of 128, fp32, W = 2048: the time of the reference read "
@@ -702,13 +781,15 @@ def main() -> None:
     steps = bench_step_cost(mrv1, args.rounds, args.iters)
     print("Attention sinks against the plain window, per build:")
     sinks = bench_sinks_cost(args.rounds, args.iters)
+    print("draft_window_min_context against the plain window, per build:")
+    threshold = bench_threshold_cost(args.rounds, args.iters)
     print("Draft attention with and without the window:")
     attention = bench_attention(max(args.rounds // 2, 3))
     print("Whole draft metadata build through vLLM's real path:")
     whole = bench_whole_build(args.rounds, args.iters)
     print("Device launches and CPU time per propose (MRV1, torch path, fused):")
     launch_rows = bench_launches(mrv1, args.rounds, args.iters)
-    write_results(args.out, steps, sinks, attention, machine(), whole, launch_rows)
+    write_results(args.out, steps, sinks, attention, machine(), whole, launch_rows, threshold)
     print(f"Wrote {args.out / 'README.md'} and {args.out / 'window_cost.png'}")
 
 
