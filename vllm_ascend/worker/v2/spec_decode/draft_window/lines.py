@@ -48,9 +48,19 @@ class Line:
     # (distribution, version prefix) that must be installed beside vLLM, or None.
     requires: tuple[str, str] | None = None
     # Per speculative method, the attention backend class names the window is proven for on
-    # the draft's groups (a method not listed: any backend); a draft whose kernel takes host
-    # lengths the window does not set is refused.
+    # the draft's groups (a method not listed: any backend of ``backend_module``); a draft
+    # whose kernel takes host lengths the window does not set is refused, with the reason
+    # ``backend_notes`` gives for a known one.
     backends: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    backend_notes: tuple[tuple[str, str], ...] = ()
+    # Where the served backends are defined (a module prefix, and the project's name): one
+    # defined elsewhere (a platform plugin's) may tell its kernel host lengths of its own,
+    # which only that line's hooks window.
+    backend_module: tuple[str, str] = ("vllm.", "vLLM")
+    # The built metadata's (decode rows, prefill rows) counts where a builder's prefill path
+    # takes the host bound as the exact length of its rows (vLLM's MLA: context = bound - q):
+    # the run-time proof checks, at every build, that the window made those rows exact.
+    bound_as_exact_rows: tuple[str, str] | None = None
     # Where the kernel is told host lengths of its own (vllm-ascend; window.py: a told
     # length), the window's start comes from that told length, on the host and the device:
     # - per method, the backends whose kernel takes the builder's host bound plus the query
@@ -101,6 +111,43 @@ class Line:
 
 
 _AR = f"{_SPEC_DECODE}.target_dependent_ar"
+
+# vLLM 0.33's draft attention backends the window is proven for (design doc, section 4.2):
+# their builders hand the kernel the window's device lengths and cropped tables, and take
+# host values as bounds only, on every pass of the method. Flash attention, Triton and the
+# MLA decode path are driven through their real builds in the tests; FlashInfer (which
+# copies the exact device lengths to the host whenever speculative tokens are configured),
+# CPU attention, FlashMLA and the FlashInfer and FlashAttention MLA builders do not build
+# on a CPU without their kernels' packages and are served from reading their builds, with
+# the run-time proof checking the MLA prefill rows at every build.
+_GQA_0_33 = ("FlashAttentionBackend", "TritonAttentionBackend", "FlashInferBackend",
+             "CPUAttentionBackend")  # fmt: skip
+# MLA builders whose decode threshold (1 + K, or more) keeps a DFlash/DSpark query pass of
+# K + 1 or K tokens per request on the decode path, which reads the device lengths.
+_MLA_QUERY_PASS_0_33 = ("TritonMLABackend", "FlashMLABackend", "FlashInferMLABackend",
+                        "FlashAttnMLABackend")  # fmt: skip
+# MLA builders that send only rows longer than the threshold to their prefill path (a
+# draft prefill's prefilling rows, whose host length the window makes exact).
+_MLA_VARLEN_0_33 = ("FlashInferMLABackend", "FlashAttnMLABackend")
+_SINGLE_ONLY_MLA = (
+    "its builder takes single-token queries only, so every draft query of several tokens "
+    "goes to its prefill path, which takes the host bound as the exact context length; the "
+    "window's host bound is only a bound there"
+)
+_UNIFORM_MLA_AR = (
+    "its builder sends every row from the first query of another length on to its prefill "
+    "path, which takes the host bound as the exact context length; an EAGLE draft prefill's "
+    "verify rows have only a bound there"
+)
+_BACKEND_NOTES_0_33 = (
+    ("CutlassMLABackend", _SINGLE_ONLY_MLA),
+    ("CPUMLABackend", _SINGLE_ONLY_MLA),
+    ("XPUFlashAttnMLABackend", _SINGLE_ONLY_MLA),
+    ("TritonMLABackend", _UNIFORM_MLA_AR),
+    ("FlashMLABackend", _UNIFORM_MLA_AR),
+    ("FlexAttentionBackend", "its builder copies the lengths into buffers of its own, which "
+     "the window's in-place updates and its run-time proof do not follow"),
+)  # fmt: skip
 # Hooked alike on both lines.
 _SET_ATTN = Hook(
     f"{_SPEC_DECODE}.speculator", "DraftModelSpeculator", "set_attn", "set_attn",
@@ -158,6 +205,14 @@ VLLM_0_33 = Line(
         _PREPARE_ATTN,
     ),
     methods=("dflash", "dspark", "eagle", "eagle3"),
+    backends=(
+        ("dflash", _GQA_0_33 + _MLA_QUERY_PASS_0_33),
+        ("dspark", _GQA_0_33 + _MLA_QUERY_PASS_0_33),
+        ("eagle", _GQA_0_33 + _MLA_VARLEN_0_33),
+        ("eagle3", _GQA_0_33 + _MLA_VARLEN_0_33),
+    ),
+    backend_notes=_BACKEND_NOTES_0_33,
+    bound_as_exact_rows=("num_decodes", "num_prefills"),
 )  # fmt: skip
 
 # vllm-ascend 0.30.0rc2 on vLLM 0.30.0, every draft through vllm-ascend's GQA (FIA) backend.
@@ -207,6 +262,7 @@ VLLM_0_30_ASCEND = Line(
     dspark_host_length_targets=("glm",),
     exact_copy_backends=(("dspark", ("AscendMLABackend",)),),
     ar_told_target_lengths=True,
+    backend_module=("vllm_ascend.", "vllm-ascend"),
     host_mirror=("seq_lens_cpu", "seq_lens_np"),
     built_host_lengths=("seq_lens_list", "decode.seq_lens_list"),
     unsynced_target=("vllm_ascend.utils", "is_deepseek_v41"),

@@ -59,6 +59,7 @@ class Watch:
     speculator: Any
     host_mirror: tuple[str, str] | None = None
     built_host_lengths: tuple[str, ...] = ()
+    bound_as_exact_rows: tuple[str, str] | None = None
 
 
 class Mrv2DraftWindow:
@@ -124,6 +125,10 @@ class Mrv2DraftWindow:
         # [max_num_reqs] int32, host: the windowed seq_lens_cpu_upper_bound.
         self.seq_lens_cpu_upper_bound = torch.zeros(max_num_reqs, dtype=torch.int32)
         self.told = told
+        # [n] bool, host, or None: the rows of the build in progress whose host bound the
+        # window made their exact windowed length (a draft prefill's prefilling rows); the
+        # run-time proof checks that a builder taking the bound as exact reads only those.
+        self.exact_host_rows: torch.Tensor | None = None
         # [max_num_reqs] int32: the told lengths of the pass in progress, windowed in place.
         self.told_windowed = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
         # [max_num_reqs] int32, host: scratch for windowing host lengths (told lengths).

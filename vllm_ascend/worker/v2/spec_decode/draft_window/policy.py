@@ -183,10 +183,12 @@ def _refuse_shape(method: str, window_size: int, query_stretch: int, vllm_config
 def _refuse_backends(speculator: Any, line: Line, decisions: list[GroupDecision],
                      window_size: int) -> None:  # fmt: skip
     """Stop where the draft's kernel would take lengths the window does not set on this
-    line: an attention backend the line's table does not prove for the method (on a line
-    that lists none, a backend defined outside vLLM), or a layout the line names."""
+    line: an attention backend defined outside the line's backend module, one the line's
+    table does not prove for the method (with the line's reason for a known one), or a
+    layout the line names."""
     method = speculator.method
     backends = line.backends_for(method)
+    notes = dict(line.backend_notes)
     for decision in decisions:
         if not decision.windowed:
             continue
@@ -194,20 +196,23 @@ def _refuse_backends(speculator: Any, line: Line, decisions: list[GroupDecision]
             name, module = group.backend.__name__, group.backend.__module__
             where = (f"{KEY}={window_size} is not supported on {line.name} for {method} with "
                      f"{decision.describe()} on attention backend {name}")  # fmt: skip
-            if backends is not None and name not in backends:
-                raise ValueError(
-                    f"{where}: its kernel takes host lengths the window does not "
-                    f"set yet (supported: {', '.join(backends)}). Remove {KEY}."
-                )
-            if backends is None and not module.startswith("vllm."):
+            prefix, project = line.backend_module
+            if not module.startswith(prefix):
                 # NOTE: a platform plugin's backend (vllm-ascend's on a later vLLM) may
                 # tell its kernel host lengths of its own, which only that line's hooks
                 # window: served without them, the kernel would read outside the window.
                 raise ValueError(
-                    f"{where} from {module}, defined outside vLLM: the window is proven on "
-                    f"this line for vLLM's own backends only. Use a supported line for that "
-                    f"platform ({SUPPORTED}), run Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0), "
-                    f"or remove {KEY}."
+                    f"{where} from {module}, defined outside {project}: the window is proven "
+                    f"on this line for {project}'s own backends only. Use a supported line for "
+                    f"that platform ({SUPPORTED}), run Model Runner V1 "
+                    f"(VLLM_USE_V2_MODEL_RUNNER=0), or remove {KEY}."
+                )
+            if backends is not None and name not in backends:
+                why = notes.get(name, "its kernel takes host lengths the window does not set yet")
+                raise ValueError(
+                    f"{where}: {why} (supported for {method} on this line: "
+                    f"{', '.join(backends)}). Use one of those attention backends, or remove "
+                    f"{KEY}."
                 )
     for path, layout, why, fix in line.unserved_state:
         if dotted(speculator, path):

@@ -19,7 +19,11 @@ and the steps it records run under the same hooks), it checks that
   refreshes the persistent buffers the metadata references;
 - what the builder built, where the backend keeps host lengths of its own (vllm-ascend's
   FIA takes ``seq_lens_list`` as exact lengths): built from the window's device lengths,
-  and at most the longest read.
+  and at most the longest read;
+- at every build, not only the first: the rows a builder's prefill path serves, where that
+  path takes the host bound as the exact length (vLLM's MLA: context = bound - q), are rows
+  whose bound the window made exact (a draft prefill's prefilling rows). Elsewhere the
+  window's host bound is only a bound.
 
 Any failure stops with an error naming the path: the hooks a build ran under, or, for a
 build under none, the methods that called it. The checks read pointers, shapes and host
@@ -64,6 +68,9 @@ class WindowProof:
         # The built metadata's host length lists the kernel takes (vllm-ascend's FIA and MLA
         # keep them), as dotted attribute paths.
         self.built_host_lengths = watch.built_host_lengths
+        # The built metadata's (decode rows, prefill rows) counts, where a prefill path takes
+        # the host bound as exact (lines.Line.bound_as_exact_rows).
+        self.bound_as_exact_rows = watch.bound_as_exact_rows
         # The line's host mirrors of the unwindowed lengths (draft's and target's), which a
         # built host seq_lens must never be.
         mirror_name = watch.host_mirror[0] if watch.host_mirror else None
@@ -99,10 +106,15 @@ class WindowProof:
         def watched(*args: Any, **kwargs: Any) -> Any:
             key = (tuple(self.window.path), name, g)
             if key in self.proven:
-                return real(*args, **kwargs)
+                metadata = real(*args, **kwargs)
+                if self.bound_as_exact_rows is not None:
+                    self._check_exact_rows(name, g, metadata)
+                return metadata
             self._check(name, g, group, args, kwargs)
             metadata = real(*args, **kwargs)
             self._check_built(name, g, metadata)
+            if self.bound_as_exact_rows is not None:
+                self._check_exact_rows(name, g, metadata)
             # NOTE: within a graph capture every build is checked: a capture's input
             # preparation and the steps it records build under the same hooks, and a step
             # that went around the build hook must not pass as the preparation proven first.
@@ -168,6 +180,24 @@ class WindowProof:
                                 f"window's {cap}")  # fmt: skip
         if problems:
             raise self._error(name, g, problems)
+
+    def _check_exact_rows(self, name: str, g: int, metadata: Any) -> None:
+        """The rows the builder's prefill path serves (it takes their host bound as exact)
+        are rows whose bound the window made exact. Host integers only: cheap enough for
+        every build."""
+        decodes, prefills = (getattr(metadata, f, None) for f in self.bound_as_exact_rows)
+        if not isinstance(prefills, int) or prefills <= 0:
+            return
+        exact = self.window.exact_host_rows
+        rows = range(decodes, decodes + prefills)
+        inexact = [r for r in rows if exact is None or r >= exact.shape[0] or not bool(exact[r])]
+        if inexact:
+            shown = ", ".join(map(str, inexact[:8])) + (", ..." if len(inexact) > 8 else "")
+            raise self._error(name, g, [
+                f"its prefill path takes the host bound of rows {shown} as their exact length "
+                f"(context = bound - query), and the window handed it only a bound there "
+                f"(exact: the prefilling rows of a draft prefill)"
+            ])  # fmt: skip
 
     def _is_host_mirror(self, seq_lens: torch.Tensor, host: Any) -> bool:
         """Where the kernel is told host lengths (vllm-ascend's EAGLE: its builder keeps the

@@ -153,6 +153,7 @@ def windowed_prefill_metadata(speculator: Any, window: Mrv2DraftWindow, batch: A
     kept = dict(vars(model_state))
     if isinstance(kept.get("max_model_len"), int) and n:
         model_state.max_model_len = min(kept["max_model_len"], int(bound.max()))
+    window.exact_host_rows = prefilling
     try:
         with window.on_path(path):
             return model_state.prepare_attn(
@@ -165,6 +166,7 @@ def windowed_prefill_metadata(speculator: Any, window: Mrv2DraftWindow, batch: A
                 speculator.kv_cache_config,
             )
     finally:
+        window.exact_host_rows = None
         for name in set(vars(model_state)) - set(kept):
             delattr(model_state, name)
         vars(model_state).update(kept)

@@ -46,7 +46,8 @@ def create_draft_window(speculator: Any, line: Line) -> Mrv2DraftWindow | None:
         attention_sinks=plan.sink_tokens, min_context=plan.min_context, told=told,
         attn_groups=speculator.attn_groups,
         left_alone_group_ids=plan.left_alone_group_ids,
-        watch=Watch(speculator, line.host_mirror, line.built_host_lengths),
+        watch=Watch(speculator, line.host_mirror, line.built_host_lengths,
+                    line.bound_as_exact_rows),
     )  # fmt: skip
     _say_on(speculator.method, plan, window)
     enable_if_trusted(window, logger, KEY)
