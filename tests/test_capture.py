@@ -35,9 +35,9 @@ def drafts(tmp_path_factory):
     return draft_dir(tmp_path_factory.mktemp("tiny-draft"))
 
 
-def run(drafts, method, num_spec, mode, additional, monkeypatch):
+def run(drafts, method, num_spec, mode, additional, monkeypatch, backend=None):
     graphs.cuda_graphs_on_cpu(monkeypatch)
-    st = started(drafts, method, num_spec, mode, additional, monkeypatch)
+    st = started(drafts, method, num_spec, mode, additional, monkeypatch, backend=backend)
     capture(st.s, mode)
     window = st.s.draft_window
     if window is not None:
@@ -90,6 +90,29 @@ def test_dflash_and_dspark_capture_and_the_replayed_query_pass_reads_its_window(
                     for target, r in zip(TARGET_LENS, t.rejected, strict=True)]  # fmt: skip
     (launch,) = replayed(s.query_cudagraph_manager, st.model, 1)
     assert_reads(t, launch, ends, s.num_query_per_req, s.draft_window)
+
+
+@pytest.mark.parametrize("method", ["eagle3", "dflash"])
+def test_flash_attention_captures_and_replays_read_the_window(method, drafts, monkeypatch):
+    """The same start-up, capture and replay with the draft on vLLM's flash attention backend
+    (its builder runs on CPU; the kernel launch is recorded like Triton's)."""
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+
+    num_spec = 3
+    st, t = run(drafts, method, num_spec, CUDAGraphMode.FULL_DECODE_ONLY,
+                {"draft_window_size": W}, monkeypatch, backend=FlashAttentionBackend)  # fmt: skip
+    s = st.s
+    assert {g.backend for gs in s.attn_groups for g in gs} == {FlashAttentionBackend}
+    if method == "eagle3":
+        launches = replayed(s.decode_cudagraph_manager, st.model, num_spec - 1)
+        for step, launch in enumerate(launches, start=1):
+            ends = [target - int(r) + step
+                    for target, r in zip(TARGET_LENS, t.rejected, strict=True)]  # fmt: skip
+            assert_reads(t, launch, ends, 1, s.draft_window)
+    else:
+        ends = s.input_buffers.seq_lens[: len(TARGET_LENS)].tolist()
+        (launch,) = replayed(s.query_cudagraph_manager, st.model, 1)
+        assert_reads(t, launch, ends, s.num_query_per_req, s.draft_window)
 
 
 def test_a_draft_backend_defined_outside_vllm_is_refused_at_start_up(drafts, monkeypatch):

@@ -88,7 +88,8 @@ class Eagle:
 
 
 def setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=CONTEXTS, seed=0,
-                prefill_chunk=None, window=W, sinks=0, min_context=0) -> Eagle:  # fmt: skip
+                prefill_chunk=None, window=W, sinks=0, min_context=0,
+                vllm_config=None) -> Eagle:  # fmt: skip
     """A target verify batch (each request: context + num_spec + 1 query tokens; optionally
     one request prefilling a long chunk), its real target metadata, and a wired draft."""
     rng = np.random.default_rng(seed)
@@ -107,7 +108,7 @@ def setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=CONTEXTS, se
         additional["draft_attention_sinks"] = sinks
     if min_context:
         additional["draft_window_min_context"] = min_context
-    config = make_vllm_config(model_dir, MAX_MODEL_LEN, MAX_NUM_REQS, additional)
+    config = vllm_config or make_vllm_config(model_dir, MAX_MODEL_LEN, MAX_NUM_REQS, additional)
     model_state = DefaultModelState(config, torch.nn.Module(), None, CPU)
     draft_buffers = InputBuffers(MAX_NUM_REQS, batch.block_tables.max_num_batched_tokens, CPU)
     wired = wire_speculator(EagleSpeculator, batch, layouts, config, "eagle3",

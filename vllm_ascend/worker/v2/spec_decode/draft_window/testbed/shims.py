@@ -13,3 +13,7 @@ def apply_cpu_shims() -> None:
     # want pinned memory, which a CPU-only torch cannot give; plain tensors do here.
     buffer_utils.is_uva_available = lambda: False
     torch_utils.PIN_MEMORY = False
+    # vLLM's MLA builders bound the flag at their import.
+    import vllm.model_executor.layers.attention.mla_attention as mla_attention
+
+    mla_attention.PIN_MEMORY = False

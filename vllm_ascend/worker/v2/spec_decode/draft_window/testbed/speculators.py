@@ -86,18 +86,20 @@ def make_speculative_vllm_config(
 @dataclass
 class GroupLayout:
     """One KV-cache group: its manager block size, whether the draft reads it, the smaller
-    kernel block size its backend uses (None: the same), and its KV-cache spec (None: full
+    kernel block size its backend uses (None: the same), its KV-cache spec (None: full
     attention of ``block_size``-token blocks; a ``UniformTypeKVCacheSpecs`` gives its first
-    member to the attention group)."""
+    member to the attention group), and its attention backend (None: vLLM's Triton)."""
 
     block_size: int
     draft: bool = True
     kernel_block_size: int | None = None
     spec: Any = None
+    backend: Any = None
 
     @property
     def full_attention(self) -> bool:
-        return self.spec is None
+        """Whether the window serves it: full attention, or plain MLA."""
+        return self.spec is None or type(self.spec).__name__ == "MLAAttentionSpec"
 
 
 def full_attention_spec(block_size: int) -> FullAttentionSpec:
@@ -147,7 +149,7 @@ def wire_speculator(
             if hasattr(spec, "kv_cache_specs")
             else spec
         )
-        group = AttentionGroup(TritonAttentionBackend, names, layer_spec, g)
+        group = AttentionGroup(layout.backend or TritonAttentionBackend, names, layer_spec, g)
         group.create_metadata_builders(vllm_config, CPU, layout.kernel_block_size)
         assert group.kernel_block_size == layout.kernel_block_size
         if record:

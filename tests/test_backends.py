@@ -1,0 +1,244 @@
+"""The draft attention backends of vLLM 0.33 (design doc, section 4.2): the ones the window
+serves, driven through their real builders on CPU, read exactly the window; the ones whose
+builders take the window's host bound as an exact length are refused by name at start-up,
+and the run-time proof stops such a build if one is served anyway."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig, VllmConfig
+from vllm.config.compilation import CUDAGraphMode
+from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+from vllm.v1.attention.backends.flex_attention import FlexAttentionBackend
+from vllm.v1.attention.backends.mla.cpu_mla import CPUMLABackend
+from vllm.v1.attention.backends.mla.triton_mla import TritonMLABackend
+from vllm.v1.kv_cache_interface import MLAAttentionSpec
+
+from vllm_ascend.worker.v2.spec_decode.draft_window import policy
+from vllm_ascend.worker.v2.spec_decode.draft_window.proof import WindowNotInPathError
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import (
+    SPECULATOR_CLASSES,
+    GroupLayout,
+    wire_speculator,
+)
+
+from test_mrv2_dflash import (
+    MAX_MODEL_LEN,
+    MAX_NUM_REQS,
+    NUM_SPEC,
+    W,
+    assert_reads_exactly_the_window,
+    build,
+    make_batch,
+    wire,
+)
+
+pytestmark = pytest.mark.usefixtures("window_hooks")
+
+# A tiny DeepSeek-V2 (MLA) config: vLLM 0.33's MLA metadata takes head size 576 only
+# (kv_lora_rank 512 + rope 64).
+TINY_MLA = {
+    "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "hidden_size": 64,
+    "intermediate_size": 128, "moe_intermediate_size": 32, "num_attention_heads": 4,
+    "num_key_value_heads": 4, "kv_lora_rank": 512, "q_lora_rank": None, "qk_nope_head_dim": 16,
+    "qk_rope_head_dim": 64, "v_head_dim": 16, "num_hidden_layers": 2, "vocab_size": 256,
+    "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "torch_dtype": "float32",
+    "n_routed_experts": 4, "num_experts_per_tok": 2, "first_k_dense_replace": 2,
+}  # fmt: skip
+MLA_SPEC = MLAAttentionSpec(block_size=16, num_kv_heads=1, head_size=576, dtype=torch.float32)
+
+
+@pytest.fixture(scope="module")
+def mla_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny-mla-576")
+    (root / "config.json").write_text(json.dumps(TINY_MLA))
+    return root
+
+
+class MLAPrefillStandIn:
+    """Stand-in for an MLA layer's prefill kernel backend (a device kernel): the builder
+    only clones it and hands it the prefill metadata."""
+
+    def clone(self):
+        return self
+
+    def get_name(self):
+        return "FLASH_ATTN"
+
+    def prepare_metadata(self, metadata):
+        self.prepared = metadata
+
+
+def mla_config(mla_dir, method: str, monkeypatch, additional: dict | None = None) -> VllmConfig:
+    """A real VllmConfig with a speculative config of NUM_SPEC tokens, as the builders'
+    decode thresholds read it. Validated with an n-gram method, which needs no draft
+    checkpoint (these tiny configs have none); the method and the window's keys are set
+    after, as on the Ascend line's tests. Model Runner V2, as a host runs these speculators."""
+    model = ModelConfig(model=str(mla_dir), skip_tokenizer_init=True, dtype="float32",
+                        max_model_len=MAX_MODEL_LEN)  # fmt: skip
+    parallel = ParallelConfig()
+    speculative = SpeculativeConfig(method="ngram", num_speculative_tokens=NUM_SPEC,
+                                    prompt_lookup_max=3, prompt_lookup_min=1,
+                                    target_model_config=model,
+                                    target_parallel_config=parallel)  # fmt: skip
+    config = VllmConfig(model_config=model, parallel_config=parallel,
+                        speculative_config=speculative)  # fmt: skip
+    object.__setattr__(speculative, "method", method)
+    config.additional_config = {"draft_window_size": W} if additional is None else additional
+    config.scheduler_config.max_num_seqs = MAX_NUM_REQS
+    # Stand-in for the draft's registered MLA layer (building vLLM's MLAAttention needs the
+    # model's projections): the fields the MLA metadata builders read at construction.
+    config.compilation_config.static_forward_context["draft.0"] = SimpleNamespace(
+        q_lora_rank=None, kv_lora_rank=512, qk_nope_head_dim=16, qk_rope_head_dim=64,
+        v_head_dim=16, prefill_backend=MLAPrefillStandIn(),
+        non_causal_multi_token_decode=False,
+    )  # fmt: skip
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    return config
+
+
+def wire_mla(mla_dir, method, backend, monkeypatch, batch=None):
+    layouts = [GroupLayout(16, spec=MLA_SPEC, backend=backend)]
+    batch = batch or make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
+    config = mla_config(mla_dir, method, monkeypatch)
+    wired = wire_speculator(SPECULATOR_CLASSES[method], batch, layouts, config, method, NUM_SPEC)
+    return wired, layouts
+
+
+def decode_view(metadata: dict) -> dict:
+    """What an MLA decode kernel reads: the decode part's lengths and table."""
+    return {name: SimpleNamespace(seq_lens=md.decode.seq_lens, block_table=md.decode.block_table)
+            for name, md in metadata.items()}  # fmt: skip
+
+
+@pytest.mark.parametrize("method", ["dflash", "dspark"])
+@pytest.mark.parametrize("cg_mode", [CUDAGraphMode.NONE, CUDAGraphMode.FULL], ids=str)
+def test_flash_attention_drafts_read_exactly_the_window(method, cg_mode, model_dir, monkeypatch):
+    layouts = [
+        GroupLayout(16, backend=FlashAttentionBackend),
+        GroupLayout(32, backend=FlashAttentionBackend),
+    ]
+    batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
+    wired = wire(method, layouts, batch, model_dir, monkeypatch)
+    metadata = build(wired, cg_mode, slack=3)
+    assert {type(md).__name__ for md in metadata.values()} == {"FlashAttentionMetadata"}
+    assert_reads_exactly_the_window(wired, layouts, metadata)
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["rebuild_each_step", "in_place_update"])
+def test_flash_attention_eagle_steps_get_what_the_triton_builder_gets(fused, model_dir,
+                                                                      monkeypatch):  # fmt: skip
+    """Every EAGLE3 decode step and the draft prefill hand flash attention's kernel the same
+    lengths and tables as the Triton builder's (whose reads test_mrv2_eagle.py checks
+    against dense attention)."""
+    from test_mrv2_eagle import run_decode, run_prefill, setup_eagle
+
+    records = {}
+    for backend in (FlashAttentionBackend, None):
+        layouts = [GroupLayout(16, backend=backend)]
+        e = setup_eagle(model_dir, monkeypatch, 4, layouts, seed=2, prefill_chunk=300)
+        seen = run_prefill(e)
+        steps = run_decode(e, monkeypatch, fused)
+        records[backend] = (seen, steps)
+    (fa_prefill, fa_steps), (triton_prefill, triton_steps) = records.values()
+    assert type(fa_prefill["draft.0"]).__name__ == "FlashAttentionMetadata"
+    for name in ("seq_lens", "block_table"):
+        assert torch.equal(getattr(fa_prefill["draft.0"], name),
+                           getattr(triton_prefill["draft.0"], name))  # fmt: skip
+    assert len(fa_steps) == len(triton_steps) == 3
+    for ours, theirs in zip(fa_steps, triton_steps, strict=True):
+        for a, b in zip(ours["draft.0"], theirs["draft.0"], strict=True):
+            assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("method", ["dflash", "dspark"])
+@pytest.mark.parametrize("cg_mode", [CUDAGraphMode.NONE, CUDAGraphMode.FULL], ids=str)
+def test_triton_mla_query_passes_stay_on_the_decode_path_and_read_the_window(
+    method, cg_mode, mla_dir, monkeypatch
+):
+    """Triton MLA's decode threshold is 1 + K: a DFlash/DSpark pass of K + 1 or K tokens per
+    request goes to its decode path, which reads the window's device lengths and table."""
+    wired, layouts = wire_mla(mla_dir, method, TritonMLABackend, monkeypatch)
+    builder = wired.attn_groups[0][0].metadata_builders[0]
+    assert builder.reorder_batch_threshold == NUM_SPEC + 1
+    metadata = build(wired, cg_mode, slack=3)
+    md = metadata["draft.0"]
+    assert md.num_prefills == 0 and md.prefill is None
+    assert md.decode.seq_lens.data_ptr() == wired.speculator.draft_window.seq_lens.data_ptr()
+    assert_reads_exactly_the_window(wired, layouts, decode_view(metadata))
+
+
+def refused(match: str):
+    return pytest.raises(ValueError, match=match)
+
+
+def foreign_named(base: type, name: str, module: str) -> type:
+    """A backend class named as one that cannot be imported on CPU (CUTLASS MLA allocates
+    CUDA memory at import), with a builder that can."""
+    return type(name, (base,), {"__module__": module})
+
+
+@pytest.mark.parametrize(("method", "backend", "why"), [
+    ("eagle3", TritonMLABackend, "its builder sends every row from the first query of another "
+     "length on to its prefill path, which takes the host bound as the exact context length; "
+     "an EAGLE draft prefill's verify rows have only a bound there"),
+    ("dflash", CPUMLABackend, "its builder takes single-token queries only, so every draft "
+     "query of several tokens goes to its prefill path, which takes the host bound as the "
+     "exact context length"),
+    ("dspark", foreign_named(CPUMLABackend, "CutlassMLABackend",
+                             "vllm.v1.attention.backends.mla.cutlass_mla"),
+     "its builder takes single-token queries only"),
+])  # fmt: skip
+def test_mla_backends_that_take_the_bound_as_exact_are_refused_by_name(
+    method, backend, why, mla_dir, monkeypatch
+):
+    name = backend.__name__
+    with refused(rf"draft_window_size=64 is not supported on vLLM 0.33.x for {method} with "
+                 rf"group 0 \(MLAAttentionSpec, block size 16\) on attention backend {name}: "
+                 rf"{why}.* \(supported for {method} on this line: .*\)\. Use one of those "
+                 rf"attention backends, or remove draft_window_size\."):  # fmt: skip
+        wire_mla(mla_dir, method, backend, monkeypatch)
+
+
+def test_flex_attention_is_refused_by_name(model_dir, monkeypatch):
+    layouts = [GroupLayout(16, backend=FlexAttentionBackend)]
+    with refused(r"on attention backend FlexAttentionBackend: its builder copies the lengths "
+                 r"into buffers of its own"):  # fmt: skip
+        wire("dflash", layouts, make_batch(layouts), model_dir, monkeypatch)
+
+
+def test_a_builder_taking_the_bound_as_exact_is_stopped_by_the_proof(mla_dir, monkeypatch):
+    """Served anyway (the refusal switched off), vLLM's common MLA builder sends a DFlash
+    pass to its prefill path, whose context lengths come from the host bound: the run-time
+    proof stops that build, naming the rows."""
+    monkeypatch.setattr(policy, "_refuse_backends", lambda *args, **kwargs: None)
+    wired, _ = wire_mla(mla_dir, "dflash", CPUMLABackend, monkeypatch)
+    with pytest.raises(WindowNotInPathError) as error:
+        build(wired, CUDAGraphMode.NONE, slack=3)
+    message = str(error.value)
+    assert "its prefill path takes the host bound of rows 0, 1, 2, 3, 4, 5, 6, 7, ..." in message
+    assert "the window handed it only a bound there" in message
+
+
+def test_prefilling_rows_of_an_eagle_draft_prefill_get_their_exact_windowed_length(
+    mla_dir, monkeypatch
+):
+    """A builder whose prefill path takes the bound as exact, served the draft prefill of a
+    verify batch whose prefilling row comes last: the verify rows stay on its decode path,
+    and the prefilling row's context is exactly its windowed length minus its chunk (the
+    window made that bound exact), which the proof lets through."""
+    from test_mrv2_eagle import run_prefill, setup_eagle
+
+    monkeypatch.setattr(policy, "_refuse_backends", lambda *args, **kwargs: None)
+    config = mla_config(mla_dir, "eagle3", monkeypatch)
+    layouts = [GroupLayout(16, spec=MLA_SPEC, backend=TritonMLABackend)]
+    e = setup_eagle(mla_dir, monkeypatch, NUM_SPEC, layouts, prefill_chunk=300,
+                    vllm_config=config)  # fmt: skip
+    md = run_prefill(e)["draft.0"]
+    n = e.batch.num_reqs
+    assert (md.num_decodes, md.num_prefills) == (n - 1, 1)
+    windowed = int(e.s.draft_window.seq_lens[n - 1])
+    assert windowed < int(e.batch.seq_lens[n - 1])  # the chunk's context is cropped
+    assert md.prefill.chunked_context.context_lens_list == [windowed - 300]
