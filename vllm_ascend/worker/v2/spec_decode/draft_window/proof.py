@@ -28,7 +28,7 @@ and the steps it records run under the same hooks), it checks that
 Any failure stops with an error naming the path: the hooks a build ran under, or, for a
 build under none, the methods that called it. The checks read pointers, shapes and host
 tensors only: no device value, so they may run inside a graph capture. Once a path is
-proven, a build costs one set lookup.
+proven, a build costs one set lookup (and the prefill-row check above, two integers).
 """
 
 from __future__ import annotations
