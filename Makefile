@@ -20,7 +20,7 @@ OVERLAY030 := $(VENV030)/.overlay-installed
 PACKAGE_FILES := $(shell find vllm_ascend -name '*.py' 2>/dev/null)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test lint demo bench e2e-ascend clean
+.PHONY: help setup test lint demo bench gpu-check e2e-ascend clean
 
 help:  ## List the targets.
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -72,6 +72,10 @@ demo: $(STAMP)  ## The main job: the window inspector on a 1k-128k batch (DSpark
 
 bench: $(STAMP) $(VLLM_ASCEND_WHEEL_STAMP)  ## Benchmarks into benchmarks/results/ (about a minute).
 	$(PY) benchmarks/bench_window.py
+
+# Runs in the host's own environment (its CUDA torch and Triton; vLLM optional), not in .venv.
+gpu-check:  ## The window's kernels checked and measured on a CUDA GPU (benchmarks/results/gpu.md).
+	$(PYTHON) -m vllm_ascend.worker.v2.spec_decode.draft_window.gpu_check $(GPU_ARGS)
 
 # Runs in the host's own environment (its NPU or CUDA builds of vLLM), not in .venv.
 e2e-ascend:  ## End to end with vllm serve on Ascend NPUs (DRY_RUN=1, DEVICE=cuda, E2E_SCENARIO=..., SINKS=N, STUDY=long).

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from vllm.v1.worker.block_table import get_block_table_width
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
     BlockTableWindow,
@@ -99,4 +98,10 @@ def cropped_table_width(
     block ids a tile at a time), and never wider than the full table, past which no window
     reads."""
     needed = ceil_div(spec.read_cap(max_query_len), block_size)
+    try:
+        from vllm.v1.worker.block_table import get_block_table_width
+    except ImportError:
+        # Only the window's own kernels without vLLM (gpu_check.py on a machine without
+        # it): they take any width.
+        return min(needed, full_width)
     return min(get_block_table_width(needed, block_size), full_width)
