@@ -193,7 +193,7 @@ def test_a_defect_while_installing_does_not_stop_vllm_either(model_dir, monkeypa
     def broken(line):
         raise RuntimeError("a defect")
 
-    monkeypatch.setattr(lines, "resolve", broken)
+    monkeypatch.setattr(install, "resolve", broken)
     vllm.plugins.load_general_plugins()
     assert install.status().problems == ("RuntimeError: a defect",)
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")

@@ -11,6 +11,8 @@ start-up with those reasons (``plugin.py``).
 from __future__ import annotations
 
 import functools
+import importlib
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +61,7 @@ def _install() -> Status:
     elif (problem := lines.requirement_problem(line)) is not None:
         problems = [problem]
     else:
-        found, problems = lines.resolve(line)
+        found, problems = resolve(line)
     if not problems:
         try:
             from vllm_ascend.worker.v2.spec_decode.draft_window import hooks
@@ -103,3 +105,51 @@ def _vllm_version() -> str:
         return str(vllm.__version__)
     except Exception:
         return "(unknown)"
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A hook found on the installed vLLM: the class that defines it, and the method."""
+
+    hook: lines.Hook
+    owner: type
+    method: object
+
+
+def resolve(line: lines.Line) -> tuple[list[Resolved], list[str]]:
+    """Find every hook of ``line`` on the installed vLLM: (found, problems). Imports and
+    inspects only; it never raises because of what the installed vLLM looks like.
+
+    A wrapped method must be defined on its class itself (wrapping an inherited one would
+    hook the base class's subclasses twice); a called one may be inherited. Problems name
+    the missing module, class, method or parameters.
+    """
+    found, problems = [], []
+    for hook in line.hooks:
+        try:
+            module = importlib.import_module(hook.module)
+        except Exception as error:  # any import-time failure of a module we hook
+            problems.append(f"module {hook.module} cannot be imported ({error})")
+            continue
+        owner = getattr(module, hook.cls, None)
+        if not isinstance(owner, type):
+            problems.append(f"{hook.module} has no class {hook.cls}")
+            continue
+        if hook.wrapper is not None:
+            method = owner.__dict__.get(hook.method)
+        else:
+            method = getattr(owner, hook.method, None)
+        if method is None:
+            problems.append(f"{hook.name} is missing")
+            continue
+        try:
+            parameters = inspect.signature(inspect.unwrap(method)).parameters
+        except (TypeError, ValueError):
+            problems.append(f"{hook.name} has no readable signature")
+            continue
+        missing = [p for p in hook.parameters if p not in parameters]
+        if missing:
+            problems.append(f"{hook.name} no longer takes {', '.join(missing)}")
+            continue
+        found.append(Resolved(hook, owner, method))
+    return found, problems

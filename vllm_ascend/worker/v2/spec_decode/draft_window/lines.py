@@ -1,17 +1,14 @@
 """The vLLM lines the draft window supports, and what it hooks on each: the one place that
 knows versions, module paths, class names and parameters.
 
-The rest of the package asks :func:`resolve` for the classes and never reads a version.
-Resolving imports and inspects only; it never raises because of what the installed vLLM
-looks like: whatever is missing comes back as a list of readable problems, and then
-nothing is hooked (see ``install.py``).
+The rest of the package reads versions only through this module; ``install.py`` resolves a
+line's hooks on the installed vLLM.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -285,15 +282,6 @@ STRICT_CONFIG = ("vllm_ascend.ascend_config", "AscendConfig")
 SUPPORTED = ", ".join(line.name for line in LINES)
 
 
-@dataclass(frozen=True)
-class Resolved:
-    """A hook found on the installed vLLM: the class that defines it, and the method."""
-
-    hook: Hook
-    owner: type
-    method: object
-
-
 def installed_versions() -> dict[str, str]:
     """The installed vLLM and vllm-ascend distributions, for messages."""
     return {dist: _version_of(dist) for dist in ("vllm", "vllm-ascend")}
@@ -330,44 +318,6 @@ def _version_of(dist: str) -> str:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return "not installed"
-
-
-def resolve(line: Line) -> tuple[list[Resolved], list[str]]:
-    """Find every hook of ``line`` on the installed vLLM: (found, problems).
-
-    A wrapped method must be defined on its class itself (wrapping an inherited one would
-    hook the base class's subclasses twice); a called one may be inherited. Problems name
-    the missing module, class, method or parameters.
-    """
-    found, problems = [], []
-    for hook in line.hooks:
-        try:
-            module = importlib.import_module(hook.module)
-        except Exception as error:  # any import-time failure of a module we hook
-            problems.append(f"module {hook.module} cannot be imported ({error})")
-            continue
-        owner = getattr(module, hook.cls, None)
-        if not isinstance(owner, type):
-            problems.append(f"{hook.module} has no class {hook.cls}")
-            continue
-        if hook.wrapper is not None:
-            method = owner.__dict__.get(hook.method)
-        else:
-            method = getattr(owner, hook.method, None)
-        if method is None:
-            problems.append(f"{hook.name} is missing")
-            continue
-        try:
-            parameters = inspect.signature(inspect.unwrap(method)).parameters
-        except (TypeError, ValueError):
-            problems.append(f"{hook.name} has no readable signature")
-            continue
-        missing = [p for p in hook.parameters if p not in parameters]
-        if missing:
-            problems.append(f"{hook.name} no longer takes {', '.join(missing)}")
-            continue
-        found.append(Resolved(hook, owner, method))
-    return found, problems
 
 
 def dotted(obj: Any, path: str) -> Any:
