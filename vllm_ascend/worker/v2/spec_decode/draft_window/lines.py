@@ -54,6 +54,9 @@ class Line:
     # defined elsewhere (a platform plugin's) may tell its kernel host lengths of its own,
     # which only that line's hooks window.
     backend_module: tuple[str, str] = ("vllm.", "vLLM")
+    # Under decode context parallelism: backends whose build would take a host bound as an
+    # exact length, with why, and whether only with cp_kv_cache_interleave_size > 1.
+    dcp_backend_notes: tuple[tuple[str, str, bool], ...] = ()
     # The built metadata's (decode rows, prefill rows) counts where a builder's prefill path
     # takes the host bound as the exact length of its rows (vLLM's MLA: context = bound - q):
     # the run-time proof checks, at every build, that the window made those rows exact.
@@ -145,6 +148,20 @@ _BACKEND_NOTES_0_33 = (
     ("FlexAttentionBackend", "its builder copies the lengths into buffers of its own, which "
      "the window's in-place updates and its run-time proof do not follow"),
 )  # fmt: skip
+# Under DCP, vLLM sends every query of several tokens to an MLA builder's prefill path
+# unless the builder declares varlen DCP support (``_init_reorder_batch_threshold``), and
+# that path takes the host bound as the exact context length.
+_DCP_NO_VARLEN = (
+    "under decode context parallelism its builder declares no varlen support, so vLLM "
+    "sends the draft's queries of several tokens to its prefill path, which takes the host "
+    "bound as the exact context length; the window's host bound is only a bound there"
+)
+_DCP_NOTES_0_33 = (
+    ("TritonMLABackend", _DCP_NO_VARLEN, False),
+    ("FlashMLABackend", _DCP_NO_VARLEN, False),
+    ("FlashAttnMLABackend", _DCP_NO_VARLEN.replace("declares no varlen support", "declares "
+     "varlen support only with cp_kv_cache_interleave_size=1"), True),
+)  # fmt: skip
 # Hooked alike on both lines.
 _SET_ATTN = Hook(
     f"{_SPEC_DECODE}.speculator", "DraftModelSpeculator", "set_attn", "set_attn",
@@ -209,6 +226,7 @@ VLLM_0_33 = Line(
         ("eagle3", _GQA_0_33 + _MLA_VARLEN_0_33),
     ),
     backend_notes=_BACKEND_NOTES_0_33,
+    dcp_backend_notes=_DCP_NOTES_0_33,
     bound_as_exact_rows=("num_decodes", "num_prefills"),
 )  # fmt: skip
 

@@ -17,12 +17,12 @@ from typing import Any
 
 import torch
 
+from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import DcpLayout, column_tokens
 from vllm_ascend.worker.v2.spec_decode.draft_window.fused import FusedRefresh
 from vllm_ascend.worker.v2.spec_decode.draft_window.proof import WindowProof
 from vllm_ascend.worker.v2.spec_decode.draft_window.views import (
     BlockTablesView,
     InputBuffersView,
-    block_table_units,
     cropped_table_width,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
@@ -92,8 +92,9 @@ class Mrv2DraftWindow:
         ``attn_groups`` and ``left_alone_group_ids``: the draft groups whose builders keep
         vLLM's own inputs (``policy.py``). ``watch``: the speculator whose builders the
         run-time proof watches (none for a window no speculator builds from)."""
-        units = block_table_units(block_tables)
-        self.group_block_sizes = {g: int(units[g]) for g in draft_group_ids}
+        # Per draft group: a request's tokens per table column (a DCP-sharded table's
+        # columns are virtual blocks of every rank's share: dcp.py).
+        self.group_block_sizes = column_tokens(block_tables, draft_group_ids)
         alignment = lcm_alignment(list(self.group_block_sizes.values()))
         sinks = align_sinks(attention_sinks, alignment)
         min_context = effective_min_context(min_context, window_size, alignment, sinks)
@@ -131,6 +132,15 @@ class Mrv2DraftWindow:
         self.exact_host_rows: torch.Tensor | None = None
         # [max_num_reqs] int32: the told lengths of the pass in progress, windowed in place.
         self.told_windowed = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
+        # Under DCP: this rank's layout, and [max_num_reqs] int32 DCP-local lengths of a
+        # rebuild that would otherwise hand the builders the target's (the draft prefill).
+        self.dcp = DcpLayout.of(block_tables)
+        self.dcp_local_seq_lens = torch.zeros_like(self.seq_lens) if self.dcp else None
+        self.dcp_scratch = torch.zeros_like(self.seq_lens) if self.dcp else None
+        # The DCP-local lengths a build may hand a kernel (the proof checks): the window's,
+        # or the draft's own buffer, which vLLM fills from the windowed lengths.
+        own = getattr(input_buffers, "dcp_local_seq_lens", None)
+        self.dcp_local_buffers = [b for b in (self.dcp_local_seq_lens, own) if b is not None]
         # [max_num_reqs] int32, host: scratch for windowing host lengths (told lengths).
         self.host_skip = torch.zeros(max_num_reqs, dtype=torch.int32)
         # One-launch refreshes (fused.py) of the per-step tables and of a draft prefill's

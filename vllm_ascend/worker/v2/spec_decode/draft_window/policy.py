@@ -17,6 +17,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     SINKS_KEY,
     DraftWindowConfig,
 )
+from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import DcpLayout, column_tokens
 from vllm_ascend.worker.v2.spec_decode.draft_window.groups import (
     GroupDecision,
     decide_groups,
@@ -81,6 +82,7 @@ def plan(speculator: Any, config: DraftWindowConfig, line: Line) -> Plan | None:
     _refuse_shape(method, window_size, query_stretch, vllm_config)
     decisions = decide_groups(speculator.kv_cache_config, speculator.attn_groups)
     _refuse_backends(speculator, line, decisions, window_size)
+    _refuse_dcp(speculator, line, decisions, window_size)
     for decision in decisions:
         if decision.unknown:
             logger.warning("%s: draft KV-cache group %d has a spec the window does not know "
@@ -92,8 +94,7 @@ def plan(speculator: Any, config: DraftWindowConfig, line: Line) -> Plan | None:
                        "draft window stays off; %s.", KEY, window_size,
                        describe_decisions(decisions))  # fmt: skip
         return None
-    units = block_table_units(speculator.block_tables)
-    alignment = lcm_alignment([int(units[g]) for g in windowed])
+    alignment = lcm_alignment(list(column_tokens(speculator.block_tables, windowed).values()))
     sink_size = align_sinks(sink_tokens, alignment)
     max_model_len = speculator.max_model_len
     # A read leaves tokens out once start > S, which needs L - W >= S + a for some
@@ -153,7 +154,7 @@ def refuse_method(method: str, line: Line, window_size: int) -> None:
 
 def _refuse_shape(method: str, window_size: int, query_stretch: int, vllm_config: Any) -> None:
     """Stop where one block-aligned window per request cannot hold the draft: a window
-    smaller than the draft's own queries, prefix-LM targets, context parallelism."""
+    smaller than the draft's own queries, prefix-LM targets, prefill context parallelism."""
     if window_size < query_stretch:
         raise ValueError(
             f"{KEY}={window_size} is smaller than the {query_stretch} query tokens "
@@ -166,18 +167,48 @@ def _refuse_shape(method: str, window_size: int, query_stretch: int, vllm_config
             f"bidirectional image spans are placed in absolute positions that a cropped "
             f"draft table no longer uses. Remove {KEY} for this model."
         )
-    layouts = (
-        ("decode_context_parallel_size", "each rank holds an interleaved shard of the KV"),
-        ("prefill_context_parallel_size", "the draft prefill builds metadata for the global "
-         "batch while each rank runs its own split of the tokens"),
-    )  # fmt: skip
-    for name, why in layouts:
-        size = getattr(vllm_config.parallel_config, name, 1) or 1
-        if size > 1:
+    pcp = getattr(vllm_config.parallel_config, "prefill_context_parallel_size", 1) or 1
+    if pcp > 1:
+        raise ValueError(
+            f"{KEY}={window_size} does not support prefill_context_parallel_size={pcp}: the "
+            f"draft prefill builds metadata for the global batch while each rank runs its own "
+            f"split of the tokens, which one block-aligned window per request cannot crop. "
+            f"Use prefill_context_parallel_size=1 or remove {KEY}."
+        )
+
+
+def _refuse_dcp(speculator: Any, line: Line, decisions: list[GroupDecision],
+                window_size: int) -> None:  # fmt: skip
+    """Under decode context parallelism, stop where a window start cannot be whole columns
+    of every rank's table (an interleave that does not divide a column's tokens on one
+    rank), or where the line names a backend whose DCP build takes a host bound as exact."""
+    layout = DcpLayout.of(speculator.block_tables)
+    if layout is None:
+        return
+    units = block_table_units(speculator.block_tables)
+    where = f"{KEY}={window_size} with {layout.describe()}"
+    notes = {name: why for name, why, interleaved_only in line.dcp_backend_notes
+             if layout.interleave > 1 or not interleaved_only}  # fmt: skip
+    for decision in decisions:
+        g = decision.group_id
+        if not decision.windowed or not layout.sharded[g]:
+            continue
+        if int(units[g]) % layout.interleave:
             raise ValueError(
-                f"{KEY}={window_size} does not support {name}={size}: {why}, which one "
-                f"block-aligned window per request cannot crop. Use {name}=1 or remove {KEY}."
+                f"{where}: the interleave does not divide the {int(units[g])} tokens one column "
+                f"of {decision.describe()} holds on each rank, so no window start is whole "
+                f"columns on every rank. Use a cp_kv_cache_interleave_size that divides "
+                f"{int(units[g])} (1, or the block size), or remove {KEY}."
             )
+        for group in speculator.attn_groups[g]:
+            why = notes.get(group.backend.__name__)
+            if why:
+                raise ValueError(
+                    f"{where} is not supported for {speculator.method} with "
+                    f"{decision.describe()} on attention backend {group.backend.__name__}: "
+                    f"{why}. Use decode_context_parallel_size=1, another attention backend, "
+                    f"or remove {KEY}."
+                )
 
 
 def _refuse_backends(speculator: Any, line: Line, decisions: list[GroupDecision],

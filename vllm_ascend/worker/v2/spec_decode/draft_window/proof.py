@@ -14,6 +14,8 @@ and the steps it records run under the same hooks), it checks that
   most ``S + max(W, q) + a - 1``, the longest read of a pass of ``q`` query tokens per
   request (upstream vLLM takes both as bounds). At a graph capture they are vLLM's worst
   case over every replay instead (``max_model_len``), which stay bounds;
+- under decode context parallelism, the device DCP-local lengths are ones computed from the
+  window's lengths: the window's own, or the draft's buffer vLLM fills from them;
 - the slot mapping is vLLM's own: the window never touches where the draft writes;
 - an in-place update of recorded metadata runs inside the window's update hook, which
   refreshes the persistent buffers the metadata references;
@@ -152,6 +154,9 @@ class WindowProof:
         # the device lengths and tables checked above.
         if not capture:
             problems += self._host_lengths_problems(cm)
+        local = getattr(cm, "dcp_local_seq_lens", None)
+        if local is not None and not any(_same_start(local, b) for b in window.dcp_local_buffers):
+            problems.append("its DCP-local seq_lens are not computed from the window's lengths")
         slot_mappings = window.block_tables.base.slot_mappings
         if not _same_storage(cm.slot_mapping, slot_mappings):
             problems.append("its slot_mapping is not vLLM's own (a windowed slot mapping?)")

@@ -74,6 +74,27 @@ a`` is the longest whole read, so every pass reads at most ``max(S + W + a - 1, 
 (``read_cap``) and the host bound becomes ``min(U, max(S + W + a - 1, M - 1))``. That is
 still the smallest bound: ``L = min(U, M - 1)`` reads all of itself.
 
+Decode context parallelism (``dcp.py``). ``c`` ranks, interleave ``I``, ``u`` tokens per
+column on one rank, ``I | u``: token ``p`` lives on rank ``floor(p / I) mod c``, and column
+``k`` of a sharded table holds each rank's tokens of ``[k c u, (k + 1) c u)``, in order.
+Its alignment unit is therefore ``c u`` (``a`` a multiple of it), and one start serves all
+ranks, each rank ``r`` reading its local length ``n_r(windowed)`` from the cropped table:
+
+- ``n_r(x)``, rank ``r``'s tokens of ``[0, x)``, is ``I floor(x / (c I))`` plus its part of
+  the last round; ownership repeats every ``c I`` tokens, so for ``x`` a multiple of
+  ``c I``: ``n_r(x + y) = x / c + n_r(y)``.
+- ``c u`` is ``u / I`` rounds of ``c I``, so ``[0, k c u)`` gives every rank exactly ``k u``
+  tokens: the ``k`` columns it fills. The skip (a multiple of ``a``) drops the same whole
+  columns of every rank's table, and the sinks ``[0, S)`` are whole columns too.
+- A rank's local tokens are its tokens in order, so the cropped table's first
+  ``n_r(S)`` local tokens are its sinks and the next ``n_r(L) - n_r(S + skip) =
+  n_r(L - skip - S)`` its tokens of ``[start, L)``: in all ``n_r(windowed)``, the share of
+  the windowed length vLLM's ``get_dcp_local_seq_lens`` gives. Its columns lie below
+  ``ceil(windowed / (c u))``: the table width holds.
+- No finer start works: a start that drops ``k`` whole columns of every rank leaves
+  ``k u`` tokens per rank before it, ``k c u`` in all. ``I`` adds no condition beyond
+  ``I | u`` (``policy.py`` refuses a layout without it by name).
+
 Every function writes into caller-provided persistent buffers (``out=``), so a per-step
 caller allocates nothing on the device, and none reads a device value on the host.
 """

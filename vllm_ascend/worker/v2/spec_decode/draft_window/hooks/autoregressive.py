@@ -31,6 +31,7 @@ from vllm.config.compilation import CUDAGraphMode
 from vllm.v1.attention.backends.utils import PAD_SLOT_ID
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY
+from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import dcp_local_lengths
 from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import (
     WINDOW_ATTR,
     Installed,
@@ -133,6 +134,15 @@ def windowed_prefill_metadata(speculator: Any, window: Mrv2DraftWindow, batch: A
         windowed = _window_exact(window, batch.seq_lens_cpu_upper_bound[:n], query_lens_cpu)
         bound[prefilling] = windowed[prefilling]
     changes: dict[str, Any] = {"seq_lens": window.seq_lens[:n], "seq_lens_cpu_upper_bound": bound}
+    if getattr(batch, "dcp_local_seq_lens", None) is not None:
+        # The target's DCP-local lengths are this rank's share of the whole context; the
+        # window's are its share of [start, L) (a window start is whole rounds of every
+        # rank: window.py), from the windowed lengths on the device.
+        local = window.dcp_local_seq_lens
+        dcp_local_lengths(window.seq_lens[:n], window.dcp, scratch=window.dcp_scratch[:n],
+                          out=local[:n])  # fmt: skip
+        local[n:].zero_()
+        changes["dcp_local_seq_lens"] = local[: batch.dcp_local_seq_lens.shape[0]]
     fields = {f.name for f in dataclasses.fields(batch)}
     if "prompt_lens" in fields:
         # Prompt lengths feed the target's restricted-SWA prefix, in absolute positions

@@ -75,9 +75,16 @@ def _say_on(method: str, plan: policy.Plan, window: Mrv2DraftWindow) -> None:
     groups = ""
     if plan.left_alone_group_ids:
         groups = f"; {describe_decisions(plan.decisions)}"
+    per_rank, units = "", "block sizes"
+    if window.dcp is not None:
+        # A rank reads its share of the window: at most this, the first rank's share.
+        per_rank = (f", about {spec.max_read_len // window.dcp.cp_size} per rank (at most "
+                    f"{window.dcp.local_len(spec.max_read_len)} on one rank of "
+                    f"{window.dcp.describe()})")  # fmt: skip
+        units = "tokens per table column (a sharded table's column spans every rank)"
     logger.info("Draft KV window on for %s: %s=%d%s%s, the draft reads at most %d tokens "
-                "per request%s; block sizes per KV-cache group %s, alignment %d%s.", method, KEY,
-                plan.window_size, sinks, engaged, spec.max_read_len, chunk,
+                "per request%s%s; %s per KV-cache group %s, alignment %d%s.", method, KEY,
+                plan.window_size, sinks, engaged, spec.max_read_len, per_rank, chunk, units,
                 window.group_block_sizes, spec.alignment, groups)  # fmt: skip
 
 

@@ -32,6 +32,8 @@ class Mrv2Batch:
     # per request: its query tokens, the last ones before its seq_len
     query_lens: list[int]
     max_model_len: int
+    # decode context parallelism: ranks, this batch's rank, interleave (1, 0, 1: none)
+    cp: tuple[int, int, int] = (1, 0, 1)
 
     @property
     def num_tokens(self) -> int:
@@ -52,6 +54,8 @@ def make_mrv2_batch(
     rng: np.random.Generator,
     lookahead_tokens: int = 0,
     query_lens: list[int] | None = None,
+    cp: tuple[int, int, int] = (1, 0, 1),
+    dcp_sharded: list[bool] | None = None,
 ) -> Mrv2Batch:
     """A batch whose `seq_lens` count each request's query (`query_lens`, default
     `num_query_per_req` each): DFlash's layout, and the target's verify batch.
@@ -59,6 +63,10 @@ def make_mrv2_batch(
     Every request owns distinct random block ids (0 is the null block), sized for
     `seq_lens + lookahead_tokens`, in a random request-state row, so a wrong gather or a
     wrong column shows up as a wrong id.
+
+    ``cp``: (ranks, rank, interleave) of decode context parallelism, as the model runner
+    builds ``BlockTables`` for one rank; a group sharded over them (``dcp_sharded``, default
+    all) has one column per ``cp * b`` tokens, with the same block ids on every rank.
     """
     num_reqs = len(seq_lens)
     query_lens = list(query_lens or [num_query_per_req] * num_reqs)
@@ -67,22 +75,30 @@ def make_mrv2_batch(
     assert num_reqs <= num_reqs_padded <= max_num_reqs
     # As the model runner sizes them: enough blocks for max_model_len, rounded up to the
     # 128-token alignment kernels load block ids in.
-    max_blocks = [get_block_table_width(-(-max_model_len // b), b) for b in block_sizes]
+    cp_size, cp_rank, cp_interleave = cp
+    sharded = dcp_sharded or [True] * len(block_sizes)
+    column = [b * cp_size if s else b for b, s in zip(block_sizes, sharded, strict=True)]
+    max_blocks = [get_block_table_width(-(-max_model_len // c), b)
+                  for b, c in zip(block_sizes, column, strict=True)]  # fmt: skip
     block_tables = BlockTables(
         block_sizes=list(block_sizes),
         max_num_reqs=max_num_reqs,
         max_num_batched_tokens=max_num_tokens,
         max_num_blocks_per_group=max_blocks,
         device=CPU,
+        cp_size=cp_size,
+        cp_rank=cp_rank,
+        cp_interleave=cp_interleave,
+        dcp_sharded=sharded,
     )
     input_buffers = InputBuffers(max_num_reqs, max_num_tokens, CPU)
     idx_mapping = rng.permutation(max_num_reqs)[:num_reqs]
     req_block_ids = []
-    for g, b in enumerate(block_sizes):
+    for g in range(len(block_sizes)):
         pool = rng.permutation(np.arange(1, max_num_reqs * max_blocks[g] + 1))
         per_req, used = [], 0
         for length in seq_lens:
-            n = min(-(-(length + lookahead_tokens) // b), max_blocks[g])
+            n = min(-(-(length + lookahead_tokens) // column[g]), max_blocks[g])
             per_req.append([int(x) for x in pool[used : used + n]])
             used += n
         req_block_ids.append(per_req)
@@ -97,6 +113,7 @@ def make_mrv2_batch(
         num_reqs_padded=num_reqs_padded,
         query_lens=query_lens,
         max_model_len=max_model_len,
+        cp=cp,
     )
     fill_persistent_block_tables(batch)
     # Rows and columns of a previous, larger step are still in the gathered tables.
@@ -202,7 +219,8 @@ def prepare_dflash_step(batch: Mrv2Batch, num_spec: int, rng: np.random.Generato
             ib, bt.slot_mappings[g], i64(tokens), i64(tokens), i64(m * num_spec),
             i64(m * num_spec), i64(m * num_spec), torch.zeros(m), i64(m), target,
             torch.from_numpy(q - rejected), torch.from_numpy(rejected), i64(m), i64(m),
-            torch.zeros(m), i64(m), bt.input_block_tables[g], batch.block_sizes[g], 0, 1, 1, 0,
+            torch.zeros(m), i64(m), bt.input_block_tables[g], batch.block_sizes[g],
+            batch.cp[1], batch.cp[0] if bool(bt.dcp_sharded[g]) else 1, batch.cp[2], 0,
             q, num_spec, m, tokens, batch.max_model_len,
         )  # fmt: skip
     # The kernel's lengths are the batch's (a check of this setup, not of the window).
