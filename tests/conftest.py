@@ -8,6 +8,8 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.testbed import use_triton_in
 
 use_triton_interpreter()
 
+import json  # noqa: E402
+
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from vllm.triton_utils import HAS_TRITON  # noqa: E402
@@ -74,6 +76,26 @@ def model_dir(tmp_path_factory):
     from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import tiny_model_dir
 
     return tiny_model_dir(tmp_path_factory.mktemp("tiny-llama"))
+
+
+# A tiny DeepSeek-V2 (MLA) config: vLLM 0.33's MLA metadata takes head size 576 only
+# (kv_lora_rank 512 + rope 64).
+TINY_MLA = {
+    "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "hidden_size": 64,
+    "intermediate_size": 128, "moe_intermediate_size": 32, "num_attention_heads": 4,
+    "num_key_value_heads": 4, "kv_lora_rank": 512, "q_lora_rank": None, "qk_nope_head_dim": 16,
+    "qk_rope_head_dim": 64, "v_head_dim": 16, "num_hidden_layers": 2, "vocab_size": 256,
+    "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "torch_dtype": "float32",
+    "n_routed_experts": 4, "num_experts_per_tok": 2, "first_k_dense_replace": 2,
+}  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def mla_dir(tmp_path_factory):
+    """A tiny MLA model config written locally (no weights), for vLLM's MLA builders."""
+    root = tmp_path_factory.mktemp("tiny-mla-576")
+    (root / "config.json").write_text(json.dumps(TINY_MLA))
+    return root
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ serves, driven through their real builders on CPU, read exactly the window; the 
 builders take the window's host bound as an exact length are refused by name at start-up,
 and the run-time proof stops such a build if one is served anyway."""
 
-import json
 from types import SimpleNamespace
 
 import pytest
@@ -37,24 +36,7 @@ from test_mrv2_dflash import (
 
 pytestmark = pytest.mark.usefixtures("window_hooks")
 
-# A tiny DeepSeek-V2 (MLA) config: vLLM 0.33's MLA metadata takes head size 576 only
-# (kv_lora_rank 512 + rope 64).
-TINY_MLA = {
-    "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "hidden_size": 64,
-    "intermediate_size": 128, "moe_intermediate_size": 32, "num_attention_heads": 4,
-    "num_key_value_heads": 4, "kv_lora_rank": 512, "q_lora_rank": None, "qk_nope_head_dim": 16,
-    "qk_rope_head_dim": 64, "v_head_dim": 16, "num_hidden_layers": 2, "vocab_size": 256,
-    "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "torch_dtype": "float32",
-    "n_routed_experts": 4, "num_experts_per_tok": 2, "first_k_dense_replace": 2,
-}  # fmt: skip
 MLA_SPEC = MLAAttentionSpec(block_size=16, num_kv_heads=1, head_size=576, dtype=torch.float32)
-
-
-@pytest.fixture(scope="module")
-def mla_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tiny-mla-576")
-    (root / "config.json").write_text(json.dumps(TINY_MLA))
-    return root
 
 
 class MLAPrefillStandIn:

@@ -10,8 +10,6 @@ nothing else from it here). Where a token lives is vLLM's layout, checked agains
 own slot-mapping kernel below; each rank's reference cache is written by that layout.
 """
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 import torch
@@ -25,6 +23,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.dcp import (
     combine,
     local_position,
     owner,
+    partial_attention,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import (
     dense_attention,
@@ -40,12 +39,17 @@ CP_LAYOUTS = [(2, 1), (4, 1), (8, 1), (2, 4), (4, 8), (8, 4), (2, 16), (4, 16), 
 LENGTHS = [1, 5, 63, 64, 65, 127, 128, 129, 200, 255, 256, 257, 383, 500, 1000, 1500]
 
 
+class DcpGroupStandIn:
+    """Stand-in for vLLM's DCP process group (device collectives): the size and rank the
+    builders read; no collective runs on CPU here."""
+
+    def __init__(self, cp_size: int, rank: int) -> None:
+        self.world_size, self.rank_in_group, self.ranks = cp_size, rank, list(range(cp_size))
+        self.device_group, self.unique_name = None, "dcp"
+
+
 def dcp_group(monkeypatch, cp_size: int, rank: int) -> None:
-    """Stand-in for vLLM's DCP process group (a device collective group): the size and
-    rank the builders read."""
-    group = SimpleNamespace(world_size=cp_size, rank_in_group=rank, ranks=list(range(cp_size)),
-                            device_group=None, unique_name="dcp")  # fmt: skip
-    monkeypatch.setattr(parallel_state, "_DCP", group)
+    monkeypatch.setattr(parallel_state, "_DCP", DcpGroupStandIn(cp_size, rank))
 
 
 def true_kv(lengths, seed=0):
@@ -59,7 +63,7 @@ def true_kv(lengths, seed=0):
 def reference_caches(cp_size, interleave, req_block_ids, k, v) -> DcpCaches:
     """Every rank's cache of one group, written through the full tables by vLLM's layout."""
     num_blocks = max(max(ids, default=0) for ids in req_block_ids) + 1
-    caches = DcpCaches(cp_size, interleave, B, num_blocks, HEADS, DIM)
+    caches = DcpCaches(cp_size, interleave, B, num_blocks, *k[0].shape[1:])
     for ids, ki, vi in zip(req_block_ids, k, v, strict=True):
         caches.write(ids, ki, vi)
     return caches
@@ -67,32 +71,46 @@ def reference_caches(cp_size, interleave, req_block_ids, k, v) -> DcpCaches:
 
 def assert_ranks_read_the_window(caches: DcpCaches, lengths, reads, rank_reads, sinks: int,
                                  window: int, alignment: int, k, v, num_queries=1,
-                                 min_context=0) -> None:  # fmt: skip
+                                 min_context=0, new_tokens=None) -> None:  # fmt: skip
     """``reads[i]``: the global windowed length of request ``i``; ``rank_reads[r]``: what
     rank ``r``'s kernel is handed, ``(table, local lengths)``. Each rank reads exactly its
     tokens of the window, in order, and the log-sum-exp combination of the ranks' partial
-    attention equals dense attention over the window."""
+    attention equals dense attention over the window.
+
+    ``new_tokens[i]`` (flash attention's DCP): the ranks read the window's context only, and
+    the step's own last tokens are attended to from the step's K/V, as one more partial."""
     cp_size = caches.cp_size
+    if isinstance(num_queries, int):
+        num_queries = [num_queries] * len(lengths)
+    if isinstance(window, int):  # per request: a draft prefill's chunk may be longer
+        window = [window] * len(lengths)
     for i, length in enumerate(lengths):
+        new = 0 if new_tokens is None else int(new_tokens[i])
         read = int(reads[i])
         start, kept = positions_read(length, read, sinks)
         assert start % alignment == 0, (i, start)
         if length < min_context:
             assert read == length
         else:
-            assert min(length, sinks + window) <= read <= sinks + window + alignment - 1
-        q = k[i][length - num_queries : length] * 0.5
-        q_pos = torch.arange(length - num_queries, length)
+            assert min(length, sinks + window[i]) <= read <= sinks + window[i] + alignment - 1
+        q = k[i][length - num_queries[i] : length] * 0.5
+        q_pos = torch.arange(length - num_queries[i], length)
         outs, lses = [], []
+        context = kept[kept < length - new]
         for r in range(cp_size):
             table, local = rank_reads[r]
             out, lse, pos = caches.read(r, table[i], int(local[i]), q, q_pos)
-            mine = kept[owner(kept, cp_size, caches.interleave) == r]
+            mine = context[owner(context, cp_size, caches.interleave) == r]
             assert pos.tolist() == mine.tolist(), (i, r)
             outs.append(out)
             lses.append(lse)
-        torch.testing.assert_close(combine(outs, lses),
-                                   dense_attention(q, k[i], v[i], start, length, sinks))  # fmt: skip
+        if new:
+            pos = torch.arange(length - new, length)
+            out, lse = partial_attention(q, q_pos, k[i][pos], v[i][pos], pos)
+            outs.append(out)
+            lses.append(lse)
+        expected = dense_attention(q, k[i], v[i], start, length, sinks)
+        torch.testing.assert_close(combine(outs, lses), expected)
 
 
 @pytest.mark.parametrize(("cp_size", "interleave"), CP_LAYOUTS)
@@ -149,7 +167,7 @@ def test_every_rank_reads_exactly_its_share_of_one_window(cp_size, interleave, w
     n = len(LENGTHS)
     reads = per_rank[0][1].seq_lens[:n]
     rank_reads = {}
-    for rank, (batch, w) in enumerate(per_rank):
+    for rank, (_, w) in enumerate(per_rank):
         assert torch.equal(w.seq_lens[:n], reads)  # one windowed length on every rank
         assert not w.seq_lens[n:].any()
         local = get_dcp_local_seq_lens(w.seq_lens[:n], cp_size, rank, interleave)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from vllm.config.compilation import CUDAGraphMode
 from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
-from vllm.v1.attention.backends.utils import PAD_SLOT_ID
+from vllm.v1.attention.backends.utils import PAD_SLOT_ID, get_dcp_local_seq_lens
 from vllm.v1.kv_cache_interface import FullAttentionSpec
 from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
 from vllm.v1.worker.gpu.input_batch import InputBatch, InputBuffers
@@ -89,9 +89,10 @@ class Eagle:
 
 def setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=CONTEXTS, seed=0,
                 prefill_chunk=None, window=W, sinks=0, min_context=0,
-                vllm_config=None) -> Eagle:  # fmt: skip
+                vllm_config=None, cp=(1, 0, 1)) -> Eagle:  # fmt: skip
     """A target verify batch (each request: context + num_spec + 1 query tokens; optionally
-    one request prefilling a long chunk), its real target metadata, and a wired draft."""
+    one request prefilling a long chunk), its real target metadata, and a wired draft;
+    ``cp``: one rank of decode context parallelism (ranks, rank, interleave)."""
     rng = np.random.default_rng(seed)
     contexts = contexts[: MAX_NUM_REQS - (prefill_chunk is not None)]
     query_lens = [num_spec + 1] * len(contexts)
@@ -102,7 +103,7 @@ def setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=CONTEXTS, se
     n = len(seq_lens)
     batch = make_mrv2_batch([g.block_size for g in layouts], seq_lens, num_spec + 1, n,
                             MAX_NUM_REQS, MAX_MODEL_LEN, rng, lookahead_tokens=num_spec,
-                            query_lens=query_lens)  # fmt: skip
+                            query_lens=query_lens, cp=cp)  # fmt: skip
     additional = {"draft_window_size": window}
     if sinks:
         additional["draft_attention_sinks"] = sinks
@@ -112,7 +113,7 @@ def setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=CONTEXTS, se
     model_state = DefaultModelState(config, torch.nn.Module(), None, CPU)
     draft_buffers = InputBuffers(MAX_NUM_REQS, batch.block_tables.max_num_batched_tokens, CPU)
     wired = wire_speculator(EagleSpeculator, batch, layouts, config, "eagle3",
-                            num_spec, draft_input_buffers=draft_buffers,
+                            num_spec, dcp_size=cp[0], draft_input_buffers=draft_buffers,
                             model_state=model_state)  # fmt: skip
     s = wired.speculator
     s.kv_cache_config = s.kv_cache_config  # set by set_attn
@@ -139,6 +140,11 @@ def setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=CONTEXTS, se
         # The long chunk, if any, is a prompt still prefilling: its host length is exact.
         is_prefilling_np=np.array([False] * len(contexts) + [True] * (prefill_chunk is not None)),
     )
+    if cp[0] > 1:
+        # The target runner's DCP-local lengths of its batch, in its own buffer.
+        local = batch.input_buffers.dcp_local_seq_lens
+        local[:n] = get_dcp_local_seq_lens(batch.input_buffers.seq_lens[:n], cp[0], cp[1], cp[2])
+        input_batch = dataclasses.replace(input_batch, dcp_local_seq_lens=local[:n])
     target_groups = []
     for g, layout in enumerate(layouts):
         spec = FullAttentionSpec(block_size=layout.block_size, num_kv_heads=NUM_KV_HEADS,
@@ -159,8 +165,8 @@ def setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=CONTEXTS, se
     ends = [length + num_spec for length in seq_lens]
     k = [torch.randn(e, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64) for e in ends]
     v = [torch.randn(e, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64) for e in ends]
-    caches = {}
-    for g, layout in enumerate(layouts):
+    caches = {}  # under DCP, every rank's cache is the DCP tests' (test_dcp_eagle.py)
+    for g, layout in enumerate(layouts if cp[0] == 1 else ()):
         b = layout.block_size
         cache = PagedKVCache(bt.block_tables[g].gpu.numel() + 1, b, NUM_KV_HEADS, HEAD_SIZE)
         for i, e in enumerate(ends):
@@ -240,6 +246,9 @@ def run_decode(e: Eagle, monkeypatch, fused: bool) -> list[dict]:
             "slots": e.batch.block_tables.slot_mappings[:, :n].clone(),
             **{name: (md.seq_lens.clone(), md.block_table.clone())
                for name, md in attn_metadata.items()},
+            # Under DCP, flash attention's DCP-local context lengths.
+            "dcp": {name: md.dcp_context_kv_lens.clone() for name, md in attn_metadata.items()
+                    if getattr(md, "dcp_context_kv_lens", None) is not None},
             "md_slots": {name: md.slot_mapping[:n].clone() for name, md in attn_metadata.items()},
         })  # fmt: skip
         update_inputs(e, e.num_spec)

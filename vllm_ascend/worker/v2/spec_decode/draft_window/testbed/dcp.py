@@ -60,13 +60,20 @@ class DcpCaches:
         slots = table_row[j // self.unit].long() * self.unit + j % self.unit
         pos = self.pos[rank, slots]
         assert (pos >= 0).all(), f"rank {rank} read a slot never written"
-        k, v = self.k[rank, slots], self.v[rank, slots]
-        scores = torch.einsum("qhd,khd->qhk", q, k) / q.shape[-1] ** 0.5
-        visible = pos[None, :] <= q_pos[:, None]
-        scores = scores.masked_fill(~visible[:, None, :], float("-inf"))
-        lse = torch.logsumexp(scores, dim=-1)
-        weights = torch.where(torch.isinf(lse)[..., None], 0.0, (scores - lse[..., None]).exp())
-        return torch.einsum("qhk,khd->qhd", weights, v), lse, pos
+        out, lse = partial_attention(q, q_pos, self.k[rank, slots], self.v[rank, slots], pos)
+        return out, lse, pos
+
+
+def partial_attention(q: torch.Tensor, q_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Causal attention of ``q`` at ``q_pos`` over keys at positions ``pos``: (output, its
+    log-sum-exp, -inf where a query sees no key), what a DCP rank hands the combination."""
+    scores = torch.einsum("qhd,khd->qhk", q, k) / q.shape[-1] ** 0.5
+    visible = pos[None, :] <= q_pos[:, None]
+    scores = scores.masked_fill(~visible[:, None, :], float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    weights = torch.where(torch.isinf(lse)[..., None], 0.0, (scores - lse[..., None]).exp())
+    return torch.einsum("qhk,khd->qhd", weights, v), lse
 
 
 def combine(outputs: list[torch.Tensor], lses: list[torch.Tensor]) -> torch.Tensor:
