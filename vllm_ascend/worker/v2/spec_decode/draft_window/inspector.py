@@ -8,7 +8,9 @@ prints per request the window start, the windowed length, the blocks and KV byte
 draft reads against the full context, whether the window engaged (with --min-context, a
 shorter context reads whole), and the checks it ran: slot mappings identical with and
 without the window, and the reference paged attention through the windowed metadata equal
-to dense attention over exactly the window (and the attention sinks, with --sinks).
+to dense attention over exactly the window (and the attention sinks, with --sinks). With
+--dcp N (decode context parallelism, ``inspector_dcp.py``): every rank's build, and per rank
+the tokens it reads of the window and of the context.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ CHECK_HEADS, CHECK_HEAD_DIM = 1, 8
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    from vllm_ascend.worker.v2.spec_decode.draft_window import inspector_dcp
+
     parser = argparse.ArgumentParser(
         prog="python -m vllm_ascend.worker.v2.spec_decode.draft_window.inspector",
         description=__doc__.splitlines()[0],
@@ -68,6 +72,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dtype-bytes", type=int, default=2, help="bytes per KV element")
     parser.add_argument("--plot", type=Path, help="write a PNG of the blocks each side reads")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    inspector_dcp.add_arguments(parser)
     args = parser.parse_args(argv)
     try:
         config = DraftWindowConfig.from_additional_config({
@@ -79,6 +84,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.min_context = config.draft_window_min_context
         args.block_sizes = _positive_ints("--block-sizes", args.block_sizes)
         args.seq_lens = _positive_ints("--seq-lens", args.seq_lens)
+        inspector_dcp.check_arguments(args)
         for name in ("num_spec_tokens", "draft_layers", "kv_heads", "head_dim", "dtype_bytes"):
             if getattr(args, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got "
@@ -312,10 +318,13 @@ def main(argv: list[str] | None = None) -> int:
     apply_cpu_shims()
     from tqdm import tqdm
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
+    from vllm_ascend.worker.v2.spec_decode.draft_window import inspector_dcp, plugin
     from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import tiny_model_dir
 
     plugin.register()
+    # With --dcp N, every rank's build (inspector_dcp.py).
+    inspect, show = ((inspector_dcp.inspect_method, inspector_dcp.print_table) if args.dcp > 1
+                     else (inspect_method, print_table))  # fmt: skip
     total = len(args.method) * len(args.seq_lens) * len(args.block_sizes)
     failed = False
     with (
@@ -325,9 +334,9 @@ def main(argv: list[str] | None = None) -> int:
         ) as progress,
     ):
         model_dir = tiny_model_dir(Path(tmp), max_position_embeddings=1 << 22)
-        results = [(m, inspect_method(args, m, model_dir, progress)) for m in args.method]
+        results = [(m, inspect(args, m, model_dir, progress)) for m in args.method]
     for method, rows in results:
-        print_table(method, args, rows)
+        show(method, args, rows)
         failed |= not all(r["ok"] for r in rows)
     if args.plot:
         plot(args.plot, results[0][0], args, results[0][1])
