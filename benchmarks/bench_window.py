@@ -11,7 +11,9 @@
 3. Attention sinks: the same per-build work with ``draft_attention_sinks`` against the plain
    window, on identical inputs, interleaved: the extra per-step cost of the sinks. The same
    for ``draft_window_min_context``: the threshold against the plain window, with device
-   op counts.
+   op counts; and for decode context parallelism: one rank's window (cp 2, 4, 8, interleave
+   1) against the same window without DCP, with and without the DCP-local lengths a draft
+   prefill adds.
 4. The draft's attention cost with and without the window (the reference paged attention),
    next to the ideal ratio (W + a) / L, and with sinks added to the window.
 5. The whole draft metadata build through vLLM's real path (a DSpark speculator, vLLM's
@@ -52,6 +54,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.testbed import use_triton_in
 
 use_triton_interpreter()  # before vLLM's first import
 
+from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import dcp_local_lengths  # noqa: E402
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow  # noqa: E402
 from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import PagedKVCache  # noqa: E402
 
@@ -66,6 +69,8 @@ SINKS = [64, 512]
 SINKS_WINDOW = 2048
 # draft_window_min_context for section 3: 4 and 16 windows of 2048.
 MIN_CONTEXTS = [8192, 32768]
+# decode_context_parallel_size for section 3 (interleave 1).
+DCP_SIZES = [2, 4, 8]
 
 
 def make_inputs(batch: int, context: int, seed: int = 0):
@@ -397,6 +402,111 @@ def threshold_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
+def bench_dcp_cost(rounds: int, iters: int) -> list[dict]:
+    """Per-build window work under decode context parallelism against the same window
+    without it, same lengths: rank 0's table (one column per cp * b tokens, the window
+    aligned to cp * b), and with the DCP-local lengths the window computes for a draft
+    prefill (a decode step's come from vLLM's own kernel, which runs with or without the
+    window)."""
+    rows = []
+    cpu = torch.device("cpu")
+    context = CONTEXTS[1]
+    for batch in BATCH_SIZES:
+        seq_lens, table = make_inputs(batch, context)
+        bound = seq_lens.clone()
+        base_ib = SimpleNamespace(seq_lens=seq_lens)
+        base_bt = SimpleNamespace(block_sizes=[BLOCK_SIZE], input_block_tables=[table])
+        plain = Mrv2DraftWindow(SINKS_WINDOW, base_ib, base_bt, [0], batch, cpu)
+        for cp in DCP_SIZES:
+            # As vLLM builds rank 0's BlockTables: cp_size, cp_rank, cp_interleave, and a
+            # sharded table as wide as the context's virtual blocks.
+            sharded = SimpleNamespace(
+                block_sizes=[BLOCK_SIZE], cp_size=cp, cp_rank=0, cp_interleave=1,
+                dcp_sharded=torch.tensor([True]),
+                input_block_tables=[table[:, : -(-table.shape[1] // cp)].contiguous()],
+            )  # fmt: skip
+            dcp = Mrv2DraftWindow(SINKS_WINDOW, base_ib, sharded, [0], batch, cpu)
+
+            def a(window=dcp, bound=bound, batch=batch):
+                mrv2_step(window, bound, batch)
+
+            def a_local(window=dcp, bound=bound, batch=batch):
+                mrv2_step(window, bound, batch)
+                # As the draft prefill's hook writes them (padded rows zero).
+                dcp_local_lengths(window.seq_lens[:batch], window.dcp,
+                                  scratch=window.dcp_scratch[:batch],
+                                  out=window.dcp_local_seq_lens[:batch])  # fmt: skip
+                window.dcp_local_seq_lens[batch:].zero_()
+
+            def b(window=plain, bound=bound, batch=batch):
+                mrv2_step(window, bound, batch)
+
+            a_local()
+            b()
+            t_dcp, t_plain = interleaved(a, b, rounds, iters)
+            t_local, t_plain2 = interleaved(a_local, b, rounds, iters)
+            rows.append({
+                "context": context, "batch": batch, "cp": cp, "alignment": dcp.spec.alignment,
+                "width": dcp.windows[0].max_window_blocks,
+                "plain_width": plain.windows[0].max_window_blocks,
+                "dcp_us": t_dcp, "local_us": t_local, "plain_us": t_plain,
+                "ratio": t_dcp / t_plain, "local_ratio": t_local / t_plain2,
+                "allocs": allocations(a_local),
+                "launches": launches(a, (bound, dcp.seq_lens_cpu_upper_bound)),
+                "local_launches": launches(a_local, (bound, dcp.seq_lens_cpu_upper_bound)),
+                "plain_launches": launches(b, (bound, plain.seq_lens_cpu_upper_bound)),
+            })  # fmt: skip
+            print(f"  batch {batch:>4} cp {cp}: {t_dcp:7.1f} us ({t_local:7.1f} us with the "
+                  f"DCP-local lengths) vs no DCP {t_plain:7.1f} us, ratio "
+                  f"{t_dcp / t_plain:.2f} ({t_local / t_plain2:.2f})", flush=True)  # fmt: skip
+    return rows
+
+
+def dcp_lines(rows: list[dict]) -> list[str]:
+    lines = [
+        "## Decode context parallelism: per-step cost against the same window without it",
+        "",
+        f"The same MRV2 per-build work (`refresh` + host bound) on one rank of "
+        f"`decode_context_parallel_size` cp (interleave 1, rank 0) against the window without "
+        f"DCP, W = {SINKS_WINDOW}, {rows[0]['context'] // 1024}k contexts, same lengths, "
+        f"interleaved; median microseconds per build. Under DCP a table column spans cp "
+        f"blocks of a request (one on each rank), so the window's alignment is cp x "
+        f"{BLOCK_SIZE} and its cropped table counts virtual blocks: fewer columns (a rank's "
+        f"table is 1 / cp as wide), the same device ops; each request reads up to "
+        f"W + cp x {BLOCK_SIZE} - 1 tokens, about 1 / cp of them on each rank. The DCP-local "
+        f"lengths ({rows[0]['local_launches'] - rows[0]['launches']} small device ops) are "
+        f"the window's only in a draft prefill, whose rebuild would otherwise hand the "
+        f"builders the target's; a decode step's come from vLLM's own kernel, with or "
+        f"without the window, and are not counted. Allocations: per build with the "
+        f"DCP-local lengths, after warm-up, above 8 bytes (count / bytes). Device ops: "
+        f"torch-path ops that launch a kernel on a device (host-bound ops excluded); the "
+        f"fused refresh stays one launch under DCP (the DCP-local lengths of a draft prefill "
+        f"come after it).",
+        "",
+        "| batch | cp | alignment | table columns (no DCP) | DCP us | + DCP-local lengths us "
+        "| no DCP us | ratio | ratio with DCP-local lengths | allocs | device ops "
+        "(+ lengths; no DCP) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['batch']} | {r['cp']} | {r['alignment']} | {r['width']} ({r['plain_width']}) "
+            f"| {r['dcp_us']:.1f} | {r['local_us']:.1f} | {r['plain_us']:.1f} | "
+            f"{r['ratio']:.2f} | {r['local_ratio']:.2f} | {r['allocs'][0]} / {r['allocs'][1]} "
+            f"| {r['launches']} ({r['local_launches']}; {r['plain_launches']}) |"
+        )
+    ratios = [r["ratio"] for r in rows]
+    local = [r["local_ratio"] for r in rows]
+    lines += [
+        "",
+        f"Ratio to the window without DCP: median {statistics.median(ratios):.2f}, worst "
+        f"{max(ratios):.2f}; with the DCP-local lengths (a draft prefill) median "
+        f"{statistics.median(local):.2f}, worst {max(local):.2f}.",
+        "",
+    ]
+    return lines
+
+
 def bench_attention(rounds: int) -> list[dict]:
     rows = []
     window_size, heads, head_dim = 2048, 8, 128
@@ -605,7 +715,7 @@ def launch_lines(rows: list[dict]) -> list[str]:
 
 def write_results(out: Path, steps: list[dict], sinks: list[dict], attention: list[dict],
                   info: str, whole: list[dict], launch_rows: list[dict],
-                  threshold: list[dict]) -> None:  # fmt: skip
+                  threshold: list[dict], dcp: list[dict]) -> None:  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     lines = [
         "# Draft window benchmarks",
@@ -674,6 +784,7 @@ def write_results(out: Path, steps: list[dict], sinks: list[dict], attention: li
         f"W + S median {statistics.median(wide):.2f}, worst {max(wide):.2f}.",
         "",
         *threshold_lines(threshold),
+        *dcp_lines(dcp),
         "## Draft attention with and without the window (reference paged attention)",
         "",
         "One query token, 8 heads of 128, fp32, W = 2048: the time of the reference read "
@@ -783,13 +894,16 @@ def main() -> None:
     sinks = bench_sinks_cost(args.rounds, args.iters)
     print("draft_window_min_context against the plain window, per build:")
     threshold = bench_threshold_cost(args.rounds, args.iters)
+    print("Decode context parallelism against the same window without it, per build:")
+    dcp = bench_dcp_cost(args.rounds, args.iters)
     print("Draft attention with and without the window:")
     attention = bench_attention(max(args.rounds // 2, 3))
     print("Whole draft metadata build through vLLM's real path:")
     whole = bench_whole_build(args.rounds, args.iters)
     print("Device launches and CPU time per propose (MRV1, torch path, fused):")
     launch_rows = bench_launches(mrv1, args.rounds, args.iters)
-    write_results(args.out, steps, sinks, attention, machine(), whole, launch_rows, threshold)
+    write_results(args.out, steps, sinks, attention, machine(), whole, launch_rows, threshold,
+                  dcp)  # fmt: skip
     print(f"Wrote {args.out / 'README.md'} and {args.out / 'window_cost.png'}")
 
 
