@@ -8,6 +8,8 @@
     SINKS=64 make e2e-ascend          # V2 with the window and 64 attention sinks
     STUDY=long make e2e-ascend        # acceptance and throughput by context (study.py)
     STUDY=long MIN_CONTEXT=8192 make e2e-ascend   # the window engaged from 8k contexts on
+    DCP=2 make e2e-ascend             # every run with decode context parallelism over 2 ranks
+    DCP=4 DCP_INTERLEAVE=16 make e2e-ascend       # ... and cp_kv_cache_interleave_size 16
 
 For each run of the scenario (V2 runner with the window, V2 without it, V1 runner with the
 window) it starts `vllm serve`, waits for health, sends prompts longer and shorter than W,
@@ -20,7 +22,14 @@ DRAFT_MODEL (local paths work with no network). With SINKS, the V2 run with the 
 keeps that many attention sinks (its golden file is one of its own); V1 has no sinks, so
 its run keeps the plain window as the floor to compare with. MIN_CONTEXT sets
 draft_window_min_context on the V2 run with the window the same way (V1 windows every
-context).
+context). DCP=N serves every run (V2 with and without the window, V1: the same parallelism
+for the comparison) with --decode-context-parallel-size N, and DCP_INTERLEAVE=I with
+--cp-kv-cache-interleave-size I. vLLM shards the KV over the tensor-parallel ranks, so TP
+must be a multiple of N: a scenario's own TP is raised to the smallest multiple, a TP set
+by hand that is not one stops the harness. Under DCP the window aligns to N blocks (one on
+each rank), so the draft reads up to W + N b - 1 tokens: the run has a golden file of its
+own (``_dcpN``). STUDY=long does not take DCP (its golden files and draft KV estimates are
+for one rank's layout).
 """
 
 from __future__ import annotations
@@ -74,13 +83,19 @@ class Scenario:
     # draft_window_min_context of the V2 run with the window (0: every context)
     min_context: int = 0
     token_prompts: bool = False  # tiny random models: token ids instead of text
+    # decode_context_parallel_size of every run, and its cp_kv_cache_interleave_size (None:
+    # vLLM's default)
+    dcp: int = 1
+    dcp_interleave: int | None = None
 
 
 def scenarios(env: dict[str, str]) -> dict[str, Scenario]:
     golden = ROOT / "e2e" / "golden"
     sinks, min_context = int(env.get("SINKS", 0)), int(env.get("MIN_CONTEXT", 0))
-    # Sinks and a threshold change what the draft reads: golden files of their own.
-    suffix = golden_suffix(sinks, min_context)
+    dcp, dcp_interleave = dcp_settings(env)
+    # Sinks, a threshold and DCP (its alignment) change what the draft reads: golden files
+    # of their own.
+    suffix = golden_suffix(sinks, min_context, dcp)
     found = {
         # As the upstream MRV1 end-to-end test of the window: Qwen3-8B, EAGLE3, K=3, W=512.
         "eagle3": Scenario(
@@ -110,11 +125,53 @@ def scenarios(env: dict[str, str]) -> dict[str, Scenario]:
     }  # fmt: skip
     for scenario in found.values():
         scenario.sinks, scenario.min_context = sinks, min_context
+        scenario.dcp, scenario.dcp_interleave = dcp, dcp_interleave
     return found
 
 
-def golden_suffix(sinks: int, min_context: int) -> str:
-    return f"{f'_s{sinks}' if sinks else ''}{f'_m{min_context}' if min_context else ''}"
+def golden_suffix(sinks: int, min_context: int, dcp: int = 1) -> str:
+    return (f"{f'_s{sinks}' if sinks else ''}{f'_m{min_context}' if min_context else ''}"
+            f"{f'_dcp{dcp}' if dcp > 1 else ''}")  # fmt: skip
+
+
+def dcp_settings(env: dict[str, str]) -> tuple[int, int | None]:
+    """DCP and DCP_INTERLEAVE: positive integers, the interleave only with DCP > 1."""
+    dcp = _positive_env(env, "DCP") or 1
+    interleave = _positive_env(env, "DCP_INTERLEAVE")
+    if interleave is not None and dcp == 1:
+        raise ValueError(f"DCP_INTERLEAVE={interleave} needs DCP > 1: the interleave shards "
+                         f"nothing without decode context parallelism")  # fmt: skip
+    return dcp, interleave
+
+
+def _positive_env(env: dict[str, str], name: str) -> int | None:
+    text = env.get(name, "")
+    if text == "":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {text!r}")
+    return value
+
+
+def fit_tp_to_dcp(scenario: Scenario, tp_set_by_hand: bool) -> str | None:
+    """vLLM's DCP shards the KV over the tensor-parallel ranks, so TP must be a multiple of
+    DCP. A scenario's own TP is raised to the smallest multiple (returns a note saying so);
+    a TP set by hand that is not one stops with a ValueError naming both."""
+    tp, dcp = scenario.tp, scenario.dcp
+    if tp % dcp == 0:
+        return None
+    fitted = -(-tp // dcp) * dcp
+    if tp_set_by_hand:
+        raise ValueError(f"DCP={dcp} needs a tensor parallel size that is a multiple of it "
+                         f"(vLLM shards the KV over the TP ranks): TP={tp} is not; set "
+                         f"TP={fitted}, or leave TP unset")  # fmt: skip
+    scenario.tp = fitted
+    return (f"DCP={dcp}: --tensor-parallel-size {fitted}, the {scenario.name} scenario's "
+            f"TP={tp} raised to a multiple of DCP")  # fmt: skip
 
 
 @dataclass
@@ -147,6 +204,11 @@ def serve_command(scenario: Scenario, run: Run, port: int) -> tuple[dict[str, st
         "--speculative-config", json.dumps(spec),
         *scenario.extra_args,
     ]  # fmt: skip
+    # Every run alike: the runs compare the window, not the parallelism.
+    if scenario.dcp > 1:
+        cmd += ["--decode-context-parallel-size", str(scenario.dcp)]
+    if scenario.dcp_interleave is not None:
+        cmd += ["--cp-kv-cache-interleave-size", str(scenario.dcp_interleave)]
     if run.window is not None:
         additional = {KEY: run.window}
         if run.sinks:
@@ -625,10 +687,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--study", choices=["long"], default=os.environ.get("STUDY") or None,
                         help="the long-context study (study.py)")  # fmt: skip
     args = parser.parse_args(argv)
-    table = scenarios(dict(os.environ))
+    try:
+        table = scenarios(dict(os.environ))
+    except ValueError as error:
+        parser.error(str(error))
     if args.scenario not in table:
         parser.error(f"E2E_SCENARIO={args.scenario!r} is not one of {sorted(table)}")
     scenario = table[args.scenario]
+    if args.study and scenario.dcp > 1:
+        parser.error(f"STUDY=long does not take DCP={scenario.dcp}: its golden files and draft "
+                     f"KV estimates are for one rank's layout")  # fmt: skip
+    try:
+        # The tiny scenario keeps its own TP whatever TP says.
+        tp_note = fit_tp_to_dcp(scenario, "TP" in os.environ and scenario.name != "tiny")
+    except ValueError as error:
+        parser.error(str(error))
+    if tp_note:
+        print(f"# {tp_note}" if args.dry_run else f"[e2e] {tp_note}", flush=True)
     if scenario.name == "tiny" and args.device != "cuda":
         parser.error("E2E_SCENARIO=tiny runs on vLLM's CUDA V2 runner: set DEVICE=cuda")
     if args.study and scenario.token_prompts:

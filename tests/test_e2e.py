@@ -17,7 +17,8 @@ spec.loader.exec_module(e2e)
 
 
 def plan_lines(capsys, argv, monkeypatch, **env):
-    for key in ("E2E_SCENARIO", "DEVICE", "DRY_RUN", "TARGET_MODEL", "DRAFT_MODEL", "TP", "SINKS"):
+    for key in ("E2E_SCENARIO", "DEVICE", "DRY_RUN", "TARGET_MODEL", "DRAFT_MODEL", "TP", "SINKS",
+                "DCP", "DCP_INTERLEAVE", "STUDY"):  # fmt: skip
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -99,6 +100,71 @@ def test_make_dry_run_prints_the_plan():
                             env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})  # fmt: skip
     assert result.returncode == 0
     assert len(serve_lines(result.stdout.splitlines())) == 3
+
+
+def test_make_dry_run_with_dcp_serves_every_run_with_it():
+    result = subprocess.run(["make", "-s", "e2e-ascend", "DRY_RUN=1", "DCP=2"], cwd=ROOT,
+                            capture_output=True, text=True,
+                            env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})  # fmt: skip
+    assert result.returncode == 0
+    serves = serve_lines(result.stdout.splitlines())
+    assert len(serves) == 3
+    assert all(" --decode-context-parallel-size 2" in line for line in serves)
+
+
+def test_dcp_serves_every_run_alike_and_has_its_own_golden(capsys, monkeypatch):
+    lines = plan_lines(capsys, ["--dry-run"], monkeypatch, DCP="2")
+    v2_window, v2_plain, v1_window = serves = serve_lines(lines)
+    # The eagle3 scenario's TP=2 is already a multiple of DCP: kept, nothing said.
+    assert not any(line.startswith("# DCP") for line in lines)
+    for line in serves:
+        assert "--tensor-parallel-size 2 " in line
+        assert " --decode-context-parallel-size 2" in line
+        assert "--cp-kv-cache-interleave-size" not in line
+    assert """--additional-config '{"draft_window_size": 512}'""" in v2_window
+    assert "--additional-config" not in v2_plain
+    assert v1_window.startswith("VLLM_USE_V2_MODEL_RUNNER=0 ") and "draft_window_size" in v1_window
+    # The window aligns to 2 blocks under DCP=2: what the draft reads changes.
+    assert e2e.scenarios({"DCP": "2"})["eagle3"].golden.name == "eagle3_qwen3_8b_w512_dcp2.json"
+    assert e2e.scenarios({})["eagle3"].golden.name == "eagle3_qwen3_8b_w512.json"
+
+
+@pytest.mark.parametrize(("env", "tp", "note"), [
+    # The scenario's own TP=1 is raised to the smallest multiple of DCP, and says so.
+    ({"E2E_SCENARIO": "dspark", "DCP": "4", "DCP_INTERLEAVE": "16"}, 4,
+     "# DCP=4: --tensor-parallel-size 4, the dspark scenario's TP=1 raised to a multiple of DCP"),
+    # A TP set by hand that is a multiple stays.
+    ({"E2E_SCENARIO": "dspark", "DCP": "2", "DCP_INTERLEAVE": "1", "TP": "4"}, 4, None),
+    # The tiny scenario keeps its own TP=1 whatever TP says, so it is raised.
+    ({"E2E_SCENARIO": "tiny", "DEVICE": "cuda", "DCP": "2", "DCP_INTERLEAVE": "8", "TP": "1"}, 2,
+     "# DCP=2: --tensor-parallel-size 2, the tiny scenario's TP=1 raised to a multiple of DCP"),
+])  # fmt: skip
+def test_dcp_fits_the_tensor_parallel_size_and_passes_the_interleave(env, tp, note, capsys,
+                                                                     monkeypatch):  # fmt: skip
+    lines = plan_lines(capsys, ["--dry-run"], monkeypatch, **env)
+    assert (lines[0] if lines[0].startswith("#") else None) == note
+    serves = serve_lines(lines)
+    flags = (f"--decode-context-parallel-size {env['DCP']} "
+             f"--cp-kv-cache-interleave-size {env['DCP_INTERLEAVE']}")  # fmt: skip
+    assert serves and all(f"--tensor-parallel-size {tp} " in line for line in serves)
+    assert all(flags in line for line in serves)
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"DCP": "4", "TP": "2"}, "DCP=4 needs a tensor parallel size that is a multiple of it "
+     "(vLLM shards the KV over the TP ranks): TP=2 is not; set TP=4, or leave TP unset"),
+    ({"DCP": "0"}, "DCP must be a positive integer, got '0'"),
+    ({"DCP": "two"}, "DCP must be a positive integer, got 'two'"),
+    ({"DCP": "2", "DCP_INTERLEAVE": "-1"}, "DCP_INTERLEAVE must be a positive integer, got '-1'"),
+    ({"DCP_INTERLEAVE": "16"}, "DCP_INTERLEAVE=16 needs DCP > 1"),
+    ({"DCP": "2", "STUDY": "long"}, "STUDY=long does not take DCP=2"),
+])  # fmt: skip
+def test_bad_dcp_settings_stop_before_anything_runs(env, message, capsys, monkeypatch):
+    with pytest.raises(SystemExit) as info:
+        plan_lines(capsys, ["--dry-run"], monkeypatch, **env)
+    captured = capsys.readouterr()
+    assert info.value.code == 2 and message in captured.err
+    assert " serve " not in captured.out
 
 
 METRICS = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
