@@ -140,6 +140,7 @@ def test_vllms_plugin_loading_with_vllm_ascends_plugins_installs_the_ascend_line
         (AscendAutoRegressiveSpeculator, "capture"),
         (AscendAutoRegressiveSpeculator, "_calc_next_seq_lens_cpu"),
         (AscendAutoRegressiveSpeculator, "build_fia_params"),
+        (AscendAutoRegressiveSpeculator, "_build_attn_metadata"),
         (AutoRegressiveAclGraphManager, "capture"),
         (AscendDSparkSpeculator, "_prepare_draft_dcp_metadata_inputs"),
     }

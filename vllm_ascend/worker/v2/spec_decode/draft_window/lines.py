@@ -55,8 +55,10 @@ class Line:
     # which only that line's hooks window.
     backend_module: tuple[str, str] = ("vllm.", "vLLM")
     # Under decode context parallelism: backends whose build would take a host bound as an
-    # exact length, with why, and whether only with cp_kv_cache_interleave_size > 1.
+    # exact length, with why, and whether only with cp_kv_cache_interleave_size > 1; and
+    # the methods whose kernel is then told the host bound plus the query stretch.
     dcp_backend_notes: tuple[tuple[str, str, bool], ...] = ()
+    dcp_told_bound: tuple[str, ...] = ()
     # The built metadata's (decode rows, prefill rows) counts where a builder's prefill path
     # takes the host bound as the exact length of its rows (vLLM's MLA: context = bound - q):
     # the run-time proof checks, at every build, that the window made those rows exact.
@@ -258,6 +260,8 @@ VLLM_0_30_ASCEND = Line(
              ("seq_lens_cpu", "num_reqs", "num_reqs_padded", "step")),
         Hook(f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator", "build_fia_params",
              "fia_params", ("num_reqs_padded", "draft_attn_metadata", "is_draft_model_prefill")),
+        Hook(f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator",
+             "_build_attn_metadata", "dcp_told_lengths", ("num_reqs", "batch_desc", "step")),
         Hook(f"{_ASCEND_AR}.aclgraph", "AutoRegressiveAclGraphManager", "capture",
              "manager_capture", ("input_buffers", "block_tables")),
         Hook("vllm_ascend.worker.v2.spec_decode.dspark.speculator", "AscendDSparkSpeculator",
@@ -276,6 +280,10 @@ VLLM_0_30_ASCEND = Line(
     told_bound_backends=(("dflash", ("AscendMLABackend",)),),
     dspark_host_length_targets=("glm",),
     exact_copy_backends=(("dspark", ("AscendMLABackend",)),),
+    # Under DCP vllm-ascend's GQA and MLA builders take the per-rank host lists they split
+    # from the host bound plus the query stretch (DFlash) or the target's lengths plus the
+    # draft width (DSpark's DCP manager) as exact, never the draft's device lengths.
+    dcp_told_bound=("dflash", "dspark"),
     ar_told_target_lengths=True,
     backend_module=("vllm_ascend.", "vllm-ascend"),
     host_mirror=("seq_lens_cpu", "seq_lens_np"),

@@ -265,7 +265,8 @@ def _told_lengths(speculator: Any, line: Line, decisions: list[GroupDecision],
     backends = {group.backend.__name__ for d in decisions if d.windowed
                 for group in speculator.attn_groups[d.group_id]}  # fmt: skip
     model_type = _model_type(speculator.vllm_config, "hf_text_config")
-    if line.told_bound(method, backends, model_type):
+    dcp = DcpLayout.of(speculator.block_tables) is not None and method in line.dcp_told_bound
+    if dcp or line.told_bound(method, backends, model_type):
         told = "bound"
     elif method in AR_METHODS and line.ar_told_target_lengths:
         told = "per_step"

@@ -44,6 +44,7 @@ FACTORIES: dict[str, Callable] = {
     "told_host_lengths": ascend.told_host_lengths,
     "fia_params": ascend.fia_params,
     "exact_host_lengths": ascend.exact_host_lengths,
+    "dcp_told_lengths": ascend.dcp_told_lengths,
 }
 
 __all__ = ["FACTORIES", "WINDOW_ATTR", "Installed", "create_draft_window", "window_of"]
