@@ -67,7 +67,7 @@ lint: $(STAMP)  ## ruff check and format check.
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-demo: $(STAMP)  ## The main job: the window inspector on a 1k-128k batch (DSpark, EAGLE3).
+demo: $(STAMP)  ## The main job: the window inspector on a 1k-128k batch (DSpark, EAGLE3; DEMO_ARGS="--dcp 4" per rank).
 	$(PY) -m vllm_ascend.worker.v2.spec_decode.draft_window.inspector $(DEMO_ARGS)
 
 bench: $(STAMP) $(VLLM_ASCEND_WHEEL_STAMP)  ## Benchmarks into benchmarks/results/ (about a minute).
@@ -78,7 +78,7 @@ gpu-check:  ## The window's kernels checked and measured on a CUDA GPU (benchmar
 	$(PYTHON) -m vllm_ascend.worker.v2.spec_decode.draft_window.gpu_check $(GPU_ARGS)
 
 # Runs in the host's own environment (its NPU or CUDA builds of vLLM), not in .venv.
-e2e-ascend:  ## End to end with vllm serve on Ascend NPUs (DRY_RUN=1, DEVICE=cuda, E2E_SCENARIO=..., SINKS=N, STUDY=long).
+e2e-ascend:  ## End to end with vllm serve on Ascend NPUs (DRY_RUN=1, DEVICE=cuda, E2E_SCENARIO=..., SINKS=N, MIN_CONTEXT=M, DCP=N, STUDY=long).
 	$(PYTHON) e2e/e2e.py
 
 clean:  ## Remove .venv, caches and build output.

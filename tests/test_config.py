@@ -125,9 +125,10 @@ def log(window_log):
 
 
 def start(model_dir, monkeypatch, window, method="dspark", num_spec=3, parallel=None,
-          layouts=ONE_GROUP, model_type=None, sinks=None, min_context=None):  # fmt: skip
+          layouts=ONE_GROUP, model_type=None, sinks=None, min_context=None,
+          cp=(1, 0, 1)):  # fmt: skip
     batch = make_mrv2_batch([g.block_size for g in layouts], [100], num_spec + 1, 1, 4,
-                            MAX_MODEL_LEN, np.random.default_rng(0))  # fmt: skip
+                            MAX_MODEL_LEN, np.random.default_rng(0), cp=cp)  # fmt: skip
     additional = {"draft_window_size": window}
     if sinks is not None:
         additional["draft_attention_sinks"] = sinks
@@ -152,6 +153,19 @@ def test_window_on_logs_one_start_up_line(model_dir, monkeypatch, log):
         "info",
         "Draft KV window on for dspark: draft_window_size=512, the draft reads at most 575 "
         "tokens per request; block sizes per KV-cache group {0: 16, 1: 64}, alignment 64.",
+    )]  # fmt: skip
+
+
+def test_start_up_line_under_dcp_says_what_one_rank_reads(model_dir, monkeypatch, log):
+    s = start(model_dir, monkeypatch, 512, layouts=(GroupLayout(16),), cp=(4, 1, 1))
+    assert s.draft_window.spec.alignment == 64
+    assert log.calls == [(
+        "info",
+        "Draft KV window on for dspark: draft_window_size=512, the draft reads at most 575 "
+        "tokens per request, about 143 per rank (at most 144 on one rank of "
+        "decode_context_parallel_size=4 (rank 1), cp_kv_cache_interleave_size=1); tokens per "
+        "table column (a sharded table's column spans every rank) per KV-cache group {0: 64}, "
+        "alignment 64.",
     )]  # fmt: skip
 
 
