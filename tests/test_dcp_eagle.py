@@ -125,11 +125,17 @@ def test_vllms_paged_kernel_reads_each_ranks_share_as_the_reference(model_dir, m
         lengths = [int(x) for x in step["lengths"]]
         queries = [e.k[i][length - 1 : length] * 0.5 for i, length in enumerate(lengths)]
         rows = [i for i in range(n) if int(local[i]) > 0]
+        # The reference first: it checks the inputs stay inside the rank's table and cache,
+        # which the interpreted kernel would not (it would read stray memory).
+        wants = []
+        for i in rows:
+            want, _, pos = caches.read(rank, table[i], int(local[i]), queries[i],
+                                       torch.tensor([lengths[i] - 1]))  # fmt: skip
+            assert int(pos.max()) < lengths[i] - 1  # the context: before the step's token
+            wants.append(want)
         cache = _rank_cache(caches, rank)
         got = unified_attention_read(cache, [queries[i] for i in rows], table[rows], local[rows])
-        for out, i in zip(got, rows, strict=True):
-            want, _, _ = caches.read(rank, table[i], int(local[i]), queries[i],
-                                     torch.tensor([lengths[i] - 1]))  # fmt: skip
+        for out, want in zip(got, wants, strict=True):
             torch.testing.assert_close(out.double(), want, atol=2e-5, rtol=1e-4)
 
 
@@ -166,3 +172,78 @@ def test_no_rank_reads_the_same_position_twice_and_together_they_read_all(model_
         assert len(read) == len(set(read)) == windowed - 1
         assert max(read, default=-1) == length - 2
         assert np.all(np.diff(sorted(read)) >= 1)
+
+
+@pytest.mark.parametrize("cp_size", [2, 4])
+def test_a_full_decode_graph_replays_each_ranks_share_of_every_step(cp_size, model_dir,
+                                                                     monkeypatch):  # fmt: skip
+    """FULL_DECODE_ONLY per rank: flash attention updates nothing in place under DCP, so vLLM
+    captures one decode step and rebuilds each step's metadata (through the window) into the
+    buffers the graph recorded before replaying it. What the replays read is each rank's
+    share of every step's window."""
+    contexts = [2, 60, 64, 130, 200, 700]
+    ranks = []
+    for rank in range(cp_size):
+        dcp_group(monkeypatch, cp_size, rank)
+        config = make_vllm_config(model_dir, MAX_MODEL_LEN, MAX_NUM_REQS, {"draft_window_size": W})
+        config.parallel_config.decode_context_parallel_size = cp_size
+        layouts = [GroupLayout(16, backend=FlashAttentionBackend)]
+        e = setup_eagle(model_dir, monkeypatch, NUM_SPEC, layouts, contexts=contexts, seed=5,
+                        vllm_config=config, cp=(cp_size, rank, 1))  # fmt: skip
+        ranks.append((e, replay_full_decode(e, monkeypatch)))
+    e0 = ranks[0][0]
+    caches = caches_of(e0, cp_size)
+    n, spec = e0.batch.num_reqs, e0.s.draft_window.spec
+    for s in range(NUM_SPEC - 1):
+        record = ranks[0][1][s]
+        lengths = [int(x) for x in record["lengths"]]
+        rank_reads = {r: (steps[s]["table"], steps[s]["dcp"]) for r, (_, steps) in enumerate(ranks)}
+        assert_ranks_read_the_window(caches, lengths, record["reads"], rank_reads,
+                                     spec.sink_size, W, spec.alignment, e0.k, e0.v,
+                                     new_tokens=[1] * n)  # fmt: skip
+
+
+def replay_full_decode(e, monkeypatch) -> list[dict]:
+    """Capture the decode graph (vLLM's managers and ``CudaGraphManager.capture``, the device
+    boundary stood in by ``testbed.graphs``), then replay one propose's decode steps; returns
+    what the draft layers read at each replay."""
+    from test_mrv2_eagle import prepare_decode, update_inputs
+    from vllm.config.compilation import CUDAGraphMode
+
+    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed import graphs
+    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.buffers import (
+        fill_input_block_tables,
+    )
+    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.graphs import cuda_graphs_on_cpu
+
+    s, n = e.s, e.batch.num_reqs
+    assert not s.supports_decode_metadata_update
+    cuda_graphs_on_cpu(monkeypatch)
+    compilation = s.vllm_config.compilation_config
+    monkeypatch.setattr(compilation, "cudagraph_capture_sizes", [MAX_NUM_REQS])
+    monkeypatch.setattr(compilation, "max_cudagraph_capture_size", MAX_NUM_REQS)
+    speculative = SimpleNamespace(num_speculative_tokens=NUM_SPEC,
+                                  uses_dynamic_speculative_decoding=lambda: False)  # fmt: skip
+    s.speculative_config = speculative
+    monkeypatch.setattr(s.vllm_config, "speculative_config", speculative)
+    s.init_cudagraph_manager(CUDAGraphMode.FULL_DECODE_ONLY)
+    steps = []
+
+    def generate_draft(num_reqs, num_tokens_padded, attn_metadata, *args, **kwargs):
+        if graphs.replaying() is not None:
+            md = attn_metadata["draft.0"]
+            steps.append({"lengths": s.input_buffers.seq_lens[:n].clone(),
+                          "reads": md.seq_lens[:n].clone(), "table": md.block_table.clone(),
+                          "dcp": md.dcp_context_kv_lens.clone()})  # fmt: skip
+        update_inputs(e, NUM_SPEC)
+
+    s._generate_draft = generate_draft
+    s.capture()
+    (desc,) = list(s.decode_cudagraph_manager.graphs)
+    fill_input_block_tables(e.batch)
+    s.idx_mapping[:n] = torch.from_numpy(e.batch.idx_mapping)
+    s.idx_mapping[n:] = -1
+    prepare_decode(e)
+    s._multi_step_decode(n, False, desc, None, e.input_batch.seq_lens_cpu_upper_bound, NUM_SPEC)
+    assert len(steps) == NUM_SPEC - 1
+    return steps
