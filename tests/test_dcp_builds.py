@@ -161,3 +161,22 @@ def test_mla_builders_that_send_draft_queries_to_their_prefill_path_under_dcp_ar
         rf"host bound as the exact context length"
     )):  # fmt: skip
         wire_rank(mla_dir, monkeypatch, "dflash", 2, 0, backend=backend, interleave=interleave)
+
+
+@pytest.mark.parametrize("method", ["dflash", "dspark"])
+def test_a_replicated_gqa_draft_reads_its_window_in_blocks(method, model_dir, monkeypatch):
+    """vLLM keeps a DFlash/DSpark GQA draft's cache whole on every rank under the target's
+    DCP (``dcp_sharded=False``, the draft's DCP size 1): on each rank it is windowed in
+    blocks, as without DCP, and reads exactly the window."""
+    from test_mrv2_dflash import assert_reads_exactly_the_window, wire
+
+    layouts = [GroupLayout(16)]
+    for rank in range(2):
+        rng = np.random.default_rng(0)
+        batch = make_mrv2_batch([16], SEQ_LENS, Q, len(SEQ_LENS), MAX_NUM_REQS, MAX_MODEL_LEN,
+                                rng, cp=(2, rank, 1), dcp_sharded=[False])  # fmt: skip
+        prepare_dflash_step(batch, NUM_SPEC, rng, [0])
+        wired = wire(method, layouts, batch, model_dir, monkeypatch)
+        window = wired.speculator.draft_window
+        assert window.dcp.sharded == (False,) and window.spec.alignment == 16
+        assert_reads_exactly_the_window(wired, layouts, build(wired, slack=3))
