@@ -150,9 +150,8 @@ _BACKEND_NOTES_0_33 = (
     ("FlexAttentionBackend", "its builder copies the lengths into buffers of its own, which "
      "the window's in-place updates and its run-time proof do not follow"),
 )  # fmt: skip
-# Under DCP, vLLM sends every query of several tokens to an MLA builder's prefill path
-# unless the builder declares varlen DCP support (``_init_reorder_batch_threshold``), and
-# that path takes the host bound as the exact context length.
+# Under DCP an MLA builder without varlen DCP support gets multi-token queries on its prefill
+# path (``_init_reorder_batch_threshold``), which takes the host bound as exact.
 _DCP_NO_VARLEN = (
     "under decode context parallelism its builder declares no varlen support, so vLLM "
     "sends the draft's queries of several tokens to its prefill path, which takes the host "
@@ -280,9 +279,8 @@ VLLM_0_30_ASCEND = Line(
     told_bound_backends=(("dflash", ("AscendMLABackend",)),),
     dspark_host_length_targets=("glm",),
     exact_copy_backends=(("dspark", ("AscendMLABackend",)),),
-    # Under DCP vllm-ascend's GQA and MLA builders take the per-rank host lists they split
-    # from the host bound plus the query stretch (DFlash) or the target's lengths plus the
-    # draft width (DSpark's DCP manager) as exact, never the draft's device lengths.
+    # Under DCP its GQA/MLA builders take per-rank lists split from the host bound plus the
+    # query stretch (DSpark: its DCP manager's equal told lengths) as exact.
     dcp_told_bound=("dflash", "dspark"),
     ar_told_target_lengths=True,
     backend_module=("vllm_ascend.", "vllm-ascend"),

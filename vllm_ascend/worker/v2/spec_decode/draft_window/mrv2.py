@@ -92,8 +92,7 @@ class Mrv2DraftWindow:
         ``attn_groups`` and ``left_alone_group_ids``: the draft groups whose builders keep
         vLLM's own inputs (``policy.py``). ``watch``: the speculator whose builders the
         run-time proof watches (none for a window no speculator builds from)."""
-        # Per draft group: a request's tokens per table column (a DCP-sharded table's
-        # columns are virtual blocks of every rank's share: dcp.py).
+        # Per draft group: a request's tokens per table column (dcp.py: under DCP, all ranks').
         self.group_block_sizes = column_tokens(block_tables, draft_group_ids)
         alignment = lcm_alignment(list(self.group_block_sizes.values()))
         sinks = align_sinks(attention_sinks, alignment)
@@ -132,15 +131,17 @@ class Mrv2DraftWindow:
         self.exact_host_rows: torch.Tensor | None = None
         # [max_num_reqs] int32: the told lengths of the pass in progress, windowed in place.
         self.told_windowed = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
-        # Under DCP: this rank's layout, and [max_num_reqs] int32 DCP-local lengths of a
-        # rebuild that would otherwise hand the builders the target's (the draft prefill).
+        # Under DCP: this rank's layout; [max_num_reqs] int32 the DCP-local lengths of a draft
+        # prefill's rebuild (else the target's), and their scratch.
         self.dcp = DcpLayout.of(block_tables)
-        self.dcp_local_seq_lens = torch.zeros_like(self.seq_lens) if self.dcp else None
-        self.dcp_scratch = torch.zeros_like(self.seq_lens) if self.dcp else None
-        # The DCP-local lengths a build may hand a kernel (the proof checks): the window's,
-        # or the draft's own buffer, which vLLM fills from the windowed lengths.
-        own = getattr(input_buffers, "dcp_local_seq_lens", None)
-        self.dcp_local_buffers = [b for b in (self.dcp_local_seq_lens, own) if b is not None]
+        self.dcp_local_seq_lens = self.dcp_scratch = None
+        if self.dcp:
+            self.dcp_local_seq_lens, self.dcp_scratch = torch.zeros(
+                (2, max_num_reqs), dtype=torch.int32, device=device)  # fmt: skip
+        # What a build may hand a kernel as DCP-local lengths (the proof checks): the window's,
+        # or the draft's own, which vLLM fills from the windowed lengths.
+        self.dcp_local_buffers = [b for b in (self.dcp_local_seq_lens, getattr(
+            input_buffers, "dcp_local_seq_lens", None)) if b is not None]  # fmt: skip
         # [max_num_reqs] int32, host: scratch for windowing host lengths (told lengths).
         self.host_skip = torch.zeros(max_num_reqs, dtype=torch.int32)
         # One-launch refreshes (fused.py) of the per-step tables and of a draft prefill's

@@ -80,9 +80,8 @@ column on one rank, ``I | u``: token ``p`` lives on rank ``floor(p / I) mod c``,
 Its alignment unit is therefore ``c u`` (``a`` a multiple of it), and one start serves all
 ranks, each rank ``r`` reading its local length ``n_r(windowed)`` from the cropped table:
 
-- ``n_r(x)``, rank ``r``'s tokens of ``[0, x)``, is ``I floor(x / (c I))`` plus its part of
-  the last round; ownership repeats every ``c I`` tokens, so for ``x`` a multiple of
-  ``c I``: ``n_r(x + y) = x / c + n_r(y)``.
+- ``n_r(x)``, rank ``r``'s tokens of ``[0, x)``: ownership repeats every ``c I`` tokens,
+  so for ``x`` a multiple of ``c I``, ``n_r(x + y) = x / c + n_r(y)``.
 - ``c u`` is ``u / I`` rounds of ``c I``, so ``[0, k c u)`` gives every rank exactly ``k u``
   tokens: the ``k`` columns it fills. The skip (a multiple of ``a``) drops the same whole
   columns of every rank's table, and the sinks ``[0, S)`` are whole columns too.
@@ -91,9 +90,8 @@ ranks, each rank ``r`` reading its local length ``n_r(windowed)`` from the cropp
   n_r(L - skip - S)`` its tokens of ``[start, L)``: in all ``n_r(windowed)``, the share of
   the windowed length vLLM's ``get_dcp_local_seq_lens`` gives. Its columns lie below
   ``ceil(windowed / (c u))``: the table width holds.
-- No finer start works: a start that drops ``k`` whole columns of every rank leaves
-  ``k u`` tokens per rank before it, ``k c u`` in all. ``I`` adds no condition beyond
-  ``I | u`` (``policy.py`` refuses a layout without it by name).
+- No finer start works: dropping ``k`` whole columns of every rank leaves ``k u`` tokens
+  per rank, ``k c u`` in all. ``I`` adds no condition beyond ``I | u`` (else refused).
 
 Every function writes into caller-provided persistent buffers (``out=``), so a per-step
 caller allocates nothing on the device, and none reads a device value on the host.
