@@ -26,10 +26,12 @@ from wiring import (
     eagle_config,
     eagle_speculator,
     load_tables,
+    with_dcp,
 )
 
 from vllm_ascend.worker.v2.attn_utils import build_attn_metadata_wrapper
 from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import propose_state
+from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.dcp import DcpCaches
 from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import (
     PagedKVCache,
     assert_kernel_reads,
@@ -63,38 +65,52 @@ class Decode:
     target: torch.Tensor  # [n] target lengths
     rejected: torch.Tensor  # [n]
     block_ids: list
-    cache: PagedKVCache
+    cache: PagedKVCache | DcpCaches
     k: list
     v: list
     block_size: int
 
 
 def setup_decode(model_dir, method, block_size, num_spec, additional=None, seed=0,
-                 max_num_tokens=None):  # fmt: skip
+                 max_num_tokens=None, cp=None):  # fmt: skip
+    """``cp``: (ranks, this rank, interleave) under decode context parallelism (the DCP
+    group stood in by the caller, ``dcp_ranks.on_rank``): the rank's speculator, every rank's
+    reference cache (``DcpCaches``; the same block ids and K/V on every rank's call)."""
     rng = np.random.default_rng(seed)
     config = eagle_config(model_dir, method, {"draft_window_size": W} if additional is None
                           else additional, num_spec)  # fmt: skip
-    s = eagle_speculator(config, block_size, MAX_NUM_REQS, num_spec, max_num_tokens)
+    if cp is not None:
+        with_dcp(config, cp[0], cp[2])
+    s = eagle_speculator(config, block_size, MAX_NUM_REQS, num_spec, max_num_tokens, cp=cp)
     n = len(TARGET_LENS)
     target = torch.tensor(TARGET_LENS, dtype=torch.int32)
     rejected = torch.from_numpy(rng.integers(0, num_spec + 1, n)).to(torch.int32)
     rejected = torch.minimum(rejected, target - 1)
     # Every position a step can be told to read: up to the target length + the last step.
     ends = [min(t + num_spec, MAX_MODEL_LEN) for t in TARGET_LENS]
-    pool = rng.permutation(np.arange(1, 1 + sum(-(-e // block_size) for e in ends)))
+    # A column covers a block of every rank under DCP.
+    column = block_size * (1 if cp is None else cp[0])
+    pool = rng.permutation(np.arange(1, 1 + sum(-(-e // column) for e in ends)))
     block_ids, used = [], 0
     for e in ends:
-        count = -(-e // block_size)
+        count = -(-e // column)
         block_ids.append([int(x) for x in pool[used : used + count]])
         used += count
     load_tables(s, block_ids, MAX_NUM_REQS, rng)
     gen = torch.Generator().manual_seed(seed)
-    cache = PagedKVCache(used + 1, block_size, NUM_KV_HEADS, HEAD_SIZE)
+    if cp is None:
+        cache = PagedKVCache(used + 1, block_size, NUM_KV_HEADS, HEAD_SIZE)
+    else:
+        cache = DcpCaches(cp[0], cp[2], block_size, used + 1, NUM_KV_HEADS, HEAD_SIZE)
     k, v = [], []
     for i, e in enumerate(ends):
         k.append(torch.randn(e, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64))
         v.append(torch.randn(e, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64))
-        cache.write(torch.tensor(block_ids[i], dtype=torch.int32), torch.arange(e), k[i], v[i])
+        if cp is None:
+            cache.write(torch.tensor(block_ids[i], dtype=torch.int32), torch.arange(e), k[i],
+                        v[i])  # fmt: skip
+        else:
+            cache.write(block_ids[i], k[i], v[i])
     tib = s.target_input_buffers
     tib.seq_lens.zero_()
     tib.seq_lens[:n] = target
@@ -203,6 +219,17 @@ def test_every_eager_decode_step_reads_the_window_of_what_fia_is_told(
     assert window.proof.num_checks >= 1
 
 
+def full_graph_params(d: Decode, padded: int) -> tuple[list, list]:
+    """What vllm-ascend hands a FULL ACL graph replay, made before it: every step's metadata
+    (built once at step 1) and each step's FIA parameters (``build_fia_params``)."""
+    at_step(d, 1)
+    with build_attn_metadata_wrapper():
+        metadatas = d.s.build_draft_attn_metadatas(padded, padded, False)
+    fia = d.s.build_fia_params(padded, metadatas[0], False)
+    assert len(fia) == len(metadatas) == d.s.num_speculative_steps - 1
+    return metadatas, fia
+
+
 @pytest.mark.parametrize(("block_size", "num_spec", "min_context"), [
     (16, 3, 0), (16, 5, 0), (128, 3, 0), (128, 5, 0), (128, 5, 258),
 ])  # fmt: skip
@@ -217,11 +244,7 @@ def test_every_full_graph_replay_step_reads_the_window_of_what_fia_is_told(
     d = setup_decode(model_dir, "eagle3", block_size, num_spec, additional)
     window = d.s.draft_window
     padded = MAX_NUM_REQS
-    at_step(d, 1)
-    with build_attn_metadata_wrapper():
-        metadatas = d.s.build_draft_attn_metadatas(padded, padded, False)
-    fia = d.s.build_fia_params(padded, metadatas[0], False)
-    assert len(fia) == len(metadatas) == num_spec - 1
+    metadatas, fia = full_graph_params(d, padded)
     for step, (params, per_step) in enumerate(zip(fia, metadatas, strict=True), start=1):
         at_step(d, step)
         build(d, step, CUDAGraphMode.FULL, padded)  # the recorded build of this step
@@ -247,6 +270,31 @@ def test_without_the_window_fia_is_told_the_target_length_plus_the_step(model_di
     assert fia[0]["actual_seq_lengths_kv"][: len(TARGET_LENS)] == [
         min(t + 1, MAX_MODEL_LEN) for t in TARGET_LENS
     ]
+
+
+def draft_prefill_seen(s, batch, n: int, num_tokens: int, target_metadata: dict) -> dict:
+    """vLLM's ``_prefill`` as ``propose`` runs it (the propose hook has stashed the target's
+    batch); returns what the draft layers are handed (no draft weights on CPU: the forward
+    stops there)."""
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def run_model(num_tokens, attn_metadata, *args, **kwargs):
+        seen.update(attn_metadata)
+        raise Stop
+
+    s._run_model = run_model
+    s.last_token_indices = torch.zeros(MAX_NUM_REQS, dtype=torch.int64)
+    s.idx_mapping = torch.zeros(MAX_NUM_REQS, dtype=torch.int64)
+    propose_state(s).prefill_batch = batch
+    try:
+        with pytest.raises(Stop):
+            s._prefill(n, num_tokens, target_metadata, None, num_tokens_across_dp=None)
+    finally:
+        propose_state(s).prefill_batch = None
+    return seen
 
 
 @pytest.mark.parametrize("min_context", [0, 257])
@@ -306,25 +354,7 @@ def test_the_draft_prefill_reads_the_window_and_leaves_vllm_ascends_model_state_
     kept = dict(vars(model_state))
     assert model_state.attn_metadata is target_metadata
 
-    seen = {}
-
-    class Stop(Exception):
-        pass
-
-    def run_model(num_tokens, attn_metadata, *args, **kwargs):
-        # No draft weights on CPU: keep what the draft layers are handed, then stop.
-        seen.update(attn_metadata)
-        raise Stop
-
-    s._run_model = run_model
-    s.last_token_indices = torch.zeros(MAX_NUM_REQS, dtype=torch.int64)
-    s.idx_mapping = torch.zeros(MAX_NUM_REQS, dtype=torch.int64)
-    propose_state(s).prefill_batch = batch
-    try:
-        with pytest.raises(Stop):
-            s._prefill(n, num_tokens, target_metadata, None, num_tokens_across_dp=None)
-    finally:
-        propose_state(s).prefill_batch = None
+    seen = draft_prefill_seen(s, batch, n, num_tokens, target_metadata)
     assert set(seen) == {"draft.0"}  # vllm-ascend keeps only the draft's layers
     md = seen["draft.0"]
     assert md is not target_metadata["draft.0"]

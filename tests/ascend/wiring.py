@@ -114,6 +114,7 @@ def draft_group(config, backend: type, block_size: int) -> AttentionGroup:
             q_lora_rank=mla.q_lora_rank, kv_lora_rank=mla.kv_lora_rank,
             qk_nope_head_dim=mla.qk_nope_head_dim, qk_rope_head_dim=mla.qk_rope_head_dim,
             v_head_dim=mla.v_head_dim, prefill_backend=SimpleNamespace(clone=lambda: None),
+            dcp_manager=mla_dcp_manager(config, mla),
         )  # fmt: skip
     else:
         spec = FullAttentionSpec(block_size=block_size, num_kv_heads=NUM_KV_HEADS,
@@ -124,11 +125,26 @@ def draft_group(config, backend: type, block_size: int) -> AttentionGroup:
     return group
 
 
+def mla_dcp_manager(config, mla) -> Any:
+    """The registered MLA layer's DCP collective manager under decode context parallelism
+    (vLLM's own, over the stood-in DCP group; the builders only keep it), else None."""
+    if config.parallel_config.decode_context_parallel_size == 1:
+        return None
+    from vllm.v1.attention.ops.dcp import MLADCPManager
+
+    return MLADCPManager(config, CPU, mla.num_attention_heads,
+                         mla.kv_lora_rank + mla.qk_rope_head_dim, mla.kv_lora_rank,
+                         torch.float32, torch.float32, None, True, False)  # fmt: skip
+
+
 def speculator(config, method: str, block_size: int, max_num_reqs: int,
-               backend: type = AscendAttentionBackend) -> Any:  # fmt: skip
+               backend: type = AscendAttentionBackend,
+               cp: tuple[int, int, int] | None = None) -> Any:  # fmt: skip
     """A real vllm-ascend speculator with one draft KV-cache group of ``block_size``-token
     blocks, and its window made as the ``set_attn`` hook makes it (``set_attn`` itself needs
-    the draft model's registered attention layers)."""
+    the draft model's registered attention layers). ``cp``: (ranks, this rank, interleave)
+    under decode context parallelism (``config`` set by ``with_dcp``, the DCP group stood in
+    by ``dcp_ranks.on_rank``): the rank's tables, and DSpark's DCP manager."""
     group = draft_group(config, backend, block_size)
     names, spec = group.layer_names, group.kv_cache_spec
     max_tokens = max_num_reqs * Q
@@ -143,10 +159,12 @@ def speculator(config, method: str, block_size: int, max_num_reqs: int,
     s.max_num_reqs, s.max_num_tokens = max_num_reqs, max_tokens
     s.max_model_len = s.draft_max_seq_len = MAX_MODEL_LEN
     s.input_buffers = InputBuffers(max_num_reqs, max_tokens, CPU)
-    s.target_input_buffers = InputBuffers(max_num_reqs, max_tokens, CPU)
-    s.block_tables = AscendBlockTables([block_size], max_num_reqs, max_tokens,
-                                       [-(-MAX_MODEL_LEN // block_size)], CPU,
-                                       kernel_block_sizes=[block_size])  # fmt: skip
+    # Under DCP DSpark's manager reads the target's host lengths (vllm-ascend's buffers).
+    from vllm_ascend.worker.v2.input_batch import AscendInputBuffers
+
+    target_buffers = InputBuffers if cp is None else AscendInputBuffers
+    s.target_input_buffers = target_buffers(max_num_reqs, max_tokens, CPU)
+    s.block_tables = block_tables(block_size, max_num_reqs, max_tokens, cp)
     s.attn_groups = [[group]]
     s.kv_cache_config = KVCacheConfig(num_blocks=1, kv_cache_tensors=[],
                                       kv_cache_groups=[KVCacheGroupSpec(names, spec)])  # fmt: skip
@@ -156,9 +174,30 @@ def speculator(config, method: str, block_size: int, max_num_reqs: int,
     if method == "dspark":
         s.attn_architecture = "MLA" if backend is AscendMLABackend else "GQA"
         s.use_dcp, s.dcp_manager = False, None
+        if cp is not None:
+            with set_current_vllm_config(config):
+                s._init_dcp()  # vllm-ascend's own: its DCP manager for this rank
     with set_current_vllm_config(config):
         s.draft_window = window_as_set_attn_makes_it(s)
     return s
+
+
+def block_tables(block_size: int, max_num_reqs: int, max_tokens: int,
+                 cp: tuple[int, int, int] | None = None) -> AscendBlockTables:  # fmt: skip
+    """vllm-ascend's block tables of one group; under DCP a rank's, whose columns each cover
+    ``cp_size * block_size`` tokens of a request (as vLLM's model runner sizes them)."""
+    cp_size, rank, interleave = cp or (1, 0, 1)
+    return AscendBlockTables([block_size], max_num_reqs, max_tokens,
+                             [-(-MAX_MODEL_LEN // (block_size * cp_size))], CPU,
+                             kernel_block_sizes=[block_size], cp_size=cp_size, cp_rank=rank,
+                             cp_interleave=interleave)  # fmt: skip
+
+
+def with_dcp(config, cp_size: int, interleave: int):
+    """``config`` under decode context parallelism: ``cp_size`` ranks, ``interleave``."""
+    config.parallel_config.decode_context_parallel_size = cp_size
+    config.parallel_config.cp_kv_cache_interleave_size = interleave
+    return config
 
 
 def load_tables(s, block_ids: list[list[int]], num_reqs_padded: int,
@@ -179,16 +218,17 @@ def load_tables(s, block_ids: list[list[int]], num_reqs_padded: int,
     return idx_mapping
 
 
-def fill(s, batch: Batch, seed: int = 0) -> None:
+def fill(s, batch: Batch, seed: int = 0, cp: tuple[int, int, int] | None = None) -> None:
     """A draft step's inputs as the real kernels write them: the tables (``load_tables``),
     then vllm-ascend's own ``prepare_dflash_inputs`` (the kernel its DFlash and DSpark both
     run; its sampling outputs are not read here) after a target verify step with rejected
     tokens (``verify_step``): lengths counting the query stretch (``batch.seq_lens``), query
     layout, positions and the query slot mappings; padded rows zero. The host bound is the
-    exact length kept after rejection."""
+    exact length kept after rejection. ``cp``: (ranks, this rank, interleave) under DCP."""
     from vllm_ascend.worker.v2.spec_decode.dflash.speculator import prepare_dflash_inputs
 
     rng = np.random.default_rng(seed)
+    cp_size, rank, interleave = cp or (1, 0, 1)
     n, m, tokens = len(batch.seq_lens), s.max_num_reqs, s.max_num_tokens
     idx_mapping = load_tables(s, batch.block_ids, batch.num_reqs_padded, rng)
     target, rejected = verify_step(np.asarray(batch.seq_lens), Q, idx_mapping.numpy(), rng)
@@ -198,20 +238,23 @@ def fill(s, batch: Batch, seed: int = 0) -> None:
         i64(m * NUM_SPEC), i64(m * NUM_SPEC), torch.zeros(m * NUM_SPEC, dtype=torch.int32),
         torch.zeros(m), i64(m), target, torch.from_numpy(Q - rejected),
         torch.from_numpy(rejected), i64(m), i64(m), torch.zeros(m), i64(m),
-        s.block_tables.input_block_tables[0], batch.block_size, 0, 1, 1, 0, Q, NUM_SPEC, m,
-        tokens, MAX_MODEL_LEN, kv_cache_block_size=batch.block_size,
+        s.block_tables.input_block_tables[0], batch.block_size, rank, cp_size, interleave, 0,
+        Q, NUM_SPEC, m, tokens, MAX_MODEL_LEN, kv_cache_block_size=batch.block_size,
     )  # fmt: skip
     # The kernel's lengths are the batch's (a check of this setup, not of the window).
     assert s.input_buffers.seq_lens[:n].tolist() == list(batch.seq_lens)
     s.input_batch = InputBatchSeen(n, torch.tensor(batch.seq_lens, dtype=torch.int32) - Q)
 
 
-def make_batch(seq_lens: list[int], block_size: int, num_reqs_padded: int, seed: int = 0):
+def make_batch(seq_lens: list[int], block_size: int, num_reqs_padded: int, seed: int = 0,
+               cp_size: int = 1):  # fmt: skip
+    """Block ids for each request: one per ``cp_size * block_size`` tokens (a DCP table's
+    column covers every rank's share; the same ids on every rank)."""
     rng = np.random.default_rng(seed)
     pool = rng.permutation(np.arange(1, 1 + len(seq_lens) * (MAX_MODEL_LEN // block_size + 1)))
     ids, used = [], 0
     for length in seq_lens:
-        count = -(-length // block_size)
+        count = -(-length // (block_size * cp_size))
         ids.append([int(x) for x in pool[used : used + count]])
         used += count
     return Batch(list(seq_lens), ids, num_reqs_padded, block_size)
@@ -225,10 +268,12 @@ def eagle_config(model_dir, method: str, additional_config: dict, num_spec: int,
 
 def eagle_speculator(config, block_size: int, max_num_reqs: int, num_spec: int,
                      max_num_tokens: int | None = None,
-                     backend: type = AscendAttentionBackend) -> Any:  # fmt: skip
+                     backend: type = AscendAttentionBackend,
+                     cp: tuple[int, int, int] | None = None) -> Any:  # fmt: skip
     """vllm-ascend's real ``AscendEagleSpeculator`` with one draft KV-cache group on its GQA
     builder, the target's ``AscendInputBuffers`` beside the draft's, and its window made as
-    the ``set_attn`` hook makes it (``set_attn`` itself needs the draft model's layers)."""
+    the ``set_attn`` hook makes it (``set_attn`` itself needs the draft model's layers).
+    ``cp``: as for ``speculator``; the rank's tables and vllm-ascend's own DCP manager."""
     from vllm_ascend.worker.v2.input_batch import AscendInputBuffers
     from vllm_ascend.worker.v2.spec_decode.autoregressive.sparse_kv_offload import (
         SparseKVOffloadMetadata,
@@ -250,9 +295,7 @@ def eagle_speculator(config, block_size: int, max_num_reqs: int, num_spec: int,
         torch.zeros(max_num_reqs, dtype=torch.int32) for _ in range(num_spec - 1)
     ]
     s.target_input_buffers = AscendInputBuffers(max_num_reqs, max_tokens, CPU)
-    s.block_tables = AscendBlockTables([block_size], max_num_reqs, max_tokens,
-                                       [-(-MAX_MODEL_LEN // block_size)], CPU,
-                                       kernel_block_sizes=[block_size])  # fmt: skip
+    s.block_tables = block_tables(block_size, max_num_reqs, max_tokens, cp)
     s.attn_groups = s.target_attn_groups = [[group]]
     s.draft_attn_layer_names = set(names)
     s.kv_cache_config = KVCacheConfig(num_blocks=1, kv_cache_tensors=[],
@@ -262,6 +305,9 @@ def eagle_speculator(config, block_size: int, max_num_reqs: int, num_spec: int,
     s.attn_architecture = "MLA" if backend is AscendMLABackend else "GQA"
     s.attn_backend = backend
     s.use_dcp, s.dcp_manager, s.replicated_pcp, s.pcp_manager = False, None, False, None
+    if cp is not None:
+        with set_current_vllm_config(config):
+            s._init_dcp()  # vllm-ascend's own: its DCP manager for this rank
     s.use_fused_multi_step_decode = False
     s.model_state = ascend_model_state(config)
     s._sparse_kv_offload_metadata = SparseKVOffloadMetadata(
