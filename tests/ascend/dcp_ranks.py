@@ -93,6 +93,7 @@ def assert_ranks_read_the_window(
     current: int | Sequence[int] = 0,
     min_context: int = 0,
     block_ids: Sequence[Sequence[int]] | None = None,
+    sinks: int = 0,
 ) -> None:
     """``told[i]``: the length request ``i``'s kernels are told; ``reads[i]``: its windowed
     length; ``rank_reads[r]``: (block table, host list of local lengths) rank ``r``'s kernel
@@ -103,19 +104,21 @@ def assert_ranks_read_the_window(
     ``current[i]``: the request's last tokens, which the kernels attend to from the pass's
     own K/V (vllm-ascend's history/current split): the ranks read the window without them,
     and the current tokens join as one more partial, counted once. ``block_ids[i]``: the
-    request's full table row; a rank's cropped row must be its columns from the start on."""
+    request's full table row; a rank's cropped row must be its columns from the start on
+    (after the sinks' columns: ``sinks``, the attention sinks the window keeps)."""
     n = len(told)
     as_list = lambda x: [x] * n if isinstance(x, int) else list(x)  # noqa: E731
     window, num_queries, current = as_list(window), as_list(num_queries), as_list(current)
     cp_size = caches.cp_size
     for i, length in enumerate(told):
         read = int(reads[i])
-        start, kept = positions_read(length, read)
+        start, kept = positions_read(length, read, sinks)
         assert start % alignment == 0, (i, start, alignment)
         if length < min_context:
             assert read == length
         else:
-            assert min(length, window[i]) <= read <= window[i] + alignment - 1, (i, read)
+            reach = sinks + window[i] + alignment
+            assert min(length, sinks + window[i]) <= read <= reach - 1, (i, read)
         q_len = num_queries[i]
         q = k[i][length - q_len : length] * 0.5
         # Non-causal: every query sees the whole window.
@@ -127,8 +130,10 @@ def assert_ranks_read_the_window(
         for r, (table, local) in enumerate(rank_reads):
             if block_ids is not None:
                 # A window start drops whole columns, the same ones on every rank.
-                first, cols = start // (cp_size * caches.unit), -(-int(local[i]) // caches.unit)
-                assert table[i][:cols].tolist() == list(block_ids[i][first : first + cols]), (i, r)
+                column = cp_size * caches.unit
+                first, cols = start // column, -(-int(local[i]) // caches.unit)
+                held = [*block_ids[i][: min(sinks, start) // column], *block_ids[i][first:]]
+                assert table[i][:cols].tolist() == held[:cols], (i, r)
             out, lse, pos = caches.read(r, table[i], int(local[i]), q, q_pos)
             mine = history[owner(history, cp_size, caches.interleave) == r]
             assert pos.tolist() == mine.tolist(), (i, r, len(pos), len(mine))
@@ -140,7 +145,7 @@ def assert_ranks_read_the_window(
             outs.append(out)
             lses.append(lse)
         if causal:
-            expected = dense_attention(q, k[i], v[i], start, length)
+            expected = dense_attention(q, k[i], v[i], start, length, sinks)
         else:
             expected, _ = partial_attention(q, q_pos, k[i][kept], v[i][kept], kept)
         torch.testing.assert_close(combine(outs, lses), expected)

@@ -66,13 +66,13 @@ def rejected_of(seq_lens) -> torch.Tensor:
 
 
 def draft_rank(model_dir, mla_model_dir, monkeypatch, method, attention, block, cp_size, rank,
-               interleave):  # fmt: skip
+               interleave, sinks=0):  # fmt: skip
     """One rank's speculator after a target verify step: the told lengths (the batch's
     lengths) count rejected tokens, the draft's device lengths do not."""
     on_rank(monkeypatch, cp_size, rank)
     cp = (cp_size, rank, interleave)
-    config = vllm_config(mla_model_dir if attention == "MLA" else model_dir, method,
-                         {"draft_window_size": W})  # fmt: skip
+    additional = {"draft_window_size": W, **({"draft_attention_sinks": sinks} if sinks else {})}
+    config = vllm_config(mla_model_dir if attention == "MLA" else model_dir, method, additional)
     s = speculator(with_dcp(config, cp_size, interleave), method, block, MAX_NUM_REQS,
                    backend=BACKENDS[attention], cp=cp)  # fmt: skip
     builder = s.attn_groups[0][0].get_metadata_builder(0)
@@ -123,11 +123,31 @@ def kernel_reads(md, attention: str, rank: int) -> tuple[torch.Tensor, list[int]
 def test_each_rank_reads_its_share_of_the_window_of_the_told_length(
     method, attention, block, cp_size, interleave, build, model_dir, mla_model_dir, monkeypatch
 ):
+    assert_each_rank_reads_its_share(method, attention, block, cp_size, interleave, build,
+                                     model_dir, mla_model_dir, monkeypatch)  # fmt: skip
+
+
+SINK_LAYOUTS = [("dflash", "MLA", 128, 2, 1), ("dspark", "GQA", 16, 4, BLOCK)]
+
+
+@pytest.mark.parametrize(("method", "attention", "block", "cp_size", "interleave"), SINK_LAYOUTS)
+def test_attention_sinks_under_dcp_are_whole_columns_of_every_rank(
+    method, attention, block, cp_size, interleave, model_dir, mla_model_dir, monkeypatch
+):
+    """Sinks (20 tokens, rounded up to a column of every rank) stay exact under DCP: each rank
+    reads its share of the sinks and of the window, from its cropped table."""
+    assert_each_rank_reads_its_share(method, attention, block, cp_size, interleave, EAGER,
+                                     model_dir, mla_model_dir, monkeypatch, sinks=20)  # fmt: skip
+
+
+def assert_each_rank_reads_its_share(method, attention, block, cp_size, interleave, build,
+                                     model_dir, mla_model_dir, monkeypatch, sinks=0):  # fmt: skip
     interleave = interleave_of(interleave, block)
     ranks = []
     for rank in range(cp_size):
         s, batch = draft_rank(model_dir, mla_model_dir, monkeypatch, method, attention, block,
-                              cp_size, rank, interleave)  # fmt: skip
+                              cp_size, rank, interleave, sinks)  # fmt: skip
+        assert s.draft_window.spec.sink_size == (cp_size * block if sinks else 0)
         md = build(s)
         window = s.draft_window
         table = md.decode.block_table if attention == "MLA" else md.decode.block_tables
@@ -151,4 +171,5 @@ def test_each_rank_reads_its_share_of_the_window_of_the_told_length(
     assert_ranks_read_the_window(caches, SEQ_LENS, reads,
                                  [(table, local) for _, table, local in ranks], cp_size * block,
                                  W, k, v, num_queries=Q, causal=False,
-                                 block_ids=batch.block_ids)  # fmt: skip
+                                 block_ids=batch.block_ids,
+                                 sinks=s.draft_window.spec.sink_size)  # fmt: skip
