@@ -87,6 +87,28 @@ def mrv2_step(window: Mrv2DraftWindow, bound: torch.Tensor, n: int) -> None:
     window.host_upper_bound(bound, n, 0)
 
 
+def window_over(
+    seq_lens: torch.Tensor,
+    table: torch.Tensor,
+    window_size: int = 0,
+    block_tables: SimpleNamespace | None = None,
+    **kwargs,
+) -> Mrv2DraftWindow:
+    """A window over these lengths and one group's table (``block_tables``: a layout of its
+    own, such as one DCP rank's), W = SINKS_WINDOW unless given."""
+    tables = block_tables or SimpleNamespace(block_sizes=[BLOCK_SIZE],
+                                             input_block_tables=[table])  # fmt: skip
+    lengths = SimpleNamespace(seq_lens=seq_lens)
+    return Mrv2DraftWindow(window_size or SINKS_WINDOW, lengths, tables, [0],
+                           seq_lens.shape[0], torch.device("cpu"), **kwargs)  # fmt: skip
+
+
+def step_of(window: Mrv2DraftWindow, bound: torch.Tensor):
+    """One build's window work (``mrv2_step``) over the window's whole batch, as a call."""
+    n = bound.shape[0]
+    return lambda: mrv2_step(window, bound, n)
+
+
 def mrv1_step(adapter, seq_lens, table, bound) -> None:
     cam = SimpleNamespace(block_table_tensor=table, seq_lens=seq_lens,
                           seq_lens_cpu_upper_bound=bound)  # fmt: skip
@@ -290,26 +312,13 @@ def bench_sinks_cost(rounds: int, iters: int) -> list[dict]:
         for batch in BATCH_SIZES:
             seq_lens, table = make_inputs(batch, context)
             bound = seq_lens.clone()
-            base_ib = SimpleNamespace(seq_lens=seq_lens)
-            base_bt = SimpleNamespace(block_sizes=[BLOCK_SIZE], input_block_tables=[table])
-            cpu = torch.device("cpu")
-            plain = Mrv2DraftWindow(SINKS_WINDOW, base_ib, base_bt, [0], batch, cpu)
+            plain = window_over(seq_lens, table)
             for sinks in SINKS:
-                with_sinks = Mrv2DraftWindow(SINKS_WINDOW, base_ib, base_bt, [0], batch, cpu,
-                                             attention_sinks=sinks)  # fmt: skip
+                with_sinks = window_over(seq_lens, table, attention_sinks=sinks)
                 # A plain window as wide as sinks + window: same table width, no sink op.
                 size = with_sinks.spec.sink_size
-                wide = Mrv2DraftWindow(SINKS_WINDOW + size, base_ib, base_bt, [0], batch, cpu)
-
-                def a(window=with_sinks, bound=bound, batch=batch):
-                    mrv2_step(window, bound, batch)
-
-                def b(window=plain, bound=bound, batch=batch):
-                    mrv2_step(window, bound, batch)
-
-                def c(window=wide, bound=bound, batch=batch):
-                    mrv2_step(window, bound, batch)
-
+                wide = window_over(seq_lens, table, SINKS_WINDOW + size)
+                a, b, c = (step_of(w, bound) for w in (with_sinks, plain, wide))
                 a()
                 b()
                 c()
@@ -333,24 +342,14 @@ def bench_threshold_cost(rounds: int, iters: int) -> list[dict]:
     """Per-build window work with draft_window_min_context against the plain window, same
     inputs (lengths spread over the context: rows on both sides of the threshold)."""
     rows = []
-    cpu = torch.device("cpu")
     for context in CONTEXTS[1:]:
         for batch in BATCH_SIZES:
             seq_lens, table = make_inputs(batch, context)
             bound = seq_lens.clone()
-            base_ib = SimpleNamespace(seq_lens=seq_lens)
-            base_bt = SimpleNamespace(block_sizes=[BLOCK_SIZE], input_block_tables=[table])
-            plain = Mrv2DraftWindow(SINKS_WINDOW, base_ib, base_bt, [0], batch, cpu)
+            plain = window_over(seq_lens, table)
             for min_context in MIN_CONTEXTS:
-                engaged = Mrv2DraftWindow(SINKS_WINDOW, base_ib, base_bt, [0], batch, cpu,
-                                          min_context=min_context)  # fmt: skip
-
-                def a(window=engaged, bound=bound, batch=batch):
-                    mrv2_step(window, bound, batch)
-
-                def b(window=plain, bound=bound, batch=batch):
-                    mrv2_step(window, bound, batch)
-
+                engaged = window_over(seq_lens, table, min_context=min_context)
+                a, b = step_of(engaged, bound), step_of(plain, bound)
                 a()
                 b()
                 t_on, t_plain = interleaved(a, b, rounds, iters)
@@ -409,14 +408,11 @@ def bench_dcp_cost(rounds: int, iters: int) -> list[dict]:
     prefill (a decode step's come from vLLM's own kernel, which runs with or without the
     window)."""
     rows = []
-    cpu = torch.device("cpu")
     context = CONTEXTS[1]
     for batch in BATCH_SIZES:
         seq_lens, table = make_inputs(batch, context)
         bound = seq_lens.clone()
-        base_ib = SimpleNamespace(seq_lens=seq_lens)
-        base_bt = SimpleNamespace(block_sizes=[BLOCK_SIZE], input_block_tables=[table])
-        plain = Mrv2DraftWindow(SINKS_WINDOW, base_ib, base_bt, [0], batch, cpu)
+        plain = window_over(seq_lens, table)
         for cp in DCP_SIZES:
             # As vLLM builds rank 0's BlockTables: cp_size, cp_rank, cp_interleave, and a
             # sharded table as wide as the context's virtual blocks.
@@ -425,10 +421,8 @@ def bench_dcp_cost(rounds: int, iters: int) -> list[dict]:
                 dcp_sharded=torch.tensor([True]),
                 input_block_tables=[table[:, : -(-table.shape[1] // cp)].contiguous()],
             )  # fmt: skip
-            dcp = Mrv2DraftWindow(SINKS_WINDOW, base_ib, sharded, [0], batch, cpu)
-
-            def a(window=dcp, bound=bound, batch=batch):
-                mrv2_step(window, bound, batch)
+            dcp = window_over(seq_lens, table, block_tables=sharded)
+            a, b = step_of(dcp, bound), step_of(plain, bound)
 
             def a_local(window=dcp, bound=bound, batch=batch):
                 mrv2_step(window, bound, batch)
@@ -437,9 +431,6 @@ def bench_dcp_cost(rounds: int, iters: int) -> list[dict]:
                                   scratch=window.dcp_scratch[:batch],
                                   out=window.dcp_local_seq_lens[:batch])  # fmt: skip
                 window.dcp_local_seq_lens[batch:].zero_()
-
-            def b(window=plain, bound=bound, batch=batch):
-                mrv2_step(window, bound, batch)
 
             a_local()
             b()
