@@ -230,8 +230,8 @@ def _reference_check(batch, g, b, i, length, start, sinks, kept, query, table, c
     return bool(torch.allclose(got, expected)) and touched == {ids[p // b] for p in kept.tolist()}
 
 
-def print_table(method: str, args, rows: list[dict]) -> None:
-    mib = 1 << 20
+def title(method: str, args, rows: list[dict]) -> str:
+    """A method's table title: what was built and the window's settings as applied."""
     what = "its query pass" if method in ("dspark", "dflash") else "its first draft decode step"
     sinks = rows[0]["sinks"]
     with_sinks = f", attention sinks {sinks} ({SINKS_KEY}={args.sinks})" if sinks else ""
@@ -239,9 +239,15 @@ def print_table(method: str, args, rows: list[dict]) -> None:
         with_sinks += f", engaged from a context of {rows[0]['min_context']} ({MIN_CONTEXT_KEY})"
     elif args.min_context:
         with_sinks += f" ({MIN_CONTEXT_KEY}={args.min_context} changes nothing)"
-    print(f"\n{method} ({what}): {KEY}={args.window}{with_sinks}, block sizes "
-          f"{args.block_sizes}, alignment {rows[0]['alignment']}, {args.num_spec_tokens} "
-          f"speculative tokens; blocks of {args.block_sizes[0]} tokens")  # fmt: skip
+    return (f"\n{method} ({what}): {KEY}={args.window}{with_sinks}, block sizes "
+            f"{args.block_sizes}, alignment {rows[0]['alignment']}, {args.num_spec_tokens} "
+            f"speculative tokens")  # fmt: skip
+
+
+def print_table(method: str, args, rows: list[dict]) -> None:
+    mib = 1 << 20
+    sinks = rows[0]["sinks"]
+    print(f"{title(method, args, rows)}; blocks of {args.block_sizes[0]} tokens")
     header = (f"{'context':>8} {'seq_len':>8} {'engaged':>7} {'start':>8} {'windowed':>8} "
               f"{'blocks':>13} {'KV MiB read':>20} {'reduction':>9}  checks")  # fmt: skip
     print(header)

@@ -27,7 +27,11 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     MIN_CONTEXT_KEY,
     SINKS_KEY,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.inspector import CHECK_HEAD_DIM, CHECK_HEADS
+from vllm_ascend.worker.v2.spec_decode.draft_window.inspector import (
+    CHECK_HEAD_DIM,
+    CHECK_HEADS,
+    title,
+)
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import ceil_div
 
 
@@ -278,19 +282,11 @@ def _reference_check(ids, b, cp, interleave, i, length, start, sinks, kept, quer
 
 def print_table(method: str, args, rows: list[dict]) -> None:
     mib = 1 << 20
-    cp = args.dcp
-    what = "its query pass" if method in ("dspark", "dflash") else "its first draft decode step"
     sinks = rows[0]["sinks"]
-    extra = f", attention sinks {sinks} ({SINKS_KEY}={args.sinks})" if sinks else ""
-    if rows[0]["min_context"]:
-        extra += f", engaged from a context of {rows[0]['min_context']} ({MIN_CONTEXT_KEY})"
-    elif args.min_context:
-        extra += f" ({MIN_CONTEXT_KEY}={args.min_context} changes nothing)"
-    print(f"\n{method} ({what}): {KEY}={args.window}{extra}, block sizes {args.block_sizes}, "
-          f"alignment {rows[0]['alignment']}, {args.num_spec_tokens} speculative tokens; "
-          f"decode_context_parallel_size={cp}, cp_kv_cache_interleave_size="
-          f"{args.dcp_interleave}: a table column spans {cp} blocks of a request's tokens, "
-          f"one on each rank")  # fmt: skip
+    cp = args.dcp
+    print(f"{title(method, args, rows)}; decode_context_parallel_size={cp}, "
+          f"cp_kv_cache_interleave_size={args.dcp_interleave}: a table column spans {cp} "
+          f"blocks of a request's tokens, one on each rank")  # fmt: skip
     ranks = "".join(f"{f'rank {r} read/full':>17}" for r in range(cp))
     header = (f"{'context':>8} {'seq_len':>8} {'engaged':>7} {'start':>8} {'windowed':>8}{ranks}"
               f" {'blocks/rank':>13} {'KV MiB/rank':>20} {'reduction':>9}  checks")  # fmt: skip
