@@ -54,9 +54,8 @@ class Line:
     # defined elsewhere (a platform plugin's) may tell its kernel host lengths of its own,
     # which only that line's hooks window.
     backend_module: tuple[str, str] = ("vllm.", "vLLM")
-    # Under decode context parallelism: backends whose build would take a host bound as an
-    # exact length, with why, and whether only with cp_kv_cache_interleave_size > 1; and
-    # the methods whose kernel is then told the host bound plus the query stretch.
+    # Under DCP: backends whose build takes a host bound as exact (why; only when the
+    # interleave is above 1?), and the methods told the host bound plus the query stretch.
     dcp_backend_notes: tuple[tuple[str, str, bool], ...] = ()
     dcp_told_bound: tuple[str, ...] = ()
     # The built metadata's (decode rows, prefill rows) counts where a builder's prefill path

@@ -131,17 +131,16 @@ class Mrv2DraftWindow:
         self.exact_host_rows: torch.Tensor | None = None
         # [max_num_reqs] int32: the told lengths of the pass in progress, windowed in place.
         self.told_windowed = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
-        # Under DCP: this rank's layout; [max_num_reqs] int32 the DCP-local lengths of a draft
-        # prefill's rebuild (else the target's), and their scratch.
+        # Under DCP: this rank's layout; [max_num_reqs] int32: a draft prefill's DCP-local
+        # lengths (else the target's), and scratch. A build may hand a kernel these or the
+        # draft's own, which vLLM fills from the windowed lengths (the proof checks).
         self.dcp = DcpLayout.of(block_tables)
         self.dcp_local_seq_lens = self.dcp_scratch = None
         if self.dcp:
             self.dcp_local_seq_lens, self.dcp_scratch = torch.zeros(
                 (2, max_num_reqs), dtype=torch.int32, device=device)  # fmt: skip
-        # What a build may hand a kernel as DCP-local lengths (the proof checks): the window's,
-        # or the draft's own, which vLLM fills from the windowed lengths.
-        self.dcp_local_buffers = [b for b in (self.dcp_local_seq_lens, getattr(
-            input_buffers, "dcp_local_seq_lens", None)) if b is not None]  # fmt: skip
+        own = getattr(input_buffers, "dcp_local_seq_lens", None)
+        self.dcp_local_buffers = [b for b in (self.dcp_local_seq_lens, own) if b is not None]
         # [max_num_reqs] int32, host: scratch for windowing host lengths (told lengths).
         self.host_skip = torch.zeros(max_num_reqs, dtype=torch.int32)
         # One-launch refreshes (fused.py) of the per-step tables and of a draft prefill's
@@ -149,15 +148,13 @@ class Mrv2DraftWindow:
         self.fused_steps: FusedRefresh | None = None
         self.fused_chunks: FusedRefresh | None = None
         host_mirror = watch.host_mirror if watch is not None else None
-        # [max_num_reqs] int32, host: the windowed lengths' exact host mirror, where the
-        # input buffers keep one (InputBuffersView).
+        # [max_num_reqs] int32, host: the windowed lengths' exact mirror (InputBuffersView).
         has_mirror = host_mirror is not None and hasattr(input_buffers, host_mirror[0])
         self.seq_lens_cpu = torch.zeros(max_num_reqs, dtype=torch.int32) if has_mirror else None
         self.input_buffers = InputBuffersView(input_buffers, self.seq_lens, host_mirror,
                                               self.seq_lens_cpu)  # fmt: skip
         self.block_tables = BlockTablesView(block_tables, self.windows)
-        # The window's hooks running now, outermost first: the path a build takes, which
-        # the run-time proof (proof.py) names and checks.
+        # The window's hooks running now, outermost first: a build's path (proof.py).
         self.path: list[str] = []
         # The speculator's attention groups split by the window's policy: an eager build runs
         # vLLM's own build once over each (None while every draft group is windowed).

@@ -82,7 +82,8 @@ def plan(speculator: Any, config: DraftWindowConfig, line: Line) -> Plan | None:
     _refuse_shape(method, window_size, query_stretch, vllm_config)
     decisions = decide_groups(speculator.kv_cache_config, speculator.attn_groups)
     _refuse_backends(speculator, line, decisions, window_size)
-    _refuse_dcp(speculator, line, decisions, window_size)
+    layout = DcpLayout.of(speculator.block_tables)
+    _refuse_dcp(speculator, layout, line, decisions, window_size)
     for decision in decisions:
         if decision.unknown:
             logger.warning("%s: draft KV-cache group %d has a spec the window does not know "
@@ -112,7 +113,7 @@ def plan(speculator: Any, config: DraftWindowConfig, line: Line) -> Plan | None:
         logger.warning("%s=%d with a DeepSeek-V4 target: its DSpark draft is trained with the "
                        "target for long context, and a window may lower acceptance. The window "
                        "stays on.", KEY, window_size)  # fmt: skip
-    told = _told_lengths(speculator, line, decisions, window_size)
+    told = _told_lengths(speculator, line, decisions, window_size, layout is not None)
     ar = method in AR_METHODS
     return Plan(
         window_size=window_size, sink_tokens=sink_tokens, min_context=min_context,
@@ -177,12 +178,11 @@ def _refuse_shape(method: str, window_size: int, query_stretch: int, vllm_config
         )
 
 
-def _refuse_dcp(speculator: Any, line: Line, decisions: list[GroupDecision],
-                window_size: int) -> None:  # fmt: skip
+def _refuse_dcp(speculator: Any, layout: DcpLayout | None, line: Line,
+                decisions: list[GroupDecision], window_size: int) -> None:  # fmt: skip
     """Under decode context parallelism, stop where a window start cannot be whole columns
     of every rank's table (an interleave that does not divide a column's tokens on one
     rank), or where the line names a backend whose DCP build takes a host bound as exact."""
-    layout = DcpLayout.of(speculator.block_tables)
     if layout is None:
         return
     units = block_table_units(speculator.block_tables)
@@ -252,7 +252,7 @@ def _refuse_backends(speculator: Any, line: Line, decisions: list[GroupDecision]
 
 
 def _told_lengths(speculator: Any, line: Line, decisions: list[GroupDecision],
-                  window_size: int) -> str | None:  # fmt: skip
+                  window_size: int, dcp: bool) -> str | None:  # fmt: skip
     """Whether the kernel is told lengths of its own, and the refusals where the window
     start cannot come from them.
 
@@ -265,8 +265,7 @@ def _told_lengths(speculator: Any, line: Line, decisions: list[GroupDecision],
     backends = {group.backend.__name__ for d in decisions if d.windowed
                 for group in speculator.attn_groups[d.group_id]}  # fmt: skip
     model_type = _model_type(speculator.vllm_config, "hf_text_config")
-    dcp = DcpLayout.of(speculator.block_tables) is not None and method in line.dcp_told_bound
-    if dcp or line.told_bound(method, backends, model_type):
+    if (dcp and method in line.dcp_told_bound) or line.told_bound(method, backends, model_type):
         told = "bound"
     elif method in AR_METHODS and line.ar_told_target_lengths:
         told = "per_step"
