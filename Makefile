@@ -48,7 +48,7 @@ $(VLLM_ASCEND_WHEEL_STAMP): | $(STAMP)
 	$(PIP) download -q --no-deps -d $(WHEEL_DIR) vllm-ascend==$(VLLM_ASCEND_VERSION)
 	touch $@
 
-$(STAMP030): requirements/cpu.txt requirements/cpu-030.txt requirements/test.txt tools/setup_ascend030.sh tests/ascend/npu_stand_ins.py
+$(STAMP030): requirements/cpu.txt requirements/cpu-030.txt requirements/test.txt tools/setup_ascend030.sh tests/ascend/npu_testbed/stand_ins.py
 	PYTHON=$(PYTHON) tools/setup_ascend030.sh $(VENV030)
 	touch $@
 
@@ -68,14 +68,14 @@ lint: $(STAMP)  ## ruff check and format check.
 	$(VENV)/bin/ruff format --check .
 
 demo: $(STAMP)  ## The main job: the window inspector on a 1k-128k batch (DSpark, EAGLE3; DEMO_ARGS="--dcp 4" per rank).
-	$(PY) -m vllm_ascend.worker.v2.spec_decode.draft_window.inspector $(DEMO_ARGS)
+	$(PY) -m tools.inspector $(DEMO_ARGS)
 
 bench: $(STAMP) $(VLLM_ASCEND_WHEEL_STAMP)  ## Benchmarks into benchmarks/results/ (about a minute).
-	$(PY) benchmarks/bench_window.py
+	$(PY) -m benchmarks.bench_window
 
 # Runs in the host's own environment (its CUDA torch and Triton; vLLM optional), not in .venv.
 gpu-check:  ## The window's kernels checked and measured on a CUDA GPU (benchmarks/results/gpu.md).
-	$(PYTHON) -m vllm_ascend.worker.v2.spec_decode.draft_window.gpu_check $(GPU_ARGS)
+	$(PYTHON) -m tools.gpu_check $(GPU_ARGS)
 
 # Runs in the host's own environment (its NPU or CUDA builds of vLLM), not in .venv.
 e2e-ascend:  ## End to end with vllm serve on Ascend NPUs (DRY_RUN=1, DEVICE=cuda, E2E_SCENARIO=..., SINKS=N, MIN_CONTEXT=M, DCP=N, STUDY=long).

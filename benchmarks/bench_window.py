@@ -48,17 +48,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed import use_triton_interpreter  # noqa: E402
+from tests.testbed import use_triton_interpreter  # noqa: E402
 
 use_triton_interpreter()  # before vLLM's first import
 
+from tests.testbed.mrv1_adapter import load_mrv1_adapter_module  # noqa: E402
+from tests.testbed.reference import PagedKVCache  # noqa: E402
 from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import dcp_local_lengths  # noqa: E402
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow  # noqa: E402
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import PagedKVCache  # noqa: E402
-
-from mrv1_adapter import load_mrv1_adapter_module  # noqa: E402
 
 BLOCK_SIZE = 128
 BATCH_SIZES = [1, 64, 256, 1024]
@@ -546,8 +544,8 @@ def bench_attention(rounds: int) -> list[dict]:
 def bench_whole_build(rounds: int, iters: int) -> list[dict]:
     import tempfile
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.shims import apply_cpu_shims
-    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import tiny_model_dir
+    from tests.testbed.shims import apply_cpu_shims
+    from tests.testbed.speculators import tiny_model_dir
 
     apply_cpu_shims()
     context = 32 * 1024
@@ -570,14 +568,14 @@ def whole_build_row(model_dir, batch: int, context: int, window: int, rounds: in
     from vllm.config.compilation import CUDAGraphMode
     from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
-    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.buffers import make_mrv2_batch
-    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import (
+    from tests.testbed.buffers import make_mrv2_batch
+    from tests.testbed.speculators import (
         SPECULATOR_CLASSES,
         GroupLayout,
         make_vllm_config,
         wire_speculator,
     )
+    from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
 
     num_spec, q = 3, 4
     data = make_mrv2_batch([BLOCK_SIZE], [context - 7 * i for i in range(batch)], q, batch,

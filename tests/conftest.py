@@ -4,7 +4,7 @@ The shims run at import time, before any test builds a vLLM object.
 """
 
 # First, before any vLLM import: vLLM's Triton kernels run under Triton's interpreter.
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed import use_triton_interpreter
+from tests.testbed import use_triton_interpreter
 
 use_triton_interpreter()
 
@@ -14,7 +14,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from vllm.triton_utils import HAS_TRITON  # noqa: E402
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.shims import (  # noqa: E402
+from tests.testbed.shims import (  # noqa: E402
     apply_cpu_shims,
 )
 
@@ -25,12 +25,11 @@ if not HAS_TRITON:
     )
 apply_cpu_shims()
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.buffers import (  # noqa: E402
+from tests.testbed.buffers import (  # noqa: E402
     Mrv2Batch,
     make_mrv2_batch,
 )
-
-from mrv1_adapter import load_mrv1_adapter_module  # noqa: E402
+from tests.testbed.mrv1_adapter import load_mrv1_adapter_module  # noqa: E402
 
 # tests/ascend runs in .venv-030 (the Ascend pairing), with its own conftest (make test).
 collect_ignore = ["ascend"]
@@ -73,7 +72,7 @@ def mrv1():
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory):
     """A tiny model config written locally (no weights), for vLLM's configs and builders."""
-    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import tiny_model_dir
+    from tests.testbed.speculators import tiny_model_dir
 
     return tiny_model_dir(tmp_path_factory.mktemp("tiny-llama"))
 

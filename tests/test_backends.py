@@ -3,96 +3,40 @@ serves, driven through their real builders on CPU, read exactly the window; the 
 builders take the window's host bound as an exact length are refused by name at start-up,
 and the run-time proof stops such a build if one is served anyway."""
 
-from types import SimpleNamespace
+
+
 
 import pytest
 import torch
-from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig, VllmConfig
 from vllm.config.compilation import CUDAGraphMode
 from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
 from vllm.v1.attention.backends.flex_attention import FlexAttentionBackend
 from vllm.v1.attention.backends.mla.cpu_mla import CPUMLABackend
 from vllm.v1.attention.backends.mla.triton_mla import TritonMLABackend
-from vllm.v1.kv_cache_interface import MLAAttentionSpec
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import policy
-from vllm_ascend.worker.v2.spec_decode.draft_window.proof import WindowNotInPathError
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import (
-    SPECULATOR_CLASSES,
-    GroupLayout,
-    wire_speculator,
+from tests.testbed.backends import (
+    MLA_SPEC,
+    decode_view,
+    foreign_named,
+    mla_config,
+    refused,
+    wire_mla,
 )
-
-from test_mrv2_dflash import (
-    MAX_MODEL_LEN,
+from tests.testbed.dflash import (
     MAX_NUM_REQS,
     NUM_SPEC,
-    W,
     assert_reads_exactly_the_window,
     build,
     make_batch,
     wire,
 )
+from tests.testbed.speculators import (
+    GroupLayout,
+)
+from vllm_ascend.worker.v2.spec_decode.draft_window import policy
+from vllm_ascend.worker.v2.spec_decode.draft_window.proof import WindowNotInPathError
 
 pytestmark = pytest.mark.usefixtures("window_hooks")
-
-MLA_SPEC = MLAAttentionSpec(block_size=16, num_kv_heads=1, head_size=576, dtype=torch.float32)
-
-
-class MLAPrefillStandIn:
-    """Stand-in for an MLA layer's prefill kernel backend (a device kernel): the builder
-    only clones it and hands it the prefill metadata."""
-
-    def clone(self):
-        return self
-
-    def get_name(self):
-        return "FLASH_ATTN"
-
-    def prepare_metadata(self, metadata):
-        self.prepared = metadata
-
-
-def mla_config(mla_dir, method: str, monkeypatch, additional: dict | None = None) -> VllmConfig:
-    """A real VllmConfig with a speculative config of NUM_SPEC tokens, as the builders'
-    decode thresholds read it. Validated with an n-gram method, which needs no draft
-    checkpoint (these tiny configs have none); the method and the window's keys are set
-    after, as on the Ascend line's tests. Model Runner V2, as a host runs these speculators."""
-    model = ModelConfig(model=str(mla_dir), skip_tokenizer_init=True, dtype="float32",
-                        max_model_len=MAX_MODEL_LEN)  # fmt: skip
-    parallel = ParallelConfig()
-    speculative = SpeculativeConfig(method="ngram", num_speculative_tokens=NUM_SPEC,
-                                    prompt_lookup_max=3, prompt_lookup_min=1,
-                                    target_model_config=model,
-                                    target_parallel_config=parallel)  # fmt: skip
-    config = VllmConfig(model_config=model, parallel_config=parallel,
-                        speculative_config=speculative)  # fmt: skip
-    object.__setattr__(speculative, "method", method)
-    config.additional_config = {"draft_window_size": W} if additional is None else additional
-    config.scheduler_config.max_num_seqs = MAX_NUM_REQS
-    # Stand-in for the draft's registered MLA layer (building vLLM's MLAAttention needs the
-    # model's projections): the fields the MLA metadata builders read at construction.
-    config.compilation_config.static_forward_context["draft.0"] = SimpleNamespace(
-        q_lora_rank=None, kv_lora_rank=512, qk_nope_head_dim=16, qk_rope_head_dim=64,
-        v_head_dim=16, prefill_backend=MLAPrefillStandIn(),
-        non_causal_multi_token_decode=False,
-    )  # fmt: skip
-    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
-    return config
-
-
-def wire_mla(mla_dir, method, backend, monkeypatch, batch=None):
-    layouts = [GroupLayout(16, spec=MLA_SPEC, backend=backend)]
-    batch = batch or make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
-    config = mla_config(mla_dir, method, monkeypatch)
-    wired = wire_speculator(SPECULATOR_CLASSES[method], batch, layouts, config, method, NUM_SPEC)
-    return wired, layouts
-
-
-def decode_view(metadata: dict) -> dict:
-    """What an MLA decode kernel reads: the decode part's lengths and table."""
-    return {name: SimpleNamespace(seq_lens=md.decode.seq_lens, block_table=md.decode.block_table)
-            for name, md in metadata.items()}  # fmt: skip
 
 
 @pytest.mark.parametrize("method", ["dflash", "dspark"])
@@ -115,7 +59,7 @@ def test_flash_attention_eagle_steps_get_what_the_triton_builder_gets(fused, mod
     """Every EAGLE3 decode step and the draft prefill hand flash attention's kernel the same
     lengths and tables as the Triton builder's (whose reads test_mrv2_eagle.py checks
     against dense attention)."""
-    from test_mrv2_eagle import run_decode, run_prefill, setup_eagle
+    from tests.testbed.eagle import run_decode, run_prefill, setup_eagle
 
     records = {}
     for backend in (FlashAttentionBackend, None):
@@ -150,16 +94,6 @@ def test_triton_mla_query_passes_stay_on_the_decode_path_and_read_the_window(
     assert md.num_prefills == 0 and md.prefill is None
     assert md.decode.seq_lens.data_ptr() == wired.speculator.draft_window.seq_lens.data_ptr()
     assert_reads_exactly_the_window(wired, layouts, decode_view(metadata))
-
-
-def refused(match: str):
-    return pytest.raises(ValueError, match=match)
-
-
-def foreign_named(base: type, name: str, module: str) -> type:
-    """A backend class named as one that cannot be imported on CPU (CUTLASS MLA allocates
-    CUDA memory at import), with a builder that can."""
-    return type(name, (base,), {"__module__": module})
 
 
 @pytest.mark.parametrize(("method", "backend", "why"), [
@@ -211,7 +145,7 @@ def test_prefilling_rows_of_an_eagle_draft_prefill_get_their_exact_windowed_leng
     verify batch whose prefilling row comes last: the verify rows stay on its decode path,
     and the prefilling row's context is exactly its windowed length minus its chunk (the
     window made that bound exact), which the proof lets through."""
-    from test_mrv2_eagle import run_prefill, setup_eagle
+    from tests.testbed.eagle import run_prefill, setup_eagle
 
     monkeypatch.setattr(policy, "_refuse_backends", lambda *args, **kwargs: None)
     config = mla_config(mla_dir, "eagle3", monkeypatch)

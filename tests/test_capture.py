@@ -2,11 +2,15 @@
 code (the speculators' ``__init__``, ``set_attn``, ``init_cudagraph_manager`` and
 ``capture``, vLLM's graph managers and ``CudaGraphManager.capture``, the capture input
 preparation and the builders), with only the device boundary stood in (``startup.py``,
-``draft_window.testbed.graphs``). Then the speculator's own ``propose`` replays the captured
+``tests.testbed.graphs``). Then the speculator's own ``propose`` replays the captured
 graph, and every attention launch it recorded must read exactly its window."""
 
 import pytest
-from startup import (
+from vllm.config.compilation import CUDAGraphMode
+
+from tests.testbed import graphs
+from tests.testbed.reference import assert_window_reads
+from tests.testbed.startup import (
     Verified,
     capture,
     draft_dir,
@@ -15,10 +19,6 @@ from startup import (
     started,
     verify_step,
 )
-from vllm.config.compilation import CUDAGraphMode
-
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed import graphs
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import assert_window_reads
 
 pytestmark = pytest.mark.usefixtures("window_hooks")
 

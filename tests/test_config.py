@@ -6,15 +6,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
-from vllm_ascend.worker.v2.spec_decode.draft_window.config import DraftWindowConfig
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.buffers import make_mrv2_batch
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import (
+from tests.testbed.buffers import make_mrv2_batch
+from tests.testbed.speculators import (
     SPECULATOR_CLASSES,
     GroupLayout,
     make_vllm_config,
     wire_speculator,
 )
+from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
+from vllm_ascend.worker.v2.spec_decode.draft_window.config import DraftWindowConfig
 
 MAX_MODEL_LEN = 1024
 ONE_GROUP = (GroupLayout(16),)

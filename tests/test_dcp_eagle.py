@@ -14,20 +14,20 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from test_dcp import (
+from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+from vllm.v1.attention.backends.utils import get_dcp_local_seq_lens
+
+from tests.testbed.dcp import (
     B,
     assert_ranks_read_the_window,
     dcp_group,
     reference_caches,
 )
-from test_mrv2_eagle import MAX_MODEL_LEN, MAX_NUM_REQS, W, run_decode, run_prefill, setup_eagle
-from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
-from vllm.v1.attention.backends.utils import get_dcp_local_seq_lens
-
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import (
+from tests.testbed.eagle import MAX_MODEL_LEN, MAX_NUM_REQS, W, run_decode, run_prefill, setup_eagle
+from tests.testbed.reference import (
     unified_attention_read,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import (
+from tests.testbed.speculators import (
     GroupLayout,
     make_vllm_config,
 )
@@ -207,14 +207,14 @@ def replay_full_decode(e, monkeypatch) -> list[dict]:
     """Capture the decode graph (vLLM's managers and ``CudaGraphManager.capture``, the device
     boundary stood in by ``testbed.graphs``), then replay one propose's decode steps; returns
     what the draft layers read at each replay."""
-    from test_mrv2_eagle import prepare_decode, update_inputs
     from vllm.config.compilation import CUDAGraphMode
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed import graphs
-    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.buffers import (
+    from tests.testbed import graphs
+    from tests.testbed.buffers import (
         fill_input_block_tables,
     )
-    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.graphs import cuda_graphs_on_cpu
+    from tests.testbed.eagle import prepare_decode, update_inputs
+    from tests.testbed.graphs import cuda_graphs_on_cpu
 
     s, n = e.s, e.batch.num_reqs
     assert not s.supports_decode_metadata_update

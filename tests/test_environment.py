@@ -18,7 +18,7 @@ from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
 from vllm.v1.worker.gpu.spec_decode.mtp.speculator import MTPSpeculator
 from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.buffers import Mrv2Batch
+from tests.testbed.buffers import Mrv2Batch
 
 SPECULATORS = [DFlashSpeculator, DSparkSpeculator, EagleSpeculator, MTPSpeculator]
 

@@ -12,7 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import fused, gpu_check, gpu_checks, gpu_measure
+from tools.gpu_check import checks as gpu_checks
+from tools.gpu_check import cli as gpu_check
+from tools.gpu_check import measure as gpu_measure
+from vllm_ascend.worker.v2.spec_decode.draft_window import fused
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -130,7 +133,12 @@ def test_the_measurements_run_and_write_a_plot(tmp_path, monkeypatch):
 
 
 def mrv1_file() -> Path:
-    from mrv1_adapter import MEMBER, VLLM_ASCEND_VERSION, WHEEL_DIR, load_mrv1_adapter_module
+    from tests.testbed.mrv1_adapter import (
+        MEMBER,
+        VLLM_ASCEND_VERSION,
+        WHEEL_DIR,
+        load_mrv1_adapter_module,
+    )
 
     load_mrv1_adapter_module()  # unpacks the file beside the wheel
     return WHEEL_DIR / f"vllm_ascend-{VLLM_ASCEND_VERSION}" / MEMBER
@@ -156,7 +164,7 @@ def test_the_kernel_checks_need_no_vllm(tmp_path):
     """On a machine without vLLM the kernels are still checked; the attention part says it
     was skipped."""
     code = ("import sys; sys.modules['vllm'] = None; "
-            "from vllm_ascend.worker.v2.spec_decode.draft_window.gpu_check import main; "
+            "from tools.gpu_check.cli import main; "
             f"raise SystemExit(main(['--interpret', '--out', {str(tmp_path)!r}]))")  # fmt: skip
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,

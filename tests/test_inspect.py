@@ -2,7 +2,8 @@
 
 import pytest
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import inspector, plugin
+from tools.inspector import inspector
+from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,9 @@ its per-rank columns, its checks and its errors."""
 import pytest
 import torch
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import inspector, inspector_dcp, plugin
+from tools.inspector import dcp as inspector_dcp
+from tools.inspector import inspector
+from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import dense_attention
+from tests.testbed.reference import dense_attention
+from tests.testbed.window_cases import Case, cases
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
     BlockTableWindow,
     WindowSpec,
@@ -20,8 +21,6 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
     seq_lens_upper_bound,
     window_seq_lens,
 )
-
-from window_cases import Case, cases
 
 
 def windowed(case: Case, spec: WindowSpec, query_lens: torch.Tensor | None = None):

@@ -12,11 +12,8 @@ import pytest
 import torch
 from vllm.config.compilation import CUDAGraphMode
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.buffers import prepare_dflash_step
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import dense_attention
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import GroupLayout
-
-from test_mrv2_dflash import (
+from tests.testbed.buffers import prepare_dflash_step
+from tests.testbed.dflash import (
     LAYOUTS,
     MAX_NUM_REQS,
     NUM_SPEC,
@@ -30,6 +27,8 @@ from test_mrv2_dflash import (
     move_batch_into,
     wire,
 )
+from tests.testbed.reference import dense_attention
+from tests.testbed.speculators import GroupLayout
 
 pytestmark = pytest.mark.usefixtures("window_hooks")
 
@@ -157,7 +156,7 @@ def test_every_eagle_step_reads_whole_below_the_threshold_and_its_window_above(
     min_context, layout_name, sinks, fused, model_dir, monkeypatch
 ):
     """Rows cross the threshold from one draft step to the next inside one propose."""
-    from test_mrv2_eagle import EAGLE_LAYOUTS, read_step, run_decode, setup_eagle
+    from tests.testbed.eagle import EAGLE_LAYOUTS, read_step, run_decode, setup_eagle
 
     layouts, num_spec = EAGLE_LAYOUTS[layout_name], 5
     plain = setup_eagle(model_dir, monkeypatch, num_spec, layouts, EAGLE_CONTEXTS, seed=3,
@@ -199,7 +198,7 @@ def test_every_eagle_step_reads_whole_below_the_threshold_and_its_window_above(
 @pytest.mark.parametrize("prefill_chunk", [None, 300], ids=["decodes", "long_chunk"])
 def test_the_eagle_draft_prefill_reads_whole_below_the_threshold(prefill_chunk, model_dir,
                                                                  monkeypatch):  # fmt: skip
-    from test_mrv2_eagle import EAGLE_LAYOUTS, run_prefill, setup_eagle
+    from tests.testbed.eagle import EAGLE_LAYOUTS, run_prefill, setup_eagle
 
     layouts, min_context = EAGLE_LAYOUTS["two_groups"], 320
     kwargs = dict(seed=4, prefill_chunk=prefill_chunk, sinks=20)

@@ -8,15 +8,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import dense_attention
+from tests.testbed.reference import dense_attention
+from tests.testbed.window_cases import build_case
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
     BlockTableWindow,
     WindowSpec,
     seq_lens_upper_bound,
     window_seq_lens,
 )
-
-from window_cases import build_case
 
 HOST_MIRRORS = ("seq_lens_cpu", "_seq_lens_cpu", "parallel_draft_seq_lens_cpu")
 

@@ -3,281 +3,53 @@ at the draft prefill and at every draft decode step: the real `EagleSpeculator` 
 vLLM's real `DefaultModelState` and Triton attention metadata builders, read by the
 reference paged attention."""
 
-import dataclasses
+
+
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from vllm.config.compilation import CUDAGraphMode
-from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
-from vllm.v1.attention.backends.utils import PAD_SLOT_ID, get_dcp_local_seq_lens
-from vllm.v1.kv_cache_interface import FullAttentionSpec
-from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
-from vllm.v1.worker.gpu.input_batch import InputBatch, InputBuffers
-from vllm.v1.worker.gpu.model_states.default import DefaultModelState
+from vllm.v1.attention.backends.utils import PAD_SLOT_ID
 from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
-from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator import (
-    prepare_decode_inputs,
-    update_draft_inputs,
-)
-from vllm.v1.worker.utils import AttentionGroup
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
-from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import propose_state
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed import graphs
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.buffers import (
-    CPU,
-    Mrv2Batch,
+from tests.testbed import graphs
+from tests.testbed.buffers import (
     fill_input_block_tables,
-    fill_query_inputs,
-    fill_slot_mappings,
-    make_mrv2_batch,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.graphs import cuda_graphs_on_cpu
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import (
-    PagedKVCache,
+from tests.testbed.eagle import (
+    LAYOUTS,
+    MAX_MODEL_LEN,
+    MAX_NUM_REQS,
+    SINKS,
+    W,
+    expected_blocks,
+    prepare_decode,
+    read_step,
+    run_decode,
+    run_prefill,
+    setup_eagle,
+    update_inputs,
+)
+from tests.testbed.graphs import cuda_graphs_on_cpu
+from tests.testbed.mrv1_adapter import load_mrv1_adapter_module
+from tests.testbed.reference import (
     dense_attention,
     positions_read,
     unified_attention_read,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import (
+from tests.testbed.speculators import (
     HEAD_SIZE,
     NUM_KV_HEADS,
     GroupLayout,
-    Wired,
     make_vllm_config,
-    wire_speculator,
 )
-
-from mrv1_adapter import load_mrv1_adapter_module
-
-W = 64
-MAX_MODEL_LEN = 1024
-MAX_NUM_REQS = 12
-# draft_attention_sinks: 20 rounds up to 32 (one group of 16-token blocks, or 16 and 32).
-SINKS = [0, 20]
-# Contexts before the verify chunk, around block (16) and window (64) boundaries, and
-# around where sinks of 32 and the window part (96 + 16).
-CONTEXTS = [2, 47, 48, 57, 63, 64, 65, 200, 700, 105, 120]
-LAYOUTS = EAGLE_LAYOUTS = {
-    "one_group": [GroupLayout(16)],
-    "two_groups": [GroupLayout(16), GroupLayout(32)],
-}
-
+from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
+from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import propose_state
 
 # Every test here runs with the plugin installed, as vLLM loads it.
 pytestmark = pytest.mark.usefixtures("window_hooks")
-
-
-@dataclasses.dataclass
-class Eagle:
-    wired: Wired
-    batch: Mrv2Batch  # the target's verify batch; its buffers are the target's
-    input_batch: InputBatch
-    target_metadata: dict
-    num_spec: int
-    num_rejected: np.ndarray
-    k: list[torch.Tensor]
-    v: list[torch.Tensor]
-    caches: dict[int, PagedKVCache]
-
-    @property
-    def s(self):
-        return self.wired.speculator
-
-
-def setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=CONTEXTS, seed=0,
-                prefill_chunk=None, window=W, sinks=0, min_context=0,
-                vllm_config=None, cp=(1, 0, 1)) -> Eagle:  # fmt: skip
-    """A target verify batch (each request: context + num_spec + 1 query tokens; optionally
-    one request prefilling a long chunk), its real target metadata, and a wired draft;
-    ``cp``: one rank of decode context parallelism (ranks, rank, interleave)."""
-    rng = np.random.default_rng(seed)
-    contexts = contexts[: MAX_NUM_REQS - (prefill_chunk is not None)]
-    query_lens = [num_spec + 1] * len(contexts)
-    seq_lens = [c + num_spec + 1 for c in contexts]
-    if prefill_chunk is not None:
-        query_lens.append(prefill_chunk)
-        seq_lens.append(prefill_chunk + 30)
-    n = len(seq_lens)
-    batch = make_mrv2_batch([g.block_size for g in layouts], seq_lens, num_spec + 1, n,
-                            MAX_NUM_REQS, MAX_MODEL_LEN, rng, lookahead_tokens=num_spec,
-                            query_lens=query_lens, cp=cp)  # fmt: skip
-    additional = {"draft_window_size": window}
-    if sinks:
-        additional["draft_attention_sinks"] = sinks
-    if min_context:
-        additional["draft_window_min_context"] = min_context
-    config = vllm_config or make_vllm_config(model_dir, MAX_MODEL_LEN, MAX_NUM_REQS, additional)
-    model_state = DefaultModelState(config, torch.nn.Module(), None, CPU)
-    draft_buffers = InputBuffers(MAX_NUM_REQS, batch.block_tables.max_num_batched_tokens, CPU)
-    wired = wire_speculator(EagleSpeculator, batch, layouts, config, "eagle3",
-                            num_spec, dcp_size=cp[0], draft_input_buffers=draft_buffers,
-                            model_state=model_state)  # fmt: skip
-    s = wired.speculator
-    s.kv_cache_config = s.kv_cache_config  # set by set_attn
-    s.target_input_buffers = batch.input_buffers
-    s.last_token_indices = torch.zeros(MAX_NUM_REQS, dtype=torch.int64)
-    s.current_draft_step = torch.tensor(0, dtype=torch.int64)
-    s.idx_mapping = torch.full((MAX_NUM_REQS,), -1, dtype=torch.int64)
-    s.idx_mapping[:n] = torch.from_numpy(batch.idx_mapping)
-    s.pcp_manager = None
-
-    # The target runner's batch and metadata; vLLM's make_dummy writes dummy values into
-    # the target buffers, so the kernels' real values are written again afterwards.
-    input_batch = InputBatch.make_dummy(n, batch.num_tokens, batch.input_buffers)
-    fill_query_inputs(batch)
-    fill_slot_mappings(batch)
-    input_batch = dataclasses.replace(
-        input_batch,
-        num_scheduled_tokens=np.array(query_lens, dtype=np.int32),
-        query_start_loc_np=batch.query_start_loc_np,
-        seq_lens_cpu_upper_bound=torch.tensor(seq_lens, dtype=torch.int32),
-        max_query_len=max(query_lens),
-        idx_mapping_np=batch.idx_mapping,
-        idx_mapping=torch.from_numpy(batch.idx_mapping),
-        # The long chunk, if any, is a prompt still prefilling: its host length is exact.
-        is_prefilling_np=np.array([False] * len(contexts) + [True] * (prefill_chunk is not None)),
-    )
-    if cp[0] > 1:
-        # The target runner's DCP-local lengths of its batch, in its own buffer.
-        local = batch.input_buffers.dcp_local_seq_lens
-        local[:n] = get_dcp_local_seq_lens(batch.input_buffers.seq_lens[:n], cp[0], cp[1], cp[2])
-        input_batch = dataclasses.replace(input_batch, dcp_local_seq_lens=local[:n])
-    target_groups = []
-    for g, layout in enumerate(layouts):
-        spec = FullAttentionSpec(block_size=layout.block_size, num_kv_heads=NUM_KV_HEADS,
-                                 head_size=HEAD_SIZE, dtype=torch.float32)  # fmt: skip
-        # The target runner's groups hold the draft layers too (same backend and spec).
-        group = AttentionGroup(TritonAttentionBackend, [f"target.{g}", f"draft.{g}"], spec, g)
-        group.create_metadata_builders(config, CPU)
-        target_groups.append([group])
-    s.target_attn_groups = target_groups
-    bt = batch.block_tables
-    target_metadata = model_state.prepare_attn(
-        input_batch, CUDAGraphMode.NONE, tuple(t[:n] for t in bt.input_block_tables),
-        bt.slot_mappings[:, : batch.num_tokens], target_groups, s.kv_cache_config,
-    )  # fmt: skip
-
-    # True K/V of every position a step can read, written through the full tables.
-    gen = torch.Generator().manual_seed(seed)
-    ends = [length + num_spec for length in seq_lens]
-    k = [torch.randn(e, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64) for e in ends]
-    v = [torch.randn(e, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64) for e in ends]
-    caches = {}  # under DCP, every rank's cache is the DCP tests' (test_dcp_eagle.py)
-    for g, layout in enumerate(layouts if cp[0] == 1 else ()):
-        b = layout.block_size
-        cache = PagedKVCache(bt.block_tables[g].gpu.numel() + 1, b, NUM_KV_HEADS, HEAD_SIZE)
-        for i, e in enumerate(ends):
-            row = torch.tensor(batch.req_block_ids[g][i], dtype=torch.int32)
-            cache.write(row, torch.arange(e), k[i], v[i])
-        caches[g] = cache
-    num_rejected = rng.integers(0, num_spec + 1, n)
-    if prefill_chunk is not None:
-        num_rejected[-1] = 0
-    return Eagle(wired, batch, input_batch, target_metadata, num_spec, num_rejected, k, v,
-                 caches)  # fmt: skip
-
-
-def run_prefill(e: Eagle, num_tokens_padded: int | None = None) -> dict:
-    """`_prefill` as `propose` calls it (the propose wrapper has stashed the batch); a
-    PIECEWISE dispatch may pad the token count."""
-    seen = {}
-
-    def run_model(num_tokens, attn_metadata, slot_mappings, **kwargs):
-        # No draft weights on CPU: record what the draft layers would read.
-        seen.update(attn_metadata)
-        hidden = torch.zeros(num_tokens, 4)
-        return hidden, hidden
-
-    e.s._run_model = run_model
-    propose_state(e.s).prefill_batch = e.input_batch
-    try:
-        e.s._prefill(e.batch.num_reqs, num_tokens_padded or e.batch.num_tokens,
-                     e.target_metadata, None, num_tokens_across_dp=None,
-                     skip_sample=True)  # fmt: skip
-    finally:
-        propose_state(e.s).prefill_batch = None
-    return seen
-
-
-def prepare_decode(e: Eagle) -> None:
-    """vLLM's own `prepare_decode_inputs` kernel after the prefill (which leaves each
-    request's position at its last accepted token): the first draft step sits right after
-    it. Runs under Triton's interpreter on CPU."""
-    ib, n = e.s.input_buffers, e.batch.num_reqs
-    accepted = torch.from_numpy(e.batch.seq_lens - e.num_rejected).to(torch.int32)
-    ib.positions[:n] = accepted.long() - 1
-    target_seq_lens = torch.from_numpy(e.batch.seq_lens.astype(np.int32))
-    prepare_decode_inputs(
-        torch.zeros(n, e.num_spec, dtype=torch.int64), target_seq_lens,
-        torch.from_numpy(e.num_rejected.astype(np.int32)), ib,
-        torch.zeros(MAX_NUM_REQS, dtype=torch.int64), MAX_MODEL_LEN, MAX_NUM_REQS,
-    )  # fmt: skip
-
-
-def update_inputs(e: Eagle, num_spec: int) -> None:
-    """vLLM's own `update_draft_inputs` kernel after a draft step (the draft forward itself
-    is not run on CPU: zero tokens and hidden states stand in for its output)."""
-    s, n = e.s, e.batch.num_reqs
-    hidden = torch.zeros(n, 4)
-    update_draft_inputs(
-        torch.zeros(n, dtype=torch.int64), s.current_draft_step, hidden,
-        torch.zeros(n, num_spec, dtype=torch.int64), torch.zeros(MAX_NUM_REQS, 4),
-        s.input_buffers, torch.zeros(MAX_NUM_REQS, dtype=torch.int64), n, MAX_MODEL_LEN,
-        num_spec,
-    )  # fmt: skip
-
-
-def run_decode(e: Eagle, monkeypatch, fused: bool) -> list[dict]:
-    """The real multi-step decode loop; each step's draft forward is replaced by a record
-    of what its draft layers read, then `update_draft_inputs`' increments."""
-    if e.num_spec <= 1:
-        return []  # propose returns after the prefill
-    prepare_decode(e)
-    s, ib, n = e.s, e.s.input_buffers, e.batch.num_reqs
-    steps = []
-
-    def generate_draft(num_reqs, num_tokens_padded, attn_metadata, slot_mappings, *args,
-                       **kwargs):  # fmt: skip
-        steps.append({
-            "lengths": ib.seq_lens[:n].clone(),
-            "slots": e.batch.block_tables.slot_mappings[:, :n].clone(),
-            **{name: (md.seq_lens.clone(), md.block_table.clone())
-               for name, md in attn_metadata.items()},
-            # Under DCP, flash attention's DCP-local context lengths.
-            "dcp": {name: md.dcp_context_kv_lens.clone() for name, md in attn_metadata.items()
-                    if getattr(md, "dcp_context_kv_lens", None) is not None},
-            "md_slots": {name: md.slot_mapping[:n].clone() for name, md in attn_metadata.items()},
-        })  # fmt: skip
-        update_inputs(e, e.num_spec)
-
-    s._generate_draft = generate_draft
-    s.supports_decode_metadata_update = fused
-    decode = s._fused_multi_step_decode if fused else s._multi_step_decode
-    desc = BatchExecutionDescriptor(cg_mode=CUDAGraphMode.NONE, num_tokens=n, num_reqs=None)
-    decode(n, False, desc, None, e.input_batch.seq_lens_cpu_upper_bound, e.num_spec)
-    return steps
-
-
-def read_step(e: Eagle, g: int, block_size: int, lengths, read_lens, tables, i: int):
-    """Reference read of request i's single query at the step's last position, through a
-    table whose columns are blocks of `block_size` tokens, and dense attention over what
-    that read must cover: the sinks and [start, L)."""
-    length, read = int(lengths[i]), int(read_lens[i])
-    sinks = e.s.draft_window.spec.sink_size
-    start, _ = positions_read(length, read, sinks)
-    q = e.k[i][length - 1 : length] * 0.5
-    got, touched = e.caches[g].read(q, tables[i], read, block_size=block_size)
-    expected = dense_attention(q, e.k[i], e.v[i], start, length, sinks)
-    return got, expected, touched
-
-
-def expected_blocks(e: Eagle, g: int, b: int, i: int, length: int, read: int) -> set[int]:
-    """Block ids of the full table that hold the positions a read must cover."""
-    _, kept = positions_read(length, read, e.s.draft_window.spec.sink_size)
-    return {e.batch.req_block_ids[g][i][p // b] for p in kept.tolist()}
 
 
 @pytest.mark.parametrize("num_spec", [2, 3, 5, 7])
@@ -570,7 +342,7 @@ def test_a_group_the_window_leaves_alone_reads_what_vllm_gives_it(fused, model_d
     keeps the target's prefill metadata and vLLM's own build at every decode step."""
     from vllm.v1.kv_cache_interface import SlidingWindowSpec
 
-    from test_mrv2_dflash import compare_cams
+    from tests.testbed.dflash import compare_cams
 
     sliding = SlidingWindowSpec(block_size=32, sliding_window=128, num_kv_heads=NUM_KV_HEADS,
                                 head_size=HEAD_SIZE, dtype=torch.float32)  # fmt: skip

@@ -15,10 +15,10 @@ from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator import (
     TargetDependentARSpeculator,
 )
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import (
+from tests.testbed.speculators import (
     make_speculative_vllm_config,
 )
+from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
 
 ENTRY_POINT = "vllm_ascend.worker.v2.spec_decode.draft_window.plugin:register"
 HOOKED = [
@@ -90,7 +90,7 @@ def restore_runner_choice():
 
 
 def config_for(model_dir, additional_config):
-    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import make_vllm_config
+    from tests.testbed.speculators import make_vllm_config
 
     return make_vllm_config(model_dir, 512, 4, additional_config)
 
@@ -253,7 +253,7 @@ def another_plugins_wrapper(method, calls):
 
 def window_build(model_dir, monkeypatch):
     """A DSpark draft with draft_window_size=64: what its builder received."""
-    from test_mrv2_dflash import LAYOUTS, build, make_batch, wire
+    from tests.testbed.dflash import LAYOUTS, build, make_batch, wire
 
     layouts = LAYOUTS["one_group"]
     wired = wire("dspark", layouts, make_batch(layouts), model_dir, monkeypatch)

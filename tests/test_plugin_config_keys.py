@@ -10,10 +10,9 @@ import pydantic
 import pytest
 from pydantic.dataclasses import dataclass
 
+from tests.testbed.mrv1_adapter import load_released_file
+from tests.testbed.speculators import make_vllm_config
 from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import make_vllm_config
-
-from mrv1_adapter import load_released_file
 
 MODULE = "vllm_ascend.ascend_config"
 RELEASED_MEMBER = "vllm_ascend/ascend_config.py"

@@ -17,12 +17,11 @@ from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator import (
     TargetDependentARSpeculator,
 )
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import install, lines, plugin
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import (
+from tests.testbed.dflash import LAYOUTS, build, compare_cams, make_batch, wire
+from tests.testbed.speculators import (
     make_speculative_vllm_config,
 )
-
-from test_mrv2_dflash import LAYOUTS, build, compare_cams, make_batch, wire
+from vllm_ascend.worker.v2.spec_decode.draft_window import install, lines, plugin
 
 AR_MODULE = "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator"
 
@@ -184,7 +183,7 @@ def test_without_a_draft_or_the_keys_no_config_is_refused(model_dir, monkeypatch
     vllm.plugins.load_general_plugins()
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
     make_speculative_vllm_config(model_dir, {"other": 1})
-    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import make_vllm_config
+    from tests.testbed.speculators import make_vllm_config
 
     make_vllm_config(model_dir, 512, 4, {"draft_window_size": 512})
 

@@ -24,20 +24,12 @@ from vllm.v1.kv_cache_interface import (
     UniformTypeKVCacheSpecs,
 )
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import groups
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.buffers import (
+from tests.testbed.buffers import (
     fill_input_block_tables,
     fill_query_inputs,
     fill_slot_mappings,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import (
-    HEAD_SIZE,
-    NUM_KV_HEADS,
-    GroupLayout,
-    full_attention_spec,
-)
-
-from test_mrv2_dflash import (
+from tests.testbed.dflash import (
     MAX_NUM_REQS,
     assert_reads_exactly_the_window,
     build,
@@ -46,6 +38,13 @@ from test_mrv2_dflash import (
     make_batch,
     wire,
 )
+from tests.testbed.speculators import (
+    HEAD_SIZE,
+    NUM_KV_HEADS,
+    GroupLayout,
+    full_attention_spec,
+)
+from vllm_ascend.worker.v2.spec_decode.draft_window import groups
 
 pytestmark = pytest.mark.usefixtures("window_hooks")
 KV = {"num_kv_heads": NUM_KV_HEADS, "head_size": HEAD_SIZE, "dtype": torch.float32}
@@ -233,12 +232,11 @@ def test_a_deepseek_v4_dspark_draft_has_no_group_to_window(model_dir, monkeypatc
     the draft never reads past its own window, and the draft window has nothing to crop."""
     from vllm.v1.worker.gpu.spec_decode.dspark.speculator import DSparkSpeculator
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import (
+    from tests.testbed.dflash import MAX_MODEL_LEN, NUM_SPEC, W
+    from tests.testbed.speculators import (
         make_vllm_config,
         wire_speculator,
     )
-
-    from test_mrv2_dflash import MAX_MODEL_LEN, NUM_SPEC, W
 
     layouts = [GroupLayout(64, draft=False), GroupLayout(64, spec=dsv4_dspark_swa())]
     config = make_vllm_config(model_dir, MAX_MODEL_LEN, MAX_NUM_REQS, {"draft_window_size": W})

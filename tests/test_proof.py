@@ -12,19 +12,12 @@ from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
 from vllm.v1.worker.gpu.spec_decode.dspark.speculator import DSparkSpeculator
 from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
-from vllm_ascend.worker.v2.spec_decode.draft_window.proof import UPDATE_PATH, WindowNotInPathError
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.buffers import (
+from tests.testbed.buffers import (
     fill_input_block_tables,
     fill_query_inputs,
     fill_slot_mappings,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import (
-    make_vllm_config,
-    wire_speculator,
-)
-
-from test_mrv2_dflash import (
+from tests.testbed.dflash import (
     LAYOUTS,
     MAX_MODEL_LEN,
     MAX_NUM_REQS,
@@ -37,6 +30,12 @@ from test_mrv2_dflash import (
     make_batch,
     wire,
 )
+from tests.testbed.speculators import (
+    make_vllm_config,
+    wire_speculator,
+)
+from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
+from vllm_ascend.worker.v2.spec_decode.draft_window.proof import UPDATE_PATH, WindowNotInPathError
 
 pytestmark = pytest.mark.usefixtures("window_hooks")
 LAYOUT = [*LAYOUTS["target_group_and_two_draft_groups"], *LAYOUTS["one_group"]]

@@ -6,10 +6,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import (
+from tests.testbed.reference import (
     dense_attention,
     window_positions,
 )
+from tests.testbed.window_cases import Case, build_case, cases
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
     BlockTableWindow,
     WindowSpec,
@@ -18,8 +19,6 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
     seq_lens_upper_bound,
     window_seq_lens,
 )
-
-from window_cases import Case, build_case, cases
 
 
 def apply_window(case: Case) -> tuple[WindowSpec, torch.Tensor, torch.Tensor, list[torch.Tensor]]:

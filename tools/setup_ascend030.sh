@@ -48,6 +48,6 @@ cp "$CACHE/vllm_ascend-$VERSION/vllm_ascend.egg-info/entry_points.txt" "$DIST/"
 # Test-only stand-ins for torch_npu and the other NPU-only modules, loaded by every Python
 # process of this environment (vLLM inspects models in subprocesses): an Ascend host without
 # an NPU.
-cp tests/ascend/npu_stand_ins.py "$SITE/_draft_window_npu_stand_ins.py"
+cp tests/ascend/npu_testbed/stand_ins.py "$SITE/_draft_window_npu_stand_ins.py"
 echo 'import _draft_window_npu_stand_ins; _draft_window_npu_stand_ins.install()' \
   > "$SITE/_draft_window_npu_stand_ins.pth"

@@ -13,9 +13,11 @@ from importlib.metadata import entry_points
 
 import pytest
 
+from tests.ascend.npu_testbed.tiny_models import TINY_LLAMA, TINY_MLA
+
 # First, before anything imports vLLM (vllm-ascend's package __init__ files do): vLLM's and
 # vllm-ascend's Triton kernels run under Triton's interpreter, set up as
-# ``draft_window.testbed.use_triton_interpreter`` does for the 0.33 tests.
+# ``tests.testbed.use_triton_interpreter`` does for the 0.33 tests.
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -29,12 +31,12 @@ import torch
 from vllm.triton_utils import HAS_TRITON
 
 import vllm_ascend.ops.triton.triton_utils as ascend_triton
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.graphs import CpuGraph
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.shims import (
+from tests.testbed.graphs import CpuGraph
+from tests.testbed.shims import (
     apply_cpu_shims,
 )
 
-# Stand-in for the NPU's graph object (draft_window.testbed.graphs), set before vllm-ascend's
+# Stand-in for the NPU's graph object (tests.testbed.graphs), set before vllm-ascend's
 # UpdatableGraph subclasses it, so that UpdatableGraph is a real class here.
 assert "vllm_ascend.compilation.updatable_graph" not in sys.modules
 torch.npu.NPUGraph = CpuGraph
@@ -49,23 +51,8 @@ if not HAS_TRITON:
 ascend_triton._NUM_AICORE, ascend_triton._NUM_VECTORCORE = 24, 48
 apply_cpu_shims()
 
-TINY_LLAMA = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
-    "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
-    "head_dim": 16, "num_hidden_layers": 2, "vocab_size": 256,
-    "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "torch_dtype": "float32",
-}  # fmt: skip
 
 
-# A tiny MLA model (DeepSeek-V2 layout), for drafts on vllm-ascend's MLA backend.
-TINY_MLA = {
-    "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "hidden_size": 64,
-    "intermediate_size": 128, "moe_intermediate_size": 32, "num_attention_heads": 4,
-    "num_key_value_heads": 4, "kv_lora_rank": 32, "q_lora_rank": None, "qk_nope_head_dim": 16,
-    "qk_rope_head_dim": 8, "v_head_dim": 16, "num_hidden_layers": 2, "vocab_size": 256,
-    "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "torch_dtype": "float32",
-    "n_routed_experts": 4, "num_experts_per_tok": 2, "first_k_dense_replace": 2,
-}  # fmt: skip
 
 
 @pytest.fixture(scope="session")
@@ -92,7 +79,8 @@ def loaded_plugins():
     import logging
 
     import vllm.plugins
-    from test_pairing import hooked_methods
+
+    from tests.ascend.npu_testbed.pairing import hooked_methods
 
     records = []
     handler = logging.Handler()

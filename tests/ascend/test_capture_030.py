@@ -9,8 +9,10 @@ is told, from the same start as the table it reads."""
 
 import pytest
 import torch
-from graphs import acl_graphs_on_cpu
-from startup import (
+from vllm.config.compilation import CUDAGraphMode
+
+from tests.ascend.npu_testbed.acl_graphs import acl_graphs_on_cpu
+from tests.ascend.npu_testbed.npu_startup import (
     DRAFT_EXTRA,
     MAX_MODEL_LEN,
     MAX_NUM_REQS,
@@ -21,9 +23,7 @@ from startup import (
     started,
     verify_step,
 )
-from vllm.config.compilation import CUDAGraphMode
-
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import assert_window_reads
+from tests.testbed.reference import assert_window_reads
 
 pytestmark = pytest.mark.usefixtures("registered")
 
@@ -46,7 +46,7 @@ def _draft_dir(tmp_path_factory, config: dict):
 @pytest.fixture(scope="session")
 def draft_dir(tmp_path_factory):
     """A tiny draft config that DFlash and DSpark drafts accept (a mask token)."""
-    from conftest import TINY_LLAMA
+    from tests.ascend.npu_testbed.tiny_models import TINY_LLAMA
 
     return _draft_dir(tmp_path_factory, TINY_LLAMA)
 
@@ -54,7 +54,7 @@ def draft_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def mla_draft_dir(tmp_path_factory):
     """The same on a tiny MLA model (DeepSeek-V2 layout)."""
-    from conftest import TINY_MLA
+    from tests.ascend.npu_testbed.tiny_models import TINY_MLA
 
     return _draft_dir(tmp_path_factory, TINY_MLA)
 

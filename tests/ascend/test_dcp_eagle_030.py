@@ -17,14 +17,17 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from dcp_ranks import (
+from vllm.config.compilation import CUDAGraphMode
+from vllm.v1.attention.backends.utils import get_dcp_local_seq_lens
+
+from tests.ascend.npu_testbed.dcp_ranks import (
     BLOCK,
     assert_ranks_read_the_window,
     dcp_builders,  # noqa: F401 (a fixture)
     interleave_of,
     on_rank,
 )
-from test_eagle_030 import (
+from tests.ascend.npu_testbed.eagle import (
     MAX_NUM_REQS,
     TARGET_LENS,
     W,
@@ -34,10 +37,7 @@ from test_eagle_030 import (
     full_graph_params,
     setup_decode,
 )
-from vllm.config.compilation import CUDAGraphMode
-from vllm.v1.attention.backends.utils import get_dcp_local_seq_lens
-from wiring import HEAD_SIZE, MAX_MODEL_LEN, NUM_KV_HEADS
-
+from tests.ascend.npu_testbed.wiring import HEAD_SIZE, MAX_MODEL_LEN, NUM_KV_HEADS
 from vllm_ascend.attention.context_parallel.attention_cp import DCPFIAParamProvider
 from vllm_ascend.attention.context_parallel.common_cp import (
     CPKVScope,

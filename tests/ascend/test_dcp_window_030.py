@@ -15,7 +15,9 @@ by log-sum-exp, equals attention over exactly the window.
 
 import pytest
 import torch
-from dcp_ranks import (
+from vllm.v1.attention.backends.utils import PAD_SLOT_ID
+
+from tests.ascend.npu_testbed.dcp_ranks import (
     BLOCK,
     assert_ranks_read_the_window,
     caches_of,
@@ -24,10 +26,18 @@ from dcp_ranks import (
     on_rank,
     true_kv,
 )
-from test_window_030 import EAGER, MAX_NUM_REQS, REPLAY, SEQ_LENS, W
-from vllm.v1.attention.backends.utils import PAD_SLOT_ID
-from wiring import HEAD_SIZE, NUM_KV_HEADS, Q, fill, make_batch, speculator, vllm_config, with_dcp
-
+from tests.ascend.npu_testbed.dflash import EAGER, MAX_NUM_REQS, REPLAY, SEQ_LENS, W
+from tests.ascend.npu_testbed.wiring import (
+    HEAD_SIZE,
+    NUM_KV_HEADS,
+    Q,
+    fill,
+    make_batch,
+    speculator,
+    vllm_config,
+    with_dcp,
+)
+from tests.testbed.dcp import local_position, owner
 from vllm_ascend.attention.attention_v1 import AscendAttentionBackend
 from vllm_ascend.attention.context_parallel.attention_cp import DCPFIAParamProvider
 from vllm_ascend.attention.context_parallel.common_cp import (
@@ -35,7 +45,6 @@ from vllm_ascend.attention.context_parallel.common_cp import (
     use_history_current_split_decode,
 )
 from vllm_ascend.attention.mla_v1 import AscendMLABackend
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.dcp import local_position, owner
 
 pytestmark = pytest.mark.usefixtures("registered", "dcp_builders")
 

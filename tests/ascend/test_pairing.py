@@ -8,9 +8,10 @@ vllm-ascend build as without the package, a method the line does not serve stops
 with the line named, and vllm-ascend's own Model Runner V1 window still takes the key.
 """
 
+
+
 import hashlib
 import re
-import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -18,40 +19,12 @@ import pytest
 import vllm
 
 import vllm_ascend
+from tests.ascend.npu_testbed.pairing import (
+    VENV,
+    ascend_config,
+    speculative_config,
+)
 from vllm_ascend.worker.v2.spec_decode.draft_window import install
-
-VENV = Path(sys.prefix)
-
-
-def speculative_config(model_dir, additional_config, method="eagle3"):
-    """A real VllmConfig with a speculative config (EAGLE3 by default), as the engine builds
-    it."""
-    from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig, VllmConfig
-
-    model = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
-                        max_model_len=512)  # fmt: skip
-    parallel = ParallelConfig()
-    speculative = SpeculativeConfig(method=method, model=str(model_dir),
-                                    num_speculative_tokens=2, target_model_config=model,
-                                    target_parallel_config=parallel)  # fmt: skip
-    return VllmConfig(
-        model_config=model,
-        parallel_config=parallel,
-        speculative_config=speculative,
-        additional_config=additional_config,
-    )
-
-
-def ascend_config(model_dir, additional_config):
-    """vllm-ascend's own factory (its platform calls it at start-up) on a config without a
-    draft."""
-    from vllm.config import ModelConfig, VllmConfig
-
-    from vllm_ascend.ascend_config import init_ascend_config
-
-    model = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
-                        max_model_len=512)  # fmt: skip
-    return init_ascend_config(VllmConfig(model_config=model, additional_config=additional_config))
 
 
 def test_the_environment_is_the_ascend_pairing():
@@ -74,35 +47,6 @@ def test_the_overlay_sits_in_vllm_ascends_own_tree_and_replaced_none_of_its_file
     for line in recorded:
         digest, name = line.split(maxsplit=1)
         assert hashlib.sha256((site / name).read_bytes()).hexdigest() == digest, name
-
-
-def hooked_methods():
-    """Every method of the speculator classes on the draft paths, vLLM's and vllm-ascend's."""
-    from vllm.v1.worker.gpu.spec_decode.autoregressive.cudagraph_utils import (
-        SpeculatorCudaGraphManager,
-    )
-    from vllm.v1.worker.gpu.spec_decode.autoregressive.speculator import (
-        AutoRegressiveSpeculator,
-    )
-    from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
-    from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
-
-    from vllm_ascend.worker.v2.spec_decode.autoregressive.aclgraph import (
-        AutoRegressiveAclGraphManager,
-    )
-    from vllm_ascend.worker.v2.spec_decode.autoregressive.speculator import (
-        AscendAutoRegressiveSpeculator,
-    )
-    from vllm_ascend.worker.v2.spec_decode.dflash.speculator import AscendDFlashSpeculator
-    from vllm_ascend.worker.v2.spec_decode.dspark.speculator import AscendDSparkSpeculator
-    from vllm_ascend.worker.v2.spec_decode.eagle.speculator import AscendEagleSpeculator
-
-    classes = (DraftModelSpeculator, DFlashSpeculator, AutoRegressiveSpeculator,
-               SpeculatorCudaGraphManager, AscendDSparkSpeculator, AscendDFlashSpeculator,
-               AscendAutoRegressiveSpeculator, AscendEagleSpeculator,
-               AutoRegressiveAclGraphManager)  # fmt: skip
-    return {(cls, name): method for cls in classes for name, method in vars(cls).items()
-            if callable(method)}  # fmt: skip
 
 
 def test_vllms_plugin_loading_with_vllm_ascends_plugins_installs_the_ascend_line(

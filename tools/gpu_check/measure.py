@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import torch
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.gpu_checks import Result, synthetic_window
+from tools.gpu_check.checks import Result, synthetic_window
 
 
 def cuda_ms(fn, rounds: int = 20) -> float:

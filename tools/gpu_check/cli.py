@@ -1,6 +1,6 @@
 """`make gpu-check`: the window's kernels checked, and measured, on a CUDA GPU.
 
-    python -m vllm_ascend.worker.v2.spec_decode.draft_window.gpu_check [--out DIR] [--quick]
+    python -m tools.gpu_check [--out DIR] [--quick]   (from the repository root)
 
 1. Correctness: the one-launch refresh (``fused.py``) compiled by Triton for the GPU, bit
    for bit against the torch path, over a grid of shapes (batch 1-1024, tables up to 128k
@@ -28,7 +28,7 @@ import platform
 import sys
 from pathlib import Path
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.gpu_checks import (
+from tools.gpu_check.checks import (
     Result,
     check_attention,
     check_graphs,
@@ -50,7 +50,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.interpret:
-        from vllm_ascend.worker.v2.spec_decode.draft_window.testbed import use_triton_interpreter
+        from tests.testbed import use_triton_interpreter
 
         use_triton_interpreter()  # before Triton's and vLLM's first import
     import torch
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda":
         results += check_graphs(device)
         if not args.quick:
-            from vllm_ascend.worker.v2.spec_decode.draft_window.gpu_measure import measure
+            from tools.gpu_check.measure import measure
 
             results += measure(device)
     write_report(args.out, results, device)

@@ -14,7 +14,6 @@ import dataclasses
 
 import numpy as np
 import torch
-from graphs import DraftModel, FiaKernel
 from vllm.config import (
     CacheConfig,
     CompilationConfig,
@@ -22,11 +21,12 @@ from vllm.config import (
     set_current_vllm_config,
 )
 from vllm.config.compilation import CompilationMode, CUDAGraphMode
-from wiring import ascend_model_state, load_tables, vllm_config
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.graphs import platform_with_graphs
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import PagedKVCache
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import propose_after_verify
+from tests.ascend.npu_testbed.acl_graphs import DraftModel, FiaKernel
+from tests.ascend.npu_testbed.wiring import ascend_model_state, load_tables, vllm_config
+from tests.testbed.graphs import platform_with_graphs
+from tests.testbed.reference import PagedKVCache
+from tests.testbed.speculators import propose_after_verify
 
 CPU = torch.device("cpu")
 BLOCK = 128

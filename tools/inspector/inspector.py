@@ -1,6 +1,6 @@
 """Window inspector: what the draft window does to a batch, through vLLM's real build path.
 
-    python -m vllm_ascend.worker.v2.spec_decode.draft_window.inspector [--window 2048] ...
+    python -m tools.inspector [--window 2048] ...
 
 Runs a batch through vLLM 0.33.0's real Model Runner V2 draft metadata build on CPU
 (DSpark: its one query pass; EAGLE3: a draft decode step), with the window on and off, and
@@ -37,10 +37,10 @@ CHECK_HEADS, CHECK_HEAD_DIM = 1, 8
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from vllm_ascend.worker.v2.spec_decode.draft_window import inspector_dcp
+    from tools.inspector import dcp as inspector_dcp
 
     parser = argparse.ArgumentParser(
-        prog="python -m vllm_ascend.worker.v2.spec_decode.draft_window.inspector",
+        prog="python -m tools.inspector",
         description=__doc__.splitlines()[0],
     )
     parser.add_argument("--window", default="2048", help=f"{KEY} (default 2048)")
@@ -117,13 +117,13 @@ def inspect_method(args, method: str, model_dir: Path, progress) -> list[dict]:
     from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
     from vllm.v1.worker.gpu.input_batch import InputBuffers
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.buffers import make_mrv2_batch
-    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import (
+    from tests.testbed.buffers import make_mrv2_batch
+    from tests.testbed.reference import (
         PagedKVCache,
         dense_attention,
         positions_read,
     )
-    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import (
+    from tests.testbed.speculators import (
         SPECULATOR_CLASSES,
         GroupLayout,
         make_vllm_config,
@@ -308,12 +308,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import logging
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed import use_triton_interpreter
+    from tests.testbed import use_triton_interpreter
 
     use_triton_interpreter()  # before vLLM's first import, just below
     # Show the window's start-up lines, which a server prints through vLLM's logging.
+    from tests.testbed.shims import apply_cpu_shims
     from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger as window_logger
-    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.shims import apply_cpu_shims
 
     if not window_logger.handlers:
         handler = logging.StreamHandler(sys.stderr)
@@ -324,8 +324,9 @@ def main(argv: list[str] | None = None) -> int:
     apply_cpu_shims()
     from tqdm import tqdm
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window import inspector_dcp, plugin
-    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import tiny_model_dir
+    from tests.testbed.speculators import tiny_model_dir
+    from tools.inspector import dcp as inspector_dcp
+    from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
 
     plugin.register()
     # With --dcp N, every rank's build (inspector_dcp.py).

@@ -15,13 +15,13 @@ import pytest
 import torch
 import vllm.distributed.parallel_state as parallel_state
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.dcp import (
+from tests.testbed.dcp import (
     DcpCaches,
     combine,
     owner,
     partial_attention,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import (
+from tests.testbed.reference import (
     dense_attention,
     positions_read,
 )

@@ -1,5 +1,5 @@
 """ACL graph capture and replay on CPU for the Ascend pairing, with only the device boundary
-stood in (on top of ``draft_window.testbed.graphs``, shared with the upstream line).
+stood in (on top of ``tests.testbed.graphs``, shared with the upstream line).
 
 On a host, vllm-ascend's model runner enters ``torch_cuda_wrapper()`` at start-up, which
 makes vLLM's ``CudaGraphManager.capture`` create vllm-ascend's ``UpdatableGraph`` and capture
@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.graphs import (
+from tests.testbed.graphs import (
     capturing,
     graph_context,
     process_groups_on_cpu,

@@ -24,7 +24,7 @@ from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
 from vllm.v1.worker.gpu.spec_decode.mtp.speculator import MTPSpeculator
 from vllm.v1.worker.utils import AttentionGroup
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.buffers import CPU, Mrv2Batch
+from tests.testbed.buffers import CPU, Mrv2Batch
 
 NUM_KV_HEADS, HEAD_SIZE = 2, 16
 TINY_LLAMA = {

@@ -22,15 +22,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tools.inspector.inspector import (
+    CHECK_HEAD_DIM,
+    CHECK_HEADS,
+    title,
+)
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     KEY,
     MIN_CONTEXT_KEY,
     SINKS_KEY,
-)
-from vllm_ascend.worker.v2.spec_decode.draft_window.inspector import (
-    CHECK_HEAD_DIM,
-    CHECK_HEADS,
-    title,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import ceil_div
 
@@ -89,7 +89,7 @@ def inspect_method(args, method: str, model_dir, progress) -> list[dict]:
     request."""
     import torch
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import positions_read
+    from tests.testbed.reference import positions_read
 
     cp, k_spec = args.dcp, args.num_spec_tokens
     # DFlash/DSpark seq_lens count the whole query stretch; an EAGLE decode step, one token.
@@ -154,8 +154,8 @@ def _build_every_rank(args, method: str, model_dir, seq_lens: list[int], query: 
     from vllm.config.compilation import CUDAGraphMode
     from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.buffers import make_mrv2_batch
-    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import (
+    from tests.testbed.buffers import make_mrv2_batch
+    from tests.testbed.speculators import (
         SPECULATOR_CLASSES,
         GroupLayout,
         make_vllm_config,
@@ -236,7 +236,7 @@ def _local_slots(positions, ids: list[int], cp: int, rank: int, interleave: int,
     statement of vLLM's layout (``testbed/dcp.py``), PAD (-1) where another rank holds it."""
     import torch
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.dcp import local_position, owner
+    from tests.testbed.dcp import local_position, owner
 
     local = local_position(positions, cp, interleave, b)
     row = torch.tensor(ids, dtype=torch.int64)
@@ -252,12 +252,12 @@ def _reference_check(ids, b, cp, interleave, i, length, start, sinks, kept, quer
     nothing else."""
     import torch
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.dcp import (
+    from tests.testbed.dcp import (
         DcpCaches,
         combine,
         owner,
     )
-    from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import dense_attention
+    from tests.testbed.reference import dense_attention
 
     gen = torch.Generator().manual_seed(i)
     shape = (length, CHECK_HEADS, CHECK_HEAD_DIM)

@@ -4,7 +4,7 @@ vLLM's Triton backend, the target runner's attention groups and block tables, th
 speculator's own ``set_attn`` (through the window's hook), ``init_cudagraph_manager`` and
 ``capture``; then a target verify step written by vLLM's own kernels and the speculator's
 own ``propose``, which replays the captured graph. The device boundary is stood in by
-``draft_window.testbed.graphs``; the draft model (no weights on CPU) by ``DraftModel``, whose
+``tests.testbed.graphs``; the draft model (no weights on CPU) by ``DraftModel``, whose
 layers record what the attention kernel would read at each launch.
 """
 
@@ -26,15 +26,15 @@ from vllm.config import (
 )
 from vllm.config.compilation import CompilationMode, CUDAGraphMode
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed import graphs
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.buffers import (
+from tests.testbed import graphs
+from tests.testbed.buffers import (
     fill_persistent_block_tables,
     fill_query_inputs,
     fill_slot_mappings,
     make_mrv2_batch,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.reference import PagedKVCache
-from vllm_ascend.worker.v2.spec_decode.draft_window.testbed.speculators import (
+from tests.testbed.reference import PagedKVCache
+from tests.testbed.speculators import (
     HEAD_SIZE,
     NUM_KV_HEADS,
     TINY_LLAMA,

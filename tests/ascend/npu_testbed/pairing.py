@@ -1,0 +1,68 @@
+"""The Ascend pairing's configs as a host builds them, and the methods the window hooks there."""
+
+
+import sys
+from pathlib import Path
+
+VENV = Path(sys.prefix)
+
+
+def speculative_config(model_dir, additional_config, method="eagle3"):
+    """A real VllmConfig with a speculative config (EAGLE3 by default), as the engine builds
+    it."""
+    from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig, VllmConfig
+
+    model = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
+                        max_model_len=512)  # fmt: skip
+    parallel = ParallelConfig()
+    speculative = SpeculativeConfig(method=method, model=str(model_dir),
+                                    num_speculative_tokens=2, target_model_config=model,
+                                    target_parallel_config=parallel)  # fmt: skip
+    return VllmConfig(
+        model_config=model,
+        parallel_config=parallel,
+        speculative_config=speculative,
+        additional_config=additional_config,
+    )
+
+
+def ascend_config(model_dir, additional_config):
+    """vllm-ascend's own factory (its platform calls it at start-up) on a config without a
+    draft."""
+    from vllm.config import ModelConfig, VllmConfig
+
+    from vllm_ascend.ascend_config import init_ascend_config
+
+    model = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
+                        max_model_len=512)  # fmt: skip
+    return init_ascend_config(VllmConfig(model_config=model, additional_config=additional_config))
+
+
+def hooked_methods():
+    """Every method of the speculator classes on the draft paths, vLLM's and vllm-ascend's."""
+    from vllm.v1.worker.gpu.spec_decode.autoregressive.cudagraph_utils import (
+        SpeculatorCudaGraphManager,
+    )
+    from vllm.v1.worker.gpu.spec_decode.autoregressive.speculator import (
+        AutoRegressiveSpeculator,
+    )
+    from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
+    from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+    from vllm_ascend.worker.v2.spec_decode.autoregressive.aclgraph import (
+        AutoRegressiveAclGraphManager,
+    )
+    from vllm_ascend.worker.v2.spec_decode.autoregressive.speculator import (
+        AscendAutoRegressiveSpeculator,
+    )
+    from vllm_ascend.worker.v2.spec_decode.dflash.speculator import AscendDFlashSpeculator
+    from vllm_ascend.worker.v2.spec_decode.dspark.speculator import AscendDSparkSpeculator
+    from vllm_ascend.worker.v2.spec_decode.eagle.speculator import AscendEagleSpeculator
+
+    classes = (DraftModelSpeculator, DFlashSpeculator, AutoRegressiveSpeculator,
+               SpeculatorCudaGraphManager, AscendDSparkSpeculator, AscendDFlashSpeculator,
+               AscendAutoRegressiveSpeculator, AscendEagleSpeculator,
+               AutoRegressiveAclGraphManager)  # fmt: skip
+    return {(cls, name): method for cls in classes for name, method in vars(cls).items()
+            if callable(method)}  # fmt: skip
+

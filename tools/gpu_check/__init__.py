@@ -1,0 +1,1 @@
+"""`make gpu-check`: the window's kernels checked and measured on a CUDA GPU (``cli.py``)."""
