@@ -94,11 +94,17 @@ def window_over(
 ) -> Mrv2DraftWindow:
     """A window over these lengths and one group's table (``block_tables``: a layout of its
     own, such as one DCP rank's), W = SINKS_WINDOW unless given."""
-    tables = block_tables or SimpleNamespace(block_sizes=[BLOCK_SIZE],
-                                             input_block_tables=[table])  # fmt: skip
+    tables = block_tables or SimpleNamespace(block_sizes=[BLOCK_SIZE], input_block_tables=[table])
     lengths = SimpleNamespace(seq_lens=seq_lens)
-    return Mrv2DraftWindow(window_size or SINKS_WINDOW, lengths, tables, [0],
-                           seq_lens.shape[0], torch.device("cpu"), **kwargs)  # fmt: skip
+    return Mrv2DraftWindow(
+        window_size or SINKS_WINDOW,
+        lengths,
+        tables,
+        [0],
+        seq_lens.shape[0],
+        torch.device("cpu"),
+        **kwargs,
+    )
 
 
 def step_of(window: Mrv2DraftWindow, bound: torch.Tensor):
@@ -108,8 +114,9 @@ def step_of(window: Mrv2DraftWindow, bound: torch.Tensor):
 
 
 def mrv1_step(adapter, seq_lens, table, bound) -> None:
-    cam = SimpleNamespace(block_table_tensor=table, seq_lens=seq_lens,
-                          seq_lens_cpu_upper_bound=bound)  # fmt: skip
+    cam = SimpleNamespace(
+        block_table_tensor=table, seq_lens=seq_lens, seq_lens_cpu_upper_bound=bound
+    )
     adapter.apply(cam)
 
 
@@ -137,8 +144,9 @@ def allocations(fn) -> tuple[int, int]:
     """(allocations above 8 bytes, their bytes) in one call; smaller ones are Python scalar
     operands wrapped as 0-dim tensors, which on an accelerator stay on the host."""
     fn()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                profile_memory=True) as prof:  # fmt: skip
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
+    ) as prof:
         fn()
     sizes = [e.cpu_memory_usage for e in prof.events() if e.cpu_memory_usage > 8]
     return len(sizes), sum(sizes)
@@ -191,14 +199,16 @@ def bench_launches(mrv1, rounds: int, iters: int) -> list[dict]:
         for method, k in (("dflash/dspark", 0), ("eagle", 3), ("eagle", 5), ("eagle", 7)):
             base_ib = SimpleNamespace(seq_lens=seq_lens)
             base_bt = SimpleNamespace(block_sizes=[BLOCK_SIZE], input_block_tables=[table])
-            window = Mrv2DraftWindow(w, base_ib, base_bt, [0], batch, torch.device("cpu"),
-                                     max_chunk_len=4 if k else None)  # fmt: skip
+            window = Mrv2DraftWindow(
+                w, base_ib, base_bt, [0], batch, torch.device("cpu"), max_chunk_len=4 if k else None
+            )
             adapter = mrv1.SlidingWindowAdapter(w, BLOCK_SIZE, batch, k, torch.device("cpu"))
 
             def ours(window=window, k=k, batch=batch, bound=bound, qsl=qsl):
                 if k:  # the draft prefill over the verify chunk, then K - 1 decode steps
-                    window.refresh(batch, seq_lens=window.input_buffers.base.seq_lens,
-                                   query_start_loc=qsl)  # fmt: skip
+                    window.refresh(
+                        batch, seq_lens=window.input_buffers.base.seq_lens, query_start_loc=qsl
+                    )
                 for _ in range(max(k - 1, 1)):
                     mrv2_step(window, bound, batch)
 
@@ -210,22 +220,32 @@ def bench_launches(mrv1, rounds: int, iters: int) -> list[dict]:
             mrv1_launches = launches(theirs, host=(bound,))
             torch_launches = launches(ours, host=(bound, window.seq_lens_cpu_upper_bound))
             row = {
-                "method": method, "k": k, "batch": batch, "mrv1": mrv1_launches,
-                "torch": torch_launches, "fused": refreshes, "mrv1_us": t_theirs,
+                "method": method,
+                "k": k,
+                "batch": batch,
+                "mrv1": mrv1_launches,
+                "torch": torch_launches,
+                "fused": refreshes,
+                "mrv1_us": t_theirs,
                 "torch_us": t_ours,
-            }  # fmt: skip
+            }
             if k:
-                row.update(fixed_start_cost(k, batch, w, seq_lens, table, bound, qsl, ours,
-                                            rounds, iters))  # fmt: skip
+                row.update(
+                    fixed_start_cost(k, batch, w, seq_lens, table, bound, qsl, ours, rounds, iters)
+                )
             rows.append(row)
             print(
                 f"  {method:>13} K {k or '-':>1} batch {batch:>4}: launches MRV1 {mrv1_launches}"
                 f"  torch {torch_launches}  fused {refreshes};  CPU us MRV1 {t_theirs:7.1f}"
                 f"  torch {t_ours:7.1f}"
-                + (f";  fixed start: torch {row['fixed_torch']} launches {row['fixed_us']:7.1f}"
-                   f" us, fused {row['fixed_fused']}" if k else ""),
+                + (
+                    f";  fixed start: torch {row['fixed_torch']} launches {row['fixed_us']:7.1f}"
+                    f" us, fused {row['fixed_fused']}"
+                    if k
+                    else ""
+                ),
                 flush=True,
-            )  # fmt: skip
+            )
     return rows
 
 
@@ -289,12 +309,19 @@ def bench_step_cost(mrv1, rounds: int, iters: int) -> list[dict]:
                 ours()
                 theirs()
                 t_ours, t_theirs = interleaved(ours, theirs, rounds, iters)
-                rows.append({
-                    "context": context, "batch": batch, "window": w,
-                    "width": table.shape[1], "mrv2_us": t_ours, "mrv1_us": t_theirs,
-                    "ratio": t_ours / t_theirs,
-                    "mrv2_allocs": allocations(ours), "mrv1_allocs": allocations(theirs),
-                })  # fmt: skip
+                rows.append(
+                    {
+                        "context": context,
+                        "batch": batch,
+                        "window": w,
+                        "width": table.shape[1],
+                        "mrv2_us": t_ours,
+                        "mrv1_us": t_theirs,
+                        "ratio": t_ours / t_theirs,
+                        "mrv2_allocs": allocations(ours),
+                        "mrv1_allocs": allocations(theirs),
+                    }
+                )
                 print(
                     f"  context {context:>6} batch {batch:>4} W {w:>4}: MRV2 {t_ours:7.1f} us"
                     f"  MRV1 {t_theirs:7.1f} us  ratio {t_ours / t_theirs:.2f}",
@@ -322,17 +349,26 @@ def bench_sinks_cost(rounds: int, iters: int) -> list[dict]:
                 c()
                 t_sinks, t_plain = interleaved(a, b, rounds, iters)
                 t_sinks2, t_wide = interleaved(a, c, rounds, iters)
-                rows.append({
-                    "context": context, "batch": batch, "sinks": sinks,
-                    "sink_size": size, "sinks_us": t_sinks,
-                    "plain_us": t_plain, "extra_us": t_sinks - t_plain,
-                    "ratio": t_sinks / t_plain, "allocs": allocations(a),
-                    "wide_ratio": t_sinks2 / t_wide,
-                })  # fmt: skip
-                print(f"  context {context:>6} batch {batch:>4} sinks {sinks:>3}: "
-                      f"{t_sinks:7.1f} us vs plain {t_plain:7.1f} us, ratio "
-                      f"{t_sinks / t_plain:.2f}; vs plain W + S {t_sinks2 / t_wide:.2f}",
-                      flush=True)  # fmt: skip
+                rows.append(
+                    {
+                        "context": context,
+                        "batch": batch,
+                        "sinks": sinks,
+                        "sink_size": size,
+                        "sinks_us": t_sinks,
+                        "plain_us": t_plain,
+                        "extra_us": t_sinks - t_plain,
+                        "ratio": t_sinks / t_plain,
+                        "allocs": allocations(a),
+                        "wide_ratio": t_sinks2 / t_wide,
+                    }
+                )
+                print(
+                    f"  context {context:>6} batch {batch:>4} sinks {sinks:>3}: "
+                    f"{t_sinks:7.1f} us vs plain {t_plain:7.1f} us, ratio "
+                    f"{t_sinks / t_plain:.2f}; vs plain W + S {t_sinks2 / t_wide:.2f}",
+                    flush=True,
+                )
     return rows
 
 
@@ -351,19 +387,28 @@ def bench_threshold_cost(rounds: int, iters: int) -> list[dict]:
                 a()
                 b()
                 t_on, t_plain = interleaved(a, b, rounds, iters)
-                rows.append({
-                    "context": context, "batch": batch, "min_context": min_context,
-                    "below": int((seq_lens < min_context).sum()),
-                    "width": engaged.windows[0].max_window_blocks,
-                    "plain_width": plain.windows[0].max_window_blocks,
-                    "on_us": t_on, "plain_us": t_plain, "ratio": t_on / t_plain,
-                    "allocs": allocations(a),
-                    "launches": launches(a, (bound, engaged.seq_lens_cpu_upper_bound)),
-                    "plain_launches": launches(b, (bound, plain.seq_lens_cpu_upper_bound)),
-                })  # fmt: skip
-                print(f"  context {context:>6} batch {batch:>4} min_context {min_context:>5}: "
-                      f"{t_on:7.1f} us vs plain {t_plain:7.1f} us, ratio "
-                      f"{t_on / t_plain:.2f}", flush=True)  # fmt: skip
+                rows.append(
+                    {
+                        "context": context,
+                        "batch": batch,
+                        "min_context": min_context,
+                        "below": int((seq_lens < min_context).sum()),
+                        "width": engaged.windows[0].max_window_blocks,
+                        "plain_width": plain.windows[0].max_window_blocks,
+                        "on_us": t_on,
+                        "plain_us": t_plain,
+                        "ratio": t_on / t_plain,
+                        "allocs": allocations(a),
+                        "launches": launches(a, (bound, engaged.seq_lens_cpu_upper_bound)),
+                        "plain_launches": launches(b, (bound, plain.seq_lens_cpu_upper_bound)),
+                    }
+                )
+                print(
+                    f"  context {context:>6} batch {batch:>4} min_context {min_context:>5}: "
+                    f"{t_on:7.1f} us vs plain {t_plain:7.1f} us, ratio "
+                    f"{t_on / t_plain:.2f}",
+                    flush=True,
+                )
     return rows
 
 
@@ -393,8 +438,9 @@ def threshold_lines(rows: list[dict]) -> list[str]:
             f"{r['launches']} ({r['plain_launches']}) |"
         )
     by_m = {m: [r["ratio"] for r in rows if r["min_context"] == m] for m in MIN_CONTEXTS}
-    summary = [f"M = {m}: median {statistics.median(v):.2f}, worst {max(v):.2f}"
-               for m, v in by_m.items()]  # fmt: skip
+    summary = [
+        f"M = {m}: median {statistics.median(v):.2f}, worst {max(v):.2f}" for m, v in by_m.items()
+    ]
     lines += ["", f"Ratio to the plain window: {'; '.join(summary)}.", ""]
     return lines
 
@@ -415,39 +461,56 @@ def bench_dcp_cost(rounds: int, iters: int) -> list[dict]:
             # As vLLM builds rank 0's BlockTables: cp_size, cp_rank, cp_interleave, and a
             # sharded table as wide as the context's virtual blocks.
             sharded = SimpleNamespace(
-                block_sizes=[BLOCK_SIZE], cp_size=cp, cp_rank=0, cp_interleave=1,
+                block_sizes=[BLOCK_SIZE],
+                cp_size=cp,
+                cp_rank=0,
+                cp_interleave=1,
                 dcp_sharded=torch.tensor([True]),
                 input_block_tables=[table[:, : -(-table.shape[1] // cp)].contiguous()],
-            )  # fmt: skip
+            )
             dcp = window_over(seq_lens, table, block_tables=sharded)
             a, b = step_of(dcp, bound), step_of(plain, bound)
 
             def a_local(window=dcp, bound=bound, batch=batch):
                 mrv2_step(window, bound, batch)
                 # As the draft prefill's hook writes them (padded rows zero).
-                dcp_local_lengths(window.seq_lens[:batch], window.dcp,
-                                  scratch=window.dcp_scratch[:batch],
-                                  out=window.dcp_local_seq_lens[:batch])  # fmt: skip
+                dcp_local_lengths(
+                    window.seq_lens[:batch],
+                    window.dcp,
+                    scratch=window.dcp_scratch[:batch],
+                    out=window.dcp_local_seq_lens[:batch],
+                )
                 window.dcp_local_seq_lens[batch:].zero_()
 
             a_local()
             b()
             t_dcp, t_plain = interleaved(a, b, rounds, iters)
             t_local, t_plain2 = interleaved(a_local, b, rounds, iters)
-            rows.append({
-                "context": context, "batch": batch, "cp": cp, "alignment": dcp.spec.alignment,
-                "width": dcp.windows[0].max_window_blocks,
-                "plain_width": plain.windows[0].max_window_blocks,
-                "dcp_us": t_dcp, "local_us": t_local, "plain_us": t_plain,
-                "ratio": t_dcp / t_plain, "local_ratio": t_local / t_plain2,
-                "allocs": allocations(a_local),
-                "launches": launches(a, (bound, dcp.seq_lens_cpu_upper_bound)),
-                "local_launches": launches(a_local, (bound, dcp.seq_lens_cpu_upper_bound)),
-                "plain_launches": launches(b, (bound, plain.seq_lens_cpu_upper_bound)),
-            })  # fmt: skip
-            print(f"  batch {batch:>4} cp {cp}: {t_dcp:7.1f} us ({t_local:7.1f} us with the "
-                  f"DCP-local lengths) vs no DCP {t_plain:7.1f} us, ratio "
-                  f"{t_dcp / t_plain:.2f} ({t_local / t_plain2:.2f})", flush=True)  # fmt: skip
+            rows.append(
+                {
+                    "context": context,
+                    "batch": batch,
+                    "cp": cp,
+                    "alignment": dcp.spec.alignment,
+                    "width": dcp.windows[0].max_window_blocks,
+                    "plain_width": plain.windows[0].max_window_blocks,
+                    "dcp_us": t_dcp,
+                    "local_us": t_local,
+                    "plain_us": t_plain,
+                    "ratio": t_dcp / t_plain,
+                    "local_ratio": t_local / t_plain2,
+                    "allocs": allocations(a_local),
+                    "launches": launches(a, (bound, dcp.seq_lens_cpu_upper_bound)),
+                    "local_launches": launches(a_local, (bound, dcp.seq_lens_cpu_upper_bound)),
+                    "plain_launches": launches(b, (bound, plain.seq_lens_cpu_upper_bound)),
+                }
+            )
+            print(
+                f"  batch {batch:>4} cp {cp}: {t_dcp:7.1f} us ({t_local:7.1f} us with the "
+                f"DCP-local lengths) vs no DCP {t_plain:7.1f} us, ratio "
+                f"{t_dcp / t_plain:.2f} ({t_local / t_plain2:.2f})",
+                flush=True,
+            )
     return rows
 
 
@@ -507,8 +570,12 @@ def bench_attention(rounds: int) -> list[dict]:
         cache.v = cache.v.float()
         row = torch.randperm(blocks, generator=gen).to(torch.int32) + 1
         positions = torch.arange(context)
-        cache.write(row, positions, torch.randn(context, heads, head_dim, generator=gen),
-                    torch.randn(context, heads, head_dim, generator=gen))  # fmt: skip
+        cache.write(
+            row,
+            positions,
+            torch.randn(context, heads, head_dim, generator=gen),
+            torch.randn(context, heads, head_dim, generator=gen),
+        )
         q = torch.randn(1, heads, head_dim, generator=gen)
         start = (context - window_size) // BLOCK_SIZE * BLOCK_SIZE
         cropped = row[start // BLOCK_SIZE :].contiguous()
@@ -529,15 +596,26 @@ def bench_attention(rounds: int) -> list[dict]:
         # Two reads of about 2k tokens: noisy on a shared CPU, so more rounds.
         sinks_rounds = 5 * rounds
         t_sinks, t_win2 = interleaved(sinks, win, sinks_rounds, 5)
-        rows.append({
-            "context": context, "window": window_size, "windowed_len": windowed,
-            "windowed_ms": t_win / 1000, "full_ms": t_full / 1000, "ratio": t_win / t_full,
-            "ideal": windowed / context, "sinks_ratio": t_sinks / t_win2,
-            "sinks_ideal": (windowed + BLOCK_SIZE) / windowed, "sinks_rounds": sinks_rounds,
-        })  # fmt: skip
-        print(f"  attention context {context:>6}: window {t_win / 1000:.2f} ms, full "
-              f"{t_full / 1000:.2f} ms, ratio {t_win / t_full:.3f}; with one block of sinks "
-              f"{t_sinks / t_win2:.3f} of the window alone", flush=True)  # fmt: skip
+        rows.append(
+            {
+                "context": context,
+                "window": window_size,
+                "windowed_len": windowed,
+                "windowed_ms": t_win / 1000,
+                "full_ms": t_full / 1000,
+                "ratio": t_win / t_full,
+                "ideal": windowed / context,
+                "sinks_ratio": t_sinks / t_win2,
+                "sinks_ideal": (windowed + BLOCK_SIZE) / windowed,
+                "sinks_rounds": sinks_rounds,
+            }
+        )
+        print(
+            f"  attention context {context:>6}: window {t_win / 1000:.2f} ms, full "
+            f"{t_full / 1000:.2f} ms, ratio {t_win / t_full:.3f}; with one block of sinks "
+            f"{t_sinks / t_win2:.3f} of the window alone",
+            flush=True,
+        )
     return rows
 
 
@@ -554,14 +632,17 @@ def bench_whole_build(rounds: int, iters: int) -> list[dict]:
     for batch in (1, 64, 256):
         row = whole_build_row(model_dir, batch, context, 2048, rounds, iters)
         rows.append(row)
-        print(f"  batch {batch:>4}: vLLM {row['plain']:.1f} us, windowed {row['ours']:.1f} us "
-              f"(x{row['ours'] / row['plain']:.2f}); proof "
-              f"{row['watched'] - row['unwatched']:+.1f} us")  # fmt: skip
+        print(
+            f"  batch {batch:>4}: vLLM {row['plain']:.1f} us, windowed {row['ours']:.1f} us "
+            f"(x{row['ours'] / row['plain']:.2f}); proof "
+            f"{row['watched'] - row['unwatched']:+.1f} us"
+        )
     return rows
 
 
-def whole_build_row(model_dir, batch: int, context: int, window: int, rounds: int,
-                    iters: int) -> dict:  # fmt: skip
+def whole_build_row(
+    model_dir, batch: int, context: int, window: int, rounds: int, iters: int
+) -> dict:
     """vLLM's own DSpark build, the windowed one, and the windowed one without the proof's
     builder watchers, on the same batch."""
     import numpy as np
@@ -578,13 +659,27 @@ def whole_build_row(model_dir, batch: int, context: int, window: int, rounds: in
     from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
 
     num_spec, q = 3, 4
-    data = make_mrv2_batch([BLOCK_SIZE], [context - 7 * i for i in range(batch)], q, batch,
-                           batch, context, np.random.default_rng(0))  # fmt: skip
+    data = make_mrv2_batch(
+        [BLOCK_SIZE],
+        [context - 7 * i for i in range(batch)],
+        q,
+        batch,
+        batch,
+        context,
+        np.random.default_rng(0),
+    )
 
     def wired(additional_config):
         config = make_vllm_config(model_dir, context, batch, additional_config)
-        return wire_speculator(SPECULATOR_CLASSES["dspark"], data, [GroupLayout(BLOCK_SIZE)],
-                               config, "dspark", num_spec, record=False).speculator  # fmt: skip
+        return wire_speculator(
+            SPECULATOR_CLASSES["dspark"],
+            data,
+            [GroupLayout(BLOCK_SIZE)],
+            config,
+            "dspark",
+            num_spec,
+            record=False,
+        ).speculator
 
     plugin.unregister()
     plain = wired({})
@@ -594,15 +689,17 @@ def whole_build_row(model_dir, batch: int, context: int, window: int, rounds: in
         for builder in group.metadata_builders:
             for name in ("build", "build_for_cudagraph_capture", "update_draft_decode_metadata"):
                 builder.__dict__.pop(name, None)
-    desc = BatchExecutionDescriptor(cg_mode=CUDAGraphMode.NONE, num_tokens=batch * q,
-                                    num_reqs=None)  # fmt: skip
+    desc = BatchExecutionDescriptor(cg_mode=CUDAGraphMode.NONE, num_tokens=batch * q, num_reqs=None)
     bound = torch.from_numpy(data.seq_lens.astype(np.int32) - q)
 
     def build(speculator):
         return lambda: speculator._build_uniform_attn_metadata(
-            batch_desc=desc, num_reqs=batch, num_query_per_req=q,
-            seq_lens_cpu_upper_bound=bound, step=q,
-        )  # fmt: skip
+            batch_desc=desc,
+            num_reqs=batch,
+            num_query_per_req=q,
+            seq_lens_cpu_upper_bound=bound,
+            step=q,
+        )
 
     try:
         for speculator in (plain, ours, unwatched):  # first builds: the proof's one check
@@ -611,18 +708,27 @@ def whole_build_row(model_dir, batch: int, context: int, window: int, rounds: in
         t_watched, t_unwatched = interleaved(build(ours), build(unwatched), rounds, iters)
     finally:
         plugin.unregister()
-    return {"batch": batch, "context": context, "window": window, "plain": t_plain,
-            "ours": t_ours, "watched": t_watched, "unwatched": t_unwatched}  # fmt: skip
+    return {
+        "batch": batch,
+        "context": context,
+        "window": window,
+        "plain": t_plain,
+        "ours": t_ours,
+        "watched": t_watched,
+        "unwatched": t_unwatched,
+    }
 
 
 def machine() -> str:
     import vllm
 
-    return (f"{platform.machine()}, {torch.get_num_threads()} torch threads, "
-            f"{platform.python_implementation()} {platform.python_version()}, "
-            f"torch {torch.__version__}, vLLM {vllm.__version__}, "
-            f"released MRV1 adapter: vllm-ascend 0.26.0rc1, "
-            f"MALLOC_MMAP_THRESHOLD_={os.environ.get('MALLOC_MMAP_THRESHOLD_')}")  # fmt: skip
+    return (
+        f"{platform.machine()}, {torch.get_num_threads()} torch threads, "
+        f"{platform.python_implementation()} {platform.python_version()}, "
+        f"torch {torch.__version__}, vLLM {vllm.__version__}, "
+        f"released MRV1 adapter: vllm-ascend 0.26.0rc1, "
+        f"MALLOC_MMAP_THRESHOLD_={os.environ.get('MALLOC_MMAP_THRESHOLD_')}"
+    )
 
 
 def launch_lines(rows: list[dict]) -> list[str]:
@@ -702,9 +808,17 @@ def launch_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
-def write_results(out: Path, steps: list[dict], sinks: list[dict], attention: list[dict],
-                  info: str, whole: list[dict], launch_rows: list[dict],
-                  threshold: list[dict], dcp: list[dict]) -> None:  # fmt: skip
+def write_results(
+    out: Path,
+    steps: list[dict],
+    sinks: list[dict],
+    attention: list[dict],
+    info: str,
+    whole: list[dict],
+    launch_rows: list[dict],
+    threshold: list[dict],
+    dcp: list[dict],
+) -> None:
     out.mkdir(parents=True, exist_ok=True)
     lines = [
         "# Draft window benchmarks",
@@ -841,8 +955,12 @@ def plot(path: Path, steps: list[dict], attention: list[dict]) -> None:
     for context in CONTEXTS:
         for w in WINDOWS:
             rs = [r for r in steps if r["context"] == context and r["window"] == w]
-            left.plot([r["batch"] for r in rs], [r["ratio"] for r in rs], marker="o",
-                      label=f"{context // 1024}k, W={w}")  # fmt: skip
+            left.plot(
+                [r["batch"] for r in rs],
+                [r["ratio"] for r in rs],
+                marker="o",
+                label=f"{context // 1024}k, W={w}",
+            )
     left.axhline(1.0, color="gray", linestyle="--")
     left.set_xscale("log", base=2)
     left.set_xlabel("batch size")
@@ -891,8 +1009,7 @@ def main() -> None:
     whole = bench_whole_build(args.rounds, args.iters)
     print("Device launches and CPU time per propose (MRV1, torch path, fused):")
     launch_rows = bench_launches(mrv1, args.rounds, args.iters)
-    write_results(args.out, steps, sinks, attention, machine(), whole, launch_rows, threshold,
-                  dcp)  # fmt: skip
+    write_results(args.out, steps, sinks, attention, machine(), whole, launch_rows, threshold, dcp)
     print(f"Wrote {args.out / 'README.md'} and {args.out / 'window_cost.png'}")
 
 

@@ -99,30 +99,53 @@ def scenarios(env: dict[str, str]) -> dict[str, Scenario]:
     found = {
         # As the upstream MRV1 end-to-end test of the window: Qwen3-8B, EAGLE3, K=3, W=512.
         "eagle3": Scenario(
-            "eagle3", env.get("TARGET_MODEL", "Qwen/Qwen3-8B"),
-            env.get("DRAFT_MODEL", "RedHatAI/Qwen3-8B-speculator.eagle3"), "eagle3", 3,
-            int(env.get("WINDOW", 512)), int(env.get("TP", 2)), 4096,
+            "eagle3",
+            env.get("TARGET_MODEL", "Qwen/Qwen3-8B"),
+            env.get("DRAFT_MODEL", "RedHatAI/Qwen3-8B-speculator.eagle3"),
+            "eagle3",
+            3,
+            int(env.get("WINDOW", 512)),
+            int(env.get("TP", 2)),
+            4096,
             golden / f"eagle3_qwen3_8b_w{env.get('WINDOW', 512)}{suffix}.json",
         ),
         "dspark": Scenario(
-            "dspark", env.get("TARGET_MODEL", "Qwen/Qwen3-8B"),
-            env.get("DRAFT_MODEL", "deepseek-ai/dspark_qwen3_8b_block7"), "dspark", 7,
-            int(env.get("WINDOW", 512)), int(env.get("TP", 1)), 4096,
+            "dspark",
+            env.get("TARGET_MODEL", "Qwen/Qwen3-8B"),
+            env.get("DRAFT_MODEL", "deepseek-ai/dspark_qwen3_8b_block7"),
+            "dspark",
+            7,
+            int(env.get("WINDOW", 512)),
+            int(env.get("TP", 1)),
+            4096,
             golden / f"dspark_qwen3_8b_w{env.get('WINDOW', 512)}{suffix}.json",
         ),
         # DFlash drafts a block of 16 (K = 15) in one parallel pass.
         "dflash": Scenario(
-            "dflash", env.get("TARGET_MODEL", "Qwen/Qwen3-8B"),
-            env.get("DRAFT_MODEL", "z-lab/Qwen3-8B-DFlash-b16"), "dflash", 15,
-            int(env.get("WINDOW", 512)), int(env.get("TP", 1)), 4096,
+            "dflash",
+            env.get("TARGET_MODEL", "Qwen/Qwen3-8B"),
+            env.get("DRAFT_MODEL", "z-lab/Qwen3-8B-DFlash-b16"),
+            "dflash",
+            15,
+            int(env.get("WINDOW", 512)),
+            int(env.get("TP", 1)),
+            4096,
             golden / f"dflash_qwen3_8b_w{env.get('WINDOW', 512)}{suffix}.json",
         ),
         "tiny": Scenario(
-            "tiny", "", "", "eagle3", 3, int(env.get("WINDOW", 64)), 1, 2048, None,
+            "tiny",
+            "",
+            "",
+            "eagle3",
+            3,
+            int(env.get("WINDOW", 64)),
+            1,
+            2048,
+            None,
             ["--load-format", "dummy", "--skip-tokenizer-init", "--enforce-eager"],
             token_prompts=True,
         ),
-    }  # fmt: skip
+    }
     for scenario in found.values():
         scenario.sinks, scenario.min_context = sinks, min_context
         scenario.dcp, scenario.dcp_interleave = dcp, dcp_interleave
@@ -130,8 +153,10 @@ def scenarios(env: dict[str, str]) -> dict[str, Scenario]:
 
 
 def golden_suffix(sinks: int, min_context: int, dcp: int = 1) -> str:
-    return (f"{f'_s{sinks}' if sinks else ''}{f'_m{min_context}' if min_context else ''}"
-            f"{f'_dcp{dcp}' if dcp > 1 else ''}")  # fmt: skip
+    return (
+        f"{f'_s{sinks}' if sinks else ''}{f'_m{min_context}' if min_context else ''}"
+        f"{f'_dcp{dcp}' if dcp > 1 else ''}"
+    )
 
 
 def dcp_settings(env: dict[str, str]) -> tuple[int, int | None]:
@@ -139,8 +164,10 @@ def dcp_settings(env: dict[str, str]) -> tuple[int, int | None]:
     dcp = _positive_env(env, "DCP") or 1
     interleave = _positive_env(env, "DCP_INTERLEAVE")
     if interleave is not None and dcp == 1:
-        raise ValueError(f"DCP_INTERLEAVE={interleave} needs DCP > 1: the interleave shards "
-                         f"nothing without decode context parallelism")  # fmt: skip
+        raise ValueError(
+            f"DCP_INTERLEAVE={interleave} needs DCP > 1: the interleave shards "
+            f"nothing without decode context parallelism"
+        )
     return dcp, interleave
 
 
@@ -166,12 +193,16 @@ def fit_tp_to_dcp(scenario: Scenario, tp_set_by_hand: bool) -> str | None:
         return None
     fitted = -(-tp // dcp) * dcp
     if tp_set_by_hand:
-        raise ValueError(f"DCP={dcp} needs a tensor parallel size that is a multiple of it "
-                         f"(vLLM shards the KV over the TP ranks): TP={tp} is not; set "
-                         f"TP={fitted}, or leave TP unset")  # fmt: skip
+        raise ValueError(
+            f"DCP={dcp} needs a tensor parallel size that is a multiple of it "
+            f"(vLLM shards the KV over the TP ranks): TP={tp} is not; set "
+            f"TP={fitted}, or leave TP unset"
+        )
     scenario.tp = fitted
-    return (f"DCP={dcp}: --tensor-parallel-size {fitted}, the {scenario.name} scenario's "
-            f"TP={tp} raised to a multiple of DCP")  # fmt: skip
+    return (
+        f"DCP={dcp}: --tensor-parallel-size {fitted}, the {scenario.name} scenario's "
+        f"TP={tp} raised to a multiple of DCP"
+    )
 
 
 @dataclass
@@ -184,8 +215,10 @@ class Run:
 
 
 def runs(scenario: Scenario, device: str) -> list[Run]:
-    out = [Run("v2_window", True, scenario.window, scenario.sinks, scenario.min_context),
-           Run("v2_no_window", True, None)]  # fmt: skip
+    out = [
+        Run("v2_window", True, scenario.window, scenario.sinks, scenario.min_context),
+        Run("v2_no_window", True, None),
+    ]
     if device == "ascend":
         out.append(Run("v1_window", False, scenario.window))
     return out
@@ -193,17 +226,28 @@ def runs(scenario: Scenario, device: str) -> list[Run]:
 
 def serve_command(scenario: Scenario, run: Run, port: int) -> tuple[dict[str, str], list[str]]:
     env = {"VLLM_USE_V2_MODEL_RUNNER": "1" if run.v2 else "0"}
-    spec = {"method": scenario.method, "model": scenario.draft,
-            "num_speculative_tokens": scenario.num_spec}  # fmt: skip
+    spec = {
+        "method": scenario.method,
+        "model": scenario.draft,
+        "num_speculative_tokens": scenario.num_spec,
+    }
     # The vllm of this interpreter's environment, not whichever is first on PATH.
     cmd = [
-        sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", scenario.target,
-        "--port", str(port),
-        "--tensor-parallel-size", str(scenario.tp),
-        "--max-model-len", str(scenario.max_model_len),
-        "--speculative-config", json.dumps(spec),
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "serve",
+        scenario.target,
+        "--port",
+        str(port),
+        "--tensor-parallel-size",
+        str(scenario.tp),
+        "--max-model-len",
+        str(scenario.max_model_len),
+        "--speculative-config",
+        json.dumps(spec),
         *scenario.extra_args,
-    ]  # fmt: skip
+    ]
     # Every run alike: the runs compare the window, not the parallelism.
     if scenario.dcp > 1:
         cmd += ["--decode-context-parallel-size", str(scenario.dcp)]
@@ -249,12 +293,21 @@ def complete(base: str, model: str, scenario: Scenario, prompt, max_tokens: int 
     """One greedy completion: chat for text (the server applies the chat template), plain
     completion for token ids."""
     if scenario.token_prompts:
-        body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-                "return_token_ids": True}  # fmt: skip
+        body = {
+            "model": model,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "return_token_ids": True,
+        }
         choice = json.loads(_http(f"{base}/v1/completions", body))["choices"][0]
         return choice.get("token_ids") or choice["text"]
-    body = {"model": model, "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": max_tokens, "temperature": 0}  # fmt: skip
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+    }
     return json.loads(_http(f"{base}/v1/chat/completions", body))["choices"][0]["message"][
         "content"
     ]
@@ -275,8 +328,10 @@ def plan(scenario: Scenario, device: str, port: int) -> list[str]:
         endpoint = "completions" if scenario.token_prompts else "chat/completions"
         url = f"http://127.0.0.1:{port}"
         lines.append(f"curl -s {url}/metrics  # before")
-        lines.append(f"curl -s {url}/v1/{endpoint}  # the golden prompt, longer than "
-                     f"W={scenario.window}, greedy, 32 tokens")  # fmt: skip
+        lines.append(
+            f"curl -s {url}/v1/{endpoint}  # the golden prompt, longer than "
+            f"W={scenario.window}, greedy, 32 tokens"
+        )
         lines.append(f"curl -s {url}/metrics  # acceptance by position (golden check)")
         lines.append(f"curl -s {url}/v1/{endpoint}  # {len(more)} more long prompts, 128 tokens")
         lines.append(f"curl -s {url}/metrics  # acceptance over all long prompts (V1/V2 check)")
@@ -308,8 +363,9 @@ def acceptance(before: str, after: str, num_spec: int) -> dict:
     return {"drafts": drafts, "per_position": per_pos, "mean_length": 1 + sum(per_pos)}
 
 
-def check(results: dict[str, dict], golden: list[float] | None, tolerance: float = 0.1
-          ) -> list[str]:  # fmt: skip
+def check(
+    results: dict[str, dict], golden: list[float] | None, tolerance: float = 0.1
+) -> list[str]:
     """The assertions; returns the failures (empty when everything holds)."""
     failures = []
     outputs = {name: r["outputs"] for name, r in results.items()}
@@ -321,21 +377,23 @@ def check(results: dict[str, dict], golden: list[float] | None, tolerance: float
     if golden is not None:
         for i, (got, want) in enumerate(zip(ours["per_position"], golden, strict=False)):
             if abs(got - want) > tolerance:
-                failures.append(f"acceptance at position {i}: {got:.3f}, golden {want:.3f} "
-                                f"(+-{tolerance})")  # fmt: skip
+                failures.append(
+                    f"acceptance at position {i}: {got:.3f}, golden {want:.3f} (+-{tolerance})"
+                )
     if "v1_window" in results:
         v2 = results["v2_window"].get("all_long", ours)["mean_length"]
         v1 = results["v1_window"].get("all_long", results["v1_window"]["acceptance"])
         if v2 < v1["mean_length"] - 0.05:
-            failures.append(f"V2 with the window: mean acceptance {v2:.3f} < V1 with the "
-                            f"window {v1['mean_length']:.3f} - 0.05")  # fmt: skip
+            failures.append(
+                f"V2 with the window: mean acceptance {v2:.3f} < V1 with the "
+                f"window {v1['mean_length']:.3f} - 0.05"
+            )
     return failures
 
 
 def _http(url: str, payload: dict | None = None, timeout: float = 600) -> str:
     data = None if payload is None else json.dumps(payload).encode()
-    request = urllib.request.Request(url, data=data,
-                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return response.read().decode()
 
@@ -349,8 +407,13 @@ class Server:
             if probe.connect_ex(("127.0.0.1", port)) == 0:
                 raise RuntimeError(f"port {port} is already in use: set PORT to a free one")
         self.log = log.open("w")
-        self.proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=self.log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            cmd,
+            env={**os.environ, **env},
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def wait_healthy(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -419,8 +482,10 @@ def install(device: str) -> None:
     # An editable vllm-ascend hides the namespace folders this overlay installs into.
     probe = [sys.executable, "-c", f"import {PLUGIN_MODULE}"]
     if subprocess.run(probe, capture_output=True).returncode != 0:
-        raise SystemExit(f"{PLUGIN_MODULE} does not import after the install (is vllm-ascend "
-                         "installed editable? install it regularly)")  # fmt: skip
+        raise SystemExit(
+            f"{PLUGIN_MODULE} does not import after the install (is vllm-ascend "
+            "installed editable? install it regularly)"
+        )
 
 
 def check_pairing(method: str) -> None:
@@ -463,14 +528,17 @@ def load_golden(scenario: Scenario, record: bool) -> tuple[list[float] | None, f
     if scenario.golden is None or record:
         return None, 0.1
     if not scenario.golden.exists():
-        raise SystemExit(f"no golden file {scenario.golden}: run once with RECORD_GOLDEN=1 on a "
-                         "trusted setup to write it")  # fmt: skip
+        raise SystemExit(
+            f"no golden file {scenario.golden}: run once with RECORD_GOLDEN=1 on a "
+            "trusted setup to write it"
+        )
     data = json.loads(scenario.golden.read_text())
     return data["per_position"], float(data.get("tolerance", 0.1))
 
 
-def run_scenario(scenario: Scenario, device: str, port: int, out_dir: Path,
-                 record: bool = False) -> int:  # fmt: skip
+def run_scenario(
+    scenario: Scenario, device: str, port: int, out_dir: Path, record: bool = False
+) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     golden, tolerance = load_golden(scenario, record)
     install(device)
@@ -478,8 +546,10 @@ def run_scenario(scenario: Scenario, device: str, port: int, out_dir: Path,
     results = {}
     for run in runs(scenario, device):
         env, cmd = serve_command(scenario, run, port)
-        print(f"[e2e] {run.name}: {' '.join(f'{k}={v}' for k, v in env.items())} {shlex.join(cmd)}",
-              flush=True)  # fmt: skip
+        print(
+            f"[e2e] {run.name}: {' '.join(f'{k}={v}' for k, v in env.items())} {shlex.join(cmd)}",
+            flush=True,
+        )
         with Server(env, cmd, out_dir / f"{run.name}.log", port) as server:
             server.wait_healthy(timeout=1800)
             base = f"http://127.0.0.1:{port}"
@@ -501,9 +571,17 @@ def run_scenario(scenario: Scenario, device: str, port: int, out_dir: Path,
         }
     if record and scenario.golden is not None:
         measured = results["v2_window"]["acceptance"]["per_position"]
-        scenario.golden.write_text(json.dumps({"source": f"recorded by e2e.py on {device}",
-                                               "per_position": measured, "tolerance": 0.1},
-                                              indent=2) + "\n")  # fmt: skip
+        scenario.golden.write_text(
+            json.dumps(
+                {
+                    "source": f"recorded by e2e.py on {device}",
+                    "per_position": measured,
+                    "tolerance": 0.1,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
         print(f"[e2e] recorded {scenario.golden}")
     failures = check(results, golden, tolerance)
     if not results["v2_window"]["window_active"]:
@@ -518,8 +596,14 @@ def run_scenario(scenario: Scenario, device: str, port: int, out_dir: Path,
 
 
 def write_report(out_dir, scenario, device, results, golden, failures) -> None:
-    report = {"scenario": scenario.name, "device": device, "window": scenario.window,
-              "runs": results, "golden": golden, "failures": failures}  # fmt: skip
+    report = {
+        "scenario": scenario.name,
+        "device": device,
+        "window": scenario.window,
+        "runs": results,
+        "golden": golden,
+        "failures": failures,
+    }
     (out_dir / "report.json").write_text(json.dumps(report, indent=2, default=str))
     lines = [
         f"# Draft window end to end: {scenario.name} on {device}",
@@ -529,10 +613,17 @@ def write_report(out_dir, scenario, device, results, golden, failures) -> None:
     ]
     for name, r in results.items():
         a = r["acceptance"]
-        lines.append(f"| {name} | {a['mean_length']:.3f} | "
-                     f"{', '.join(f'{x:.2f}' for x in a['per_position'])} |")  # fmt: skip
-    lines += ["", "Failures: " + ("none" if not failures else "; ".join(failures)), "",
-              "![acceptance](acceptance.png)", ""]  # fmt: skip
+        lines.append(
+            f"| {name} | {a['mean_length']:.3f} | "
+            f"{', '.join(f'{x:.2f}' for x in a['per_position'])} |"
+        )
+    lines += [
+        "",
+        "Failures: " + ("none" if not failures else "; ".join(failures)),
+        "",
+        "![acceptance](acceptance.png)",
+        "",
+    ]
     (out_dir / "report.md").write_text("\n".join(lines))
     plt = study.pyplot()
     if plt is None:
@@ -549,8 +640,13 @@ def write_report(out_dir, scenario, device, results, golden, failures) -> None:
     fig.savefig(out_dir / "acceptance.png", dpi=110)
 
 
-def study_plan(scenario: Scenario, device: str, port: int, settings: study.Settings,
-               counter: study.TokenCounter) -> list[str]:  # fmt: skip
+def study_plan(
+    scenario: Scenario,
+    device: str,
+    port: int,
+    settings: study.Settings,
+    counter: study.TokenCounter,
+) -> list[str]:
     """Every server and request of the long-context study, per context."""
     lines = [
         f"{shlex.quote(sys.executable)} -m pip install --no-deps {shlex.quote(str(ROOT))}",
@@ -559,8 +655,9 @@ def study_plan(scenario: Scenario, device: str, port: int, settings: study.Setti
         PAIRING_LINE.format(method=scenario.method),
     ]
     text = study.corpus()
-    served = dataclasses.replace(scenario, max_model_len=max(settings.contexts) +
-                                 settings.output_tokens)  # fmt: skip
+    served = dataclasses.replace(
+        scenario, max_model_len=max(settings.contexts) + settings.output_tokens
+    )
     url = f"http://127.0.0.1:{port}"
     for run in runs(served, device):
         env, cmd = serve_command(served, run, port)
@@ -570,8 +667,10 @@ def study_plan(scenario: Scenario, device: str, port: int, settings: study.Setti
             prompts_ = study.build_prompts(ctx, settings.prompts_per_context, counter, text)
             lines.append(f"curl -s {url}/metrics  # before context {ctx}")
             for p in prompts_:
-                lines.append(f"curl -s {url}/v1/chat/completions  # context {ctx}: a prompt of "
-                             f"{p.tokens} tokens, max_tokens {settings.output_tokens}")  # fmt: skip
+                lines.append(
+                    f"curl -s {url}/v1/chat/completions  # context {ctx}: a prompt of "
+                    f"{p.tokens} tokens, max_tokens {settings.output_tokens}"
+                )
             lines.append(f"curl -s {url}/metrics  # after context {ctx}")
         lines.append("kill -INT <server process group>  # also on failure")
     return lines
@@ -586,13 +685,16 @@ def run_study(
     counter: study.TokenCounter,
     record: bool,
 ) -> int:
-    golden_file = study.golden_path(ROOT, scenario.name, scenario.window, scenario.sinks,
-                                    scenario.min_context)  # fmt: skip
+    golden_file = study.golden_path(
+        ROOT, scenario.name, scenario.window, scenario.sinks, scenario.min_context
+    )
     golden, tolerance = None, 0.15
     if not record:
         if not golden_file.exists():
-            raise SystemExit(f"no golden file {golden_file}: run once with RECORD_GOLDEN=1 on a "
-                             "trusted setup to write it")  # fmt: skip
+            raise SystemExit(
+                f"no golden file {golden_file}: run once with RECORD_GOLDEN=1 on a "
+                "trusted setup to write it"
+            )
         data = json.loads(golden_file.read_text())
         golden, tolerance = data["mean_length"], float(data.get("tolerance", 0.15))
     if not settings.contexts:
@@ -600,8 +702,9 @@ def run_study(
     install(device)
     check_pairing(scenario.method)
     text = study.corpus()
-    served = dataclasses.replace(scenario, max_model_len=max(settings.contexts) +
-                                 settings.output_tokens)  # fmt: skip
+    served = dataclasses.replace(
+        scenario, max_model_len=max(settings.contexts) + settings.output_tokens
+    )
     results, prompts_by_context = {}, {}
     for run in runs(served, device):
         env, cmd = serve_command(served, run, port)
@@ -624,8 +727,9 @@ def run_study(
                 before = _http(f"{base}/metrics")
                 tokens = seconds = 0.0
                 for p in prompts_by_context[ctx]:
-                    out, n, dt = study.timed_completion(_http, base, model, p.text,
-                                                        settings.output_tokens)  # fmt: skip
+                    out, n, dt = study.timed_completion(
+                        _http, base, model, p.text, settings.output_tokens
+                    )
                     outputs.append(out)
                     tokens, seconds = tokens + n, seconds + dt
                 metrics = study.context_metrics(before, _http(f"{base}/metrics"), scenario.num_spec)
@@ -634,21 +738,38 @@ def run_study(
                     ctx, run.window, run.sinks, settings.alignment, run.min_context
                 )
                 contexts[str(ctx)] = metrics
-                print(f"[e2e] study {run.name} {ctx}: mean acceptance length "
-                      f"{metrics['mean_length']:.3f}", flush=True)  # fmt: skip
+                print(
+                    f"[e2e] study {run.name} {ctx}: mean acceptance length "
+                    f"{metrics['mean_length']:.3f}",
+                    flush=True,
+                )
         results[run.name] = {"outputs": outputs, "contexts": contexts}
     if record:
         measured = {c: m["mean_length"] for c, m in results["v2_window"]["contexts"].items()}
-        golden_file.write_text(json.dumps({"source": f"recorded by e2e.py STUDY=long on {device}",
-                                           "mean_length": measured, "tolerance": 0.15},
-                                          indent=2) + "\n")  # fmt: skip
+        golden_file.write_text(
+            json.dumps(
+                {
+                    "source": f"recorded by e2e.py STUDY=long on {device}",
+                    "mean_length": measured,
+                    "tolerance": 0.15,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
         print(f"[e2e] recorded {golden_file}")
     failures = study.check(results, golden, tolerance, scenario.min_context)
-    meta = {"scenario": scenario.name, "device": device, "window": scenario.window,
-            "sinks": scenario.sinks, "min_context": scenario.min_context,
-            "contexts": settings.contexts,
-            "prompts_per_context": settings.prompts_per_context,
-            "output_tokens": settings.output_tokens, "token_counts": counter.source}  # fmt: skip
+    meta = {
+        "scenario": scenario.name,
+        "device": device,
+        "window": scenario.window,
+        "sinks": scenario.sinks,
+        "min_context": scenario.min_context,
+        "contexts": settings.contexts,
+        "prompts_per_context": settings.prompts_per_context,
+        "output_tokens": settings.output_tokens,
+        "token_counts": counter.source,
+    }
     study.write_report(out_dir, meta, results, failures)
     for failure in failures:
         print(f"[e2e] FAILED: {failure}")
@@ -662,30 +783,58 @@ def tiny_models(root: Path, scenario: Scenario) -> None:
     draft = root / "draft"
     target.mkdir(parents=True)
     draft.mkdir(parents=True)
-    common = {"hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 1024,
-              "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
-              "torch_dtype": "bfloat16"}  # fmt: skip
-    (target / "config.json").write_text(json.dumps(
-        {**common, "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-         "num_hidden_layers": 4}))  # fmt: skip
-    (draft / "config.json").write_text(json.dumps(
-        {**common, "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
-         "num_hidden_layers": 1, "draft_vocab_size": 1024}))  # fmt: skip
+    common = {
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "vocab_size": 1024,
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-5,
+        "torch_dtype": "bfloat16",
+    }
+    (target / "config.json").write_text(
+        json.dumps(
+            {
+                **common,
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "num_hidden_layers": 4,
+            }
+        )
+    )
+    (draft / "config.json").write_text(
+        json.dumps(
+            {
+                **common,
+                "architectures": ["LlamaForCausalLMEagle3"],
+                "model_type": "llama",
+                "num_hidden_layers": 1,
+                "draft_vocab_size": 1024,
+            }
+        )
+    )
     scenario.target, scenario.draft = str(target), str(draft)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", choices=["ascend", "cuda"],
-                        default=os.environ.get("DEVICE", "ascend"))  # fmt: skip
+    parser.add_argument(
+        "--device", choices=["ascend", "cuda"], default=os.environ.get("DEVICE", "ascend")
+    )
     parser.add_argument("--scenario", default=os.environ.get("E2E_SCENARIO", "eagle3"))
-    parser.add_argument("--dry-run", action="store_true",
-                        default=os.environ.get("DRY_RUN", "") not in ("", "0"))  # fmt: skip
+    parser.add_argument(
+        "--dry-run", action="store_true", default=os.environ.get("DRY_RUN", "") not in ("", "0")
+    )
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", 8123)))
     parser.add_argument("--out", type=Path, default=ROOT / "e2e" / "results")
-    parser.add_argument("--study", choices=["long"], default=os.environ.get("STUDY") or None,
-                        help="the long-context study (study.py)")  # fmt: skip
+    parser.add_argument(
+        "--study",
+        choices=["long"],
+        default=os.environ.get("STUDY") or None,
+        help="the long-context study (study.py)",
+    )
     args = parser.parse_args(argv)
     try:
         table = scenarios(dict(os.environ))
@@ -695,8 +844,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"E2E_SCENARIO={args.scenario!r} is not one of {sorted(table)}")
     scenario = table[args.scenario]
     if args.study and scenario.dcp > 1:
-        parser.error(f"STUDY=long does not take DCP={scenario.dcp}: its golden files and draft "
-                     f"KV estimates are for one rank's layout")  # fmt: skip
+        parser.error(
+            f"STUDY=long does not take DCP={scenario.dcp}: its golden files and draft "
+            f"KV estimates are for one rank's layout"
+        )
     try:
         # The tiny scenario keeps its own TP whatever TP says.
         tp_note = fit_tp_to_dcp(scenario, "TP" in os.environ and scenario.name != "tiny")
@@ -735,8 +886,15 @@ def main(argv: list[str] | None = None) -> int:
             tiny_models(Path(tmp), scenario)
         record = os.environ.get("RECORD_GOLDEN", "") not in ("", "0")
         if args.study:
-            return run_study(scenario, args.device, args.port, args.out / f"study_{scenario.name}",
-                             settings, counter, record)  # fmt: skip
+            return run_study(
+                scenario,
+                args.device,
+                args.port,
+                args.out / f"study_{scenario.name}",
+                settings,
+                counter,
+                record,
+            )
         return run_scenario(scenario, args.device, args.port, args.out / scenario.name, record)
 
 

@@ -38,10 +38,27 @@ CHARS_PER_TOKEN = 4
 MIN_CONTEXT_KEY = "draft_window_min_context"
 # Standard library modules whose own documentation follows the language reference.
 DOCUMENTED_MODULES = (
-    "argparse", "asyncio", "collections", "dataclasses", "email", "functools", "inspect",
-    "itertools", "json", "logging", "os", "pathlib", "re", "socket", "subprocess", "threading",
-    "typing", "unittest", "urllib.request", "zipfile",
-)  # fmt: skip
+    "argparse",
+    "asyncio",
+    "collections",
+    "dataclasses",
+    "email",
+    "functools",
+    "inspect",
+    "itertools",
+    "json",
+    "logging",
+    "os",
+    "pathlib",
+    "re",
+    "socket",
+    "subprocess",
+    "threading",
+    "typing",
+    "unittest",
+    "urllib.request",
+    "zipfile",
+)
 CONTEXTS = (4096, 8192, 16384, 32768, 65536, 131072)
 # Room for the chat template and the question around the text.
 TEMPLATE_MARGIN = 96
@@ -94,8 +111,10 @@ class TokenCounter:
             tokenizer = AutoTokenizer.from_pretrained(target, local_files_only=True)
         except Exception:
             return cls()
-        return cls(lambda text: tokenizer(text, add_special_tokens=False)["input_ids"],
-                   f"the target's tokenizer ({target})")  # fmt: skip
+        return cls(
+            lambda text: tokenizer(text, add_special_tokens=False)["input_ids"],
+            f"the target's tokenizer ({target})",
+        )
 
     @classmethod
     def remote(cls, http: Callable, base: str, model: str) -> TokenCounter:
@@ -168,8 +187,10 @@ def context_metrics(before: str, after: str, num_spec: int) -> dict:
     drafts = delta("vllm:spec_decode_num_drafts_total")
     if drafts <= 0:
         raise RuntimeError("no speculative drafts were counted: is speculative decoding on?")
-    per_pos = [delta(f"vllm:spec_decode_num_accepted_tokens_per_pos_total@{i}") / drafts
-               for i in range(num_spec)]  # fmt: skip
+    per_pos = [
+        delta(f"vllm:spec_decode_num_accepted_tokens_per_pos_total@{i}") / drafts
+        for i in range(num_spec)
+    ]
     tokens = delta("vllm:generation_tokens_total")
     # Each request's first output token comes from its prefill, not from decode.
     decoded = tokens - delta("vllm:request_decode_time_seconds_count")
@@ -189,8 +210,9 @@ def context_metrics(before: str, after: str, num_spec: int) -> dict:
     }
 
 
-def draft_kv_read(context: int, window: int | None, sinks: int, alignment: int,
-                  min_context: int = 0) -> int:  # fmt: skip
+def draft_kv_read(
+    context: int, window: int | None, sinks: int, alignment: int, min_context: int = 0
+) -> int:
     """The most KV tokens one draft step reads at ``context`` (window.py's bound): all of it
     below the threshold ``min_context``, at most ``S + W + a - 1`` from it on."""
     if window is None:
@@ -207,8 +229,12 @@ def draft_kv_read(context: int, window: int | None, sinks: int, alignment: int,
     return min(context, WindowSpec(window, alignment, sink_size).max_read_len)
 
 
-def check(results: dict[str, dict], golden: dict[str, float] | None, tolerance: float,
-          min_context: int = 0) -> list[str]:  # fmt: skip
+def check(
+    results: dict[str, dict],
+    golden: dict[str, float] | None,
+    tolerance: float,
+    min_context: int = 0,
+) -> list[str]:
     """The study's assertions on hardware; returns the failures. Below ``min_context`` the
     V2 run with the window reads what the run without it reads (the whole context), and
     is not compared with V1, which windows every context."""
@@ -220,22 +246,30 @@ def check(results: dict[str, dict], golden: dict[str, float] | None, tolerance: 
     for ctx, got in on["contexts"].items():
         mean, without = got["mean_length"], off["contexts"][ctx]["mean_length"]
         if int(ctx) < min_context and abs(mean - without) > 0.1:
-            failures.append(f"{ctx}: below {MIN_CONTEXT_KEY}={min_context}, acceptance with "
-                            f"the window {mean:.3f} is not within 0.1 of without "
-                            f"{without:.3f}")  # fmt: skip
+            failures.append(
+                f"{ctx}: below {MIN_CONTEXT_KEY}={min_context}, acceptance with "
+                f"the window {mean:.3f} is not within 0.1 of without "
+                f"{without:.3f}"
+            )
         elif int(ctx) >= 32768 and mean < without:
             failures.append(f"{ctx}: acceptance with the window {mean:.3f} < without {without:.3f}")
         if min_context <= int(ctx) <= 4096 and abs(mean - without) > 0.1:
-            failures.append(f"{ctx}: acceptance with the window {mean:.3f} is not within 0.1 of "
-                            f"without {without:.3f}")  # fmt: skip
+            failures.append(
+                f"{ctx}: acceptance with the window {mean:.3f} is not within 0.1 of "
+                f"without {without:.3f}"
+            )
         # V1 windows every context: comparable from the threshold on.
         v1_mean = None if v1 is None else v1["contexts"][ctx]["mean_length"]
         if v1_mean is not None and int(ctx) >= min_context and abs(mean - v1_mean) > 0.05:
-            failures.append(f"{ctx}: V2 with the window {mean:.3f} is not within 0.05 of V1 "
-                            f"{v1['contexts'][ctx]['mean_length']:.3f}")  # fmt: skip
+            failures.append(
+                f"{ctx}: V2 with the window {mean:.3f} is not within 0.05 of V1 "
+                f"{v1['contexts'][ctx]['mean_length']:.3f}"
+            )
         if golden is not None and ctx in golden and abs(mean - golden[ctx]) > tolerance:
-            failures.append(f"{ctx}: mean acceptance length {mean:.3f}, golden {golden[ctx]:.3f} "
-                            f"(+-{tolerance})")  # fmt: skip
+            failures.append(
+                f"{ctx}: mean acceptance length {mean:.3f}, golden {golden[ctx]:.3f} "
+                f"(+-{tolerance})"
+            )
     return failures
 
 
@@ -270,9 +304,16 @@ def write_report(out_dir: Path, meta: dict, results: dict[str, dict], failures: 
                 f"{', '.join(f'{x:.2f}' for x in m['per_position'])} | {speed} | {tpot} | "
                 f"{m['draft_kv_read']} |"
             )
-    lines += ["", "Anchors (published, other setups):", *[f"- {a}" for a in ANCHORS], "",
-              "Failures: " + ("none" if not failures else "; ".join(failures)), "",
-              "![acceptance and throughput by context](study.png)", ""]  # fmt: skip
+    lines += [
+        "",
+        "Anchors (published, other setups):",
+        *[f"- {a}" for a in ANCHORS],
+        "",
+        "Failures: " + ("none" if not failures else "; ".join(failures)),
+        "",
+        "![acceptance and throughput by context](study.png)",
+        "",
+    ]
     (out_dir / "report.md").write_text("\n".join(lines))
     plt = pyplot()
     if plt is None:
@@ -280,8 +321,7 @@ def write_report(out_dir: Path, meta: dict, results: dict[str, dict], failures: 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     for name, run in results.items():
         xs = [int(c) for c in run["contexts"]]
-        left.plot(xs, [m["mean_length"] for m in run["contexts"].values()], marker="o",
-                  label=name)  # fmt: skip
+        left.plot(xs, [m["mean_length"] for m in run["contexts"].values()], marker="o", label=name)
         speeds = [m["decode_tokens_per_s"] or 0.0 for m in run["contexts"].values()]
         right.plot(xs, speeds, marker="o", label=name)
     for ax, label in ((left, "mean acceptance length"), (right, "decode tokens/s")):
@@ -317,11 +357,17 @@ def _speed(m: dict) -> str:
     return "-"
 
 
-def timed_completion(http: Callable, base: str, model: str, prompt: str, max_tokens: int
-                     ) -> tuple[str, int, float]:  # fmt: skip
+def timed_completion(
+    http: Callable, base: str, model: str, prompt: str, max_tokens: int
+) -> tuple[str, int, float]:
     """One greedy chat completion: (text, completion tokens, seconds at the client)."""
-    body = {"model": model, "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}  # fmt: skip
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+    }
     start = time.monotonic()
     reply = json.loads(http(f"{base}/v1/chat/completions", body))
     seconds = time.monotonic() - start
@@ -343,8 +389,12 @@ class Settings:
         output_tokens = int(env.get("OUTPUT_TOKENS", 256))
         limit = int(env.get("MAX_CONTEXT", 0)) or model_limit(target)
         default_block = 128 if device == "ascend" else 16
-        return cls(contexts_up_to(limit, output_tokens), int(env.get("PROMPTS_PER_CONTEXT", 3)),
-                   output_tokens, int(env.get("BLOCK_SIZE", default_block)))  # fmt: skip
+        return cls(
+            contexts_up_to(limit, output_tokens),
+            int(env.get("PROMPTS_PER_CONTEXT", 3)),
+            output_tokens,
+            int(env.get("BLOCK_SIZE", default_block)),
+        )
 
 
 def model_limit(target: str) -> int:
@@ -358,7 +408,6 @@ def model_limit(target: str) -> int:
     return 40960
 
 
-def golden_path(root: Path, scenario: str, window: int, sinks: int, min_context: int = 0
-                ) -> Path:  # fmt: skip
+def golden_path(root: Path, scenario: str, window: int, sinks: int, min_context: int = 0) -> Path:
     suffix = f"{f'_s{sinks}' if sinks else ''}{f'_m{min_context}' if min_context else ''}"
     return root / "e2e" / "golden" / f"study_{scenario}_w{window}{suffix}.json"

@@ -3,9 +3,6 @@ serves, driven through their real builders on CPU, read exactly the window; the 
 builders take the window's host bound as an exact length are refused by name at start-up,
 and the run-time proof stops such a build if one is served anyway."""
 
-
-
-
 import pytest
 import torch
 from vllm.config.compilation import CUDAGraphMode
@@ -54,8 +51,9 @@ def test_flash_attention_drafts_read_exactly_the_window(method, cg_mode, model_d
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["rebuild_each_step", "in_place_update"])
-def test_flash_attention_eagle_steps_get_what_the_triton_builder_gets(fused, model_dir,
-                                                                      monkeypatch):  # fmt: skip
+def test_flash_attention_eagle_steps_get_what_the_triton_builder_gets(
+    fused, model_dir, monkeypatch
+):
     """Every EAGLE3 decode step and the draft prefill hand flash attention's kernel the same
     lengths and tables as the Triton builder's (whose reads test_mrv2_eagle.py checks
     against dense attention)."""
@@ -71,8 +69,9 @@ def test_flash_attention_eagle_steps_get_what_the_triton_builder_gets(fused, mod
     (fa_prefill, fa_steps), (triton_prefill, triton_steps) = records.values()
     assert type(fa_prefill["draft.0"]).__name__ == "FlashAttentionMetadata"
     for name in ("seq_lens", "block_table"):
-        assert torch.equal(getattr(fa_prefill["draft.0"], name),
-                           getattr(triton_prefill["draft.0"], name))  # fmt: skip
+        assert torch.equal(
+            getattr(fa_prefill["draft.0"], name), getattr(triton_prefill["draft.0"], name)
+        )
     assert len(fa_steps) == len(triton_steps) == 3
     for ours, theirs in zip(fa_steps, triton_steps, strict=True):
         for a, b in zip(ours["draft.0"], theirs["draft.0"], strict=True):
@@ -96,32 +95,51 @@ def test_triton_mla_query_passes_stay_on_the_decode_path_and_read_the_window(
     assert_reads_exactly_the_window(wired, layouts, decode_view(metadata))
 
 
-@pytest.mark.parametrize(("method", "backend", "why"), [
-    ("eagle3", TritonMLABackend, "its builder sends every row from the first query of another "
-     "length on to its prefill path, which takes the host bound as the exact context length; "
-     "an EAGLE draft prefill's verify rows have only a bound there"),
-    ("dflash", CPUMLABackend, "its builder takes single-token queries only, so every draft "
-     "query of several tokens goes to its prefill path, which takes the host bound as the "
-     "exact context length"),
-    ("dspark", foreign_named(CPUMLABackend, "CutlassMLABackend",
-                             "vllm.v1.attention.backends.mla.cutlass_mla"),
-     "its builder takes single-token queries only"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("method", "backend", "why"),
+    [
+        (
+            "eagle3",
+            TritonMLABackend,
+            "its builder sends every row from the first query of another length on to its "
+            "prefill path, which takes the host bound as the exact context length; an EAGLE "
+            "draft prefill's verify rows have only a bound there",
+        ),
+        (
+            "dflash",
+            CPUMLABackend,
+            "its builder takes single-token queries only, so every draft "
+            "query of several tokens goes to its prefill path, which takes the host bound as the "
+            "exact context length",
+        ),
+        (
+            "dspark",
+            foreign_named(
+                CPUMLABackend, "CutlassMLABackend", "vllm.v1.attention.backends.mla.cutlass_mla"
+            ),
+            "its builder takes single-token queries only",
+        ),
+    ],
+)
 def test_mla_backends_that_take_the_bound_as_exact_are_refused_by_name(
     method, backend, why, mla_dir, monkeypatch
 ):
     name = backend.__name__
-    with refused(rf"draft_window_size=64 is not supported on vLLM 0.33.x for {method} with "
-                 rf"group 0 \(MLAAttentionSpec, block size 16\) on attention backend {name}: "
-                 rf"{why}.* \(supported for {method} on this line: .*\)\. Use one of those "
-                 rf"attention backends, or remove draft_window_size\."):  # fmt: skip
+    with refused(
+        rf"draft_window_size=64 is not supported on vLLM 0.33.x for {method} with "
+        rf"group 0 \(MLAAttentionSpec, block size 16\) on attention backend {name}: "
+        rf"{why}.* \(supported for {method} on this line: .*\)\. Use one of those "
+        rf"attention backends, or remove draft_window_size\."
+    ):
         wire_mla(mla_dir, method, backend, monkeypatch)
 
 
 def test_flex_attention_is_refused_by_name(model_dir, monkeypatch):
     layouts = [GroupLayout(16, backend=FlexAttentionBackend)]
-    with refused(r"on attention backend FlexAttentionBackend: its builder copies the lengths "
-                 r"into buffers of its own"):  # fmt: skip
+    with refused(
+        r"on attention backend FlexAttentionBackend: its builder copies the lengths "
+        r"into buffers of its own"
+    ):
         wire("dflash", layouts, make_batch(layouts), model_dir, monkeypatch)
 
 
@@ -150,8 +168,7 @@ def test_prefilling_rows_of_an_eagle_draft_prefill_get_their_exact_windowed_leng
     monkeypatch.setattr(policy, "_refuse_backends", lambda *args, **kwargs: None)
     config = mla_config(mla_dir, "eagle3", monkeypatch)
     layouts = [GroupLayout(16, spec=MLA_SPEC, backend=TritonMLABackend)]
-    e = setup_eagle(mla_dir, monkeypatch, NUM_SPEC, layouts, prefill_chunk=300,
-                    vllm_config=config)  # fmt: skip
+    e = setup_eagle(mla_dir, monkeypatch, NUM_SPEC, layouts, prefill_chunk=300, vllm_config=config)
     md = run_prefill(e)["draft.0"]
     n = e.batch.num_reqs
     assert (md.num_decodes, md.num_prefills) == (n - 1, 1)

@@ -26,8 +26,7 @@ W = 64
 # Target lengths after the verify step (its query included), around the window (64) and
 # block (16) edges; 6 requests replay the graph captured for 8.
 TARGET_LENS = [40, 79, 80, 81, 300, 900]
-GRAPH_MODES = [CUDAGraphMode.FULL_DECODE_ONLY, CUDAGraphMode.FULL,
-               CUDAGraphMode.FULL_AND_PIECEWISE]  # fmt: skip
+GRAPH_MODES = [CUDAGraphMode.FULL_DECODE_ONLY, CUDAGraphMode.FULL, CUDAGraphMode.FULL_AND_PIECEWISE]
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +51,17 @@ def assert_reads(t: Verified, launch, ends: list[int], num_queries: int, window)
     each request, exactly the window of ``ends[i]`` (all of it without a window); the graph's
     padded rows read only the null block."""
     spec = None if window is None else window.spec
-    assert_window_reads(t.cache, t.k, t.v, t.block_ids, launch.seq_lens.tolist(), launch.table,
-                        ends, num_queries, spec)  # fmt: skip
+    assert_window_reads(
+        t.cache,
+        t.k,
+        t.v,
+        t.block_ids,
+        launch.seq_lens.tolist(),
+        launch.table,
+        ends,
+        num_queries,
+        spec,
+    )
     assert not launch.table[len(ends) :].any()
 
 
@@ -86,8 +94,10 @@ def test_dflash_and_dspark_capture_and_the_replayed_query_pass_reads_its_window(
     ends = s.input_buffers.seq_lens[:n].tolist()
     # The draft's own lengths, as vLLM's input prep kernel wrote them: the tokens kept after
     # rejection, then the query.
-    assert ends == [target - int(r) + s.num_query_per_req
-                    for target, r in zip(TARGET_LENS, t.rejected, strict=True)]  # fmt: skip
+    assert ends == [
+        target - int(r) + s.num_query_per_req
+        for target, r in zip(TARGET_LENS, t.rejected, strict=True)
+    ]
     (launch,) = replayed(s.query_cudagraph_manager, st.model, 1)
     assert_reads(t, launch, ends, s.num_query_per_req, s.draft_window)
 
@@ -99,15 +109,23 @@ def test_flash_attention_captures_and_replays_read_the_window(method, drafts, mo
     from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
 
     num_spec = 3
-    st, t = run(drafts, method, num_spec, CUDAGraphMode.FULL_DECODE_ONLY,
-                {"draft_window_size": W}, monkeypatch, backend=FlashAttentionBackend)  # fmt: skip
+    st, t = run(
+        drafts,
+        method,
+        num_spec,
+        CUDAGraphMode.FULL_DECODE_ONLY,
+        {"draft_window_size": W},
+        monkeypatch,
+        backend=FlashAttentionBackend,
+    )
     s = st.s
     assert {g.backend for gs in s.attn_groups for g in gs} == {FlashAttentionBackend}
     if method == "eagle3":
         launches = replayed(s.decode_cudagraph_manager, st.model, num_spec - 1)
         for step, launch in enumerate(launches, start=1):
-            ends = [target - int(r) + step
-                    for target, r in zip(TARGET_LENS, t.rejected, strict=True)]  # fmt: skip
+            ends = [
+                target - int(r) + step for target, r in zip(TARGET_LENS, t.rejected, strict=True)
+            ]
             assert_reads(t, launch, ends, 1, s.draft_window)
     else:
         ends = s.input_buffers.seq_lens[: len(TARGET_LENS)].tolist()
@@ -124,20 +142,33 @@ def test_a_draft_backend_defined_outside_vllm_is_refused_at_start_up(drafts, mon
     from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
 
     platform = types.ModuleType("some_platform.attention")
-    exec("class PlatformAttentionBackend(Base):\n    pass\n", {"Base": TritonAttentionBackend,
-         "__name__": platform.__name__}, vars(platform))  # fmt: skip
+    exec(
+        "class PlatformAttentionBackend(Base):\n    pass\n",
+        {"Base": TritonAttentionBackend, "__name__": platform.__name__},
+        vars(platform),
+    )
     foreign = platform.PlatformAttentionBackend
     assert foreign.__module__ == "some_platform.attention"
     graphs.cuda_graphs_on_cpu(monkeypatch)
-    refused = (r"draft_window_size=64 is not supported on vLLM 0.33.x for dflash with group 0 "
-               r"\(FullAttentionSpec, block size 16\) on attention backend "
-               r"PlatformAttentionBackend from some_platform.attention, defined outside vLLM: "
-               r".*run Model Runner V1 \(VLLM_USE_V2_MODEL_RUNNER=0\), or remove "
-               r"draft_window_size")  # fmt: skip
+    refused = (
+        r"draft_window_size=64 is not supported on vLLM 0.33.x for dflash with group 0 "
+        r"\(FullAttentionSpec, block size 16\) on attention backend "
+        r"PlatformAttentionBackend from some_platform.attention, defined outside vLLM: "
+        r".*run Model Runner V1 \(VLLM_USE_V2_MODEL_RUNNER=0\), or remove "
+        r"draft_window_size"
+    )
     with pytest.raises(ValueError, match=refused):
-        started(drafts, "dflash", 3, CUDAGraphMode.FULL_DECODE_ONLY, {"draft_window_size": W},
-                monkeypatch, backend=foreign)  # fmt: skip
+        started(
+            drafts,
+            "dflash",
+            3,
+            CUDAGraphMode.FULL_DECODE_ONLY,
+            {"draft_window_size": W},
+            monkeypatch,
+            backend=foreign,
+        )
     # Without the key the same start-up goes on, as without this package.
-    st = started(drafts, "dflash", 3, CUDAGraphMode.FULL_DECODE_ONLY, {}, monkeypatch,
-                 backend=foreign)  # fmt: skip
+    st = started(
+        drafts, "dflash", 3, CUDAGraphMode.FULL_DECODE_ONLY, {}, monkeypatch, backend=foreign
+    )
     assert st.s.draft_window is None

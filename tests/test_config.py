@@ -20,9 +20,17 @@ MAX_MODEL_LEN = 1024
 ONE_GROUP = (GroupLayout(16),)
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    (None, None), (1, 1), (4096, 4096), ("4096", 4096), (" 512 ", 512), (2048.0, 2048),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, None),
+        (1, 1),
+        (4096, 4096),
+        ("4096", 4096),
+        (" 512 ", 512),
+        (2048.0, 2048),
+    ],
+)
 def test_accepted_values(value, expected):
     config = DraftWindowConfig.from_additional_config({"draft_window_size": value})
     assert config.draft_window_size == expected
@@ -44,9 +52,18 @@ def test_rejected_values_name_the_key_the_value_and_what_is_allowed(value):
     assert "positive integer" in message and "null" in message
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    (None, 0), (0, 0), (1, 1), (64, 64), ("64", 64), (" 16 ", 16), (32.0, 32),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, 0),
+        (0, 0),
+        (1, 1),
+        (64, 64),
+        ("64", 64),
+        (" 16 ", 16),
+        (32.0, 32),
+    ],
+)
 def test_accepted_sinks(value, expected):
     config = DraftWindowConfig.from_additional_config(
         {"draft_window_size": 512, "draft_attention_sinks": value}
@@ -86,9 +103,17 @@ def test_sinks_without_a_window_are_rejected(window, sinks):
     assert "Set draft_window_size too, or remove draft_attention_sinks." in message
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    (None, 0), (0, 0), (8192, 8192), ("8192", 8192), (" 4096 ", 4096), (2048.0, 2048),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, 0),
+        (0, 0),
+        (8192, 8192),
+        ("8192", 8192),
+        (" 4096 ", 4096),
+        (2048.0, 2048),
+    ],
+)
 def test_accepted_thresholds(value, expected):
     config = DraftWindowConfig.from_additional_config(
         {"draft_window_size": 512, "draft_window_min_context": value, "draft_attention_sinks": 64}
@@ -124,11 +149,29 @@ def log(window_log):
     plugin.unregister()
 
 
-def start(model_dir, monkeypatch, window, method="dspark", num_spec=3, parallel=None,
-          layouts=ONE_GROUP, model_type=None, sinks=None, min_context=None,
-          cp=(1, 0, 1)):  # fmt: skip
-    batch = make_mrv2_batch([g.block_size for g in layouts], [100], num_spec + 1, 1, 4,
-                            MAX_MODEL_LEN, np.random.default_rng(0), cp=cp)  # fmt: skip
+def start(
+    model_dir,
+    monkeypatch,
+    window,
+    method="dspark",
+    num_spec=3,
+    parallel=None,
+    layouts=ONE_GROUP,
+    model_type=None,
+    sinks=None,
+    min_context=None,
+    cp=(1, 0, 1),
+):
+    batch = make_mrv2_batch(
+        [g.block_size for g in layouts],
+        [100],
+        num_spec + 1,
+        1,
+        4,
+        MAX_MODEL_LEN,
+        np.random.default_rng(0),
+        cp=cp,
+    )
     additional = {"draft_window_size": window}
     if sinks is not None:
         additional["draft_attention_sinks"] = sinks
@@ -149,34 +192,45 @@ def test_window_on_logs_one_start_up_line(model_dir, monkeypatch, log):
     layouts = (GroupLayout(16), GroupLayout(64, kernel_block_size=32))
     s = start(model_dir, monkeypatch, 512, layouts=layouts)
     assert s.draft_window is not None
-    assert log.calls == [(
-        "info",
-        "Draft KV window on for dspark: draft_window_size=512, the draft reads at most 575 "
-        "tokens per request; block sizes per KV-cache group {0: 16, 1: 64}, alignment 64.",
-    )]  # fmt: skip
+    assert log.calls == [
+        (
+            "info",
+            "Draft KV window on for dspark: draft_window_size=512, the draft reads at most 575 "
+            "tokens per request; block sizes per KV-cache group {0: 16, 1: 64}, alignment 64.",
+        )
+    ]
 
 
 def test_start_up_line_under_dcp_says_what_one_rank_reads(model_dir, monkeypatch, log):
     s = start(model_dir, monkeypatch, 512, layouts=(GroupLayout(16),), cp=(4, 1, 1))
     assert s.draft_window.spec.alignment == 64
-    assert log.calls == [(
-        "info",
-        "Draft KV window on for dspark: draft_window_size=512, the draft reads at most 575 "
-        "tokens per request, about 143 per rank (at most 144 on one rank of "
-        "decode_context_parallel_size=4 (rank 1), cp_kv_cache_interleave_size=1); tokens per "
-        "table column (a sharded table's column spans every rank) per KV-cache group {0: 64}, "
-        "alignment 64.",
-    )]  # fmt: skip
+    assert log.calls == [
+        (
+            "info",
+            "Draft KV window on for dspark: draft_window_size=512, the draft reads at most 575 "
+            "tokens per request, about 143 per rank (at most 144 on one rank of "
+            "decode_context_parallel_size=4 (rank 1), cp_kv_cache_interleave_size=1); tokens per "
+            "table column (a sharded table's column spans every rank) per KV-cache group {0: 64}, "
+            "alignment 64.",
+        )
+    ]
 
 
-@pytest.mark.parametrize(("sinks", "phrase"), [
-    (64, "with the first 64 tokens as attention sinks, the draft reads at most 639"),
-    (20, "with the first 64 tokens as attention sinks (draft_attention_sinks=20 rounded up to "
-         "the alignment 64), the draft reads at most 639"),
-    (0, "draft_window_size=512, the draft reads at most 575"),
-])  # fmt: skip
-def test_start_up_line_names_the_sinks_as_the_window_keeps_them(sinks, phrase, model_dir,
-                                                                monkeypatch, log):  # fmt: skip
+@pytest.mark.parametrize(
+    ("sinks", "phrase"),
+    [
+        (64, "with the first 64 tokens as attention sinks, the draft reads at most 639"),
+        (
+            20,
+            "with the first 64 tokens as attention sinks (draft_attention_sinks=20 rounded up to "
+            "the alignment 64), the draft reads at most 639",
+        ),
+        (0, "draft_window_size=512, the draft reads at most 575"),
+    ],
+)
+def test_start_up_line_names_the_sinks_as_the_window_keeps_them(
+    sinks, phrase, model_dir, monkeypatch, log
+):
     layouts = (GroupLayout(16), GroupLayout(64, kernel_block_size=32))
     s = start(model_dir, monkeypatch, 512, layouts=layouts, sinks=sinks)
     assert s.draft_window.spec.sink_size == (64 if sinks else 0)
@@ -184,62 +238,79 @@ def test_start_up_line_names_the_sinks_as_the_window_keeps_them(sinks, phrase, m
     assert level == "info" and phrase in message
 
 
-def test_start_up_line_of_eagle_says_what_a_long_prefill_chunk_reads(model_dir, monkeypatch,
-                                                                     log):  # fmt: skip
+def test_start_up_line_of_eagle_says_what_a_long_prefill_chunk_reads(model_dir, monkeypatch, log):
     start(model_dir, monkeypatch, 512, method="eagle3", sinks=20)
     ((_, message),) = log.calls
-    assert "the draft reads at most 559 tokens per request (a draft prefill chunk longer than " \
-           "the window: the chunk and at most 47 more);" in message  # fmt: skip
+    assert (
+        "the draft reads at most 559 tokens per request (a draft prefill chunk longer than "
+        "the window: the chunk and at most 47 more);" in message
+    )
 
 
 def test_window_smaller_than_the_query_stretch_is_rejected(model_dir, monkeypatch, log):
-    with pytest.raises(ValueError, match=r"draft_window_size=7 is smaller than the 8 query "
-                                         r"tokens .* Use draft_window_size >= 8"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"draft_window_size=7 is smaller than the 8 query "
+        r"tokens .* Use draft_window_size >= 8",
+    ):
         start(model_dir, monkeypatch, 7, num_spec=7)
 
 
 @pytest.mark.parametrize("method", ["dspark", "eagle3"])
 def test_prefill_context_parallelism_is_rejected_by_name(method, model_dir, monkeypatch, log):
     with pytest.raises(ValueError) as error:
-        start(model_dir, monkeypatch, 512, method=method,
-              parallel={"prefill_context_parallel_size": 2})  # fmt: skip
+        start(
+            model_dir,
+            monkeypatch,
+            512,
+            method=method,
+            parallel={"prefill_context_parallel_size": 2},
+        )
     message = str(error.value)
-    assert message.startswith("draft_window_size=512 does not support "
-                              "prefill_context_parallel_size=2: the draft prefill builds "
-                              "metadata for the global batch")  # fmt: skip
+    assert message.startswith(
+        "draft_window_size=512 does not support "
+        "prefill_context_parallel_size=2: the draft prefill builds "
+        "metadata for the global batch"
+    )
     assert message.endswith("Use prefill_context_parallel_size=1 or remove draft_window_size.")
 
 
 @pytest.mark.parametrize(("window", "block_size"), [(1024, 16), (1000, 64), (1009, 16)])
-def test_window_that_never_crops_stays_off_with_one_line(window, block_size, model_dir,
-                                                         monkeypatch, log):  # fmt: skip
+def test_window_that_never_crops_stays_off_with_one_line(
+    window, block_size, model_dir, monkeypatch, log
+):
     """The start moves in steps of the alignment: with max_model_len 1024, a window
     within one block of it never crops."""
     s = start(model_dir, monkeypatch, window, layouts=(GroupLayout(block_size),))
     assert s.draft_window is None
-    assert log.calls == [(
-        "info",
-        f"draft_window_size={window} never crops with max_model_len=1024 (the window start "
-        f"moves in steps of {block_size} tokens); the draft window stays off.",
-    )]  # fmt: skip
+    assert log.calls == [
+        (
+            "info",
+            f"draft_window_size={window} never crops with max_model_len=1024 (the window start "
+            f"moves in steps of {block_size} tokens); the draft window stays off.",
+        )
+    ]
 
 
 @pytest.mark.parametrize(
     ("window", "sinks", "on"), [(896, 64, True), (897, 64, False), (960, 0, True), (961, 0, False)]
 )
-def test_sinks_count_where_a_window_starts_to_leave_tokens_out(window, sinks, on, model_dir,
-                                                                monkeypatch, log):  # fmt: skip
+def test_sinks_count_where_a_window_starts_to_leave_tokens_out(
+    window, sinks, on, model_dir, monkeypatch, log
+):
     """With max_model_len 1024 and 64-token blocks, a read leaves tokens out only once the
     window start passes the sinks: L - W >= S + 64 for some L <= 1024."""
     s = start(model_dir, monkeypatch, window, layouts=(GroupLayout(64),), sinks=sinks)
     assert (s.draft_window is not None) == on
     if not on:
-        assert log.calls == [(
-            "info",
-            f"draft_window_size={window}{' with 64 attention sinks' if sinks else ''} never "
-            f"crops with max_model_len=1024 (the window start moves in steps of 64 tokens); "
-            f"the draft window stays off.",
-        )]  # fmt: skip
+        assert log.calls == [
+            (
+                "info",
+                f"draft_window_size={window}{' with 64 attention sinks' if sinks else ''} never "
+                f"crops with max_model_len=1024 (the window start moves in steps of 64 tokens); "
+                f"the draft window stays off.",
+            )
+        ]
 
 
 def test_window_one_token_short_of_cropping_stays_on(model_dir, monkeypatch, log):
@@ -263,8 +334,7 @@ def test_a_method_without_window_support_is_rejected(model_dir, monkeypatch, log
         start(model_dir, monkeypatch, 512, method="draft_model")
 
 
-def test_dspark_with_a_deepseek_v4_target_warns_and_keeps_the_window(model_dir, monkeypatch,
-                                                                      log):  # fmt: skip
+def test_dspark_with_a_deepseek_v4_target_warns_and_keeps_the_window(model_dir, monkeypatch, log):
     s = start(model_dir, monkeypatch, 512, model_type="deepseek_v4")
     assert s.draft_window is not None
     levels = [level for level, _ in log.calls]
@@ -301,14 +371,16 @@ def test_start_up_line_states_the_threshold(model_dir, monkeypatch, log):
     layouts = (GroupLayout(16), GroupLayout(64, kernel_block_size=32))
     s = start(model_dir, monkeypatch, 256, layouts=layouts, sinks=20, min_context=800)
     assert s.draft_window.spec.min_context == 800
-    assert log.calls == [(
-        "info",
-        "Draft KV window on for dspark: draft_window_size=256 with the first 64 tokens as "
-        "attention sinks (draft_attention_sinks=20 rounded up to the alignment 64), from a "
-        "context of 800 tokens on (draft_window_min_context; shorter contexts read whole), the "
-        "draft reads at most 799 tokens per request; block sizes per KV-cache group "
-        "{0: 16, 1: 64}, alignment 64.",
-    )]  # fmt: skip
+    assert log.calls == [
+        (
+            "info",
+            "Draft KV window on for dspark: draft_window_size=256 with the first 64 tokens as "
+            "attention sinks (draft_attention_sinks=20 rounded up to the alignment 64), from a "
+            "context of 800 tokens on (draft_window_min_context; shorter contexts read whole), the "
+            "draft reads at most 799 tokens per request; block sizes per KV-cache group "
+            "{0: 16, 1: 64}, alignment 64.",
+        )
+    ]
 
 
 @pytest.mark.parametrize("min_context", [1, 300, 384])
@@ -320,10 +392,13 @@ def test_a_threshold_within_the_windows_reach_changes_nothing_and_says_so(
     s = start(model_dir, monkeypatch, 256, layouts=layouts, sinks=64, min_context=min_context)
     assert s.draft_window.spec.min_context == 0
     said, on = log.calls
-    assert said == ("info", f"draft_window_min_context={min_context} changes nothing: no context "
-                    "shorter than 384 tokens (draft_window_size=256 with 64 attention sinks and "
-                    "the alignment 64) is cropped anyway, so every request reads its window "
-                    "from there.")  # fmt: skip
+    assert said == (
+        "info",
+        f"draft_window_min_context={min_context} changes nothing: no context "
+        "shorter than 384 tokens (draft_window_size=256 with 64 attention sinks and "
+        "the alignment 64) is cropped anyway, so every request reads its window "
+        "from there.",
+    )
     assert on[1].startswith("Draft KV window on for dspark: draft_window_size=256 with the first")
     assert "draft_window_min_context" not in on[1]
 

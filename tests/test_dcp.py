@@ -10,8 +10,6 @@ nothing else from it here). Where a token lives is vLLM's layout, checked agains
 own slot-mapping kernel below; each rank's reference cache is written by that layout.
 """
 
-
-
 import numpy as np
 import pytest
 import torch
@@ -40,8 +38,17 @@ def test_vllms_slot_mapping_kernel_places_tokens_where_the_reference_does(cp_siz
     starts = np.cumsum([0, *lengths])
     for rank in range(cp_size):
         # Every request's query is its whole context, so the kernel maps every position.
-        batch = make_mrv2_batch([B], lengths, 1, 3, 4, 1024, np.random.default_rng(0),
-                                query_lens=lengths, cp=(cp_size, rank, interleave))  # fmt: skip
+        batch = make_mrv2_batch(
+            [B],
+            lengths,
+            1,
+            3,
+            4,
+            1024,
+            np.random.default_rng(0),
+            query_lens=lengths,
+            cp=(cp_size, rank, interleave),
+        )
         for i, length in enumerate(lengths):
             p = torch.arange(length)
             slots = batch.block_tables.slot_mappings[0, starts[i] : starts[i + 1]]
@@ -55,10 +62,12 @@ def test_vllms_slot_mapping_kernel_places_tokens_where_the_reference_does(cp_siz
 
 
 @pytest.mark.parametrize(("cp_size", "interleave"), CP_LAYOUTS)
-@pytest.mark.parametrize(("window", "sinks", "min_context"),
-                         [(64, 0, 0), (100, 0, 0), (64, 20, 0), (64, 0, 600)])  # fmt: skip
-def test_every_rank_reads_exactly_its_share_of_one_window(cp_size, interleave, window, sinks,
-                                                          min_context):  # fmt: skip
+@pytest.mark.parametrize(
+    ("window", "sinks", "min_context"), [(64, 0, 0), (100, 0, 0), (64, 20, 0), (64, 0, 600)]
+)
+def test_every_rank_reads_exactly_its_share_of_one_window(
+    cp_size, interleave, window, sinks, min_context
+):
     """The window over each rank's real tables: its alignment is a virtual block (cp * b),
     one start per request, and each rank reading its DCP-local share of the windowed length
     (vLLM's ``get_dcp_local_seq_lens``) from its cropped table reads exactly its tokens of
@@ -76,8 +85,18 @@ def test_every_rank_reads_exactly_its_share_of_one_window(cp_size, interleave, w
         rank_reads[rank] = (w.windows[0].block_table, local)
     k, v = true_kv(LENGTHS)
     caches = reference_caches(cp_size, interleave, per_rank[0][0].req_block_ids[0], k, v)
-    assert_ranks_read_the_window(caches, LENGTHS, reads, rank_reads, spec.sink_size, window,
-                                 cp_size * B, k, v, min_context=min_context)  # fmt: skip
+    assert_ranks_read_the_window(
+        caches,
+        LENGTHS,
+        reads,
+        rank_reads,
+        spec.sink_size,
+        window,
+        cp_size * B,
+        k,
+        v,
+        min_context=min_context,
+    )
 
 
 def test_a_replicated_group_is_windowed_in_blocks_as_without_dcp():
@@ -88,6 +107,14 @@ def test_a_replicated_group_is_windowed_in_blocks_as_without_dcp():
     k, v = true_kv(LENGTHS)
     caches = reference_caches(1, 1, batch.req_block_ids[0], k, v)
     n = len(LENGTHS)
-    assert_ranks_read_the_window(caches, LENGTHS, w.seq_lens[:n],
-                                 {0: (w.windows[0].block_table, w.seq_lens[:n])}, 0, 64, B, k,
-                                 v)  # fmt: skip
+    assert_ranks_read_the_window(
+        caches,
+        LENGTHS,
+        w.seq_lens[:n],
+        {0: (w.windows[0].block_table, w.seq_lens[:n])},
+        0,
+        64,
+        B,
+        k,
+        v,
+    )

@@ -46,13 +46,30 @@ pytestmark = pytest.mark.usefixtures("window_hooks")
 SEQ_LENS = [5, 64, 65, 128, 129, 200, 256, 257, 700, 1000, 1500]
 
 
-def wire_rank(mla_dir, monkeypatch, method, cp_size, rank, backend=FlashAttnMLABackend,
-              num_reqs_padded=None, interleave=1, seed=0):  # fmt: skip
+def wire_rank(
+    mla_dir,
+    monkeypatch,
+    method,
+    cp_size,
+    rank,
+    backend=FlashAttnMLABackend,
+    num_reqs_padded=None,
+    interleave=1,
+    seed=0,
+):
     """One rank's DFlash/DSpark MLA draft: vLLM's BlockTables for the rank, DFlash's own
     input prep, a real speculator whose builders see the rank's DCP group."""
     rng = np.random.default_rng(seed)
-    batch = make_mrv2_batch([16], SEQ_LENS, Q, num_reqs_padded or len(SEQ_LENS), MAX_NUM_REQS,
-                            MAX_MODEL_LEN, rng, cp=(cp_size, rank, interleave))  # fmt: skip
+    batch = make_mrv2_batch(
+        [16],
+        SEQ_LENS,
+        Q,
+        num_reqs_padded or len(SEQ_LENS),
+        MAX_NUM_REQS,
+        MAX_MODEL_LEN,
+        rng,
+        cp=(cp_size, rank, interleave),
+    )
     prepare_dflash_step(batch, NUM_SPEC, rng, [0])
     config = mla_config(mla_dir, method, monkeypatch)
     config.parallel_config.decode_context_parallel_size = cp_size
@@ -64,8 +81,9 @@ def wire_rank(mla_dir, monkeypatch, method, cp_size, rank, backend=FlashAttnMLAB
     layer.dcp_manager = object.__new__(MLADCPManager)
     layer.dcp_manager.group, layer.dcp_manager.num_ubatches = parallel_state._DCP, 1
     layouts = [GroupLayout(16, spec=MLA_SPEC, backend=backend)]
-    return wire_speculator(SPECULATOR_CLASSES[method], batch, layouts, config, method,
-                           NUM_SPEC, dcp_size=cp_size)  # fmt: skip
+    return wire_speculator(
+        SPECULATOR_CLASSES[method], batch, layouts, config, method, NUM_SPEC, dcp_size=cp_size
+    )
 
 
 def assert_decode_reads(per_rank: list, cp_size: int) -> None:
@@ -89,19 +107,20 @@ def assert_decode_reads(per_rank: list, cp_size: int) -> None:
     caches = reference_caches(cp_size, 1, wired.batch.req_block_ids[0], k, v)
     spec = window.spec
     assert spec.alignment == cp_size * 16
-    assert_ranks_read_the_window(caches, lengths, reads, rank_reads, spec.sink_size, W,
-                                 spec.alignment, k, v, num_queries=Q)  # fmt: skip
+    assert_ranks_read_the_window(
+        caches, lengths, reads, rank_reads, spec.sink_size, W, spec.alignment, k, v, num_queries=Q
+    )
 
 
 @pytest.mark.parametrize("cp_size", [2, 4, 8])
 @pytest.mark.parametrize("method", ["dflash", "dspark"])
 @pytest.mark.parametrize("cg_mode", [CUDAGraphMode.NONE, CUDAGraphMode.FULL], ids=str)
-def test_mla_draft_ranks_read_their_share_of_the_window(cp_size, method, cg_mode, mla_dir,
-                                                        monkeypatch):  # fmt: skip
+def test_mla_draft_ranks_read_their_share_of_the_window(
+    cp_size, method, cg_mode, mla_dir, monkeypatch
+):
     per_rank = []
     for rank in range(cp_size):
-        wired = wire_rank(mla_dir, monkeypatch, method, cp_size, rank,
-                          num_reqs_padded=MAX_NUM_REQS)  # fmt: skip
+        wired = wire_rank(mla_dir, monkeypatch, method, cp_size, rank, num_reqs_padded=MAX_NUM_REQS)
         builder = wired.attn_groups[0][0].metadata_builders[0]
         assert builder.dcp_world_size == cp_size
         metadata = build(wired, cg_mode, slack=3)
@@ -116,8 +135,9 @@ def test_a_full_graph_captured_per_rank_replays_each_ranks_share(cp_size, mla_di
     recorded holds, after a replay step's build, that rank's share of the new step's window."""
     per_rank = []
     for rank in range(cp_size):
-        wired = wire_rank(mla_dir, monkeypatch, "dflash", cp_size, rank,
-                          num_reqs_padded=MAX_NUM_REQS)  # fmt: skip
+        wired = wire_rank(
+            mla_dir, monkeypatch, "dflash", cp_size, rank, num_reqs_padded=MAX_NUM_REQS
+        )
         s = wired.speculator
         captured = capture_on_cpu(s, monkeypatch)
         s.capture()
@@ -136,29 +156,36 @@ def test_a_full_graph_captured_per_rank_replays_each_ranks_share(cp_size, mla_di
 
 
 def test_an_interleave_that_does_not_divide_a_column_is_refused_by_name(mla_dir, monkeypatch):
-    with pytest.raises(ValueError, match=(
-        r"draft_window_size=64 with decode_context_parallel_size=2 \(rank 0\), "
-        r"cp_kv_cache_interleave_size=32: the interleave does not divide the 16 tokens one "
-        r"column of group 0 \(MLAAttentionSpec, block size 16\) holds on each rank.* Use a "
-        r"cp_kv_cache_interleave_size that divides 16"
-    )):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=(
+            r"draft_window_size=64 with decode_context_parallel_size=2 \(rank 0\), "
+            r"cp_kv_cache_interleave_size=32: the interleave does not divide the 16 tokens one "
+            r"column of group 0 \(MLAAttentionSpec, block size 16\) holds on each rank.* Use a "
+            r"cp_kv_cache_interleave_size that divides 16"
+        ),
+    ):
         # NOTE: vLLM's config check (block size % interleave) runs before; this is the
         # window's own refusal of a table whose columns are kernel blocks smaller than I.
         wire_rank(mla_dir, monkeypatch, "dflash", 2, 0, interleave=32)
 
 
-@pytest.mark.parametrize(("backend", "interleave"), [(TritonMLABackend, 1),
-                                                     (FlashAttnMLABackend, 2)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("backend", "interleave"), [(TritonMLABackend, 1), (FlashAttnMLABackend, 2)]
+)
 def test_mla_builders_that_send_draft_queries_to_their_prefill_path_under_dcp_are_refused(
     backend, interleave, mla_dir, monkeypatch
 ):
-    with pytest.raises(ValueError, match=(
-        rf"draft_window_size=64 with decode_context_parallel_size=2 \(rank 0\), "
-        rf"cp_kv_cache_interleave_size={interleave} is not supported for dflash with group 0 "
-        rf"\(MLAAttentionSpec, block size 16\) on attention backend {backend.__name__}: under "
-        rf"decode context parallelism its builder declares .*prefill path, which takes the "
-        rf"host bound as the exact context length"
-    )):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=(
+            rf"draft_window_size=64 with decode_context_parallel_size=2 \(rank 0\), "
+            rf"cp_kv_cache_interleave_size={interleave} is not supported for dflash with group 0 "
+            rf"\(MLAAttentionSpec, block size 16\) on attention backend {backend.__name__}: under "
+            rf"decode context parallelism its builder declares .*prefill path, which takes the "
+            rf"host bound as the exact context length"
+        ),
+    ):
         wire_rank(mla_dir, monkeypatch, "dflash", 2, 0, backend=backend, interleave=interleave)
 
 
@@ -172,8 +199,17 @@ def test_a_replicated_gqa_draft_reads_its_window_in_blocks(method, model_dir, mo
     layouts = [GroupLayout(16)]
     for rank in range(2):
         rng = np.random.default_rng(0)
-        batch = make_mrv2_batch([16], SEQ_LENS, Q, len(SEQ_LENS), MAX_NUM_REQS, MAX_MODEL_LEN,
-                                rng, cp=(2, rank, 1), dcp_sharded=[False])  # fmt: skip
+        batch = make_mrv2_batch(
+            [16],
+            SEQ_LENS,
+            Q,
+            len(SEQ_LENS),
+            MAX_NUM_REQS,
+            MAX_MODEL_LEN,
+            rng,
+            cp=(2, rank, 1),
+            dcp_sharded=[False],
+        )
         prepare_dflash_step(batch, NUM_SPEC, rng, [0])
         wired = wire(method, layouts, batch, model_dir, monkeypatch)
         window = wired.speculator.draft_window

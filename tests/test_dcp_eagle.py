@@ -46,8 +46,17 @@ def eagle_rank(model_dir, monkeypatch, cp_size: int, rank: int, sinks: int = 0):
     config = make_vllm_config(model_dir, MAX_MODEL_LEN, MAX_NUM_REQS, additional)
     config.parallel_config.decode_context_parallel_size = cp_size
     layouts = [GroupLayout(16, backend=FlashAttentionBackend)]
-    return setup_eagle(model_dir, monkeypatch, NUM_SPEC, layouts, seed=2, prefill_chunk=CHUNK,
-                       sinks=sinks, vllm_config=config, cp=(cp_size, rank, 1))  # fmt: skip
+    return setup_eagle(
+        model_dir,
+        monkeypatch,
+        NUM_SPEC,
+        layouts,
+        seed=2,
+        prefill_chunk=CHUNK,
+        sinks=sinks,
+        vllm_config=config,
+        cp=(cp_size, rank, 1),
+    )
 
 
 def caches_of(e, cp_size):
@@ -56,8 +65,9 @@ def caches_of(e, cp_size):
 
 @pytest.mark.parametrize("cp_size", [2, 4, 8])
 @pytest.mark.parametrize("sinks", [0, 20])
-def test_draft_prefill_and_every_decode_step_read_each_ranks_share(cp_size, sinks, model_dir,
-                                                                    monkeypatch):  # fmt: skip
+def test_draft_prefill_and_every_decode_step_read_each_ranks_share(
+    cp_size, sinks, model_dir, monkeypatch
+):
     ranks = []
     for rank in range(cp_size):
         e = eagle_rank(model_dir, monkeypatch, cp_size, rank, sinks)
@@ -69,8 +79,11 @@ def test_draft_prefill_and_every_decode_step_read_each_ranks_share(cp_size, sink
         md = run_prefill(e)["draft.0"]
         # Copies: the builder's and the window's buffers are persistent, and the decode
         # steps below write them again.
-        prefill = SimpleNamespace(seq_lens=md.seq_lens.clone(), block_table=md.block_table.clone(),
-                                  dcp_context_kv_lens=md.dcp_context_kv_lens.clone())  # fmt: skip
+        prefill = SimpleNamespace(
+            seq_lens=md.seq_lens.clone(),
+            block_table=md.block_table.clone(),
+            dcp_context_kv_lens=md.dcp_context_kv_lens.clone(),
+        )
         cam = e.wired.received[0][-1]
         window = e.s.draft_window
         n = e.batch.num_reqs
@@ -92,22 +105,46 @@ def test_draft_prefill_and_every_decode_step_read_each_ranks_share(cp_size, sink
     lengths = e0.batch.seq_lens.tolist()
     query_lens = e0.batch.query_lens
     reads = ranks[0][1].seq_lens[:n]
-    rank_reads = {r: (prefill.block_table, prefill.dcp_context_kv_lens)
-                  for r, (_, prefill, _) in enumerate(ranks)}  # fmt: skip
+    rank_reads = {
+        r: (prefill.block_table, prefill.dcp_context_kv_lens)
+        for r, (_, prefill, _) in enumerate(ranks)
+    }
     for _, prefill, _ in ranks:
         assert torch.equal(prefill.seq_lens[:n], reads)
-    assert_ranks_read_the_window(caches, lengths, reads, rank_reads, spec.sink_size,
-                                 [max(W, q) for q in query_lens], spec.alignment, e0.k, e0.v,
-                                 num_queries=query_lens, new_tokens=query_lens)  # fmt: skip
+    assert_ranks_read_the_window(
+        caches,
+        lengths,
+        reads,
+        rank_reads,
+        spec.sink_size,
+        [max(W, q) for q in query_lens],
+        spec.alignment,
+        e0.k,
+        e0.v,
+        num_queries=query_lens,
+        new_tokens=query_lens,
+    )
 
     # Every decode step: one query token per request over the window's context and itself.
     for s in range(NUM_SPEC - 1):
         lengths = [int(x) for x in ranks[0][2][s]["lengths"]]
         reads = ranks[0][2][s]["draft.0"][0][:n]
-        rank_reads = {r: (steps[s]["draft.0"][1], steps[s]["dcp"]["draft.0"])
-                      for r, (_, _, steps) in enumerate(ranks)}  # fmt: skip
-        assert_ranks_read_the_window(caches, lengths, reads, rank_reads, spec.sink_size, W,
-                                     spec.alignment, e0.k, e0.v, new_tokens=[1] * n)  # fmt: skip
+        rank_reads = {
+            r: (steps[s]["draft.0"][1], steps[s]["dcp"]["draft.0"])
+            for r, (_, _, steps) in enumerate(ranks)
+        }
+        assert_ranks_read_the_window(
+            caches,
+            lengths,
+            reads,
+            rank_reads,
+            spec.sink_size,
+            W,
+            spec.alignment,
+            e0.k,
+            e0.v,
+            new_tokens=[1] * n,
+        )
 
 
 def test_vllms_paged_kernel_reads_each_ranks_share_as_the_reference(model_dir, monkeypatch):
@@ -129,8 +166,9 @@ def test_vllms_paged_kernel_reads_each_ranks_share_as_the_reference(model_dir, m
         # which the interpreted kernel would not (it would read stray memory).
         wants = []
         for i in rows:
-            want, _, pos = caches.read(rank, table[i], int(local[i]), queries[i],
-                                       torch.tensor([lengths[i] - 1]))  # fmt: skip
+            want, _, pos = caches.read(
+                rank, table[i], int(local[i]), queries[i], torch.tensor([lengths[i] - 1])
+            )
             assert int(pos.max()) < lengths[i] - 1  # the context: before the step's token
             wants.append(want)
         cache = _rank_cache(caches, rank)
@@ -148,8 +186,7 @@ class _rank_cache:
         self.k, self.v = caches.k[rank], caches.v[rank]
 
 
-def test_no_rank_reads_the_same_position_twice_and_together_they_read_all(model_dir,
-                                                                          monkeypatch):  # fmt: skip
+def test_no_rank_reads_the_same_position_twice_and_together_they_read_all(model_dir, monkeypatch):
     """The ranks' shares of a decode step partition the window's context."""
     cp_size = 4
     shares = []
@@ -175,8 +212,9 @@ def test_no_rank_reads_the_same_position_twice_and_together_they_read_all(model_
 
 
 @pytest.mark.parametrize("cp_size", [2, 4])
-def test_a_full_decode_graph_replays_each_ranks_share_of_every_step(cp_size, model_dir,
-                                                                     monkeypatch):  # fmt: skip
+def test_a_full_decode_graph_replays_each_ranks_share_of_every_step(
+    cp_size, model_dir, monkeypatch
+):
     """FULL_DECODE_ONLY per rank: flash attention updates nothing in place under DCP, so vLLM
     captures one decode step and rebuilds each step's metadata (through the window) into the
     buffers the graph recorded before replaying it. What the replays read is each rank's
@@ -188,8 +226,16 @@ def test_a_full_decode_graph_replays_each_ranks_share_of_every_step(cp_size, mod
         config = make_vllm_config(model_dir, MAX_MODEL_LEN, MAX_NUM_REQS, {"draft_window_size": W})
         config.parallel_config.decode_context_parallel_size = cp_size
         layouts = [GroupLayout(16, backend=FlashAttentionBackend)]
-        e = setup_eagle(model_dir, monkeypatch, NUM_SPEC, layouts, contexts=contexts, seed=5,
-                        vllm_config=config, cp=(cp_size, rank, 1))  # fmt: skip
+        e = setup_eagle(
+            model_dir,
+            monkeypatch,
+            NUM_SPEC,
+            layouts,
+            contexts=contexts,
+            seed=5,
+            vllm_config=config,
+            cp=(cp_size, rank, 1),
+        )
         ranks.append((e, replay_full_decode(e, monkeypatch)))
     e0 = ranks[0][0]
     caches = caches_of(e0, cp_size)
@@ -198,9 +244,18 @@ def test_a_full_decode_graph_replays_each_ranks_share_of_every_step(cp_size, mod
         record = ranks[0][1][s]
         lengths = [int(x) for x in record["lengths"]]
         rank_reads = {r: (steps[s]["table"], steps[s]["dcp"]) for r, (_, steps) in enumerate(ranks)}
-        assert_ranks_read_the_window(caches, lengths, record["reads"], rank_reads,
-                                     spec.sink_size, W, spec.alignment, e0.k, e0.v,
-                                     new_tokens=[1] * n)  # fmt: skip
+        assert_ranks_read_the_window(
+            caches,
+            lengths,
+            record["reads"],
+            rank_reads,
+            spec.sink_size,
+            W,
+            spec.alignment,
+            e0.k,
+            e0.v,
+            new_tokens=[1] * n,
+        )
 
 
 def replay_full_decode(e, monkeypatch) -> list[dict]:
@@ -222,8 +277,9 @@ def replay_full_decode(e, monkeypatch) -> list[dict]:
     compilation = s.vllm_config.compilation_config
     monkeypatch.setattr(compilation, "cudagraph_capture_sizes", [MAX_NUM_REQS])
     monkeypatch.setattr(compilation, "max_cudagraph_capture_size", MAX_NUM_REQS)
-    speculative = SimpleNamespace(num_speculative_tokens=NUM_SPEC,
-                                  uses_dynamic_speculative_decoding=lambda: False)  # fmt: skip
+    speculative = SimpleNamespace(
+        num_speculative_tokens=NUM_SPEC, uses_dynamic_speculative_decoding=lambda: False
+    )
     s.speculative_config = speculative
     monkeypatch.setattr(s.vllm_config, "speculative_config", speculative)
     s.init_cudagraph_manager(CUDAGraphMode.FULL_DECODE_ONLY)
@@ -232,9 +288,14 @@ def replay_full_decode(e, monkeypatch) -> list[dict]:
     def generate_draft(num_reqs, num_tokens_padded, attn_metadata, *args, **kwargs):
         if graphs.replaying() is not None:
             md = attn_metadata["draft.0"]
-            steps.append({"lengths": s.input_buffers.seq_lens[:n].clone(),
-                          "reads": md.seq_lens[:n].clone(), "table": md.block_table.clone(),
-                          "dcp": md.dcp_context_kv_lens.clone()})  # fmt: skip
+            steps.append(
+                {
+                    "lengths": s.input_buffers.seq_lens[:n].clone(),
+                    "reads": md.seq_lens[:n].clone(),
+                    "table": md.block_table.clone(),
+                    "dcp": md.dcp_context_kv_lens.clone(),
+                }
+            )
         update_inputs(e, NUM_SPEC)
 
     s._generate_draft = generate_draft

@@ -17,8 +17,18 @@ spec.loader.exec_module(e2e)
 
 
 def plan_lines(capsys, argv, monkeypatch, **env):
-    for key in ("E2E_SCENARIO", "DEVICE", "DRY_RUN", "TARGET_MODEL", "DRAFT_MODEL", "TP", "SINKS",
-                "DCP", "DCP_INTERLEAVE", "STUDY"):  # fmt: skip
+    for key in (
+        "E2E_SCENARIO",
+        "DEVICE",
+        "DRY_RUN",
+        "TARGET_MODEL",
+        "DRAFT_MODEL",
+        "TP",
+        "SINKS",
+        "DCP",
+        "DCP_INTERLEAVE",
+        "STUDY",
+    ):
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -61,8 +71,15 @@ def test_sinks_go_to_the_v2_window_run_only_and_have_their_own_golden(capsys, mo
 
 
 def test_dspark_scenario_and_local_models_come_from_the_environment(capsys, monkeypatch):
-    lines = plan_lines(capsys, [], monkeypatch, DRY_RUN="1", E2E_SCENARIO="dspark",
-                       TARGET_MODEL="/models/qwen3-8b", DRAFT_MODEL="/models/dspark")  # fmt: skip
+    lines = plan_lines(
+        capsys,
+        [],
+        monkeypatch,
+        DRY_RUN="1",
+        E2E_SCENARIO="dspark",
+        TARGET_MODEL="/models/qwen3-8b",
+        DRAFT_MODEL="/models/dspark",
+    )
     v2_window = serve_lines(lines)[0]
     assert " serve /models/qwen3-8b " in v2_window
     assert '"method": "dspark", "model": "/models/dspark", "num_speculative_tokens": 7' in v2_window
@@ -95,17 +112,25 @@ def test_without_npus_it_stops_at_once_with_exit_code_2():
 
 
 def test_make_dry_run_prints_the_plan():
-    result = subprocess.run(["make", "-s", "e2e-ascend", "DRY_RUN=1"], cwd=ROOT,
-                            capture_output=True, text=True,
-                            env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})  # fmt: skip
+    result = subprocess.run(
+        ["make", "-s", "e2e-ascend", "DRY_RUN=1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable},
+    )
     assert result.returncode == 0
     assert len(serve_lines(result.stdout.splitlines())) == 3
 
 
 def test_make_dry_run_with_dcp_serves_every_run_with_it():
-    result = subprocess.run(["make", "-s", "e2e-ascend", "DRY_RUN=1", "DCP=2"], cwd=ROOT,
-                            capture_output=True, text=True,
-                            env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})  # fmt: skip
+    result = subprocess.run(
+        ["make", "-s", "e2e-ascend", "DRY_RUN=1", "DCP=2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable},
+    )
     assert result.returncode == 0
     serves = serve_lines(result.stdout.splitlines())
     assert len(serves) == 3
@@ -129,36 +154,65 @@ def test_dcp_serves_every_run_alike_and_has_its_own_golden(capsys, monkeypatch):
     assert e2e.scenarios({})["eagle3"].golden.name == "eagle3_qwen3_8b_w512.json"
 
 
-@pytest.mark.parametrize(("env", "tp", "note"), [
-    # The scenario's own TP=1 is raised to the smallest multiple of DCP, and says so.
-    ({"E2E_SCENARIO": "dspark", "DCP": "4", "DCP_INTERLEAVE": "16"}, 4,
-     "# DCP=4: --tensor-parallel-size 4, the dspark scenario's TP=1 raised to a multiple of DCP"),
-    # A TP set by hand that is a multiple stays.
-    ({"E2E_SCENARIO": "dspark", "DCP": "2", "DCP_INTERLEAVE": "1", "TP": "4"}, 4, None),
-    # The tiny scenario keeps its own TP=1 whatever TP says, so it is raised.
-    ({"E2E_SCENARIO": "tiny", "DEVICE": "cuda", "DCP": "2", "DCP_INTERLEAVE": "8", "TP": "1"}, 2,
-     "# DCP=2: --tensor-parallel-size 2, the tiny scenario's TP=1 raised to a multiple of DCP"),
-])  # fmt: skip
-def test_dcp_fits_the_tensor_parallel_size_and_passes_the_interleave(env, tp, note, capsys,
-                                                                     monkeypatch):  # fmt: skip
+@pytest.mark.parametrize(
+    ("env", "tp", "note"),
+    [
+        # The scenario's own TP=1 is raised to the smallest multiple of DCP, and says so.
+        (
+            {"E2E_SCENARIO": "dspark", "DCP": "4", "DCP_INTERLEAVE": "16"},
+            4,
+            "# DCP=4: --tensor-parallel-size 4, the dspark scenario's TP=1 raised to a "
+            "multiple of DCP",
+        ),
+        # A TP set by hand that is a multiple stays.
+        ({"E2E_SCENARIO": "dspark", "DCP": "2", "DCP_INTERLEAVE": "1", "TP": "4"}, 4, None),
+        # The tiny scenario keeps its own TP=1 whatever TP says, so it is raised.
+        (
+            {
+                "E2E_SCENARIO": "tiny",
+                "DEVICE": "cuda",
+                "DCP": "2",
+                "DCP_INTERLEAVE": "8",
+                "TP": "1",
+            },
+            2,
+            "# DCP=2: --tensor-parallel-size 2, the tiny scenario's TP=1 raised to a "
+            "multiple of DCP",
+        ),
+    ],
+)
+def test_dcp_fits_the_tensor_parallel_size_and_passes_the_interleave(
+    env, tp, note, capsys, monkeypatch
+):
     lines = plan_lines(capsys, ["--dry-run"], monkeypatch, **env)
     assert (lines[0] if lines[0].startswith("#") else None) == note
     serves = serve_lines(lines)
-    flags = (f"--decode-context-parallel-size {env['DCP']} "
-             f"--cp-kv-cache-interleave-size {env['DCP_INTERLEAVE']}")  # fmt: skip
+    flags = (
+        f"--decode-context-parallel-size {env['DCP']} "
+        f"--cp-kv-cache-interleave-size {env['DCP_INTERLEAVE']}"
+    )
     assert serves and all(f"--tensor-parallel-size {tp} " in line for line in serves)
     assert all(flags in line for line in serves)
 
 
-@pytest.mark.parametrize(("env", "message"), [
-    ({"DCP": "4", "TP": "2"}, "DCP=4 needs a tensor parallel size that is a multiple of it "
-     "(vLLM shards the KV over the TP ranks): TP=2 is not; set TP=4, or leave TP unset"),
-    ({"DCP": "0"}, "DCP must be a positive integer, got '0'"),
-    ({"DCP": "two"}, "DCP must be a positive integer, got 'two'"),
-    ({"DCP": "2", "DCP_INTERLEAVE": "-1"}, "DCP_INTERLEAVE must be a positive integer, got '-1'"),
-    ({"DCP_INTERLEAVE": "16"}, "DCP_INTERLEAVE=16 needs DCP > 1"),
-    ({"DCP": "2", "STUDY": "long"}, "STUDY=long does not take DCP=2"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"DCP": "4", "TP": "2"},
+            "DCP=4 needs a tensor parallel size that is a multiple of it "
+            "(vLLM shards the KV over the TP ranks): TP=2 is not; set TP=4, or leave TP unset",
+        ),
+        ({"DCP": "0"}, "DCP must be a positive integer, got '0'"),
+        ({"DCP": "two"}, "DCP must be a positive integer, got 'two'"),
+        (
+            {"DCP": "2", "DCP_INTERLEAVE": "-1"},
+            "DCP_INTERLEAVE must be a positive integer, got '-1'",
+        ),
+        ({"DCP_INTERLEAVE": "16"}, "DCP_INTERLEAVE=16 needs DCP > 1"),
+        ({"DCP": "2", "STUDY": "long"}, "STUDY=long does not take DCP=2"),
+    ],
+)
 def test_bad_dcp_settings_stop_before_anything_runs(env, message, capsys, monkeypatch):
     with pytest.raises(SystemExit) as info:
         plan_lines(capsys, ["--dry-run"], monkeypatch, **env)
@@ -186,8 +240,10 @@ def test_acceptance_comes_from_the_metric_deltas():
 
 
 def result(outputs, per_pos):
-    return {"outputs": outputs, "acceptance": {"per_position": per_pos,
-                                               "mean_length": 1 + sum(per_pos)}}  # fmt: skip
+    return {
+        "outputs": outputs,
+        "acceptance": {"per_position": per_pos, "mean_length": 1 + sum(per_pos)},
+    }
 
 
 def test_a_missing_golden_stops_before_any_server_starts(tmp_path, monkeypatch):
@@ -199,11 +255,17 @@ def test_a_missing_golden_stops_before_any_server_starts(tmp_path, monkeypatch):
 
 
 def test_checks_flag_output_drift_golden_drift_and_a_v2_below_v1():
-    good = {"v2_window": result(["a"], [0.7, 0.4, 0.3]), "v2_no_window": result(["a"], [0.1] * 3),
-            "v1_window": result(["a"], [0.7, 0.4, 0.3])}  # fmt: skip
+    good = {
+        "v2_window": result(["a"], [0.7, 0.4, 0.3]),
+        "v2_no_window": result(["a"], [0.1] * 3),
+        "v1_window": result(["a"], [0.7, 0.4, 0.3]),
+    }
     assert e2e.check(good, [0.7, 0.4, 0.3]) == []
-    bad = {"v2_window": result(["a"], [0.5, 0.4, 0.3]), "v2_no_window": result(["b"], [0.1] * 3),
-           "v1_window": result(["a"], [0.7, 0.4, 0.3])}  # fmt: skip
+    bad = {
+        "v2_window": result(["a"], [0.5, 0.4, 0.3]),
+        "v2_no_window": result(["b"], [0.1] * 3),
+        "v1_window": result(["a"], [0.7, 0.4, 0.3]),
+    }
     failures = e2e.check(bad, [0.7, 0.4, 0.3])
     assert any("v2_no_window differ" in f for f in failures)
     assert any("position 0" in f for f in failures)
@@ -239,6 +301,9 @@ def test_the_host_pairing_is_checked_against_the_supported_lines_before_any_serv
     assert "host: vLLM 0.33.0, vllm-ascend not installed; supported: vLLM 0.33.x" in (
         capsys.readouterr().out
     )
-    with pytest.raises(SystemExit, match=r"the draft window does not serve method "
-                                         r"'draft_model' on vLLM 0\.33\.x"):  # fmt: skip
+    with pytest.raises(
+        SystemExit,
+        match=r"the draft window does not serve method "
+        r"'draft_model' on vLLM 0\.33\.x",
+    ):
         e2e.check_pairing("draft_model")

@@ -59,8 +59,10 @@ def test_min_context_goes_to_the_v2_window_run_only(capsys, monkeypatch):
     lines = dry_run(capsys, monkeypatch, MIN_CONTEXT="8192", SINKS="64")
     serves = [line for line in lines if " serve " in line]
     assert len(serves) == 3
-    assert ("""--additional-config '{"draft_window_size": 512, "draft_attention_sinks": 64, """
-            """"draft_window_min_context": 8192}'""") in serves[0]  # fmt: skip
+    assert (
+        """--additional-config '{"draft_window_size": 512, "draft_attention_sinks": 64, """
+        """"draft_window_min_context": 8192}'"""
+    ) in serves[0]
     assert "--additional-config" not in serves[1]
     # V1 windows every context and has no sinks: its run keeps the plain window.
     assert """--additional-config '{"draft_window_size": 512}'""" in serves[2]
@@ -69,8 +71,14 @@ def test_min_context_goes_to_the_v2_window_run_only(capsys, monkeypatch):
 
 
 def test_the_plan_reaches_128k_where_the_model_allows_and_cuda_has_no_v1_run(capsys, monkeypatch):
-    lines = dry_run(capsys, monkeypatch, MAX_CONTEXT="140000", DEVICE="cuda",
-                    E2E_SCENARIO="dspark", PROMPTS_PER_CONTEXT="2")  # fmt: skip
+    lines = dry_run(
+        capsys,
+        monkeypatch,
+        MAX_CONTEXT="140000",
+        DEVICE="cuda",
+        E2E_SCENARIO="dspark",
+        PROMPTS_PER_CONTEXT="2",
+    )
     assert "contexts [4096, 8192, 16384, 32768, 65536, 131072]; 2 prompts each" in lines[1]
     serves = [line for line in lines if " serve " in line]
     assert len(serves) == 2 and all("--max-model-len 131328" in line for line in serves)
@@ -138,8 +146,9 @@ vllm:request_time_per_output_token_seconds_sum{{engine="0",model_name="m"}} {tpo
 
 
 def metrics(drafts, p, tokens, n, decode, tpot):
-    return METRICS.format(drafts=drafts, p0=p[0], p1=p[1], p2=p[2], tokens=tokens, n=n,
-                          decode=decode, tpot=tpot)  # fmt: skip
+    return METRICS.format(
+        drafts=drafts, p0=p[0], p1=p[1], p2=p[2], tokens=tokens, n=n, decode=decode, tpot=tpot
+    )
 
 
 def test_context_metrics_come_from_the_deltas_of_two_scrapes():
@@ -156,9 +165,16 @@ def test_context_metrics_come_from_the_deltas_of_two_scrapes():
         study.context_metrics(before, before, 3)
 
 
-@pytest.mark.parametrize(("context", "window", "sinks"), [
-    (32768, 512, 0), (32768, 512, 64), (4096, 2048, 0), (300, 512, 0), (1000, 512, 200),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("context", "window", "sinks"),
+    [
+        (32768, 512, 0),
+        (32768, 512, 64),
+        (4096, 2048, 0),
+        (300, 512, 0),
+        (1000, 512, 200),
+    ],
+)
 def test_the_draft_kv_read_is_the_longest_read_of_any_context_up_to_it(context, window, sinks):
     """Against the window's own length arithmetic over every context up to `context`."""
     from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
@@ -175,8 +191,10 @@ def test_the_draft_kv_read_is_the_longest_read_of_any_context_up_to_it(context, 
     assert study.draft_kv_read(context, None, sinks, 128) == context
 
 
-@pytest.mark.parametrize(("context", "min_context"), [(8000, 8192), (8192, 8192), (9000, 8192),
-                                                      (32768, 8192), (4096, 300)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("context", "min_context"),
+    [(8000, 8192), (8192, 8192), (9000, 8192), (32768, 8192), (4096, 300)],
+)
 def test_the_draft_kv_read_with_a_threshold(context, min_context):
     """Below the threshold the whole context (what the window's arithmetic reads there);
     from it on, the plain window's bound (300 <= S + W + a: no threshold)."""
@@ -229,10 +247,13 @@ def test_checks_below_the_threshold_compare_with_the_window_off():
     off = run(["a"], {4096: 3.05, 16384: 2.5, 32768: 1.2})
     v1 = run(["a"], {4096: 2.0, 16384: 2.0, 32768: 2.5})  # V1 windows every context
     assert study.check({"v2_window": on, "v2_no_window": off}, None, 0.15) == []
-    failures = study.check({"v2_window": on, "v2_no_window": off, "v1_window": v1}, None, 0.15,
-                           20000)  # fmt: skip
-    assert failures == ["16384: below draft_window_min_context=20000, acceptance with the window "
-                        "2.000 is not within 0.1 of without 2.500"]  # fmt: skip
+    failures = study.check(
+        {"v2_window": on, "v2_no_window": off, "v1_window": v1}, None, 0.15, 20000
+    )
+    assert failures == [
+        "16384: below draft_window_min_context=20000, acceptance with the window "
+        "2.000 is not within 0.1 of without 2.500"
+    ]
 
 
 def test_the_report_marks_which_contexts_engage_the_window(tmp_path):
@@ -240,18 +261,31 @@ def test_the_report_marks_which_contexts_engage_the_window(tmp_path):
     for name in results:
         for ctx in (4096, 32768):
             results[name]["contexts"][str(ctx)] = {
-                "mean_length": 2.0, "per_position": [1.0], "decode_tokens_per_s": None,
-                "client_tokens_per_s": 10.0, "tpot_ms": None,
-                "draft_kv_read": study.draft_kv_read(ctx, 512 if name == "v2_window" else None,
-                                                     0, 128, 8192),
-            }  # fmt: skip
-    meta = {"scenario": "dspark", "device": "ascend", "window": 512, "sinks": 0,
-            "min_context": 8192, "contexts": [4096, 32768], "prompts_per_context": 1,
-            "output_tokens": 16, "token_counts": "estimate"}  # fmt: skip
+                "mean_length": 2.0,
+                "per_position": [1.0],
+                "decode_tokens_per_s": None,
+                "client_tokens_per_s": 10.0,
+                "tpot_ms": None,
+                "draft_kv_read": study.draft_kv_read(
+                    ctx, 512 if name == "v2_window" else None, 0, 128, 8192
+                ),
+            }
+    meta = {
+        "scenario": "dspark",
+        "device": "ascend",
+        "window": 512,
+        "sinks": 0,
+        "min_context": 8192,
+        "contexts": [4096, 32768],
+        "prompts_per_context": 1,
+        "output_tokens": 16,
+        "token_counts": "estimate",
+    }
     study.write_report(tmp_path, meta, results, [])
     md = (tmp_path / "report.md").read_text()
-    assert md.startswith("# Long-context study: dspark on ascend, W = 512, "
-                         "draft_window_min_context 8192\n")  # fmt: skip
+    assert md.startswith(
+        "# Long-context study: dspark on ascend, W = 512, draft_window_min_context 8192\n"
+    )
     assert "| 4096 | no | v2_window | 2.000 | 1.00 | 10.0 (client) | - | 4096 |" in md
     assert "| 32768 | yes | v2_window | 2.000 | 1.00 | 10.0 (client) | - | 639 |" in md
     assert json.loads((tmp_path / "report.json").read_text())["min_context"] == 8192
@@ -267,12 +301,20 @@ def test_the_report_is_written_from_recorded_metrics(tmp_path):
             m = study.context_metrics(
                 before, metrics(100, ((mean - 1) * 100, 0, 0), 500, 2, 2.5, 0.02), 3
             )
-            m["draft_kv_read"] = study.draft_kv_read(ctx, 512 if name == "v2_window" else None,
-                                                     0, 128)  # fmt: skip
+            m["draft_kv_read"] = study.draft_kv_read(
+                ctx, 512 if name == "v2_window" else None, 0, 128
+            )
             results[name]["contexts"][str(ctx)] = m
-    meta = {"scenario": "eagle3", "device": "ascend", "window": 512, "sinks": 0,
-            "contexts": contexts, "prompts_per_context": 3, "output_tokens": 256,
-            "token_counts": "estimate: 4 characters per token"}  # fmt: skip
+    meta = {
+        "scenario": "eagle3",
+        "device": "ascend",
+        "window": 512,
+        "sinks": 0,
+        "contexts": contexts,
+        "prompts_per_context": 3,
+        "output_tokens": 256,
+        "token_counts": "estimate: 4 characters per token",
+    }
     study.write_report(tmp_path, meta, results, [])
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["runs"]["v2_window"]["contexts"]["32768"]["mean_length"] == pytest.approx(2.5)
@@ -294,8 +336,9 @@ def test_a_missing_study_golden_stops_before_any_server_starts(tmp_path, monkeyp
 
 def test_without_npus_the_study_stops_at_once_with_exit_code_2():
     env = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "STUDY": "long"}
-    result = subprocess.run(["make", "-s", "e2e-ascend"], cwd=ROOT, capture_output=True,
-                            text=True, env=env)  # fmt: skip
+    result = subprocess.run(
+        ["make", "-s", "e2e-ascend"], cwd=ROOT, capture_output=True, text=True, env=env
+    )
     assert result.returncode == 2
     assert "needs Ascend NPUs: npu-smi not found" in result.stderr
 

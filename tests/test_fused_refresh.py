@@ -26,25 +26,29 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow,
 CASES = 24
 
 
-def make_window(gen, block_sizes, window_size, sinks, rows, extra_cols, told=None,
-                min_context=0):  # fmt: skip
+def make_window(gen, block_sizes, window_size, sinks, rows, extra_cols, told=None, min_context=0):
     """A window over random full tables whose widths end near the longest length, so
     reads reach the table's edge."""
     alignment = math.lcm(*block_sizes)
     max_len = 3 * (window_size + sinks + alignment)
     tables = [
-        torch.randint(1, 50_000, (rows, -(-max_len // b) + extra_cols), generator=gen,
-                      dtype=torch.int32)
+        torch.randint(
+            1, 50_000, (rows, -(-max_len // b) + extra_cols), generator=gen, dtype=torch.int32
+        )
         for b in block_sizes
-    ]  # fmt: skip
+    ]
     window = Mrv2DraftWindow(
         window_size=window_size,
         input_buffers=SimpleNamespace(seq_lens=torch.zeros(rows, dtype=torch.int32)),
         block_tables=SimpleNamespace(input_block_tables=tables, block_sizes=block_sizes),
-        draft_group_ids=list(range(len(block_sizes))), max_num_reqs=rows,
-        device=torch.device("cpu"), max_chunk_len=2 * window_size, attention_sinks=sinks,
-        min_context=min_context, told=told,
-    )  # fmt: skip
+        draft_group_ids=list(range(len(block_sizes))),
+        max_num_reqs=rows,
+        device=torch.device("cpu"),
+        max_chunk_len=2 * window_size,
+        attention_sinks=sinks,
+        min_context=min_context,
+        told=told,
+    )
     window.enable_fused()
     return window, max_len
 
@@ -69,8 +73,9 @@ def case(seed, told=False, threshold=False):
     # The window's reach S + W + a (sinks rounded up to the alignment).
     reach = -(-sinks // alignment) * alignment + window_size + alignment
     min_context = reach + 1 + (seed * 37) % (window_size + alignment) if threshold else 0
-    window, max_len = make_window(gen, block_sizes, window_size, sinks, rows, extra_cols,
-                                  told_lengths, min_context)  # fmt: skip
+    window, max_len = make_window(
+        gen, block_sizes, window_size, sinks, rows, extra_cols, told_lengths, min_context
+    )
     assert window.spec.min_context == min_context
     # Lengths up to what the narrowest full table holds.
     max_len = min(
@@ -99,8 +104,7 @@ def test_decode_refresh_equals_the_torch_path(seed):
 @pytest.mark.parametrize("seed", range(CASES))
 def test_prefill_refresh_with_query_chunks_equals_the_torch_path(seed):
     gen, window, lengths, rows, _ = case(seed)
-    chunk = torch.randint(1, 2 * window.spec.window_size, (rows,), generator=gen,
-                          dtype=torch.int32)  # fmt: skip
+    chunk = torch.randint(1, 2 * window.spec.window_size, (rows,), generator=gen, dtype=torch.int32)
     query_lens = torch.minimum(chunk, lengths)
     qsl = torch.zeros(rows + 1, dtype=torch.int32)
     qsl[1:] = torch.cumsum(query_lens, 0)
@@ -122,8 +126,7 @@ def test_refreshes_with_a_threshold_equal_the_torch_path(seed):
     assert trust.compare_with_torch(window, rows, lengths) == []
     for step in (1, 3):
         assert trust.compare_with_torch(window, rows, lengths, told_step=step) == []
-    chunk = torch.randint(1, 2 * window.spec.window_size, (rows,), generator=gen,
-                          dtype=torch.int32)  # fmt: skip
+    chunk = torch.randint(1, 2 * window.spec.window_size, (rows,), generator=gen, dtype=torch.int32)
     query_lens = torch.minimum(chunk, lengths)
     qsl = torch.zeros(rows + 1, dtype=torch.int32)
     qsl[1:] = torch.cumsum(query_lens, 0)
@@ -233,9 +236,11 @@ def test_tables_wider_than_one_column_block_equal_the_torch_path():
         window_size=64,
         input_buffers=SimpleNamespace(seq_lens=torch.zeros(rows, dtype=torch.int32)),
         block_tables=SimpleNamespace(input_block_tables=[table], block_sizes=[b]),
-        draft_group_ids=[0], max_num_reqs=rows, device=torch.device("cpu"),
+        draft_group_ids=[0],
+        max_num_reqs=rows,
+        device=torch.device("cpu"),
         max_chunk_len=20_000,
-    )  # fmt: skip
+    )
     window.enable_fused()
     assert window.chunk_windows[0].block_table.shape[1] > 1024
     lengths = torch.tensor([41_000, 30_000, 20_100, 64, 0], dtype=torch.int32)

@@ -21,9 +21,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def rows(out: Path) -> list[list[str]]:
-    return [[c.strip() for c in line.strip("|").split("|")]
-            for line in (out / "gpu.md").read_text().splitlines()
-            if line.startswith("| ") and not line.startswith("| part")]  # fmt: skip
+    return [
+        [c.strip() for c in line.strip("|").split("|")]
+        for line in (out / "gpu.md").read_text().splitlines()
+        if line.startswith("| ") and not line.startswith("| part")
+    ]
 
 
 def test_every_check_passes_under_the_interpreter(tmp_path, capsys):
@@ -119,8 +121,14 @@ def test_the_measurements_run_and_write_a_plot(tmp_path, monkeypatch):
 
     monkeypatch.setattr(gpu_measure, "cuda_ms", host_ms)
     monkeypatch.setenv("MRV1_ADAPTER", str(mrv1_file()))
-    sizes = gpu_measure.Sizes(batches=(1, 3), context=512, window_size=128, contexts=(256, 512),
-                              attention_batches=(1, 2), heads=(4, 2, 32))  # fmt: skip
+    sizes = gpu_measure.Sizes(
+        batches=(1, 3),
+        context=512,
+        window_size=128,
+        contexts=(256, 512),
+        attention_batches=(1, 2),
+        heads=(4, 2, 32),
+    )
     with np.errstate(invalid="ignore", divide="ignore"):
         results = gpu_measure.measure(torch.device("cpu"), sizes)
     refresh = [r for r in results if r.name.startswith("refresh per propose")]
@@ -148,14 +156,17 @@ def test_without_a_gpu_it_stops_with_one_line(capsys):
     assert not torch.cuda.is_available()
     assert gpu_check.main([]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"make gpu-check needs a CUDA GPU: torch.cuda.is_available() is False "
-                   f"(torch {torch.__version__})."]  # fmt: skip
+    assert err == [
+        f"make gpu-check needs a CUDA GPU: torch.cuda.is_available() is False "
+        f"(torch {torch.__version__})."
+    ]
 
 
 def test_make_gpu_check_without_a_gpu_exits_non_zero():
     env = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable}
-    result = subprocess.run(["make", "-s", "gpu-check"], cwd=ROOT, capture_output=True,
-                            text=True, env=env)  # fmt: skip
+    result = subprocess.run(
+        ["make", "-s", "gpu-check"], cwd=ROOT, capture_output=True, text=True, env=env
+    )
     assert result.returncode == 2
     assert "make gpu-check needs a CUDA GPU" in result.stderr
 
@@ -163,12 +174,15 @@ def test_make_gpu_check_without_a_gpu_exits_non_zero():
 def test_the_kernel_checks_need_no_vllm(tmp_path):
     """On a machine without vLLM the kernels are still checked; the attention part says it
     was skipped."""
-    code = ("import sys; sys.modules['vllm'] = None; "
-            "from tools.gpu_check.cli import main; "
-            f"raise SystemExit(main(['--interpret', '--out', {str(tmp_path)!r}]))")  # fmt: skip
+    code = (
+        "import sys; sys.modules['vllm'] = None; "
+        "from tools.gpu_check.cli import main; "
+        f"raise SystemExit(main(['--interpret', '--out', {str(tmp_path)!r}]))"
+    )
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                            text=True, env=env)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert (
         "--     attention: vLLM unified_attention: skipped: vLLM is not importable" in result.stdout

@@ -13,9 +13,21 @@ def uninstall_after():
 
 
 def test_inspector_prints_a_checked_row_per_request(capsys):
-    code = inspector.main(["--window", "256", "--seq-lens", "100,256,1000,5000",
-                         "--block-sizes", "16,32", "--method", "dspark", "--method", "eagle3",
-                         "--no-progress"])  # fmt: skip
+    code = inspector.main(
+        [
+            "--window",
+            "256",
+            "--seq-lens",
+            "100,256,1000,5000",
+            "--block-sizes",
+            "16,32",
+            "--method",
+            "dspark",
+            "--method",
+            "eagle3",
+            "--no-progress",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     for method in ("dspark", "eagle3"):
@@ -28,9 +40,23 @@ def test_inspector_prints_a_checked_row_per_request(capsys):
 
 
 def test_inspector_checks_sinks_beside_the_window(capsys):
-    code = inspector.main(["--window", "256", "--sinks", "20", "--seq-lens", "100,300,1000,5000",
-                         "--block-sizes", "32", "--method", "dspark", "--method", "eagle3",
-                         "--no-progress"])  # fmt: skip
+    code = inspector.main(
+        [
+            "--window",
+            "256",
+            "--sinks",
+            "20",
+            "--seq-lens",
+            "100,300,1000,5000",
+            "--block-sizes",
+            "32",
+            "--method",
+            "dspark",
+            "--method",
+            "eagle3",
+            "--no-progress",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert "draft_window_size=256, attention sinks 32 (draft_attention_sinks=20)" in out
@@ -43,9 +69,23 @@ def test_inspector_checks_sinks_beside_the_window(capsys):
 
 
 def test_inspector_shows_which_rows_engaged_the_window(capsys):
-    code = inspector.main(["--window", "256", "--min-context", "1000", "--seq-lens",
-                         "100,995,996,2000", "--block-sizes", "32", "--method", "dspark",
-                         "--method", "eagle3", "--no-progress"])  # fmt: skip
+    code = inspector.main(
+        [
+            "--window",
+            "256",
+            "--min-context",
+            "1000",
+            "--seq-lens",
+            "100,995,996,2000",
+            "--block-sizes",
+            "32",
+            "--method",
+            "dspark",
+            "--method",
+            "eagle3",
+            "--no-progress",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert "draft_window_size=256, engaged from a context of 1000 (draft_window_min_context)" in out
@@ -63,8 +103,21 @@ def test_inspector_shows_which_rows_engaged_the_window(capsys):
 
 
 def test_inspector_says_when_a_threshold_changes_nothing(capsys):
-    code = inspector.main(["--window", "256", "--min-context", "288", "--seq-lens", "100,5000",
-                         "--block-sizes", "32", "--method", "dspark", "--no-progress"])  # fmt: skip
+    code = inspector.main(
+        [
+            "--window",
+            "256",
+            "--min-context",
+            "288",
+            "--seq-lens",
+            "100,5000",
+            "--block-sizes",
+            "32",
+            "--method",
+            "dspark",
+            "--no-progress",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0 and "(draft_window_min_context=288 changes nothing)" in out
     rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
@@ -74,21 +127,40 @@ def test_inspector_says_when_a_threshold_changes_nothing(capsys):
 @pytest.mark.parametrize("sinks", ["0", "16"])
 def test_inspector_writes_its_plot(sinks, tmp_path):
     path = tmp_path / "blocks.png"
-    code = inspector.main(["--window", "64", "--sinks", sinks, "--seq-lens", "50,300",
-                         "--method", "dspark", "--no-progress", "--plot", str(path)])  # fmt: skip
+    code = inspector.main(
+        [
+            "--window",
+            "64",
+            "--sinks",
+            sinks,
+            "--seq-lens",
+            "50,300",
+            "--method",
+            "dspark",
+            "--no-progress",
+            "--plot",
+            str(path),
+        ]
+    )
     assert code == 0 and path.read_bytes()[:4] == b"\x89PNG"
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--window", "0"], 'additional_config["draft_window_size"] must be a positive integer'),
-    (["--window", "abc"], "got 'abc'"),
-    (["--sinks", "-1"], 'additional_config["draft_attention_sinks"] must be an integer'),
-    (["--min-context", "8k"], 'additional_config["draft_window_min_context"] must be an integer'),
-    (["--block-sizes", "16,x"], "--block-sizes must be comma-separated positive integers"),
-    (["--seq-lens", "0"], "--seq-lens must be comma-separated positive integers"),
-    (["--window", "3", "--num-spec-tokens", "3"], "smaller than the draft's query stretch"),
-    (["--method", "mtp"], "invalid choice: 'mtp'"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--window", "0"], 'additional_config["draft_window_size"] must be a positive integer'),
+        (["--window", "abc"], "got 'abc'"),
+        (["--sinks", "-1"], 'additional_config["draft_attention_sinks"] must be an integer'),
+        (
+            ["--min-context", "8k"],
+            'additional_config["draft_window_min_context"] must be an integer',
+        ),
+        (["--block-sizes", "16,x"], "--block-sizes must be comma-separated positive integers"),
+        (["--seq-lens", "0"], "--seq-lens must be comma-separated positive integers"),
+        (["--window", "3", "--num-spec-tokens", "3"], "smaller than the draft's query stretch"),
+        (["--method", "mtp"], "invalid choice: 'mtp'"),
+    ],
+)
 def test_bad_flags_stop_with_a_clear_error(argv, message, capsys):
     with pytest.raises(SystemExit) as info:
         inspector.main(argv)
@@ -102,13 +174,15 @@ def test_inspector_fails_when_the_window_is_wrong(capsys, monkeypatch):
 
     real = window_math.WindowSpec
     monkeypatch.setattr(
-        window_math, "WindowSpec",
+        window_math,
+        "WindowSpec",
         lambda window_size, alignment, sink_size=0, min_context=0: real(100, alignment, sink_size),
-    )  # fmt: skip
+    )
     from vllm_ascend.worker.v2.spec_decode.draft_window import mrv2
 
     monkeypatch.setattr(mrv2, "WindowSpec", window_math.WindowSpec)
-    code = inspector.main(["--window", "256", "--seq-lens", "1000,5000", "--method", "dspark",
-                         "--no-progress"])  # fmt: skip
+    code = inspector.main(
+        ["--window", "256", "--seq-lens", "1000,5000", "--method", "dspark", "--no-progress"]
+    )
     out = capsys.readouterr().out
     assert code == 1 and "FAILED" in out

@@ -26,9 +26,25 @@ def rank_shares(row: list[str], cp: int) -> list[tuple[int, int]]:
 
 @pytest.mark.parametrize(("cp", "interleave"), [(2, 1), (4, 1), (4, 8)])
 def test_every_rank_reads_its_share_of_the_window(cp, interleave, capsys):
-    code = inspector.main(["--window", "256", "--seq-lens", "5,100,1000,5000", "--block-sizes",
-                         "16,32", "--method", "dspark", "--method", "eagle3", "--dcp", str(cp),
-                         "--dcp-interleave", str(interleave), "--no-progress"])  # fmt: skip
+    code = inspector.main(
+        [
+            "--window",
+            "256",
+            "--seq-lens",
+            "5,100,1000,5000",
+            "--block-sizes",
+            "16,32",
+            "--method",
+            "dspark",
+            "--method",
+            "eagle3",
+            "--dcp",
+            str(cp),
+            "--dcp-interleave",
+            str(interleave),
+            "--no-progress",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     # A sharded table's column spans cp blocks: the alignment is lcm(cp 16, cp 32).
@@ -58,9 +74,23 @@ def test_every_rank_reads_its_share_of_the_window(cp, interleave, capsys):
 
 
 def test_the_ranks_read_the_sinks_beside_the_window(capsys):
-    code = inspector.main(["--window", "256", "--sinks", "20", "--seq-lens", "300,5000",
-                         "--block-sizes", "16", "--method", "dspark", "--dcp", "2",
-                         "--no-progress"])  # fmt: skip
+    code = inspector.main(
+        [
+            "--window",
+            "256",
+            "--sinks",
+            "20",
+            "--seq-lens",
+            "300,5000",
+            "--block-sizes",
+            "16",
+            "--method",
+            "dspark",
+            "--dcp",
+            "2",
+            "--no-progress",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     # The sinks round up to whole columns of both ranks' tables: 32 tokens, 16 on each.
@@ -74,9 +104,23 @@ def test_the_ranks_read_the_sinks_beside_the_window(capsys):
 
 def test_the_rank_that_reads_the_most_is_shown_per_rank(capsys):
     """blocks/rank and KV MiB/rank are rank 0's, which holds the first chunk of each round."""
-    code = inspector.main(["--window", "256", "--seq-lens", "1000", "--block-sizes", "16",
-                         "--method", "eagle3", "--dcp", "2", "--draft-layers", "64",
-                         "--no-progress"])  # fmt: skip
+    code = inspector.main(
+        [
+            "--window",
+            "256",
+            "--seq-lens",
+            "1000",
+            "--block-sizes",
+            "16",
+            "--method",
+            "eagle3",
+            "--dcp",
+            "2",
+            "--draft-layers",
+            "64",
+            "--no-progress",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     (row,) = table_rows(out)
@@ -94,11 +138,26 @@ def test_a_window_that_ignores_dcp_is_caught(capsys, monkeypatch):
     from vllm_ascend.worker.v2.spec_decode.draft_window import mrv2
     from vllm_ascend.worker.v2.spec_decode.draft_window.views import block_table_units
 
-    monkeypatch.setattr(mrv2, "column_tokens", lambda tables, group_ids: {
-        g: int(block_table_units(tables)[g]) for g in group_ids
-    })  # fmt: skip
-    code = inspector.main(["--window", "256", "--seq-lens", "1000,5000", "--block-sizes", "16",
-                         "--method", "dspark", "--dcp", "2", "--no-progress"])  # fmt: skip
+    monkeypatch.setattr(
+        mrv2,
+        "column_tokens",
+        lambda tables, group_ids: {g: int(block_table_units(tables)[g]) for g in group_ids},
+    )
+    code = inspector.main(
+        [
+            "--window",
+            "256",
+            "--seq-lens",
+            "1000,5000",
+            "--block-sizes",
+            "16",
+            "--method",
+            "dspark",
+            "--dcp",
+            "2",
+            "--no-progress",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 1
     assert [row[-1] for row in table_rows(out)] == ["FAILED", "FAILED"]
@@ -122,8 +181,9 @@ def test_the_reference_check_holds_for_the_right_crop_only():
     right = [torch.tensor(ids[column:], dtype=torch.int32)] * 2
 
     def check(tables, local_lens, kept=kept):
-        return inspector_dcp._reference_check(ids, 16, 2, 1, 0, 1000, start, 0, kept, 4, tables,
-                                              local_lens)  # fmt: skip
+        return inspector_dcp._reference_check(
+            ids, 16, 2, 1, 0, 1000, start, 0, kept, 4, tables, local_lens
+        )
 
     assert check(right, shares)
     # One column too late on every rank: the window's first 32 tokens are not read.
@@ -141,17 +201,25 @@ def test_the_reference_check_holds_for_the_right_crop_only():
     assert check(shares) and not check([133, 133]) and not check([133, 131])
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--dcp", "0"], "--dcp must be a positive integer, got '0'"),
-    (["--dcp", "two"], "--dcp must be a positive integer, got 'two'"),
-    (["--dcp", "-2"], "--dcp must be a positive integer, got '-2'"),
-    (["--dcp", "2", "--dcp-interleave", "0"], "--dcp-interleave must be a positive integer"),
-    (["--dcp", "2", "--block-sizes", "16,24", "--dcp-interleave", "16"],
-     "--dcp-interleave 16 does not divide the block size 24"),
-    (["--dcp", "2", "--dcp-interleave", "3"], "--dcp-interleave 3 does not divide the block "
-     "size 128: cp_kv_cache_interleave_size must divide every block size"),
-    (["--dcp", "2", "--plot", "x.png"], "leave it out with --dcp"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--dcp", "0"], "--dcp must be a positive integer, got '0'"),
+        (["--dcp", "two"], "--dcp must be a positive integer, got 'two'"),
+        (["--dcp", "-2"], "--dcp must be a positive integer, got '-2'"),
+        (["--dcp", "2", "--dcp-interleave", "0"], "--dcp-interleave must be a positive integer"),
+        (
+            ["--dcp", "2", "--block-sizes", "16,24", "--dcp-interleave", "16"],
+            "--dcp-interleave 16 does not divide the block size 24",
+        ),
+        (
+            ["--dcp", "2", "--dcp-interleave", "3"],
+            "--dcp-interleave 3 does not divide the block "
+            "size 128: cp_kv_cache_interleave_size must divide every block size",
+        ),
+        (["--dcp", "2", "--plot", "x.png"], "leave it out with --dcp"),
+    ],
+)
 def test_bad_dcp_flags_stop_with_a_clear_error(argv, message, capsys):
     with pytest.raises(SystemExit) as info:
         inspector.main(argv)

@@ -38,8 +38,7 @@ def windowed(case: Case, spec: WindowSpec, query_lens: torch.Tensor | None = Non
 
 
 def specs(case: Case) -> tuple[WindowSpec, WindowSpec]:
-    with_threshold = WindowSpec(case.window_size, case.alignment, case.sink_size,
-                                case.min_context)  # fmt: skip
+    with_threshold = WindowSpec(case.window_size, case.alignment, case.sink_size, case.min_context)
     return with_threshold, WindowSpec(case.window_size, case.alignment, case.sink_size)
 
 
@@ -64,8 +63,9 @@ def assert_whole_or_window(case: Case, query_lens: torch.Tensor | None = None) -
         queries = case.k[i][length - q : length] * 0.5
         for g, table in zip(case.groups, tables, strict=True):
             got, touched = g.cache.read(queries, table[i], length)
-            torch.testing.assert_close(got, dense_attention(queries, case.k[i], case.v[i], 0,
-                                                            length))  # fmt: skip
+            torch.testing.assert_close(
+                got, dense_attention(queries, case.k[i], case.v[i], 0, length)
+            )
             columns = -(-length // g.block_size)
             assert touched == {int(x) for x in g.full_block_table[i, :columns]}
             assert not table[i, columns:].any()
@@ -98,9 +98,17 @@ def test_host_bound_with_a_threshold_stays_an_upper_bound_after_the_step(case: C
         assert bool((bound + step >= lengths).all()), (bound, step, lengths)
 
 
-@pytest.mark.parametrize(("window_size", "alignment", "sinks", "above"),
-                         [(64, 16, 0, 1), (64, 16, 16, 40), (5, 4, 0, 3), (33, 8, 8, 100),
-                          (100, 48, 0, 200), (1, 1, 0, 1)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("window_size", "alignment", "sinks", "above"),
+    [
+        (64, 16, 0, 1),
+        (64, 16, 16, 40),
+        (5, 4, 0, 3),
+        (33, 8, 8, 100),
+        (100, 48, 0, 200),
+        (1, 1, 0, 1),
+    ],
+)
 def test_host_bound_with_a_threshold_is_the_tightest_bound(window_size, alignment, sinks, above):
     """For U >= 1 the bound equals the longest read any L <= U needs: below the threshold
     the whole length, so the bound is min(U, M - 1) until the threshold, then M - 1."""
@@ -134,8 +142,12 @@ def test_a_threshold_at_or_below_the_reach_changes_nothing(window_size, alignmen
     at_reach = torch.tensor([reach], dtype=torch.int32)
     window_seq_lens(at_reach, plain, skip_out=skip[:1], out=read[:1])
     assert int(read[0]) < reach  # a threshold of reach + 1 would keep this row whole
-    window_seq_lens(at_reach, WindowSpec(window_size, alignment, sinks, reach + 1),
-                    skip_out=skip[:1], out=read[:1])  # fmt: skip
+    window_seq_lens(
+        at_reach,
+        WindowSpec(window_size, alignment, sinks, reach + 1),
+        skip_out=skip[:1],
+        out=read[:1],
+    )
     assert int(read[0]) == reach
     with pytest.raises(ValueError, match=">= 0"):
         effective_min_context(-1, window_size, alignment, sinks)

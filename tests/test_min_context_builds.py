@@ -41,8 +41,11 @@ THRESHOLDS = {
 
 
 def config(min_context, sinks=0):
-    return {"draft_window_size": W, "draft_attention_sinks": sinks,
-            "draft_window_min_context": min_context}  # fmt: skip
+    return {
+        "draft_window_size": W,
+        "draft_attention_sinks": sinks,
+        "draft_window_min_context": min_context,
+    }
 
 
 def snapshot(metadata):
@@ -71,14 +74,17 @@ NONE, FULL = CUDAGraphMode.NONE, CUDAGraphMode.FULL
 
 
 # Each method, layout, mode, threshold and sinks value in at least two combinations.
-@pytest.mark.parametrize(("method", "layout_name", "cg_mode", "min_context", "sinks"), [
-    ("dflash", "one_group", NONE, 1024, 0),
-    ("dspark", "one_group", FULL, 1001, 20),
-    ("dspark", "target_group_and_two_draft_groups", NONE, 1001, 0),
-    ("dflash", "target_group_and_two_draft_groups", FULL, 1024, 20),
-    ("dspark", "draft_group_with_smaller_kernel_blocks", FULL, 1024, 0),
-    ("dflash", "draft_group_with_smaller_kernel_blocks", NONE, 1001, 20),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("method", "layout_name", "cg_mode", "min_context", "sinks"),
+    [
+        ("dflash", "one_group", NONE, 1024, 0),
+        ("dspark", "one_group", FULL, 1001, 20),
+        ("dspark", "target_group_and_two_draft_groups", NONE, 1001, 0),
+        ("dflash", "target_group_and_two_draft_groups", FULL, 1024, 20),
+        ("dspark", "draft_group_with_smaller_kernel_blocks", FULL, 1024, 0),
+        ("dflash", "draft_group_with_smaller_kernel_blocks", NONE, 1001, 20),
+    ],
+)
 def test_rows_below_the_threshold_read_whole_the_others_their_window(
     method, layout_name, cg_mode, min_context, sinks, model_dir, monkeypatch
 ):
@@ -98,8 +104,9 @@ def test_rows_below_the_threshold_read_whole_the_others_their_window(
 
 
 @pytest.mark.parametrize("sinks", SINKS)
-def test_one_full_graph_serves_rows_crossing_the_threshold_between_replays(sinks, model_dir,
-                                                                          monkeypatch):  # fmt: skip
+def test_one_full_graph_serves_rows_crossing_the_threshold_between_replays(
+    sinks, model_dir, monkeypatch
+):
     """Captured once; replayed for a step whose rows sit just below the threshold, then for
     one where they have crossed it: the in-graph update follows each row."""
     min_context = 1024
@@ -118,12 +125,14 @@ def test_one_full_graph_serves_rows_crossing_the_threshold_between_replays(sinks
         for target in (batch, plain_batch):
             move_batch_into(later, target)
             # The same verify step for both (vLLM's DFlash input prep, interpreted).
-            prepare_dflash_step(target, NUM_SPEC, np.random.default_rng(step),
-                                draft_groups(layouts))  # fmt: skip
+            prepare_dflash_step(
+                target, NUM_SPEC, np.random.default_rng(step), draft_groups(layouts)
+            )
         s._update_draft_decode_metadata(captured, MAX_NUM_REQS)
         plain_metadata = snapshot(build(plain, CUDAGraphMode.FULL))
-        assert_whole_below_window_above(wired, plain, layouts, captured, plain_metadata,
-                                        min_context)  # fmt: skip
+        assert_whole_below_window_above(
+            wired, plain, layouts, captured, plain_metadata, min_context
+        )
     crossed = [
         i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a < min_context <= b
     ]
@@ -148,9 +157,14 @@ def test_without_the_key_or_with_zero_every_build_equals_todays(model_dir, monke
 EAGLE_CONTEXTS = [300, 308, 310, 312, 313, 314, 315, 316, 318, 2, 700]
 
 
-@pytest.mark.parametrize(("min_context", "layout_name", "sinks"), [
-    (320, "two_groups", 0), (317, "one_group", 20), (320, "one_group", 20),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("min_context", "layout_name", "sinks"),
+    [
+        (320, "two_groups", 0),
+        (317, "one_group", 20),
+        (320, "one_group", 20),
+    ],
+)
 @pytest.mark.parametrize("fused", [False, True], ids=["rebuild_each_step", "in_place_update"])
 def test_every_eagle_step_reads_whole_below_the_threshold_and_its_window_above(
     min_context, layout_name, sinks, fused, model_dir, monkeypatch
@@ -159,11 +173,20 @@ def test_every_eagle_step_reads_whole_below_the_threshold_and_its_window_above(
     from tests.testbed.eagle import EAGLE_LAYOUTS, read_step, run_decode, setup_eagle
 
     layouts, num_spec = EAGLE_LAYOUTS[layout_name], 5
-    plain = setup_eagle(model_dir, monkeypatch, num_spec, layouts, EAGLE_CONTEXTS, seed=3,
-                        sinks=sinks)  # fmt: skip
+    plain = setup_eagle(
+        model_dir, monkeypatch, num_spec, layouts, EAGLE_CONTEXTS, seed=3, sinks=sinks
+    )
     plain_steps = run_decode(plain, monkeypatch, fused)
-    e = setup_eagle(model_dir, monkeypatch, num_spec, layouts, EAGLE_CONTEXTS, seed=3,
-                    sinks=sinks, min_context=min_context)  # fmt: skip
+    e = setup_eagle(
+        model_dir,
+        monkeypatch,
+        num_spec,
+        layouts,
+        EAGLE_CONTEXTS,
+        seed=3,
+        sinks=sinks,
+        min_context=min_context,
+    )
     steps = run_decode(e, monkeypatch, fused)
     assert e.s.draft_window.spec.min_context == min_context
     assert len(steps) == len(plain_steps) == num_spec - 1
@@ -182,8 +205,9 @@ def test_every_eagle_step_reads_whole_below_the_threshold_and_its_window_above(
                     assert torch.equal(tables[i, :width], plain_tables[i, :width])
                     continue
                 assert int(read_lens[i]) == length
-                got, expected, touched = read_step(e, g, layout.block_size, record["lengths"],
-                                                   read_lens, tables, i)  # fmt: skip
+                got, expected, touched = read_step(
+                    e, g, layout.block_size, record["lengths"], read_lens, tables, i
+                )
                 torch.testing.assert_close(got, expected)
                 b = layout.block_size
                 assert touched == {e.batch.req_block_ids[g][i][p // b] for p in range(length)}
@@ -196,16 +220,18 @@ def test_every_eagle_step_reads_whole_below_the_threshold_and_its_window_above(
 
 
 @pytest.mark.parametrize("prefill_chunk", [None, 300], ids=["decodes", "long_chunk"])
-def test_the_eagle_draft_prefill_reads_whole_below_the_threshold(prefill_chunk, model_dir,
-                                                                 monkeypatch):  # fmt: skip
+def test_the_eagle_draft_prefill_reads_whole_below_the_threshold(
+    prefill_chunk, model_dir, monkeypatch
+):
     from tests.testbed.eagle import EAGLE_LAYOUTS, run_prefill, setup_eagle
 
     layouts, min_context = EAGLE_LAYOUTS["two_groups"], 320
     kwargs = dict(seed=4, prefill_chunk=prefill_chunk, sinks=20)
     plain = setup_eagle(model_dir, monkeypatch, 3, layouts, EAGLE_CONTEXTS, **kwargs)
     plain_seen = snapshot(run_prefill(plain))
-    e = setup_eagle(model_dir, monkeypatch, 3, layouts, EAGLE_CONTEXTS, min_context=min_context,
-                    **kwargs)  # fmt: skip
+    e = setup_eagle(
+        model_dir, monkeypatch, 3, layouts, EAGLE_CONTEXTS, min_context=min_context, **kwargs
+    )
     seen = run_prefill(e)
     lengths = e.batch.seq_lens.tolist()
     assert min(lengths) < min_context <= max(lengths)

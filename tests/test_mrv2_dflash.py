@@ -3,8 +3,6 @@ inputs (with and without attention sinks): real speculators, real buffers, vLLM'
 `_build_attn_metadata` and `build_attn_metadata`, and vLLM's real Triton attention metadata
 builder."""
 
-
-
 from types import SimpleNamespace
 
 import numpy as np
@@ -48,8 +46,9 @@ pytestmark = pytest.mark.usefixtures("window_hooks")
 @pytest.mark.parametrize("layout_name", list(LAYOUTS))
 @pytest.mark.parametrize("cg_mode", [CUDAGraphMode.NONE, CUDAGraphMode.FULL], ids=str)
 @pytest.mark.parametrize("sinks", SINKS)
-def test_draft_attention_reads_exactly_the_window(method, layout_name, cg_mode, sinks, model_dir,
-                                                  monkeypatch):  # fmt: skip
+def test_draft_attention_reads_exactly_the_window(
+    method, layout_name, cg_mode, sinks, model_dir, monkeypatch
+):
     layouts = LAYOUTS[layout_name]
     batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
     wired = wire(method, layouts, batch, model_dir, monkeypatch, sinks=sinks)
@@ -63,9 +62,9 @@ def test_draft_attention_reads_exactly_the_window(method, layout_name, cg_mode, 
 
 @pytest.mark.parametrize("layout_name", list(LAYOUTS))
 @pytest.mark.parametrize("sinks", SINKS)
-def test_builders_receive_windowed_inputs_and_untouched_slot_mappings(layout_name, sinks,
-                                                                      model_dir,
-                                                                      monkeypatch):  # fmt: skip
+def test_builders_receive_windowed_inputs_and_untouched_slot_mappings(
+    layout_name, sinks, model_dir, monkeypatch
+):
     layouts = LAYOUTS[layout_name]
     batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
     wired = wire("dspark", layouts, batch, model_dir, monkeypatch, sinks=sinks)
@@ -107,8 +106,9 @@ def test_groups_the_draft_does_not_read_are_left_alone(model_dir, monkeypatch):
 
 
 @pytest.mark.parametrize("additional_config", [{}, {"draft_window_size": None}])
-def test_window_off_builders_receive_exactly_what_vllm_gives_them(additional_config, model_dir,
-                                                                 monkeypatch):  # fmt: skip
+def test_window_off_builders_receive_exactly_what_vllm_gives_them(
+    additional_config, model_dir, monkeypatch
+):
     layouts = LAYOUTS["target_group_and_two_draft_groups"]
     batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
     plugin.unregister()
@@ -147,8 +147,9 @@ def test_window_refresh_allocates_nothing_after_the_first_step(sinks, model_dir,
     bound = torch.tensor(batch.seq_lens, dtype=torch.int32)
     window.refresh(MAX_NUM_REQS)
     window.host_upper_bound(bound, batch.num_reqs, Q)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                profile_memory=True) as prof:  # fmt: skip
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
+    ) as prof:
         window.refresh(MAX_NUM_REQS)
         window.host_upper_bound(bound, batch.num_reqs, Q)
     # A Python scalar operand (`x.add_(3)`) is wrapped as a 0-dim tensor; on an accelerator
@@ -170,8 +171,9 @@ def test_window_refresh_never_reads_a_device_value_on_the_host(sinks):
         block_sizes=[16, 32],
         input_block_tables=[torch.zeros(8, 40, dtype=torch.int32, device=meta)] * 2,
     )
-    window = Mrv2DraftWindow(64, input_buffers, block_tables, [0, 1], 8, meta,
-                             max_chunk_len=300, attention_sinks=sinks)  # fmt: skip
+    window = Mrv2DraftWindow(
+        64, input_buffers, block_tables, [0, 1], 8, meta, max_chunk_len=300, attention_sinks=sinks
+    )
     window.refresh(8)
     # The multi-token pass of an EAGLE draft prefill, over the target's lengths.
     target_seq_lens = torch.zeros(8, dtype=torch.int32, device=meta)
@@ -208,12 +210,16 @@ def test_full_graph_capture_and_in_place_update_read_the_window(sinks, model_dir
     assert_reads_exactly_the_window(wired, layouts, captured)
 
 
-@pytest.mark.parametrize("layouts", [[GroupLayout(16)], [GroupLayout(32), GroupLayout(32)]],
-                         ids=["one_draft_group", "two_draft_groups"])  # fmt: skip
+@pytest.mark.parametrize(
+    "layouts",
+    [[GroupLayout(16)], [GroupLayout(32), GroupLayout(32)]],
+    ids=["one_draft_group", "two_draft_groups"],
+)
 @pytest.mark.parametrize("method", ["dflash", "dspark"])
 @pytest.mark.parametrize("sinks", [None, 0], ids=["no_sinks_key", "zero_sinks"])
-def test_mrv2_metadata_equals_the_released_mrv1_adapter(method, layouts, sinks, model_dir,
-                                                        monkeypatch):  # fmt: skip
+def test_mrv2_metadata_equals_the_released_mrv1_adapter(
+    method, layouts, sinks, model_dir, monkeypatch
+):
     """Same batch through MRV1's adapter (given the table's block size, K = 0 as MRV1
     uses for DFlash/DSpark) and through the MRV2 path: same lengths, same columns."""
     mrv1 = load_mrv1_adapter_module()
@@ -222,8 +228,9 @@ def test_mrv2_metadata_equals_the_released_mrv1_adapter(method, layouts, sinks, 
     metadata = build(wired, CUDAGraphMode.FULL)
     n_pad = batch.num_reqs_padded
     for g, layout in enumerate(layouts):
-        adapter = mrv1.SlidingWindowAdapter(W, layout.block_size, MAX_NUM_REQS, 0,
-                                            torch.device("cpu"))  # fmt: skip
+        adapter = mrv1.SlidingWindowAdapter(
+            W, layout.block_size, MAX_NUM_REQS, 0, torch.device("cpu")
+        )
         cam = SimpleNamespace(
             block_table_tensor=batch.block_tables.input_block_tables[g][:n_pad],
             seq_lens=batch.input_buffers.seq_lens[:n_pad].clone(),
@@ -284,8 +291,10 @@ def test_the_one_launch_refresh_builds_what_the_torch_path_builds(
     layouts = LAYOUTS[layout_name]
     batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
     wired = wire("dspark", layouts, batch, model_dir, monkeypatch, sinks=20)
-    torch_path = {name: (md.seq_lens.clone(), md.block_table.clone())
-                  for name, md in build(wired, cg_mode).items()}  # fmt: skip
+    torch_path = {
+        name: (md.seq_lens.clone(), md.block_table.clone())
+        for name, md in build(wired, cg_mode).items()
+    }
     window = wired.speculator.draft_window
     window.enable_fused()
     for buffer in (window.seq_lens, *(w.block_table for w in window.windows.values())):

@@ -3,8 +3,6 @@ at the draft prefill and at every draft decode step: the real `EagleSpeculator` 
 vLLM's real `DefaultModelState` and Triton attention metadata builders, read by the
 reference paged attention."""
 
-
-
 from types import SimpleNamespace
 
 import numpy as np
@@ -56,8 +54,9 @@ pytestmark = pytest.mark.usefixtures("window_hooks")
 @pytest.mark.parametrize("layout_name", list(LAYOUTS))
 @pytest.mark.parametrize("fused", [False, True], ids=["rebuild_each_step", "in_place_update"])
 @pytest.mark.parametrize("sinks", SINKS)
-def test_every_draft_decode_step_reads_exactly_its_window(num_spec, layout_name, fused, sinks,
-                                                          model_dir, monkeypatch):  # fmt: skip
+def test_every_draft_decode_step_reads_exactly_its_window(
+    num_spec, layout_name, fused, sinks, model_dir, monkeypatch
+):
     layouts = LAYOUTS[layout_name]
     e = setup_eagle(model_dir, monkeypatch, num_spec, layouts, seed=num_spec, sinks=sinks)
     steps = run_decode(e, monkeypatch, fused)
@@ -72,8 +71,9 @@ def test_every_draft_decode_step_reads_exactly_its_window(num_spec, layout_name,
                 length, read = int(record["lengths"][i]), int(read_lens[i])
                 assert min(length, spec.sink_size + W) <= read <= spec.max_read_len
                 assert positions_read(length, read, spec.sink_size)[0] % spec.alignment == 0
-                got, expected, touched = read_step(e, g, layout.block_size, record["lengths"],
-                                                   read_lens, tables, i)  # fmt: skip
+                got, expected, touched = read_step(
+                    e, g, layout.block_size, record["lengths"], read_lens, tables, i
+                )
                 torch.testing.assert_close(got, expected)
                 assert touched == expected_blocks(e, g, layout.block_size, i, length, read)
     # The first and the last step (sampled: the interpreter is slow) through vLLM's own
@@ -84,8 +84,9 @@ def test_every_draft_decode_step_reads_exactly_its_window(num_spec, layout_name,
             read_lens, tables = record[f"draft.{g}"]
             n = e.batch.num_reqs
             queries = [e.k[i][int(lengths[i]) - 1 : int(lengths[i])] * 0.5 for i in range(n)]
-            kernel = unified_attention_read(e.caches[g], queries, tables, read_lens,
-                                            layout.block_size)  # fmt: skip
+            kernel = unified_attention_read(
+                e.caches[g], queries, tables, read_lens, layout.block_size
+            )
             for i, got in enumerate(kernel):
                 _, expected, _ = read_step(e, g, layout.block_size, lengths, read_lens, tables, i)
                 torch.testing.assert_close(got.double(), expected, atol=2e-5, rtol=1e-4)
@@ -123,10 +124,13 @@ def test_draft_prefill_reads_the_window_and_leaves_the_target_metadata_alone(
     num_spec, layout_name, prefill_chunk, sinks, model_dir, monkeypatch
 ):
     layouts = LAYOUTS[layout_name]
-    e = setup_eagle(model_dir, monkeypatch, num_spec, layouts, prefill_chunk=prefill_chunk,
-                    sinks=sinks)  # fmt: skip
-    target_before = {name: (md, md.seq_lens.clone(), md.block_table.clone())
-                     for name, md in e.target_metadata.items()}  # fmt: skip
+    e = setup_eagle(
+        model_dir, monkeypatch, num_spec, layouts, prefill_chunk=prefill_chunk, sinks=sinks
+    )
+    target_before = {
+        name: (md, md.seq_lens.clone(), md.block_table.clone())
+        for name, md in e.target_metadata.items()
+    }
     slots = e.batch.block_tables.slot_mappings
     slots[:, e.batch.num_tokens :] = 12345  # stale slots of an earlier, larger step
     padded = e.batch.num_tokens + 5
@@ -203,8 +207,19 @@ def test_propose_hands_the_target_batch_to_the_prefill_and_forgets_it(model_dir,
     n = e.batch.num_reqs
     zeros = torch.zeros(n, dtype=torch.int64)
     with pytest.raises(Stop):
-        e.s.propose(e.input_batch, e.target_metadata, {}, torch.zeros(64, 4), None, zeros,
-                    zeros, zeros, zeros, e.s.temperature, e.s.seeds)  # fmt: skip
+        e.s.propose(
+            e.input_batch,
+            e.target_metadata,
+            {},
+            torch.zeros(64, 4),
+            None,
+            zeros,
+            zeros,
+            zeros,
+            zeros,
+            e.s.temperature,
+            e.s.seeds,
+        )
     assert seen == [e.input_batch]
     assert propose_state(e.s).prefill_batch is None
 
@@ -271,8 +286,16 @@ def test_full_graphs_prefill_runs_without_them_and_decode_graphs_read_the_window
     num_spec = 4
     # A kernel-block group too, and fewer requests than the captured graph's size.
     layouts = [GroupLayout(16), GroupLayout(64, kernel_block_size=32)]
-    e = setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=[2, 60, 64, 130, 200, 700],
-                    seed=5, sinks=sinks, min_context=min_context)  # fmt: skip
+    e = setup_eagle(
+        model_dir,
+        monkeypatch,
+        num_spec,
+        layouts,
+        contexts=[2, 60, 64, 130, 200, 700],
+        seed=5,
+        sinks=sinks,
+        min_context=min_context,
+    )
     s, n = e.s, e.batch.num_reqs
     s.supports_decode_metadata_update = True
     cuda_graphs_on_cpu(monkeypatch)
@@ -280,8 +303,9 @@ def test_full_graphs_prefill_runs_without_them_and_decode_graphs_read_the_window
     monkeypatch.setattr(compilation, "cudagraph_capture_sizes", [4, MAX_NUM_REQS])
     monkeypatch.setattr(compilation, "max_cudagraph_capture_size", MAX_NUM_REQS)
     # No speculative config in the tiny VllmConfig: a fixed number of speculative tokens.
-    speculative = SimpleNamespace(num_speculative_tokens=num_spec,
-                                  uses_dynamic_speculative_decoding=lambda: False)  # fmt: skip
+    speculative = SimpleNamespace(
+        num_speculative_tokens=num_spec, uses_dynamic_speculative_decoding=lambda: False
+    )
     s.speculative_config = speculative
     monkeypatch.setattr(s.vllm_config, "speculative_config", speculative)
     s.init_cudagraph_manager(CUDAGraphMode.FULL_DECODE_ONLY)
@@ -293,9 +317,15 @@ def test_full_graphs_prefill_runs_without_them_and_decode_graphs_read_the_window
         # The draft forward (no weights on CPU): what its layers read when the graph
         # replays, then vLLM's update_draft_inputs kernel, which the graph records.
         if graphs.replaying() is not None:
-            steps.append({"lengths": s.input_buffers.seq_lens[:n].clone(),
-                          **{name: (md.seq_lens.clone(), md.block_table.clone())
-                             for name, md in attn_metadata.items()}})  # fmt: skip
+            steps.append(
+                {
+                    "lengths": s.input_buffers.seq_lens[:n].clone(),
+                    **{
+                        name: (md.seq_lens.clone(), md.block_table.clone())
+                        for name, md in attn_metadata.items()
+                    },
+                }
+            )
         update_inputs(e, num_spec)
 
     s._generate_draft = generate_draft
@@ -311,8 +341,9 @@ def test_full_graphs_prefill_runs_without_them_and_decode_graphs_read_the_window
     s.idx_mapping[:n] = torch.from_numpy(e.batch.idx_mapping)
     s.idx_mapping[n:] = -1
     prepare_decode(e)
-    s._fused_multi_step_decode(n, False, desc, None, e.input_batch.seq_lens_cpu_upper_bound,
-                               num_spec)  # fmt: skip
+    s._fused_multi_step_decode(
+        n, False, desc, None, e.input_batch.seq_lens_cpu_upper_bound, num_spec
+    )
     assert len(steps) == num_spec - 1
     window = s.draft_window
     for record_ in steps:
@@ -321,8 +352,7 @@ def test_full_graphs_prefill_runs_without_them_and_decode_graphs_read_the_window
             assert not read_lens[n:].any()  # padded rows of the graph read nothing
             unit = layout.kernel_block_size or layout.block_size
             for i in range(n):
-                got, expected, _ = read_step(e, g, unit, record_["lengths"], read_lens,
-                                             tables, i)  # fmt: skip
+                got, expected, _ = read_step(e, g, unit, record_["lengths"], read_lens, tables, i)
                 torch.testing.assert_close(got, expected)
                 length, read = int(record_["lengths"][i]), int(read_lens[i])
                 if length < min_context:
@@ -344,8 +374,13 @@ def test_a_group_the_window_leaves_alone_reads_what_vllm_gives_it(fused, model_d
 
     from tests.testbed.dflash import compare_cams
 
-    sliding = SlidingWindowSpec(block_size=32, sliding_window=128, num_kv_heads=NUM_KV_HEADS,
-                                head_size=HEAD_SIZE, dtype=torch.float32)  # fmt: skip
+    sliding = SlidingWindowSpec(
+        block_size=32,
+        sliding_window=128,
+        num_kv_heads=NUM_KV_HEADS,
+        head_size=HEAD_SIZE,
+        dtype=torch.float32,
+    )
     layouts = [GroupLayout(16), GroupLayout(32, spec=sliding)]
     e = setup_eagle(model_dir, monkeypatch, 4, layouts)
     assert sorted(e.s.draft_window.windows) == [0]
@@ -374,8 +409,9 @@ def test_before_set_attn_there_is_no_window_yet_and_nothing_is_decided(model_dir
     from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, install
 
     s = object.__new__(EagleSpeculator)
-    s.vllm_config = make_vllm_config(model_dir, MAX_MODEL_LEN, MAX_NUM_REQS,
-                                     {"draft_window_size": W})  # fmt: skip
+    s.vllm_config = make_vllm_config(
+        model_dir, MAX_MODEL_LEN, MAX_NUM_REQS, {"draft_window_size": W}
+    )
     calls = []
     # vLLM's propose needs its Triton kernels; this stand-in only records the call.
     propose = hooks.FACTORIES["propose"](
@@ -396,8 +432,14 @@ def test_a_propose_whose_draft_prefill_skips_the_hook_is_stopped(model_dir, monk
     # vLLM's propose needs its Triton kernels; this stand-in runs the draft prefill as
     # vLLM's does, then returns.
     def vllms_propose(self, input_batch, attn_metadata):
-        self._prefill(input_batch.num_reqs, input_batch.num_tokens, attn_metadata, None, None,
-                      skip_sample=True)  # fmt: skip
+        self._prefill(
+            input_batch.num_reqs,
+            input_batch.num_tokens,
+            attn_metadata,
+            None,
+            None,
+            skip_sample=True,
+        )
         return "drafts"
 
     propose = hooks.FACTORIES["propose"](vllms_propose, install.installation())

@@ -69,8 +69,11 @@ def test_the_declared_vllm_admits_both_supported_lines_and_no_other(tmp_path):
     wheel = build_wheel(tmp_path)
     with zipfile.ZipFile(wheel) as zf:
         (metadata,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
-        requires = [line.split(": ", 1)[1] for line in zf.read(metadata).decode().splitlines()
-                    if line.startswith("Requires-Dist: ")]  # fmt: skip
+        requires = [
+            line.split(": ", 1)[1]
+            for line in zf.read(metadata).decode().splitlines()
+            if line.startswith("Requires-Dist: ")
+        ]
     (vllm,) = [Requirement(r) for r in requires if Requirement(r).name == "vllm"]
     for line in lines.LINES:
         major, minor = line.vllm_minor

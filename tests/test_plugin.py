@@ -96,8 +96,9 @@ def config_for(model_dir, additional_config):
 
 
 @pytest.mark.parametrize("env", ["1", "0"])
-def test_runner_choice_is_unchanged_without_a_fallback(env, model_dir, restore_runner_choice,
-                                                       monkeypatch):  # fmt: skip
+def test_runner_choice_is_unchanged_without_a_fallback(
+    env, model_dir, restore_runner_choice, monkeypatch
+):
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", env)
     config = config_for(model_dir, {"draft_window_size": 512})
     before = config.use_v2_model_runner
@@ -116,9 +117,9 @@ SINKS_ON_V1 = (
 )
 
 
-def test_attention_sinks_on_model_runner_v1_are_refused_with_the_fix(model_dir,
-                                                                    restore_runner_choice,
-                                                                    monkeypatch):  # fmt: skip
+def test_attention_sinks_on_model_runner_v1_are_refused_with_the_fix(
+    model_dir, restore_runner_choice, monkeypatch
+):
     additional_config = {"draft_window_size": 512, "draft_attention_sinks": "64"}
     plugin.register()
     plugin.register()
@@ -143,16 +144,18 @@ def test_sinks_are_refused_on_v1_also_when_a_platform_patch_replaces_the_runner_
         speculative_config_for(model_dir, {"draft_window_size": 512, "draft_attention_sinks": 64})
 
 
-@pytest.mark.parametrize(("env", "speculative", "sinks", "expected"), [
-    ("0", True, 0, False),
-    ("0", True, None, False),
-    ("0", False, 64, False),
-    ("1", True, 64, True),
-])  # fmt: skip
-def test_runner_choice_is_unchanged_unless_v1_would_ignore_sinks(env, speculative, sinks,
-                                                                 expected, model_dir,
-                                                                 restore_runner_choice,
-                                                                 monkeypatch):  # fmt: skip
+@pytest.mark.parametrize(
+    ("env", "speculative", "sinks", "expected"),
+    [
+        ("0", True, 0, False),
+        ("0", True, None, False),
+        ("0", False, 64, False),
+        ("1", True, 64, True),
+    ],
+)
+def test_runner_choice_is_unchanged_unless_v1_would_ignore_sinks(
+    env, speculative, sinks, expected, model_dir, restore_runner_choice, monkeypatch
+):
     plugin.register()
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", env)
     make = speculative_config_for if speculative else config_for
@@ -160,14 +163,16 @@ def test_runner_choice_is_unchanged_unless_v1_would_ignore_sinks(env, speculativ
     assert config.use_v2_model_runner is expected
 
 
-@pytest.mark.parametrize(("additional_config", "error"), [
-    ({"draft_window_size": 512, "draft_attention_sinks": -1}, "must be an integer number"),
-    ({"draft_attention_sinks": 64}, 'needs additional_config["draft_window_size"]'),
-])  # fmt: skip
-def test_invalid_sinks_on_model_runner_v1_raise_the_configs_error(additional_config, error,
-                                                                  model_dir,
-                                                                  restore_runner_choice,
-                                                                  monkeypatch):  # fmt: skip
+@pytest.mark.parametrize(
+    ("additional_config", "error"),
+    [
+        ({"draft_window_size": 512, "draft_attention_sinks": -1}, "must be an integer number"),
+        ({"draft_attention_sinks": 64}, 'needs additional_config["draft_window_size"]'),
+    ],
+)
+def test_invalid_sinks_on_model_runner_v1_raise_the_configs_error(
+    additional_config, error, model_dir, restore_runner_choice, monkeypatch
+):
     plugin.register()
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
     with pytest.raises(ValueError, match=re.escape(error)):
@@ -181,11 +186,12 @@ MIN_CONTEXT_ON_V1 = (
 )
 
 
-@pytest.mark.parametrize(("min_context", "refused"), [(8192, True), ("8192", True), (0, False),
-                                                      (None, False)])  # fmt: skip
-def test_a_threshold_on_model_runner_v1_is_refused_with_the_fix(min_context, refused, model_dir,
-                                                                restore_runner_choice,
-                                                                monkeypatch):  # fmt: skip
+@pytest.mark.parametrize(
+    ("min_context", "refused"), [(8192, True), ("8192", True), (0, False), (None, False)]
+)
+def test_a_threshold_on_model_runner_v1_is_refused_with_the_fix(
+    min_context, refused, model_dir, restore_runner_choice, monkeypatch
+):
     additional_config = {"draft_window_size": 512, "draft_window_min_context": min_context}
     plugin.register()
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
@@ -198,15 +204,20 @@ def test_a_threshold_on_model_runner_v1_is_refused_with_the_fix(min_context, ref
     assert speculative_config_for(model_dir, additional_config).use_v2_model_runner
 
 
-@pytest.mark.parametrize(("value", "error"), [
-    (-1, "got -1 (int)"), (1.5, "got 1.5 (float)"), (True, "got True (bool)"),
-    ("8k", "got '8k' (str)"), ([8192], "got [8192] (list)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        (-1, "got -1 (int)"),
+        (1.5, "got 1.5 (float)"),
+        (True, "got True (bool)"),
+        ("8k", "got '8k' (str)"),
+        ([8192], "got [8192] (list)"),
+    ],
+)
 @pytest.mark.parametrize("env", ["0", "1"])
-def test_an_invalid_threshold_stops_start_up_naming_key_value_and_fix(value, error, env,
-                                                                       model_dir,
-                                                                       restore_runner_choice,
-                                                                       monkeypatch):  # fmt: skip
+def test_an_invalid_threshold_stops_start_up_naming_key_value_and_fix(
+    value, error, env, model_dir, restore_runner_choice, monkeypatch
+):
     plugin.register()
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", env)
     message = (
@@ -214,8 +225,9 @@ def test_an_invalid_threshold_stops_start_up_naming_key_value_and_fix(value, err
         '(an integral string such as "8192" is accepted; 0 or null: every context); ' + error
     )
     with pytest.raises(ValueError, match=re.escape(message)):
-        speculative_config_for(model_dir, {"draft_window_size": 512,
-                                           "draft_window_min_context": value})  # fmt: skip
+        speculative_config_for(
+            model_dir, {"draft_window_size": 512, "draft_window_min_context": value}
+        )
 
 
 def test_a_threshold_without_a_window_is_an_error_with_or_without_a_draft(

@@ -105,8 +105,9 @@ OWN_KEYS = ("draft_attention_sinks", "draft_window_min_context")
 
 
 @pytest.mark.parametrize("key", OWN_KEYS)
-def test_a_strict_ascend_config_rejects_the_own_keys_without_the_plugin(key, model_dir,
-                                                                        monkeypatch):  # fmt: skip
+def test_a_strict_ascend_config_rejects_the_own_keys_without_the_plugin(
+    key, model_dir, monkeypatch
+):
     strict = install_strict_ascend_config(monkeypatch)
     with pytest.raises(ValueError, match=key):
         build(strict, model_dir, {"draft_window_size": 4096, key: 8192})
@@ -118,21 +119,31 @@ def test_a_strict_ascend_config_accepts_the_own_keys_once_registered(model_dir, 
     plugin.register()
     # Twice: pydantic completing the class on first use must not drop the wrapper.
     for _ in range(2):
-        ascend_config = build(strict, model_dir, {"draft_window_size": "4096",
-                                                  "draft_attention_sinks": 64,
-                                                  "draft_window_min_context": 8192})  # fmt: skip
+        ascend_config = build(
+            strict,
+            model_dir,
+            {
+                "draft_window_size": "4096",
+                "draft_attention_sinks": 64,
+                "draft_window_min_context": 8192,
+            },
+        )
         assert ascend_config.draft_window_size == 4096
         for key in OWN_KEYS:
             assert not hasattr(ascend_config, key)
 
 
-@pytest.mark.parametrize(("additional_config", "rejected"), [
-    ({"draft_window_size": 4096, "draft_attention_sink": 64}, "draft_attention_sink"),
-    ({"draft_window_size": "big", "draft_attention_sinks": 64}, "draft_window_size"),
-    ({"draft_attention_sinks": 64, "scheduler_config": {"balance": 1}}, "balance"),
-])  # fmt: skip
-def test_a_strict_ascend_config_still_rejects_other_bad_keys(additional_config, rejected,
-                                                             model_dir, monkeypatch):  # fmt: skip
+@pytest.mark.parametrize(
+    ("additional_config", "rejected"),
+    [
+        ({"draft_window_size": 4096, "draft_attention_sink": 64}, "draft_attention_sink"),
+        ({"draft_window_size": "big", "draft_attention_sinks": 64}, "draft_window_size"),
+        ({"draft_attention_sinks": 64, "scheduler_config": {"balance": 1}}, "balance"),
+    ],
+)
+def test_a_strict_ascend_config_still_rejects_other_bad_keys(
+    additional_config, rejected, model_dir, monkeypatch
+):
     strict = install_strict_ascend_config(monkeypatch)
     plugin.register()
     with pytest.raises(ValueError, match=rejected):
@@ -173,8 +184,9 @@ def test_a_strict_ascend_config_declaring_one_own_key_gets_it_and_drops_the_othe
     module = install_module(monkeypatch, ModuleType(MODULE))
     module.AscendConfig = AscendConfig
     plugin.register()
-    config = AscendConfig(draft_window_size=8, draft_attention_sinks="4",
-                          draft_window_min_context=64)  # fmt: skip
+    config = AscendConfig(
+        draft_window_size=8, draft_attention_sinks="4", draft_window_min_context=64
+    )
     assert config.draft_attention_sinks == 4
     assert not hasattr(config, "draft_window_min_context")
 

@@ -42,13 +42,15 @@ def renamed_parameter(monkeypatch):
     def _fused_multi_step_decode(self, num_reqs, num_tokens, num_steps):
         """A stand-in with the parameter renamed."""
 
-    monkeypatch.setattr(TargetDependentARSpeculator, "_fused_multi_step_decode",
-                        _fused_multi_step_decode)  # fmt: skip
+    monkeypatch.setattr(
+        TargetDependentARSpeculator, "_fused_multi_step_decode", _fused_multi_step_decode
+    )
 
 
 def unknown_version(monkeypatch):
-    monkeypatch.setattr(lines, "installed_versions",
-                        lambda: {"vllm": "0.34.0", "vllm-ascend": "not installed"})  # fmt: skip
+    monkeypatch.setattr(
+        lines, "installed_versions", lambda: {"vllm": "0.34.0", "vllm-ascend": "not installed"}
+    )
 
 
 DRIFTS = {
@@ -59,8 +61,9 @@ DRIFTS = {
     ),
     unknown_version: "vLLM 0.34.0 is not a supported line",
 }
-drifts = pytest.mark.parametrize(("drift", "problem"), list(DRIFTS.items()),
-                                 ids=[d.__name__ for d in DRIFTS])  # fmt: skip
+drifts = pytest.mark.parametrize(
+    ("drift", "problem"), list(DRIFTS.items()), ids=[d.__name__ for d in DRIFTS]
+)
 
 
 @pytest.fixture(autouse=True)
@@ -107,8 +110,9 @@ def vllm_methods():
 
 
 @drifts
-def test_vllm_loads_the_plugin_and_changes_nothing_it_hooks(drift, problem, monkeypatch,
-                                                            debug_lines):  # fmt: skip
+def test_vllm_loads_the_plugin_and_changes_nothing_it_hooks(
+    drift, problem, monkeypatch, debug_lines
+):
     drift(monkeypatch)
     before = vllm_methods()
     assert len(before) >= 4  # 10 hooked; the AR module drift hides 5 of them
@@ -121,8 +125,9 @@ def test_vllm_loads_the_plugin_and_changes_nothing_it_hooks(drift, problem, monk
 
 
 @drifts
-def test_without_the_window_a_draft_builds_exactly_what_vllm_builds(drift, problem, model_dir,
-                                                                    monkeypatch):  # fmt: skip
+def test_without_the_window_a_draft_builds_exactly_what_vllm_builds(
+    drift, problem, model_dir, monkeypatch
+):
     layouts = LAYOUTS["target_group_and_two_draft_groups"]
     batch = make_batch(layouts)
     plain = wire("dspark", layouts, batch, model_dir, monkeypatch, additional_config={})
@@ -147,12 +152,15 @@ def refusal(model_dir, monkeypatch, additional_config) -> str:
 
 
 @drifts
-def test_with_the_window_building_the_config_stops_with_the_reason(drift, problem, model_dir,
-                                                                   monkeypatch):  # fmt: skip
+def test_with_the_window_building_the_config_stops_with_the_reason(
+    drift, problem, model_dir, monkeypatch
+):
     drift(monkeypatch)
     message = refusal(model_dir, monkeypatch, {"draft_window_size": 512})
-    assert ("Value error, additional_config draft_window_size=512 cannot be served on Model "
-            "Runner V2 here: the draft window could not hook this vLLM") in message  # fmt: skip
+    assert (
+        "Value error, additional_config draft_window_size=512 cannot be served on Model "
+        "Runner V2 here: the draft window could not hook this vLLM"
+    ) in message
     versions = lines.installed_versions()
     assert f"vLLM {versions['vllm']}, vllm-ascend not installed" in message
     assert "supported: vLLM 0.33.x, vLLM 0.30.x with vllm-ascend 0.30.0rc2" in message
@@ -209,19 +217,23 @@ def test_on_a_supported_vllm_the_config_is_accepted(model_dir, monkeypatch):
 
 
 def test_with_vllm_ascend_the_error_offers_its_model_runner_v1_window(model_dir, monkeypatch):
-    monkeypatch.setattr(lines, "installed_versions",
-                        lambda: {"vllm": "0.31.0", "vllm-ascend": "0.31.0rc1"})  # fmt: skip
+    monkeypatch.setattr(
+        lines, "installed_versions", lambda: {"vllm": "0.31.0", "vllm-ascend": "0.31.0rc1"}
+    )
     message = refusal(model_dir, monkeypatch, {"draft_window_size": 512})
-    assert ("could not hook this vLLM (vLLM 0.31.0, vllm-ascend 0.31.0rc1; supported: vLLM "
-            "0.33.x, vLLM 0.30.x with vllm-ascend 0.30.0rc2): vLLM 0.31.0 is not a supported "
-            "line. Install a supported vLLM, run Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0), "
-            "whose draft window is vllm-ascend's own, or remove draft_window_size from "
-            "additional_config.") in message  # fmt: skip
+    assert (
+        "could not hook this vLLM (vLLM 0.31.0, vllm-ascend 0.31.0rc1; supported: vLLM "
+        "0.33.x, vLLM 0.30.x with vllm-ascend 0.30.0rc2): vLLM 0.31.0 is not a supported "
+        "line. Install a supported vLLM, run Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0), "
+        "whose draft window is vllm-ascend's own, or remove draft_window_size from "
+        "additional_config."
+    ) in message
 
 
 def test_vllm_0_30_without_vllm_ascend_is_not_the_ascend_line(model_dir, monkeypatch):
-    monkeypatch.setattr(lines, "installed_versions",
-                        lambda: {"vllm": "0.30.0", "vllm-ascend": "not installed"})  # fmt: skip
+    monkeypatch.setattr(
+        lines, "installed_versions", lambda: {"vllm": "0.30.0", "vllm-ascend": "not installed"}
+    )
     message = refusal(model_dir, monkeypatch, {"draft_window_size": 512})
     assert (
         "vLLM 0.30.x with vllm-ascend 0.30.0rc2 needs vllm-ascend 0.30.0rc2, installed: "

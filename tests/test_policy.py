@@ -58,8 +58,14 @@ def sliding_window(block_size, window=128):
 def dsv4_dspark_swa():
     """The one KV-cache layer each DeepSeek-V4 DSpark draft layer has on vLLM 0.33
     (`DeepseekV4SWACache`: compress ratio 1, 64-token blocks), grouped per layer type."""
-    layer = SlidingWindowMLASpec(block_size=64, sliding_window=128, model_version="deepseek_v4",
-                                 num_kv_heads=1, head_size=512, dtype=torch.bfloat16)  # fmt: skip
+    layer = SlidingWindowMLASpec(
+        block_size=64,
+        sliding_window=128,
+        model_version="deepseek_v4",
+        num_kv_heads=1,
+        head_size=512,
+        dtype=torch.bfloat16,
+    )
     return UniformTypeKVCacheSpecs(block_size=64, kv_cache_specs={"draft.layer": layer})
 
 
@@ -70,37 +76,64 @@ class NewAttentionSpec(FullAttentionSpec):
 POLICY = [
     (full_attention_spec(16), True, "full attention over the whole context"),
     (MLAAttentionSpec(block_size=64, **MLA), True, "full attention over the whole context"),
-    (UniformTypeKVCacheSpecs(block_size=16, kv_cache_specs={
-        "a": full_attention_spec(16), "b": full_attention_spec(16)}),
-     True, "every layer attends over the whole context"),
+    (
+        UniformTypeKVCacheSpecs(
+            block_size=16,
+            kv_cache_specs={"a": full_attention_spec(16), "b": full_attention_spec(16)},
+        ),
+        True,
+        "every layer attends over the whole context",
+    ),
     (sliding_window(32), False, "a sliding window the layer reads by itself"),
     (dsv4_dspark_swa(), False, "a member layer is left alone: a sliding window"),
-    (FullAttentionSpec(block_size=16, sliding_window=256, **KV), False,
-     "a sliding window of 256 tokens computed in the layer"),
-    (ChunkedLocalAttentionSpec(block_size=16, attention_chunk_size=64, **KV), False,
-     "chunked local attention"),
+    (
+        FullAttentionSpec(block_size=16, sliding_window=256, **KV),
+        False,
+        "a sliding window of 256 tokens computed in the layer",
+    ),
+    (
+        ChunkedLocalAttentionSpec(block_size=16, attention_chunk_size=64, **KV),
+        False,
+        "chunked local attention",
+    ),
     (CircularBufferSpec(block_size=64, **KV), False, "a ring buffer"),
-    (MLAAttentionSpec(block_size=64, tokens_per_state=4, **MLA), False,
-     "compressed: one state per 4 tokens"),
+    (
+        MLAAttentionSpec(block_size=64, tokens_per_state=4, **MLA),
+        False,
+        "compressed: one state per 4 tokens",
+    ),
     (MLAAttentionSpec(block_size=64, topk_buffer_width=2048, **MLA), False, "sparse MLA"),
-    (MLAAttentionSpec(block_size=64, cache_role=SparseCacheRole.INDEXER, **MLA), False,
-     "a sparse-attention indexer cache"),
-    (SinkFullAttentionSpec(block_size=16, sink_len=4, **KV), False,
-     "attention sinks the model declares itself"),
+    (
+        MLAAttentionSpec(block_size=64, cache_role=SparseCacheRole.INDEXER, **MLA),
+        False,
+        "a sparse-attention indexer cache",
+    ),
+    (
+        SinkFullAttentionSpec(block_size=16, sink_len=4, **KV),
+        False,
+        "attention sinks the model declares itself",
+    ),
     (RSWASpec(block_size=16, rswa_window=64, **KV), False, "restricted sliding window"),
     (FullAttentionSpec(block_size=16, non_causal=True, **KV), False, "non-causal"),
-    (MambaSpec(block_size=16, shapes=((2, 3),), dtypes=(torch.float32,)), False,
-     "recurrent (mamba/SSM) state"),
+    (
+        MambaSpec(block_size=16, shapes=((2, 3),), dtypes=(torch.float32,)),
+        False,
+        "recurrent (mamba/SSM) state",
+    ),
     (HiddenStateCacheSpec(block_size=16, **MLA), False, "a hidden-state cache"),
     (EncoderOnlyAttentionSpec(block_size=16, **KV), False, "encoder attention"),
     (CrossAttentionSpec(block_size=16, **KV), False, "cross attention"),
-    (HiSparseHotSpec(block_size=16, page_size=1024, blocks_per_request=4), False,
-     "a sparse (HiSparse) cache"),
-]  # fmt: skip
+    (
+        HiSparseHotSpec(block_size=16, page_size=1024, blocks_per_request=4),
+        False,
+        "a sparse (HiSparse) cache",
+    ),
+]
 
 
-@pytest.mark.parametrize(("spec", "windowed", "reason"), POLICY,
-                         ids=[type(p[0]).__name__ for p in POLICY])  # fmt: skip
+@pytest.mark.parametrize(
+    ("spec", "windowed", "reason"), POLICY, ids=[type(p[0]).__name__ for p in POLICY]
+)
 def test_each_kv_cache_spec_gets_a_decision_and_its_reason(spec, windowed, reason):
     decision, why, unknown = groups.classify(spec)
     assert (decision, unknown) == (windowed, False)
@@ -110,8 +143,10 @@ def test_each_kv_cache_spec_gets_a_decision_and_its_reason(spec, windowed, reaso
 def test_an_unknown_spec_class_is_left_alone_and_named():
     spec = NewAttentionSpec(block_size=16, **KV)
     assert groups.classify(spec) == (
-        False, "a KV-cache spec the draft window does not know (NewAttentionSpec)", True
-    )  # fmt: skip
+        False,
+        "a KV-cache spec the draft window does not know (NewAttentionSpec)",
+        True,
+    )
 
 
 # Full attention of 16-token blocks, a sliding window of 128-token blocks, full attention of
@@ -178,8 +213,9 @@ def test_a_capture_hands_the_groups_left_alone_vllms_own_buffers(model_dir, monk
     fill_slot_mappings(batch)
     wired.speculator._update_draft_decode_metadata(captured, MAX_NUM_REQS)
     assert_reads_exactly_the_window(wired, layouts, captured)
-    assert torch.equal(sliding.seq_lens[: batch.num_reqs],
-                       torch.from_numpy(batch.seq_lens).to(torch.int32))  # fmt: skip
+    assert torch.equal(
+        sliding.seq_lens[: batch.num_reqs], torch.from_numpy(batch.seq_lens).to(torch.int32)
+    )
 
 
 @pytest.fixture
@@ -187,21 +223,25 @@ def warnings(window_log):
     return window_log
 
 
-def test_no_windowable_group_keeps_the_window_off_with_one_warning(model_dir, monkeypatch,
-                                                                   warnings):  # fmt: skip
+def test_no_windowable_group_keeps_the_window_off_with_one_warning(
+    model_dir, monkeypatch, warnings
+):
     layouts = [GroupLayout(16, draft=False), GroupLayout(32, spec=sliding_window(32))]
     wired = wire("dflash", layouts, make_batch(layouts), model_dir, monkeypatch)
     assert wired.speculator.draft_window is None
-    assert warnings == [(
-        "warning",
-        "draft_window_size=64: no draft KV-cache group is one the window applies to, so the "
-        "draft window stays off; left alone: group 1 (SlidingWindowSpec, block size 32): a "
-        "sliding window the layer reads by itself (and was trained with).",
-    )]  # fmt: skip
+    assert warnings == [
+        (
+            "warning",
+            "draft_window_size=64: no draft KV-cache group is one the window applies to, so the "
+            "draft window stays off; left alone: group 1 (SlidingWindowSpec, block size 32): a "
+            "sliding window the layer reads by itself (and was trained with).",
+        )
+    ]
 
 
-def test_the_start_up_line_lists_the_groups_windowed_and_left_alone(model_dir, monkeypatch,
-                                                                    warnings):  # fmt: skip
+def test_the_start_up_line_lists_the_groups_windowed_and_left_alone(
+    model_dir, monkeypatch, warnings
+):
     wire("dflash", RING_AND_COMPRESSED, make_batch(RING_AND_COMPRESSED), model_dir, monkeypatch)
     ((level, line),) = warnings
     assert level == "info"
@@ -218,9 +258,12 @@ def test_an_unknown_spec_class_is_named_in_a_warning(model_dir, monkeypatch, war
     layouts = [GroupLayout(16), GroupLayout(16, spec=NewAttentionSpec(block_size=16, **KV))]
     wired = wire("dflash", layouts, make_batch(layouts), model_dir, monkeypatch)
     assert sorted(wired.speculator.draft_window.windows) == [0]
-    assert warnings[0] == ("warning", "draft_window_size: draft KV-cache group 1 has a spec the "
-                                      "window does not know (NewAttentionSpec); it is left "
-                                      "alone.")  # fmt: skip
+    assert warnings[0] == (
+        "warning",
+        "draft_window_size: draft KV-cache group 1 has a spec the "
+        "window does not know (NewAttentionSpec); it is left "
+        "alone.",
+    )
 
 
 def deepseek_v4(wired_config):
@@ -241,13 +284,16 @@ def test_a_deepseek_v4_dspark_draft_has_no_group_to_window(model_dir, monkeypatc
     layouts = [GroupLayout(64, draft=False), GroupLayout(64, spec=dsv4_dspark_swa())]
     config = make_vllm_config(model_dir, MAX_MODEL_LEN, MAX_NUM_REQS, {"draft_window_size": W})
     deepseek_v4(config)
-    wired = wire_speculator(DSparkSpeculator, make_batch(layouts), layouts, config, "dspark",
-                            NUM_SPEC)  # fmt: skip
+    wired = wire_speculator(
+        DSparkSpeculator, make_batch(layouts), layouts, config, "dspark", NUM_SPEC
+    )
     assert wired.speculator.draft_window is None
-    assert warnings == [(
-        "warning",
-        "draft_window_size=64: no draft KV-cache group is one the window applies to, so the "
-        "draft window stays off; left alone: group 1 "
-        "(UniformTypeKVCacheSpecs[SlidingWindowMLASpec], block size 64): a member layer is "
-        "left alone: a sliding window the layer reads by itself (and was trained with).",
-    )]  # fmt: skip
+    assert warnings == [
+        (
+            "warning",
+            "draft_window_size=64: no draft KV-cache group is one the window applies to, so the "
+            "draft window stays off; left alone: group 1 "
+            "(UniformTypeKVCacheSpecs[SlidingWindowMLASpec], block size 64): a member layer is "
+            "left alone: a sliding window the layer reads by itself (and was trained with).",
+        )
+    ]

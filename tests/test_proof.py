@@ -45,8 +45,9 @@ BUILD_PATH = DraftModelSpeculator._build_attn_metadata.__qualname__
 
 def wire_class(cls, model_dir, layouts=LAYOUT):
     config = make_vllm_config(model_dir, MAX_MODEL_LEN, MAX_NUM_REQS, {"draft_window_size": W})
-    return wire_speculator(cls, make_batch(layouts, num_reqs_padded=MAX_NUM_REQS), layouts,
-                           config, "dspark", NUM_SPEC)  # fmt: skip
+    return wire_speculator(
+        cls, make_batch(layouts, num_reqs_padded=MAX_NUM_REQS), layouts, config, "dspark", NUM_SPEC
+    )
 
 
 def vllms(method):
@@ -57,8 +58,9 @@ def vllms(method):
 
 def test_each_path_is_checked_once_and_every_capture_build_every_time(model_dir, monkeypatch):
     layouts = LAYOUTS["one_group"]
-    wired = wire("dflash", layouts, make_batch(layouts, num_reqs_padded=MAX_NUM_REQS),
-                 model_dir, monkeypatch)  # fmt: skip
+    wired = wire(
+        "dflash", layouts, make_batch(layouts, num_reqs_padded=MAX_NUM_REQS), model_dir, monkeypatch
+    )
     s, proof = wired.speculator, wired.speculator.draft_window.proof
     captured = capture_on_cpu(s, monkeypatch)
     s.capture()
@@ -94,9 +96,11 @@ def test_a_subclass_building_without_super_is_stopped_with_its_path(model_dir):
     with pytest.raises(WindowNotInPathError) as error:
         build(wired)
     message = str(error.value)
-    assert message.startswith("draft window not in the path: OwnBuildDSpark's draft attention "
-                              "builder for KV-cache group 1 got metadata (build) outside the "
-                              "window's hooks, called from ")  # fmt: skip
+    assert message.startswith(
+        "draft window not in the path: OwnBuildDSpark's draft attention "
+        "builder for KV-cache group 1 got metadata (build) outside the "
+        "window's hooks, called from "
+    )
     assert "OwnBuildDSpark._build_attn_metadata" in message
     assert "DraftModelSpeculator._build_uniform_attn_metadata" in message
     assert "its device seq_lens is not the window's windowed seq_lens" in message
@@ -117,11 +121,15 @@ def test_a_vllm_that_stops_forwarding_the_uniform_build_is_stopped(model_dir, mo
         finally:
             self._build_attn_metadata = self_forwarding
 
-    monkeypatch.setattr(DraftModelSpeculator, "_build_uniform_attn_metadata",
-                        _build_uniform_attn_metadata)  # fmt: skip
+    monkeypatch.setattr(
+        DraftModelSpeculator, "_build_uniform_attn_metadata", _build_uniform_attn_metadata
+    )
     wired = wire_class(DSparkSpeculator, model_dir)
-    with pytest.raises(WindowNotInPathError, match=r"outside the window's hooks, called from "
-                                                   r".*_build_uniform_attn_metadata"):  # fmt: skip
+    with pytest.raises(
+        WindowNotInPathError,
+        match=r"outside the window's hooks, called from "
+        r".*_build_uniform_attn_metadata",
+    ):
         build(wired)
 
 
@@ -131,10 +139,16 @@ def test_a_capture_that_bypasses_the_hook_is_stopped_with_its_path(model_dir):
             """Prepares its graphs' inputs itself, without super(): the shape of a capture
             that calls the graph manager directly."""
             _prepare_dflash_inputs_to_capture(
-                MAX_NUM_REQS, MAX_NUM_REQS * Q, self.input_buffers, self.block_tables,
-                self.attn_groups, self.kv_cache_config, self.max_model_len, skip_attn=False,
+                MAX_NUM_REQS,
+                MAX_NUM_REQS * Q,
+                self.input_buffers,
+                self.block_tables,
+                self.attn_groups,
+                self.kv_cache_config,
+                self.max_model_len,
+                skip_attn=False,
                 causal=True,
-            )  # fmt: skip
+            )
 
     wired = wire_class(OwnCaptureDFlash, model_dir)
     with pytest.raises(WindowNotInPathError) as error:
@@ -148,13 +162,15 @@ def test_an_in_place_update_outside_the_hook_is_stopped(model_dir, monkeypatch):
     """vLLM 0.30's fused decode updates recorded metadata through the attention groups
     directly, which would leave the window's buffers as they were."""
     layouts = LAYOUTS["one_group"]
-    wired = wire("dflash", layouts, make_batch(layouts, num_reqs_padded=MAX_NUM_REQS),
-                 model_dir, monkeypatch)  # fmt: skip
+    wired = wire(
+        "dflash", layouts, make_batch(layouts, num_reqs_padded=MAX_NUM_REQS), model_dir, monkeypatch
+    )
     captured = capture_on_cpu(wired.speculator, monkeypatch)
     wired.speculator.capture()
     (group,) = wired.attn_groups[0]
-    with pytest.raises(WindowNotInPathError, match="updated in place outside the window's "
-                                                   "update hook"):  # fmt: skip
+    with pytest.raises(
+        WindowNotInPathError, match="updated in place outside the window's update hook"
+    ):
         group.update_draft_decode_metadata(captured)
 
 
@@ -165,16 +181,20 @@ def test_a_set_attn_override_without_super_is_stopped_at_the_first_build(model_d
             vllms(DraftModelSpeculator.set_attn)(self, *args, **kwargs)
 
     wired = wire_class(OwnSetAttnDSpark, model_dir)
-    with pytest.raises(WindowNotInPathError, match=r"OwnSetAttnDSpark.set_attn did not run "
-                                                   r"through the window's hook"):  # fmt: skip
+    with pytest.raises(
+        WindowNotInPathError,
+        match=r"OwnSetAttnDSpark.set_attn did not run "
+        r"through the window's hook",
+    ):
         build(wired, CUDAGraphMode.FULL)
 
 
 def test_host_lengths_past_the_window_are_stopped(model_dir, monkeypatch):
     """A host bound that escaped the window (here the window's own host arithmetic is
     switched off; vllm-ascend's DSpark MLA path hands its builders unwindowed host lengths)."""
-    monkeypatch.setattr(Mrv2DraftWindow, "host_upper_bound",
-                        lambda self, bound, num_reqs, step, **kwargs: bound)  # fmt: skip
+    monkeypatch.setattr(
+        Mrv2DraftWindow, "host_upper_bound", lambda self, bound, num_reqs, step, **kwargs: bound
+    )
     wired = wire_class(DSparkSpeculator, model_dir)
     with pytest.raises(WindowNotInPathError) as error:
         build(wired)
@@ -195,13 +215,19 @@ def test_a_captures_worst_case_host_bound_is_a_bound_the_proof_accepts(model_dir
 
     def with_worst_case_bound(*args, num_reqs, max_seq_len, **kwargs):
         bounds.append(torch.full((num_reqs,), max_seq_len, dtype=torch.int32))
-        return real(*args, num_reqs=num_reqs, max_seq_len=max_seq_len,
-                    seq_lens_cpu_upper_bound=bounds[-1], **kwargs)  # fmt: skip
+        return real(
+            *args,
+            num_reqs=num_reqs,
+            max_seq_len=max_seq_len,
+            seq_lens_cpu_upper_bound=bounds[-1],
+            **kwargs,
+        )
 
     monkeypatch.setattr(dflash_cudagraph, "build_attn_metadata", with_worst_case_bound)
     layouts = LAYOUTS["one_group"]
-    wired = wire("dflash", layouts, make_batch(layouts, num_reqs_padded=MAX_NUM_REQS),
-                 model_dir, monkeypatch)  # fmt: skip
+    wired = wire(
+        "dflash", layouts, make_batch(layouts, num_reqs_padded=MAX_NUM_REQS), model_dir, monkeypatch
+    )
     capture_on_cpu(wired.speculator, monkeypatch)
     wired.speculator.capture()
     assert len(bounds) == 2 and int(bounds[0].max()) == MAX_MODEL_LEN  # warmup, capture

@@ -232,8 +232,10 @@ def test_a_multi_token_pass_keeps_every_query_inside_its_window(case: Case, data
     )
     assert bool((bound >= windowed).all())
     for g in case.groups:
-        width = -(-(sinks + max(case.window_size, int(query_lens.max())) + spec.alignment - 1)
-                  // g.block_size)  # fmt: skip
+        width = -(
+            -(sinks + max(case.window_size, int(query_lens.max())) + spec.alignment - 1)
+            // g.block_size
+        )
         window = BlockTableWindow(spec, g.block_size, max_num_reqs=n, device="cpu", width=width)
         table = window.gather(g.full_block_table, skip, windowed, n)
         for i, length in enumerate(case.seq_lens.tolist()):

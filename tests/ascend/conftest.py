@@ -22,8 +22,9 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 if type(sys.modules.get("torch_npu")).__name__ != "StandIn":
-    raise pytest.UsageError("tests/ascend runs in .venv-030 (an Ascend host without an NPU): "
-                            "use `make test`")  # fmt: skip
+    raise pytest.UsageError(
+        "tests/ascend runs in .venv-030 (an Ascend host without an NPU): use `make test`"
+    )
 
 os.environ["VLLM_PLUGINS"] = ",".join(p.name for p in entry_points(group="vllm.general_plugins"))
 
@@ -50,9 +51,6 @@ if not HAS_TRITON:
 # vllm-ascend's kernel launchers size their grids by: an Atlas A2 910B1/B2's cores.
 ascend_triton._NUM_AICORE, ascend_triton._NUM_VECTORCORE = 24, 48
 apply_cpu_shims()
-
-
-
 
 
 @pytest.fixture(scope="session")
@@ -95,8 +93,7 @@ def loaded_plugins():
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
-    return {"before": before, "after": hooked_methods(),
-            "lines": [r.getMessage() for r in records]}  # fmt: skip
+    return {"before": before, "after": hooked_methods(), "lines": [r.getMessage() for r in records]}
 
 
 @pytest.fixture

@@ -31,8 +31,7 @@ W = 128
 # Target lengths after the verify step (its query tokens included), around the window and
 # block edges and near max_model_len; 6 requests replay the graph captured for 8.
 TARGET_LENS = [130, 255, 256, 257, 700, MAX_MODEL_LEN - 8]
-GRAPH_MODES = [CUDAGraphMode.FULL_DECODE_ONLY, CUDAGraphMode.FULL,
-               CUDAGraphMode.FULL_AND_PIECEWISE]  # fmt: skip
+GRAPH_MODES = [CUDAGraphMode.FULL_DECODE_ONLY, CUDAGraphMode.FULL, CUDAGraphMode.FULL_AND_PIECEWISE]
 
 
 def _draft_dir(tmp_path_factory, config: dict):
@@ -59,14 +58,14 @@ def mla_draft_dir(tmp_path_factory):
     return _draft_dir(tmp_path_factory, TINY_MLA)
 
 
-def assert_reads(t: Verified, lengths: list[int], table: torch.Tensor, ends: list[int],
-                 num_queries: int, window) -> None:  # fmt: skip
+def assert_reads(
+    t: Verified, lengths: list[int], table: torch.Tensor, ends: list[int], num_queries: int, window
+) -> None:
     """FIA told ``lengths`` over ``table`` reads, for each request, exactly the window of the
     length ``ends[i]`` it should read (all of it without a window); the graph's padded rows
     read nothing."""
     spec = None if window is None else window.spec
-    assert_window_reads(t.cache, t.k, t.v, t.block_ids, lengths, table, ends, num_queries,
-                        spec)  # fmt: skip
+    assert_window_reads(t.cache, t.k, t.v, t.block_ids, lengths, table, ends, num_queries, spec)
     assert not any(lengths[len(ends) :])
 
 
@@ -75,10 +74,10 @@ def eagle_ends(t: Verified, step: int) -> list[int]:
     return [min(target + step, MAX_MODEL_LEN) for target in t.target_lens]
 
 
-def run(draft_dir, method, num_spec, mode, additional, monkeypatch, model_type=None,
-        backend="gqa"):  # fmt: skip
-    s, kernel = started(draft_dir, method, num_spec, mode, additional, monkeypatch, model_type,
-                        backend)  # fmt: skip
+def run(draft_dir, method, num_spec, mode, additional, monkeypatch, model_type=None, backend="gqa"):
+    s, kernel = started(
+        draft_dir, method, num_spec, mode, additional, monkeypatch, model_type, backend
+    )
     with acl_graphs_on_cpu(monkeypatch, kernel):
         capture(s, mode)
         window = s.draft_window
@@ -115,10 +114,16 @@ def test_eagle_without_the_window_replays_each_whole_told_length(draft_dir, monk
         assert table.shape[1] == full_width
 
 
-@pytest.mark.parametrize("method,model_type,backend", [
-    ("dflash", None, "gqa"), ("dspark", None, "gqa"), ("dspark", "glm4_moe", "gqa"),
-    ("dflash", None, "mla"), ("dspark", None, "mla"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "method,model_type,backend",
+    [
+        ("dflash", None, "gqa"),
+        ("dspark", None, "gqa"),
+        ("dspark", "glm4_moe", "gqa"),
+        ("dflash", None, "mla"),
+        ("dspark", None, "mla"),
+    ],
+)
 @pytest.mark.parametrize("window", [W, None])
 def test_dflash_and_dspark_capture_and_the_replayed_query_pass_reads_its_window(
     method, model_type, backend, window, draft_dir, mla_draft_dir, monkeypatch
@@ -137,8 +142,7 @@ def test_dflash_and_dspark_capture_and_the_replayed_query_pass_reads_its_window(
     # rejection, then the query.
     nq = s.num_query_per_req
     ends = s.input_buffers.seq_lens[:n].tolist()
-    assert ends == [target - int(r) + nq
-                    for target, r in zip(TARGET_LENS, t.rejected, strict=True)]  # fmt: skip
+    assert ends == [target - int(r) + nq for target, r in zip(TARGET_LENS, t.rejected, strict=True)]
     if (method, backend) == ("dflash", "mla") or model_type is not None:
         ends = [min(target + nq, MAX_MODEL_LEN) for target in TARGET_LENS]
     ((lengths, table),) = replayed(s.query_cudagraph_manager, kernel, 1)
@@ -163,11 +167,14 @@ def test_a_capture_that_goes_around_the_build_hook_stops_start_up_naming_the_pat
 
     mode = CUDAGraphMode.FULL_DECODE_ONLY
     s, kernel = started(draft_dir, "eagle3", 3, mode, {"draft_window_size": W}, monkeypatch)
-    monkeypatch.setattr(AscendEagleSpeculator, "_build_attn_metadata", build_without_super,
-                        raising=False)  # fmt: skip
-    path = ("under the window's hooks AscendAutoRegressiveSpeculator.capture -> "
-            "AutoRegressiveAclGraphManager.capture, and its device seq_lens is not the "
-            "window's windowed seq_lens")  # fmt: skip
+    monkeypatch.setattr(
+        AscendEagleSpeculator, "_build_attn_metadata", build_without_super, raising=False
+    )
+    path = (
+        "under the window's hooks AscendAutoRegressiveSpeculator.capture -> "
+        "AutoRegressiveAclGraphManager.capture, and its device seq_lens is not the "
+        "window's windowed seq_lens"
+    )
     with acl_graphs_on_cpu(monkeypatch, kernel), pytest.raises(WindowNotInPathError) as error:
         capture(s, mode)
     assert path in str(error.value)
@@ -195,9 +202,14 @@ def test_eagle_replays_read_whole_below_the_threshold_and_the_window_from_it(
         assert lengths[TARGET_LENS.index(700)] == (701 if step == 1 else 128 + (700 + step) % 128)
 
 
-@pytest.mark.parametrize("method,model_type,backend", [
-    ("dflash", None, "gqa"), ("dspark", "glm4_moe", "gqa"), ("dflash", None, "mla"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "method,model_type,backend",
+    [
+        ("dflash", None, "gqa"),
+        ("dspark", "glm4_moe", "gqa"),
+        ("dflash", None, "mla"),
+    ],
+)
 def test_dflash_and_dspark_replays_read_whole_below_the_threshold(
     method, model_type, backend, draft_dir, mla_draft_dir, monkeypatch
 ):
@@ -207,8 +219,16 @@ def test_dflash_and_dspark_replays_read_whole_below_the_threshold(
     min_context = 258
     additional = {"draft_window_size": W, "draft_window_min_context": min_context}
     model_dir = mla_draft_dir if backend == "mla" else draft_dir
-    s, kernel, t = run(model_dir, method, 3, CUDAGraphMode.FULL_DECODE_ONLY, additional,
-                       monkeypatch, model_type, backend)  # fmt: skip
+    s, kernel, t = run(
+        model_dir,
+        method,
+        3,
+        CUDAGraphMode.FULL_DECODE_ONLY,
+        additional,
+        monkeypatch,
+        model_type,
+        backend,
+    )
     nq, n = s.num_query_per_req, len(TARGET_LENS)
     ends = s.input_buffers.seq_lens[:n].tolist()
     if (method, backend) == ("dflash", "mla") or model_type is not None:

@@ -50,14 +50,14 @@ N = len(TARGET_LENS)
 # (cp, interleave, block size): sizes 2, 4, 8 with interleave 1 and block-sized, blocks of
 # 16; blocks of 128 (vllm-ascend's usual) at sizes 2 and 4.
 LAYOUTS = [(cp, i, 16) for cp in (2, 4, 8) for i in (1, BLOCK)] + [
-    (2, 1, 128), (4, BLOCK, 128),
-]  # fmt: skip
+    (2, 1, 128),
+    (4, BLOCK, 128),
+]
 
 
 def eagle_rank(model_dir, monkeypatch, cp_size, rank, interleave, block, num_spec, **kwargs):
     on_rank(monkeypatch, cp_size, rank)
-    d = setup_decode(model_dir, "eagle3", block, num_spec, cp=(cp_size, rank, interleave),
-                     **kwargs)  # fmt: skip
+    d = setup_decode(model_dir, "eagle3", block, num_spec, cp=(cp_size, rank, interleave), **kwargs)
     builder = d.s.attn_groups[0][0].get_metadata_builder(0)
     assert type(builder).__name__ == "AscendAttentionDCPMetadataBuilder"
     assert (builder.dcp_size, builder.dcp_rank) == (cp_size, rank)
@@ -110,15 +110,29 @@ def test_every_eager_decode_step_hands_each_rank_its_share_of_the_window(
     for step, ranks in steps.items():
         reads = ranks[0][0]
         assert all(r[0] == reads for r in ranks)  # one window per request on every rank
-        assert_ranks_read_the_window(d.cache, told_at(step), reads,
-                                     [(table, local) for _, table, local in ranks],
-                                     cp_size * block, W, d.k, d.v,
-                                     block_ids=d.block_ids)  # fmt: skip
+        assert_ranks_read_the_window(
+            d.cache,
+            told_at(step),
+            reads,
+            [(table, local) for _, table, local in ranks],
+            cp_size * block,
+            W,
+            d.k,
+            d.v,
+            block_ids=d.block_ids,
+        )
 
 
-@pytest.mark.parametrize(("cp_size", "interleave", "block", "num_spec"), [
-    (2, 1, 16, 3), (4, BLOCK, 16, 5), (8, 1, 16, 3), (2, BLOCK, 128, 5), (4, 1, 128, 3),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("cp_size", "interleave", "block", "num_spec"),
+    [
+        (2, 1, 16, 3),
+        (4, BLOCK, 16, 5),
+        (8, 1, 16, 3),
+        (2, BLOCK, 128, 5),
+        (4, 1, 128, 3),
+    ],
+)
 def test_every_full_graph_replay_step_hands_each_rank_its_share_of_the_window(
     cp_size, interleave, block, num_spec, model_dir, monkeypatch
 ):
@@ -149,10 +163,17 @@ def test_every_full_graph_replay_step_hands_each_rank_its_share_of_the_window(
     for step, ranks in steps.items():
         reads = ranks[0][0]
         assert all(r[0] == reads for r in ranks)
-        assert_ranks_read_the_window(d.cache, told_at(step), reads,
-                                     [(table, local) for _, table, local in ranks],
-                                     cp_size * block, W, d.k, d.v,
-                                     block_ids=d.block_ids)  # fmt: skip
+        assert_ranks_read_the_window(
+            d.cache,
+            told_at(step),
+            reads,
+            [(table, local) for _, table, local in ranks],
+            cp_size * block,
+            W,
+            d.k,
+            d.v,
+            block_ids=d.block_ids,
+        )
 
 
 def draft_prefill(d, monkeypatch, cp_size, rank, interleave, num_spec):
@@ -177,15 +198,19 @@ def draft_prefill(d, monkeypatch, cp_size, rank, interleave, num_spec):
     tib.dcp_local_seq_lens[:N] = get_dcp_local_seq_lens(target, cp_size, rank, interleave)
     batch = dataclasses.replace(
         dummy,
-        num_scheduled_tokens=np.array(query_lens, dtype=np.int32), query_start_loc_np=qsl,
-        query_start_loc=tib.query_start_loc[: N + 1], seq_lens=tib.seq_lens[:N],
-        seq_lens_np=tib.seq_lens_np[:N], seq_lens_cpu_upper_bound=target.clone(),
+        num_scheduled_tokens=np.array(query_lens, dtype=np.int32),
+        query_start_loc_np=qsl,
+        query_start_loc=tib.query_start_loc[: N + 1],
+        seq_lens=tib.seq_lens[:N],
+        seq_lens_np=tib.seq_lens_np[:N],
+        seq_lens_cpu_upper_bound=target.clone(),
         dcp_local_seq_lens=tib.dcp_local_seq_lens[:N],
         is_prefilling_np=np.array([False] * (N - 1) + [True]),
         attn_state=AscendAttentionState.ChunkedPrefill,
-    )  # fmt: skip
-    spec = FullAttentionSpec(block_size=d.block_size, num_kv_heads=NUM_KV_HEADS,
-                             head_size=HEAD_SIZE, dtype=torch.float32)  # fmt: skip
+    )
+    spec = FullAttentionSpec(
+        block_size=d.block_size, num_kv_heads=NUM_KV_HEADS, head_size=HEAD_SIZE, dtype=torch.float32
+    )
     target_group = AttentionGroup(AscendAttentionBackend, ["target.0", "draft.0"], spec, 0)
     from vllm.config import set_current_vllm_config
 
@@ -193,9 +218,13 @@ def draft_prefill(d, monkeypatch, cp_size, rank, interleave, num_spec):
         target_group.create_metadata_builders(s.vllm_config, torch.device("cpu"))
     bt = s.block_tables
     target_metadata = s.model_state.prepare_attn(
-        batch, CUDAGraphMode.NONE, (bt.input_block_tables[0][:N],),
-        bt.slot_mappings[:, :num_tokens], [[target_group]], s.kv_cache_config,
-    )  # fmt: skip
+        batch,
+        CUDAGraphMode.NONE,
+        (bt.input_block_tables[0][:N],),
+        bt.slot_mappings[:, :num_tokens],
+        [[target_group]],
+        s.kv_cache_config,
+    )
     builder = s.attn_groups[0][0].get_metadata_builder(0)
     got = []
     real_build = builder.build
@@ -223,19 +252,20 @@ def test_the_draft_prefill_hands_each_rank_its_share_of_the_window(
     interleave = interleave_of(interleave, block)
     ranks = []
     for rank in range(cp_size):
-        d = eagle_rank(model_dir, monkeypatch, cp_size, rank, interleave, block, num_spec,
-                       max_num_tokens=512)  # fmt: skip
+        d = eagle_rank(
+            model_dir, monkeypatch, cp_size, rank, interleave, block, num_spec, max_num_tokens=512
+        )
         window = d.s.draft_window
-        md, common, query_lens = draft_prefill(d, monkeypatch, cp_size, rank, interleave,
-                                               num_spec)  # fmt: skip
+        md, common, query_lens = draft_prefill(d, monkeypatch, cp_size, rank, interleave, num_spec)
         assert common.dcp_local_seq_lens.data_ptr() == window.dcp_local_seq_lens.data_ptr()
         share = get_dcp_local_seq_lens(window.seq_lens[:N], cp_size, rank, interleave)
         assert torch.equal(common.dcp_local_seq_lens[:N], share)
         assert torch.equal(common.dcp_local_seq_lens_cpu[:N], share)
         reads = md.seq_lens_list[:N]
         assert reads == window.seq_lens[:N].tolist()  # host and device: one start
-        assert use_history_current_split_decode(md, is_draft_model=True,
-                                                is_draft_model_prefill=True)  # fmt: skip
+        assert use_history_current_split_decode(
+            md, is_draft_model=True, is_draft_model_prefill=True
+        )
         num_decodes = md.num_decodes
         assert num_decodes == N - 1
         history = list(md.decode.cp_history_seq_len[:num_decodes])
@@ -252,8 +282,16 @@ def test_the_draft_prefill_hands_each_rank_its_share_of_the_window(
         ranks.append((reads, torch.cat(table).clone(), history))
     reads = ranks[0][0]
     assert all(r[0] == reads for r in ranks)
-    assert_ranks_read_the_window(d.cache, TARGET_LENS, reads,
-                                 [(table, local) for _, table, local in ranks], cp_size * block,
-                                 [max(W, q) for q in query_lens], d.k, d.v,
-                                 num_queries=query_lens, current=query_lens,
-                                 block_ids=d.block_ids)  # fmt: skip
+    assert_ranks_read_the_window(
+        d.cache,
+        TARGET_LENS,
+        reads,
+        [(table, local) for _, table, local in ranks],
+        cp_size * block,
+        [max(W, q) for q in query_lens],
+        d.k,
+        d.v,
+        num_queries=query_lens,
+        current=query_lens,
+        block_ids=d.block_ids,
+    )

@@ -56,12 +56,17 @@ BUILDERS = {"GQA": "AscendAttentionDCPMetadataBuilder", "MLA": "AscendMlaDCPMeta
 # ranks at one build each (the slowest to run).
 BOTH = (EAGER, REPLAY)
 LAYOUTS = [
-    ("dflash", "MLA", 128, 2, 1, BOTH), ("dflash", "MLA", 128, 4, BLOCK, BOTH),
-    ("dflash", "MLA", 128, 8, 1, (EAGER,)), ("dspark", "MLA", 128, 2, BLOCK, BOTH),
-    ("dspark", "MLA", 128, 4, 1, BOTH), ("dspark", "GQA", 16, 2, 1, BOTH),
-    ("dspark", "GQA", 16, 4, BLOCK, BOTH), ("dspark", "GQA", 128, 8, BLOCK, (REPLAY,)),
-    ("dflash", "GQA", 16, 8, 1, (EAGER,)), ("dflash", "GQA", 128, 2, BLOCK, BOTH),
-]  # fmt: skip
+    ("dflash", "MLA", 128, 2, 1, BOTH),
+    ("dflash", "MLA", 128, 4, BLOCK, BOTH),
+    ("dflash", "MLA", 128, 8, 1, (EAGER,)),
+    ("dspark", "MLA", 128, 2, BLOCK, BOTH),
+    ("dspark", "MLA", 128, 4, 1, BOTH),
+    ("dspark", "GQA", 16, 2, 1, BOTH),
+    ("dspark", "GQA", 16, 4, BLOCK, BOTH),
+    ("dspark", "GQA", 128, 8, BLOCK, (REPLAY,)),
+    ("dflash", "GQA", 16, 8, 1, (EAGER,)),
+    ("dflash", "GQA", 128, 2, BLOCK, BOTH),
+]
 CASES = [
     pytest.param(*layout, build, id="-".join(map(str, layout)) + f"-{build.__name__}")
     for *layout, builds in LAYOUTS
@@ -70,20 +75,37 @@ CASES = [
 
 
 def rejected_of(seq_lens) -> torch.Tensor:
-    return torch.tensor([min(i % Q, length - Q) for i, length in enumerate(seq_lens)],
-                        dtype=torch.int32)  # fmt: skip
+    return torch.tensor(
+        [min(i % Q, length - Q) for i, length in enumerate(seq_lens)], dtype=torch.int32
+    )
 
 
-def draft_rank(model_dir, mla_model_dir, monkeypatch, method, attention, block, cp_size, rank,
-               interleave, sinks=0):  # fmt: skip
+def draft_rank(
+    model_dir,
+    mla_model_dir,
+    monkeypatch,
+    method,
+    attention,
+    block,
+    cp_size,
+    rank,
+    interleave,
+    sinks=0,
+):
     """One rank's speculator after a target verify step: the told lengths (the batch's
     lengths) count rejected tokens, the draft's device lengths do not."""
     on_rank(monkeypatch, cp_size, rank)
     cp = (cp_size, rank, interleave)
     additional = {"draft_window_size": W, **({"draft_attention_sinks": sinks} if sinks else {})}
     config = vllm_config(mla_model_dir if attention == "MLA" else model_dir, method, additional)
-    s = speculator(with_dcp(config, cp_size, interleave), method, block, MAX_NUM_REQS,
-                   backend=BACKENDS[attention], cp=cp)  # fmt: skip
+    s = speculator(
+        with_dcp(config, cp_size, interleave),
+        method,
+        block,
+        MAX_NUM_REQS,
+        backend=BACKENDS[attention],
+        cp=cp,
+    )
     builder = s.attn_groups[0][0].get_metadata_builder(0)
     assert type(builder).__name__ == BUILDERS[attention]
     assert (builder.dcp_size, builder.dcp_rank) == (cp_size, rank)
@@ -127,13 +149,13 @@ def kernel_reads(md, attention: str, rank: int) -> tuple[torch.Tensor, list[int]
     return params["block_table"].clone(), list(params["actual_seq_lengths_kv"])
 
 
-@pytest.mark.parametrize(("method", "attention", "block", "cp_size", "interleave", "build"),
-                         CASES)  # fmt: skip
+@pytest.mark.parametrize(("method", "attention", "block", "cp_size", "interleave", "build"), CASES)
 def test_each_rank_reads_its_share_of_the_window_of_the_told_length(
     method, attention, block, cp_size, interleave, build, model_dir, mla_model_dir, monkeypatch
 ):
-    assert_each_rank_reads_its_share(method, attention, block, cp_size, interleave, build,
-                                     model_dir, mla_model_dir, monkeypatch)  # fmt: skip
+    assert_each_rank_reads_its_share(
+        method, attention, block, cp_size, interleave, build, model_dir, mla_model_dir, monkeypatch
+    )
 
 
 SINK_LAYOUTS = [("dflash", "MLA", 128, 2, 1), ("dspark", "GQA", 16, 4, BLOCK)]
@@ -145,17 +167,47 @@ def test_attention_sinks_under_dcp_are_whole_columns_of_every_rank(
 ):
     """Sinks (20 tokens, rounded up to a column of every rank) stay exact under DCP: each rank
     reads its share of the sinks and of the window, from its cropped table."""
-    assert_each_rank_reads_its_share(method, attention, block, cp_size, interleave, EAGER,
-                                     model_dir, mla_model_dir, monkeypatch, sinks=20)  # fmt: skip
+    assert_each_rank_reads_its_share(
+        method,
+        attention,
+        block,
+        cp_size,
+        interleave,
+        EAGER,
+        model_dir,
+        mla_model_dir,
+        monkeypatch,
+        sinks=20,
+    )
 
 
-def assert_each_rank_reads_its_share(method, attention, block, cp_size, interleave, build,
-                                     model_dir, mla_model_dir, monkeypatch, sinks=0):  # fmt: skip
+def assert_each_rank_reads_its_share(
+    method,
+    attention,
+    block,
+    cp_size,
+    interleave,
+    build,
+    model_dir,
+    mla_model_dir,
+    monkeypatch,
+    sinks=0,
+):
     interleave = interleave_of(interleave, block)
     ranks = []
     for rank in range(cp_size):
-        s, batch = draft_rank(model_dir, mla_model_dir, monkeypatch, method, attention, block,
-                              cp_size, rank, interleave, sinks)  # fmt: skip
+        s, batch = draft_rank(
+            model_dir,
+            mla_model_dir,
+            monkeypatch,
+            method,
+            attention,
+            block,
+            cp_size,
+            rank,
+            interleave,
+            sinks,
+        )
         assert s.draft_window.spec.sink_size == (cp_size * block if sinks else 0)
         md = build(s)
         window = s.draft_window
@@ -177,8 +229,17 @@ def assert_each_rank_reads_its_share(method, attention, block, cp_size, interlea
     assert all(r[0] == reads for r in ranks)  # one window per request on every rank
     k, v = true_kv(SEQ_LENS, NUM_KV_HEADS, HEAD_SIZE)
     caches = caches_of(cp_size, interleave, block, batch.block_ids, k, v)
-    assert_ranks_read_the_window(caches, SEQ_LENS, reads,
-                                 [(table, local) for _, table, local in ranks], cp_size * block,
-                                 W, k, v, num_queries=Q, causal=False,
-                                 block_ids=batch.block_ids,
-                                 sinks=s.draft_window.spec.sink_size)  # fmt: skip
+    assert_ranks_read_the_window(
+        caches,
+        SEQ_LENS,
+        reads,
+        [(table, local) for _, table, local in ranks],
+        cp_size * block,
+        W,
+        k,
+        v,
+        num_queries=Q,
+        causal=False,
+        block_ids=batch.block_ids,
+        sinks=s.draft_window.spec.sink_size,
+    )

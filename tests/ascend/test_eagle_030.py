@@ -12,8 +12,6 @@ dense attention over exactly the window of the told length. The draft prefill go
 vllm-ascend's ``AscendModelState.prepare_attn`` and must leave the model state as it was.
 """
 
-
-
 import dataclasses
 
 import numpy as np
@@ -46,11 +44,15 @@ from tests.testbed.reference import (
 pytestmark = pytest.mark.usefixtures("registered")
 
 
-@pytest.mark.parametrize(("method", "block_size", "num_spec", "min_context"), [
-    *[(m, b, k, 0) for m in ("eagle", "eagle3") for b in (16, 128) for k in (2, 4)],
-    # Told lengths 256 -> 258 and 255 -> 258 cross the threshold between steps.
-    ("eagle3", 128, 4, 258), ("eagle", 16, 4, 258),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("method", "block_size", "num_spec", "min_context"),
+    [
+        *[(m, b, k, 0) for m in ("eagle", "eagle3") for b in (16, 128) for k in (2, 4)],
+        # Told lengths 256 -> 258 and 255 -> 258 cross the threshold between steps.
+        ("eagle3", 128, 4, 258),
+        ("eagle", 16, 4, 258),
+    ],
+)
 def test_every_eager_decode_step_reads_the_window_of_what_fia_is_told(
     method, block_size, num_spec, min_context, model_dir
 ):
@@ -73,9 +75,16 @@ def test_every_eager_decode_step_reads_the_window_of_what_fia_is_told(
     assert window.proof.num_checks >= 1
 
 
-@pytest.mark.parametrize(("block_size", "num_spec", "min_context"), [
-    (16, 3, 0), (16, 5, 0), (128, 3, 0), (128, 5, 0), (128, 5, 258),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("block_size", "num_spec", "min_context"),
+    [
+        (16, 3, 0),
+        (16, 5, 0),
+        (128, 3, 0),
+        (128, 5, 0),
+        (128, 5, 258),
+    ],
+)
 def test_every_full_graph_replay_step_reads_the_window_of_what_fia_is_told(
     block_size, num_spec, min_context, model_dir
 ):
@@ -155,20 +164,30 @@ def test_the_draft_prefill_reads_the_window_and_leaves_vllm_ascends_model_state_
         attn_state=AscendAttentionState.ChunkedPrefill,
     )
     bt = s.block_tables
-    target_group = AttentionGroup(AscendAttentionBackend, ["target.0", "draft.0"],
-                                  FullAttentionSpec(block_size=block_size,
-                                                    num_kv_heads=NUM_KV_HEADS,
-                                                    head_size=HEAD_SIZE, dtype=torch.float32),
-                                  0)  # fmt: skip
+    target_group = AttentionGroup(
+        AscendAttentionBackend,
+        ["target.0", "draft.0"],
+        FullAttentionSpec(
+            block_size=block_size,
+            num_kv_heads=NUM_KV_HEADS,
+            head_size=HEAD_SIZE,
+            dtype=torch.float32,
+        ),
+        0,
+    )
     from vllm.config import set_current_vllm_config
 
     with set_current_vllm_config(s.vllm_config):
         target_group.create_metadata_builders(s.vllm_config, torch.device("cpu"))
     model_state = s.model_state
     target_metadata = model_state.prepare_attn(
-        batch, CUDAGraphMode.NONE, (bt.input_block_tables[0][:n],),
-        bt.slot_mappings[:, :num_tokens], [[target_group]], s.kv_cache_config,
-    )  # fmt: skip
+        batch,
+        CUDAGraphMode.NONE,
+        (bt.input_block_tables[0][:n],),
+        bt.slot_mappings[:, :num_tokens],
+        [[target_group]],
+        s.kv_cache_config,
+    )
     kept = dict(vars(model_state))
     assert model_state.attn_metadata is target_metadata
 
@@ -259,9 +278,12 @@ def test_eagle_layouts_the_told_lengths_cannot_serve_stop_at_start_up(model_dir,
     monkeypatch.setattr(offload, "is_pin_memory_available", lambda: False)
     kept = d.s._sparse_kv_offload_metadata
     d.s._sparse_kv_offload_metadata = offload.SparseKVOffloadMetadata(
-        enabled=True, num_steps=3, max_num_reqs=MAX_NUM_REQS, max_num_tokens=64,
+        enabled=True,
+        num_steps=3,
+        max_num_reqs=MAX_NUM_REQS,
+        max_num_tokens=64,
         device=torch.device("cpu"),
-    )  # fmt: skip
+    )
     refused(d, "with vllm-ascend's sparse_kv_offload_config enabled")
     d.s._sparse_kv_offload_metadata = kept
 
@@ -282,11 +304,18 @@ def test_eagle_layouts_the_told_lengths_cannot_serve_stop_at_start_up(model_dir,
     refused(d, "with the model state's kvpp_runtime")
     d.s.model_state.kvpp_runtime = None
 
-    swa = SlidingWindowSpec(block_size=16, num_kv_heads=NUM_KV_HEADS, head_size=HEAD_SIZE,
-                            dtype=torch.float32, sliding_window=64)  # fmt: skip
+    swa = SlidingWindowSpec(
+        block_size=16,
+        num_kv_heads=NUM_KV_HEADS,
+        head_size=HEAD_SIZE,
+        dtype=torch.float32,
+        sliding_window=64,
+    )
     d.s.kv_cache_config.kv_cache_groups.append(KVCacheGroupSpec(["draft.1"], swa))
-    d.s.attn_groups = [*d.s.attn_groups, [AttentionGroup(AscendAttentionBackend, ["draft.1"],
-                                                         swa, 1)]]  # fmt: skip
+    d.s.attn_groups = [
+        *d.s.attn_groups,
+        [AttentionGroup(AscendAttentionBackend, ["draft.1"], swa, 1)],
+    ]
     refused(d, r"with draft KV-cache groups the window leaves alone \(left alone: group 1")
 
 
@@ -299,11 +328,14 @@ def test_a_build_handed_vllm_ascends_unwindowed_host_mirror_is_stopped(model_dir
 
     d = setup_decode(model_dir, "eagle3", 16, 3)
     mirror = d.s.target_input_buffers.seq_lens_cpu
-    monkeypatch.setattr(attention_v1, "_select_seq_lens",
-                        lambda common, *args, **kwargs: mirror[: common.num_reqs])  # fmt: skip
+    monkeypatch.setattr(
+        attention_v1, "_select_seq_lens", lambda common, *args, **kwargs: mirror[: common.num_reqs]
+    )
     at_step(d, 1)
-    with pytest.raises(WindowNotInPathError, match="the built metadata's seq_lens is not the "
-                                                   "window's windowed seq_lens"):  # fmt: skip
+    with pytest.raises(
+        WindowNotInPathError,
+        match="the built metadata's seq_lens is not the window's windowed seq_lens",
+    ):
         build(d, 1)
 
 

@@ -8,8 +8,6 @@ vllm-ascend build as without the package, a method the line does not serve stops
 with the line named, and vllm-ascend's own Model Runner V1 window still takes the key.
 """
 
-
-
 import hashlib
 import re
 from importlib import metadata

@@ -6,8 +6,6 @@ real in ``test_capture_030.py``. What FIA would receive (``seq_lens_list`` as
 must equal dense attention over exactly the window. Paths the window does not serve there
 yet stop at start-up with their name."""
 
-
-
 import pytest
 import torch
 
@@ -57,10 +55,17 @@ def test_without_the_window_builders_get_what_vllm_ascend_gives_them(model_dir):
     assert torch.equal(ours.block_tables, theirs.block_tables)
 
 
-@pytest.mark.parametrize(("build", "block", "min_context"), [
-    (EAGER, 16, 0), (EAGER, 128, 0), (REPLAY, 16, 0), (REPLAY, 128, 0), (EAGER, 128, 258),
-    (REPLAY, 16, 258),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("build", "block", "min_context"),
+    [
+        (EAGER, 16, 0),
+        (EAGER, 128, 0),
+        (REPLAY, 16, 0),
+        (REPLAY, 128, 0),
+        (EAGER, 128, 258),
+        (REPLAY, 16, 258),
+    ],
+)
 def test_dspark_on_a_glm_family_target_reads_the_window_of_what_fia_is_told(
     build, block, min_context, model_dir
 ):
@@ -69,12 +74,14 @@ def test_dspark_on_a_glm_family_target_reads_the_window_of_what_fia_is_told(
     tokens the device length does not. The window start comes from that told length on both
     sides: FIA reads exactly the window of what it is told, and the device length shares
     its start."""
-    s, batch = wired(model_dir, "dspark", window_config(min_context), model_type="glm_moe_dsa",
-                     block=block)  # fmt: skip
+    s, batch = wired(
+        model_dir, "dspark", window_config(min_context), model_type="glm_moe_dsa", block=block
+    )
     n = len(batch.seq_lens)
     told = torch.tensor(batch.seq_lens, dtype=torch.int32)  # the target's length + Q
-    rejected = torch.tensor([min(i % Q, length - Q) for i, length in enumerate(batch.seq_lens)],
-                            dtype=torch.int32)  # fmt: skip
+    rejected = torch.tensor(
+        [min(i % Q, length - Q) for i, length in enumerate(batch.seq_lens)], dtype=torch.int32
+    )
     # The target's device lengths (what vllm-ascend's host bound mirrors) and the draft's.
     s.target_input_buffers.seq_lens[:n] = told - Q
     s.input_buffers.seq_lens[:n] = told - rejected
@@ -88,12 +95,20 @@ def test_dspark_on_a_glm_family_target_reads_the_window_of_what_fia_is_told(
         assert int(window.seq_lens[i]) == int(told[i] - rejected[i]) - start
 
 
-@pytest.mark.parametrize(("method", "build", "min_context"), [
-    ("dflash", EAGER, 0), ("dflash", REPLAY, 0), ("dspark", EAGER, 0), ("dspark", REPLAY, 0),
-    ("dflash", REPLAY, 258), ("dspark", EAGER, 258),
-])  # fmt: skip
-def test_mla_drafts_read_the_window_of_the_host_lengths_mla_takes(method, build, min_context,
-                                                                  mla_model_dir):  # fmt: skip
+@pytest.mark.parametrize(
+    ("method", "build", "min_context"),
+    [
+        ("dflash", EAGER, 0),
+        ("dflash", REPLAY, 0),
+        ("dspark", EAGER, 0),
+        ("dspark", REPLAY, 0),
+        ("dflash", REPLAY, 258),
+        ("dspark", EAGER, 258),
+    ],
+)
+def test_mla_drafts_read_the_window_of_the_host_lengths_mla_takes(
+    method, build, min_context, mla_model_dir
+):
     """vllm-ascend's MLA takes host lengths as exact (`seq_lens_list` of its decode part).
     DSpark hands it an exact copy of the draft's device lengths, taken before any hook
     (`_prepare_draft_dcp_metadata_inputs`): windowed like the device. DFlash hands it the
@@ -112,8 +127,9 @@ def test_mla_drafts_read_the_window_of_the_host_lengths_mla_takes(method, build,
     rejected = torch.zeros(n, dtype=torch.int32)
     if method == "dflash":
         # DFlash's told length counts the rejected tokens its device length does not.
-        rejected = torch.tensor([min(i % Q, length - Q) for i, length in enumerate(SEQ_LENS)],
-                                dtype=torch.int32)  # fmt: skip
+        rejected = torch.tensor(
+            [min(i % Q, length - Q) for i, length in enumerate(SEQ_LENS)], dtype=torch.int32
+        )
         s.target_input_buffers.seq_lens[:n] = told - Q
         s.input_buffers.seq_lens[:n] = told - rejected
     md = build(s)
@@ -132,9 +148,12 @@ def test_an_eagle_draft_on_mla_stops_at_start_up(mla_model_dir):
     from vllm_ascend.attention.mla_v1 import AscendMLABackend
 
     config = eagle_config(mla_model_dir, "eagle3", {"draft_window_size": W}, 3)
-    with pytest.raises(ValueError, match=r"for eagle3 with group 0 \(MLAAttentionSpec, block "
-                                         r"size 128\) on attention backend AscendMLABackend: "
-                                         r"its kernel takes host lengths"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"for eagle3 with group 0 \(MLAAttentionSpec, block "
+        r"size 128\) on attention backend AscendMLABackend: "
+        r"its kernel takes host lengths",
+    ):
         eagle_speculator(config, BLOCK, MAX_NUM_REQS, 3, backend=AscendMLABackend)
     assert install.installation().line.name == "vLLM 0.30.x with vllm-ascend 0.30.0rc2"
 
@@ -148,8 +167,9 @@ def test_fia_lengths_that_escape_the_window_are_stopped_with_the_path(model_dir,
 
     s, _ = wired(model_dir, "dspark")
     vllms = s.input_buffers.seq_lens
-    monkeypatch.setattr(attention_v1, "_select_seq_lens",
-                        lambda common, *args, **kwargs: vllms[: common.num_reqs])  # fmt: skip
+    monkeypatch.setattr(
+        attention_v1, "_select_seq_lens", lambda common, *args, **kwargs: vllms[: common.num_reqs]
+    )
     with pytest.raises(WindowNotInPathError) as error:
         per_propose_build(s)
     message = str(error.value)
@@ -171,8 +191,10 @@ def test_fia_inputs_equal_vllm_ascends_own_model_runner_v1_window(method, model_
     md = per_propose_build(s)
     n = len(batch.seq_lens)
     adapter = SlidingWindowAdapter(W, BLOCK, MAX_NUM_REQS, 0, torch.device("cpu"))
-    common = SimpleNamespace(block_table_tensor=s.block_tables.input_block_tables[0][:n],
-                             seq_lens=s.input_buffers.seq_lens[:n].clone())  # fmt: skip
+    common = SimpleNamespace(
+        block_table_tensor=s.block_tables.input_block_tables[0][:n],
+        seq_lens=s.input_buffers.seq_lens[:n].clone(),
+    )
     adapter.apply(common)
     assert md.seq_lens_list[:n] == common.seq_lens.tolist()
     ours, theirs = md.block_tables[:n], common.block_table_tensor

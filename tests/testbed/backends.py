@@ -1,7 +1,6 @@
 """vLLM 0.33's attention backends on CPU: the MLA configs, layers and stand-ins the backend and
 DCP tests build with, and the refusal checks they share."""
 
-
 from types import SimpleNamespace
 
 import pytest
@@ -44,25 +43,35 @@ def mla_config(mla_dir, method: str, monkeypatch, additional: dict | None = None
     decode thresholds read it. Validated with an n-gram method, which needs no draft
     checkpoint (these tiny configs have none); the method and the window's keys are set
     after, as on the Ascend line's tests. Model Runner V2, as a host runs these speculators."""
-    model = ModelConfig(model=str(mla_dir), skip_tokenizer_init=True, dtype="float32",
-                        max_model_len=MAX_MODEL_LEN)  # fmt: skip
+    model = ModelConfig(
+        model=str(mla_dir), skip_tokenizer_init=True, dtype="float32", max_model_len=MAX_MODEL_LEN
+    )
     parallel = ParallelConfig()
-    speculative = SpeculativeConfig(method="ngram", num_speculative_tokens=NUM_SPEC,
-                                    prompt_lookup_max=3, prompt_lookup_min=1,
-                                    target_model_config=model,
-                                    target_parallel_config=parallel)  # fmt: skip
-    config = VllmConfig(model_config=model, parallel_config=parallel,
-                        speculative_config=speculative)  # fmt: skip
+    speculative = SpeculativeConfig(
+        method="ngram",
+        num_speculative_tokens=NUM_SPEC,
+        prompt_lookup_max=3,
+        prompt_lookup_min=1,
+        target_model_config=model,
+        target_parallel_config=parallel,
+    )
+    config = VllmConfig(
+        model_config=model, parallel_config=parallel, speculative_config=speculative
+    )
     object.__setattr__(speculative, "method", method)
     config.additional_config = {"draft_window_size": W} if additional is None else additional
     config.scheduler_config.max_num_seqs = MAX_NUM_REQS
     # Stand-in for the draft's registered MLA layer (building vLLM's MLAAttention needs the
     # model's projections): the fields the MLA metadata builders read at construction.
     config.compilation_config.static_forward_context["draft.0"] = SimpleNamespace(
-        q_lora_rank=None, kv_lora_rank=512, qk_nope_head_dim=16, qk_rope_head_dim=64,
-        v_head_dim=16, prefill_backend=MLAPrefillStandIn(),
+        q_lora_rank=None,
+        kv_lora_rank=512,
+        qk_nope_head_dim=16,
+        qk_rope_head_dim=64,
+        v_head_dim=16,
+        prefill_backend=MLAPrefillStandIn(),
         non_causal_multi_token_decode=False,
-    )  # fmt: skip
+    )
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
     return config
 
@@ -77,8 +86,10 @@ def wire_mla(mla_dir, method, backend, monkeypatch, batch=None):
 
 def decode_view(metadata: dict) -> dict:
     """What an MLA decode kernel reads: the decode part's lengths and table."""
-    return {name: SimpleNamespace(seq_lens=md.decode.seq_lens, block_table=md.decode.block_table)
-            for name, md in metadata.items()}  # fmt: skip
+    return {
+        name: SimpleNamespace(seq_lens=md.decode.seq_lens, block_table=md.decode.block_table)
+        for name, md in metadata.items()
+    }
 
 
 def refused(match: str):
@@ -89,4 +100,3 @@ def foreign_named(base: type, name: str, module: str) -> type:
     """A backend class named as one that cannot be imported on CPU (CUTLASS MLA allocates
     CUDA memory at import), with a builder that can."""
     return type(name, (base,), {"__module__": module})
-

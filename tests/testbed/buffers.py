@@ -78,8 +78,10 @@ def make_mrv2_batch(
     cp_size, cp_rank, cp_interleave = cp
     sharded = dcp_sharded or [True] * len(block_sizes)
     column = [b * cp_size if s else b for b, s in zip(block_sizes, sharded, strict=True)]
-    max_blocks = [get_block_table_width(-(-max_model_len // c), b)
-                  for b, c in zip(block_sizes, column, strict=True)]  # fmt: skip
+    max_blocks = [
+        get_block_table_width(-(-max_model_len // c), b)
+        for b, c in zip(block_sizes, column, strict=True)
+    ]
     block_tables = BlockTables(
         block_sizes=list(block_sizes),
         max_num_reqs=max_num_reqs,
@@ -163,8 +165,9 @@ def fill_query_inputs(batch: Mrv2Batch, input_buffers=None) -> None:
     num_computed[idx_mapping.long()] = torch.from_numpy(
         (batch.seq_lens - np.asarray(batch.query_lens)).astype(np.int32)
     )
-    prepare_pos_seq_lens(idx_mapping, ib.query_start_loc[: n + 1], num_computed, ib.positions,
-                         ib.seq_lens)  # fmt: skip
+    prepare_pos_seq_lens(
+        idx_mapping, ib.query_start_loc[: n + 1], num_computed, ib.positions, ib.seq_lens
+    )
 
 
 @dataclass
@@ -178,8 +181,9 @@ class TargetVerifyStep:
     idx_mapping: torch.Tensor
 
 
-def verify_step(seq_lens: np.ndarray, q: int, idx_mapping: np.ndarray,
-                rng: np.random.Generator) -> tuple[TargetVerifyStep, np.ndarray]:  # fmt: skip
+def verify_step(
+    seq_lens: np.ndarray, q: int, idx_mapping: np.ndarray, rng: np.random.Generator
+) -> tuple[TargetVerifyStep, np.ndarray]:
     """A target verify step of ``q`` tokens per request ending with random rejected tokens
     (at least one token sampled), placed so that the DFlash draft after it has lengths
     ``seq_lens`` (its ``q`` query tokens after the last token kept). Returns the step and
@@ -191,16 +195,18 @@ def verify_step(seq_lens: np.ndarray, q: int, idx_mapping: np.ndarray,
     rejected = np.array([rng.integers(max(0, q - a), q) for a in kept], dtype=np.int32)
     first = kept + rejected - q
     step = TargetVerifyStep(
-        n, np.full(n, q, dtype=np.int32),
+        n,
+        np.full(n, q, dtype=np.int32),
         torch.from_numpy(np.concatenate([np.arange(f, f + q) for f in first]).astype(np.int64)),
         torch.from_numpy((np.arange(n + 1) * q).astype(np.int32)),
         torch.from_numpy(np.asarray(idx_mapping, dtype=np.int32)),
-    )  # fmt: skip
+    )
     return step, rejected
 
 
-def prepare_dflash_step(batch: Mrv2Batch, num_spec: int, rng: np.random.Generator,
-                        draft_group_ids: list[int]) -> None:  # fmt: skip
+def prepare_dflash_step(
+    batch: Mrv2Batch, num_spec: int, rng: np.random.Generator, draft_group_ids: list[int]
+) -> None:
     """DFlash's own input prep (vLLM's ``prepare_dflash_inputs``, once per draft KV-cache
     group as its ``propose`` runs it) after a ``verify_step`` of ``num_spec + 1`` tokens per
     request: lengths, query layout, positions and each draft group's query slot mappings.
@@ -216,13 +222,34 @@ def prepare_dflash_step(batch: Mrv2Batch, num_spec: int, rng: np.random.Generato
     i64 = lambda size: torch.zeros(size, dtype=torch.int64)  # noqa: E731
     for g in draft_group_ids:
         prepare_dflash_inputs(
-            ib, bt.slot_mappings[g], i64(tokens), i64(tokens), i64(m * num_spec),
-            i64(m * num_spec), i64(m * num_spec), torch.zeros(m), i64(m), target,
-            torch.from_numpy(q - rejected), torch.from_numpy(rejected), i64(m), i64(m),
-            torch.zeros(m), i64(m), bt.input_block_tables[g], batch.block_sizes[g],
-            batch.cp[1], batch.cp[0] if bool(bt.dcp_sharded[g]) else 1, batch.cp[2], 0,
-            q, num_spec, m, tokens, batch.max_model_len,
-        )  # fmt: skip
+            ib,
+            bt.slot_mappings[g],
+            i64(tokens),
+            i64(tokens),
+            i64(m * num_spec),
+            i64(m * num_spec),
+            i64(m * num_spec),
+            torch.zeros(m),
+            i64(m),
+            target,
+            torch.from_numpy(q - rejected),
+            torch.from_numpy(rejected),
+            i64(m),
+            i64(m),
+            torch.zeros(m),
+            i64(m),
+            bt.input_block_tables[g],
+            batch.block_sizes[g],
+            batch.cp[1],
+            batch.cp[0] if bool(bt.dcp_sharded[g]) else 1,
+            batch.cp[2],
+            0,
+            q,
+            num_spec,
+            m,
+            tokens,
+            batch.max_model_len,
+        )
     # The kernel's lengths are the batch's (a check of this setup, not of the window).
     expected = np.minimum(batch.seq_lens, batch.max_model_len)
     assert ib.seq_lens[:n].tolist() == expected.tolist()
@@ -235,5 +262,6 @@ def fill_slot_mappings(batch: Mrv2Batch, input_buffers=None) -> None:
     bt, ib = batch.block_tables, input_buffers or batch.input_buffers
     idx_mapping = torch.from_numpy(batch.idx_mapping.astype(np.int32))
     n = batch.num_reqs
-    bt.compute_slot_mappings(idx_mapping, ib.query_start_loc[: n + 1], ib.positions,
-                             bt.slot_mappings.shape[1])  # fmt: skip
+    bt.compute_slot_mappings(
+        idx_mapping, ib.query_start_loc[: n + 1], ib.positions, bt.slot_mappings.shape[1]
+    )

@@ -40,8 +40,9 @@ def local_position(p: torch.Tensor, cp_size: int, interleave: int, unit: int) ->
 class DcpCaches:
     """Every rank's paged cache of one KV-cache group: K, V and the positions written."""
 
-    def __init__(self, cp_size: int, interleave: int, unit: int, num_blocks: int, heads: int,
-                 head_dim: int) -> None:  # fmt: skip
+    def __init__(
+        self, cp_size: int, interleave: int, unit: int, num_blocks: int, heads: int, head_dim: int
+    ) -> None:
         self.cp_size, self.interleave, self.unit = cp_size, interleave, unit
         slots = num_blocks * unit
         nan = float("nan")
@@ -60,8 +61,14 @@ class DcpCaches:
         slots = row[local // self.unit] * self.unit + local % self.unit
         self.k[rank, slots], self.v[rank, slots], self.pos[rank, slots] = k, v, p
 
-    def read(self, rank: int, table_row: torch.Tensor, local_len: int, q: torch.Tensor,
-             q_pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    def read(
+        self,
+        rank: int,
+        table_row: torch.Tensor,
+        local_len: int,
+        q: torch.Tensor,
+        q_pos: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Rank ``rank``'s partial causal attention of ``q`` [q_len, H, D] at positions
         ``q_pos`` over the first ``local_len`` local tokens of ``table_row``: (output
         [q_len, H, D], log-sum-exp [q_len, H], the positions read)."""
@@ -73,8 +80,9 @@ class DcpCaches:
         return out, lse, pos
 
 
-def partial_attention(q: torch.Tensor, q_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                      pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+def partial_attention(
+    q: torch.Tensor, q_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal attention of ``q`` at ``q_pos`` over keys at positions ``pos``: (output, its
     log-sum-exp, -inf where a query sees no key), what a DCP rank hands the combination."""
     scores = torch.einsum("qhd,khd->qhk", q, k) / q.shape[-1] ** 0.5
@@ -91,10 +99,6 @@ def combine(outputs: list[torch.Tensor], lses: list[torch.Tensor]) -> torch.Tens
     from vllm.v1.attention.ops.dcp import _lse_weighted_combine
 
     return _lse_weighted_combine(torch.stack(outputs), torch.stack(lses))
-
-
-
-
 
 
 B = 16
@@ -136,9 +140,20 @@ def reference_caches(cp_size, interleave, req_block_ids, k, v) -> DcpCaches:
     return caches
 
 
-def assert_ranks_read_the_window(caches: DcpCaches, lengths, reads, rank_reads, sinks: int,
-                                 window: int, alignment: int, k, v, num_queries=1,
-                                 min_context=0, new_tokens=None) -> None:  # fmt: skip
+def assert_ranks_read_the_window(
+    caches: DcpCaches,
+    lengths,
+    reads,
+    rank_reads,
+    sinks: int,
+    window: int,
+    alignment: int,
+    k,
+    v,
+    num_queries=1,
+    min_context=0,
+    new_tokens=None,
+) -> None:
     """``reads[i]``: the global windowed length of request ``i``; ``rank_reads[r]``: what
     rank ``r``'s kernel is handed, ``(table, local lengths)``. Each rank reads exactly its
     tokens of the window, in order, and the log-sum-exp combination of the ranks' partial
@@ -185,13 +200,27 @@ def window_per_rank(cp_size, interleave, window, sinks=0, min_context=0, dcp_sha
     written by vLLM's kernels): (batch, window) per rank."""
     out = []
     for rank in range(cp_size):
-        batch = make_mrv2_batch([B], LENGTHS, 1, len(LENGTHS) + 2, len(LENGTHS) + 4, 2048,
-                                np.random.default_rng(3), cp=(cp_size, rank, interleave),
-                                dcp_sharded=dcp_sharded)  # fmt: skip
-        w = Mrv2DraftWindow(window, batch.input_buffers, batch.block_tables, [0],
-                            len(LENGTHS) + 4, CPU, attention_sinks=sinks,
-                            min_context=min_context)  # fmt: skip
+        batch = make_mrv2_batch(
+            [B],
+            LENGTHS,
+            1,
+            len(LENGTHS) + 2,
+            len(LENGTHS) + 4,
+            2048,
+            np.random.default_rng(3),
+            cp=(cp_size, rank, interleave),
+            dcp_sharded=dcp_sharded,
+        )
+        w = Mrv2DraftWindow(
+            window,
+            batch.input_buffers,
+            batch.block_tables,
+            [0],
+            len(LENGTHS) + 4,
+            CPU,
+            attention_sinks=sinks,
+            min_context=min_context,
+        )
         w.refresh(batch.num_reqs_padded)
         out.append((batch, w))
     return out
-

@@ -2,8 +2,6 @@
 builds the tests share, and the checks of what a build hands the kernel against dense
 attention over exactly the window."""
 
-
-
 import numpy as np
 import torch
 from vllm.config.compilation import CUDAGraphMode
@@ -78,8 +76,9 @@ def draft_groups(layouts) -> list[int]:
     return [g for g, layout in enumerate(layouts) if layout.draft]
 
 
-def wire(method, layouts, batch, model_dir, monkeypatch, additional_config=None,
-         sinks=None) -> Wired:  # fmt: skip
+def wire(
+    method, layouts, batch, model_dir, monkeypatch, additional_config=None, sinks=None
+) -> Wired:
     if additional_config is None:
         additional_config = {"draft_window_size": W}
         if sinks is not None:
@@ -118,8 +117,7 @@ def kv_block_ids(full_ids: list[int], b: int, kb: int, positions: torch.Tensor) 
     return set(ids.tolist())
 
 
-def assert_reads_exactly_the_window(wired: Wired, layouts, metadata, window_size=W,
-                                    min_context=0):  # fmt: skip
+def assert_reads_exactly_the_window(wired: Wired, layouts, metadata, window_size=W, min_context=0):
     """Each draft group's metadata, read by the reference paged attention, equals dense
     attention over the sinks [0, S) and [start, L), with start block-aligned for every
     draft group (everything when the two meet); a context below ``min_context`` reads all
@@ -159,8 +157,9 @@ def assert_reads_exactly_the_window(wired: Wired, layouts, metadata, window_size
         # The same metadata through vLLM's own Triton paged attention kernel.
         n = batch.num_reqs
         queries = [k[i][length - Q : length] * 0.5 for i, length in enumerate(batch.seq_lens)]
-        assert_kernel_reads(cache, queries, md.block_table, md.seq_lens[:n], expected_reads[-n:],
-                            kb)  # fmt: skip
+        assert_kernel_reads(
+            cache, queries, md.block_table, md.seq_lens[:n], expected_reads[-n:], kb
+        )
         # Padded rows read nothing.
         assert not md.seq_lens[batch.num_reqs :].any()
 
@@ -188,13 +187,20 @@ def move_batch_into(src: Mrv2Batch, dst: Mrv2Batch) -> None:
         d, s = getattr(dst.input_buffers, name), getattr(src.input_buffers, name)
         width = min(d.shape[0], s.shape[0])
         d[:width].copy_(s[:width])
-    for d, s in zip(dst.block_tables.input_block_tables, src.block_tables.input_block_tables,
-                    strict=True):  # fmt: skip
+    for d, s in zip(
+        dst.block_tables.input_block_tables, src.block_tables.input_block_tables, strict=True
+    ):
         d.copy_(s)
     width = min(dst.block_tables.slot_mappings.shape[1], src.block_tables.slot_mappings.shape[1])
     dst.block_tables.slot_mappings[:, :width].copy_(src.block_tables.slot_mappings[:, :width])
-    for name in ("seq_lens", "idx_mapping", "req_block_ids", "num_reqs", "num_reqs_padded",
-                 "query_lens"):  # fmt: skip
+    for name in (
+        "seq_lens",
+        "idx_mapping",
+        "req_block_ids",
+        "num_reqs",
+        "num_reqs_padded",
+        "query_lens",
+    ):
         setattr(dst, name, getattr(src, name))
 
 
@@ -225,4 +231,3 @@ def capture_on_cpu(speculator, monkeypatch) -> dict:
     speculator.init_cudagraph_manager(CUDAGraphMode.FULL_DECODE_ONLY)
     assert speculator.query_cudagraph_manager.needs_capture()
     return captured
-

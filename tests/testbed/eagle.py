@@ -1,7 +1,6 @@
 """EAGLE/EAGLE3 through vLLM 0.33's real speculator on CPU: a target verify step, the draft
 prefill and every decode step, and what each reads through the reference paged attention."""
 
-
 import dataclasses
 
 import numpy as np
@@ -73,9 +72,20 @@ class Eagle:
         return self.wired.speculator
 
 
-def setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=CONTEXTS, seed=0,
-                prefill_chunk=None, window=W, sinks=0, min_context=0,
-                vllm_config=None, cp=(1, 0, 1)) -> Eagle:  # fmt: skip
+def setup_eagle(
+    model_dir,
+    monkeypatch,
+    num_spec,
+    layouts,
+    contexts=CONTEXTS,
+    seed=0,
+    prefill_chunk=None,
+    window=W,
+    sinks=0,
+    min_context=0,
+    vllm_config=None,
+    cp=(1, 0, 1),
+) -> Eagle:
     """A target verify batch (each request: context + num_spec + 1 query tokens; optionally
     one request prefilling a long chunk), its real target metadata, and a wired draft;
     ``cp``: one rank of decode context parallelism (ranks, rank, interleave)."""
@@ -87,9 +97,18 @@ def setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=CONTEXTS, se
         query_lens.append(prefill_chunk)
         seq_lens.append(prefill_chunk + 30)
     n = len(seq_lens)
-    batch = make_mrv2_batch([g.block_size for g in layouts], seq_lens, num_spec + 1, n,
-                            MAX_NUM_REQS, MAX_MODEL_LEN, rng, lookahead_tokens=num_spec,
-                            query_lens=query_lens, cp=cp)  # fmt: skip
+    batch = make_mrv2_batch(
+        [g.block_size for g in layouts],
+        seq_lens,
+        num_spec + 1,
+        n,
+        MAX_NUM_REQS,
+        MAX_MODEL_LEN,
+        rng,
+        lookahead_tokens=num_spec,
+        query_lens=query_lens,
+        cp=cp,
+    )
     additional = {"draft_window_size": window}
     if sinks:
         additional["draft_attention_sinks"] = sinks
@@ -98,9 +117,17 @@ def setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=CONTEXTS, se
     config = vllm_config or make_vllm_config(model_dir, MAX_MODEL_LEN, MAX_NUM_REQS, additional)
     model_state = DefaultModelState(config, torch.nn.Module(), None, CPU)
     draft_buffers = InputBuffers(MAX_NUM_REQS, batch.block_tables.max_num_batched_tokens, CPU)
-    wired = wire_speculator(EagleSpeculator, batch, layouts, config, "eagle3",
-                            num_spec, dcp_size=cp[0], draft_input_buffers=draft_buffers,
-                            model_state=model_state)  # fmt: skip
+    wired = wire_speculator(
+        EagleSpeculator,
+        batch,
+        layouts,
+        config,
+        "eagle3",
+        num_spec,
+        dcp_size=cp[0],
+        draft_input_buffers=draft_buffers,
+        model_state=model_state,
+    )
     s = wired.speculator
     s.kv_cache_config = s.kv_cache_config  # set by set_attn
     s.target_input_buffers = batch.input_buffers
@@ -133,8 +160,12 @@ def setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=CONTEXTS, se
         input_batch = dataclasses.replace(input_batch, dcp_local_seq_lens=local[:n])
     target_groups = []
     for g, layout in enumerate(layouts):
-        spec = FullAttentionSpec(block_size=layout.block_size, num_kv_heads=NUM_KV_HEADS,
-                                 head_size=HEAD_SIZE, dtype=torch.float32)  # fmt: skip
+        spec = FullAttentionSpec(
+            block_size=layout.block_size,
+            num_kv_heads=NUM_KV_HEADS,
+            head_size=HEAD_SIZE,
+            dtype=torch.float32,
+        )
         # The target runner's groups hold the draft layers too (same backend and spec).
         group = AttentionGroup(TritonAttentionBackend, [f"target.{g}", f"draft.{g}"], spec, g)
         group.create_metadata_builders(config, CPU)
@@ -142,9 +173,13 @@ def setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=CONTEXTS, se
     s.target_attn_groups = target_groups
     bt = batch.block_tables
     target_metadata = model_state.prepare_attn(
-        input_batch, CUDAGraphMode.NONE, tuple(t[:n] for t in bt.input_block_tables),
-        bt.slot_mappings[:, : batch.num_tokens], target_groups, s.kv_cache_config,
-    )  # fmt: skip
+        input_batch,
+        CUDAGraphMode.NONE,
+        tuple(t[:n] for t in bt.input_block_tables),
+        bt.slot_mappings[:, : batch.num_tokens],
+        target_groups,
+        s.kv_cache_config,
+    )
 
     # True K/V of every position a step can read, written through the full tables.
     gen = torch.Generator().manual_seed(seed)
@@ -162,8 +197,7 @@ def setup_eagle(model_dir, monkeypatch, num_spec, layouts, contexts=CONTEXTS, se
     num_rejected = rng.integers(0, num_spec + 1, n)
     if prefill_chunk is not None:
         num_rejected[-1] = 0
-    return Eagle(wired, batch, input_batch, target_metadata, num_spec, num_rejected, k, v,
-                 caches)  # fmt: skip
+    return Eagle(wired, batch, input_batch, target_metadata, num_spec, num_rejected, k, v, caches)
 
 
 def run_prefill(e: Eagle, num_tokens_padded: int | None = None) -> dict:
@@ -180,9 +214,14 @@ def run_prefill(e: Eagle, num_tokens_padded: int | None = None) -> dict:
     e.s._run_model = run_model
     propose_state(e.s).prefill_batch = e.input_batch
     try:
-        e.s._prefill(e.batch.num_reqs, num_tokens_padded or e.batch.num_tokens,
-                     e.target_metadata, None, num_tokens_across_dp=None,
-                     skip_sample=True)  # fmt: skip
+        e.s._prefill(
+            e.batch.num_reqs,
+            num_tokens_padded or e.batch.num_tokens,
+            e.target_metadata,
+            None,
+            num_tokens_across_dp=None,
+            skip_sample=True,
+        )
     finally:
         propose_state(e.s).prefill_batch = None
     return seen
@@ -197,10 +236,14 @@ def prepare_decode(e: Eagle) -> None:
     ib.positions[:n] = accepted.long() - 1
     target_seq_lens = torch.from_numpy(e.batch.seq_lens.astype(np.int32))
     prepare_decode_inputs(
-        torch.zeros(n, e.num_spec, dtype=torch.int64), target_seq_lens,
-        torch.from_numpy(e.num_rejected.astype(np.int32)), ib,
-        torch.zeros(MAX_NUM_REQS, dtype=torch.int64), MAX_MODEL_LEN, MAX_NUM_REQS,
-    )  # fmt: skip
+        torch.zeros(n, e.num_spec, dtype=torch.int64),
+        target_seq_lens,
+        torch.from_numpy(e.num_rejected.astype(np.int32)),
+        ib,
+        torch.zeros(MAX_NUM_REQS, dtype=torch.int64),
+        MAX_MODEL_LEN,
+        MAX_NUM_REQS,
+    )
 
 
 def update_inputs(e: Eagle, num_spec: int) -> None:
@@ -209,11 +252,17 @@ def update_inputs(e: Eagle, num_spec: int) -> None:
     s, n = e.s, e.batch.num_reqs
     hidden = torch.zeros(n, 4)
     update_draft_inputs(
-        torch.zeros(n, dtype=torch.int64), s.current_draft_step, hidden,
-        torch.zeros(n, num_spec, dtype=torch.int64), torch.zeros(MAX_NUM_REQS, 4),
-        s.input_buffers, torch.zeros(MAX_NUM_REQS, dtype=torch.int64), n, MAX_MODEL_LEN,
+        torch.zeros(n, dtype=torch.int64),
+        s.current_draft_step,
+        hidden,
+        torch.zeros(n, num_spec, dtype=torch.int64),
+        torch.zeros(MAX_NUM_REQS, 4),
+        s.input_buffers,
+        torch.zeros(MAX_NUM_REQS, dtype=torch.int64),
+        n,
+        MAX_MODEL_LEN,
         num_spec,
-    )  # fmt: skip
+    )
 
 
 def run_decode(e: Eagle, monkeypatch, fused: bool) -> list[dict]:
@@ -225,18 +274,26 @@ def run_decode(e: Eagle, monkeypatch, fused: bool) -> list[dict]:
     s, ib, n = e.s, e.s.input_buffers, e.batch.num_reqs
     steps = []
 
-    def generate_draft(num_reqs, num_tokens_padded, attn_metadata, slot_mappings, *args,
-                       **kwargs):  # fmt: skip
-        steps.append({
-            "lengths": ib.seq_lens[:n].clone(),
-            "slots": e.batch.block_tables.slot_mappings[:, :n].clone(),
-            **{name: (md.seq_lens.clone(), md.block_table.clone())
-               for name, md in attn_metadata.items()},
-            # Under DCP, flash attention's DCP-local context lengths.
-            "dcp": {name: md.dcp_context_kv_lens.clone() for name, md in attn_metadata.items()
-                    if getattr(md, "dcp_context_kv_lens", None) is not None},
-            "md_slots": {name: md.slot_mapping[:n].clone() for name, md in attn_metadata.items()},
-        })  # fmt: skip
+    def generate_draft(num_reqs, num_tokens_padded, attn_metadata, slot_mappings, *args, **kwargs):
+        steps.append(
+            {
+                "lengths": ib.seq_lens[:n].clone(),
+                "slots": e.batch.block_tables.slot_mappings[:, :n].clone(),
+                **{
+                    name: (md.seq_lens.clone(), md.block_table.clone())
+                    for name, md in attn_metadata.items()
+                },
+                # Under DCP, flash attention's DCP-local context lengths.
+                "dcp": {
+                    name: md.dcp_context_kv_lens.clone()
+                    for name, md in attn_metadata.items()
+                    if getattr(md, "dcp_context_kv_lens", None) is not None
+                },
+                "md_slots": {
+                    name: md.slot_mapping[:n].clone() for name, md in attn_metadata.items()
+                },
+            }
+        )
         update_inputs(e, e.num_spec)
 
     s._generate_draft = generate_draft
@@ -264,4 +321,3 @@ def expected_blocks(e: Eagle, g: int, b: int, i: int, length: int, read: int) ->
     """Block ids of the full table that hold the positions a read must cover."""
     _, kept = positions_read(length, read, e.s.draft_window.spec.sink_size)
     return {e.batch.req_block_ids[g][i][p // b] for p in kept.tolist()}
-

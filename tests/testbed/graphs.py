@@ -116,8 +116,7 @@ def platform_with_graphs(monkeypatch: Any) -> None:
         vllm_config.cache_config.block_size = block_size
 
     monkeypatch.setattr(platform, "support_static_graph_mode", classmethod(lambda cls: True))
-    monkeypatch.setattr(platform, "check_and_update_config",
-                        classmethod(check_and_update_config))  # fmt: skip
+    monkeypatch.setattr(platform, "check_and_update_config", classmethod(check_and_update_config))
 
 
 def process_groups_on_cpu(monkeypatch: Any) -> None:
@@ -129,9 +128,10 @@ def process_groups_on_cpu(monkeypatch: Any) -> None:
     single_rank = types.SimpleNamespace(is_first_rank=True, is_last_rank=True, world_size=1)
     monkeypatch.setattr(cudagraph_utils, "get_pp_group", lambda: single_rank)
     monkeypatch.setattr(
-        cudagraph_utils, "graph_capture",
+        cudagraph_utils,
+        "graph_capture",
         lambda device, *args, **kwargs: contextlib.nullcontext(GraphCaptureContext(stream=None)),
-    )  # fmt: skip
+    )
     platform = type(cudagraph_utils.current_platform)
     monkeypatch.setattr(platform, "graph_pool_handle", lambda *args: None, raising=False)
     monkeypatch.setattr(platform, "get_global_graph_pool", lambda *args: None, raising=False)

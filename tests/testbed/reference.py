@@ -111,12 +111,23 @@ def unified_attention_read(
     # The interpreter evaluates masked-off lanes too (0/0 there, discarded by the mask).
     with np.errstate(invalid="ignore", divide="ignore"):
         _run_unified_attention(
-            q=q, k=k, v=v, out=out, cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max(lens),
-            seqused_k=seqused_k, max_seqlen_k=int(seqused_k.max()), softmax_scale=dim**-0.5,
-            causal=True, window_size=(-1, -1),
-            block_table=block_table[: len(queries)].to(torch.int32).contiguous(), softcap=0,
-            q_descale=None, k_descale=None, v_descale=None,
-        )  # fmt: skip
+            q=q,
+            k=k,
+            v=v,
+            out=out,
+            cu_seqlens_q=cu_seqlens_q,
+            max_seqlen_q=max(lens),
+            seqused_k=seqused_k,
+            max_seqlen_k=int(seqused_k.max()),
+            softmax_scale=dim**-0.5,
+            causal=True,
+            window_size=(-1, -1),
+            block_table=block_table[: len(queries)].to(torch.int32).contiguous(),
+            softcap=0,
+            q_descale=None,
+            k_descale=None,
+            v_descale=None,
+        )
     return list(out.split(lens))
 
 

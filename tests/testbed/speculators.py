@@ -55,9 +55,11 @@ def make_vllm_config(
     model_dir: Path, max_model_len: int, max_num_seqs: int, additional_config: dict | None
 ) -> VllmConfig:
     model_config = ModelConfig(
-        model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
+        model=str(model_dir),
+        skip_tokenizer_init=True,
+        dtype="float32",
         max_model_len=max_model_len,
-    )  # fmt: skip
+    )
     config = VllmConfig(model_config=model_config, additional_config=additional_config or {})
     config.scheduler_config.max_num_seqs = max_num_seqs
     return config
@@ -69,18 +71,25 @@ def make_speculative_vllm_config(
     """A real VllmConfig with a speculative config (the tiny model drafts for itself, as
     EAGLE3 by default): what the engine builds at start-up, ``__post_init__`` included."""
     model_config = ModelConfig(
-        model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
+        model=str(model_dir),
+        skip_tokenizer_init=True,
+        dtype="float32",
         max_model_len=max_model_len,
-    )  # fmt: skip
+    )
     parallel_config = ParallelConfig()
     speculative_config = SpeculativeConfig(
-        method=method, model=str(model_dir), num_speculative_tokens=2,
-        target_model_config=model_config, target_parallel_config=parallel_config,
-    )  # fmt: skip
+        method=method,
+        model=str(model_dir),
+        num_speculative_tokens=2,
+        target_model_config=model_config,
+        target_parallel_config=parallel_config,
+    )
     return VllmConfig(
-        model_config=model_config, parallel_config=parallel_config,
-        speculative_config=speculative_config, additional_config=additional_config or {},
-    )  # fmt: skip
+        model_config=model_config,
+        parallel_config=parallel_config,
+        speculative_config=speculative_config,
+        additional_config=additional_config or {},
+    )
 
 
 @dataclass
@@ -104,9 +113,11 @@ class GroupLayout:
 
 def full_attention_spec(block_size: int) -> FullAttentionSpec:
     return FullAttentionSpec(
-        block_size=block_size, num_kv_heads=NUM_KV_HEADS, head_size=HEAD_SIZE,
+        block_size=block_size,
+        num_kv_heads=NUM_KV_HEADS,
+        head_size=HEAD_SIZE,
         dtype=torch.float32,
-    )  # fmt: skip
+    )
 
 
 @dataclass
@@ -211,8 +222,13 @@ SPECULATOR_CLASSES = {
 }
 
 
-def propose_after_verify(speculator: Any, input_batch: Any, attn_metadata: dict,
-                         slot_mappings: dict, num_rejected: torch.Tensor) -> None:  # fmt: skip
+def propose_after_verify(
+    speculator: Any,
+    input_batch: Any,
+    attn_metadata: dict,
+    slot_mappings: dict,
+    num_rejected: torch.Tensor,
+) -> None:
     """The speculator's own ``propose`` after a target verify step of ``num_speculative_steps
     + 1`` tokens per request, ``num_rejected`` of them rejected (greedy; zero hidden states
     stand in for the target model's)."""
@@ -223,6 +239,16 @@ def propose_after_verify(speculator: Any, input_batch: Any, attn_metadata: dict,
     q = torch.full((n,), speculator.num_speculative_steps + 1, dtype=torch.int32)
     zeros = torch.zeros(m, dtype=torch.int64)
     with set_current_vllm_config(speculator.vllm_config):
-        speculator.propose(input_batch, attn_metadata, slot_mappings, hidden,
-                           [hidden, hidden, hidden], q - num_rejected, num_rejected, zeros,
-                           zeros, torch.zeros(m), zeros)  # fmt: skip
+        speculator.propose(
+            input_batch,
+            attn_metadata,
+            slot_mappings,
+            hidden,
+            [hidden, hidden, hidden],
+            q - num_rejected,
+            num_rejected,
+            zeros,
+            zeros,
+            torch.zeros(m),
+            zeros,
+        )

@@ -91,10 +91,17 @@ class DraftModel(torch.nn.Module):
             md = attn_metadata.get(name)
             if md is None:
                 continue
-            self.launches.append(Launch(
-                name, md.seq_lens.data_ptr(), md.block_table.data_ptr(), md.seq_lens.clone(),
-                md.block_table.clone(), graphs.capturing(), graphs.replaying(),
-            ))  # fmt: skip
+            self.launches.append(
+                Launch(
+                    name,
+                    md.seq_lens.data_ptr(),
+                    md.block_table.data_ptr(),
+                    md.seq_lens.clone(),
+                    md.block_table.clone(),
+                    graphs.capturing(),
+                    graphs.replaying(),
+                )
+            )
         out = torch.zeros(input_ids.shape[0], self.hidden_size)
         return (out, out) if self.pair else out
 
@@ -125,12 +132,22 @@ def speculator_class(method: str) -> type:
     from vllm.v1.worker.gpu.spec_decode.dspark.speculator import DSparkSpeculator
     from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
 
-    return {"eagle": EagleSpeculator, "eagle3": EagleSpeculator, "dflash": DFlashSpeculator,
-            "dspark": DSparkSpeculator}[method]  # fmt: skip
+    return {
+        "eagle": EagleSpeculator,
+        "eagle3": EagleSpeculator,
+        "dflash": DFlashSpeculator,
+        "dspark": DSparkSpeculator,
+    }[method]
 
 
-def host_config(model_dir, method: str, num_spec: int, cudagraph_mode: CUDAGraphMode,
-                additional: dict, monkeypatch) -> VllmConfig:  # fmt: skip
+def host_config(
+    model_dir,
+    method: str,
+    num_spec: int,
+    cudagraph_mode: CUDAGraphMode,
+    additional: dict,
+    monkeypatch,
+) -> VllmConfig:
     """A VllmConfig validated with graphs on. The model runner hands the speculator its
     resolved cudagraph mode later (``init_cudagraph_manager``); PIECEWISE graphs also need
     torch.compile, which vLLM's CPU platform turns off, so the config keeps that mode's FULL
@@ -140,20 +157,30 @@ def host_config(model_dir, method: str, num_spec: int, cudagraph_mode: CUDAGraph
     graphs.platform_with_graphs(monkeypatch)
     query_len = num_spec if method == "dspark" else num_spec + 1
     sizes = sorted({r * q for r in GRAPH_REQS for q in (1, query_len)})
-    model = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
-                        max_model_len=MAX_MODEL_LEN)  # fmt: skip
+    model = ModelConfig(
+        model=str(model_dir), skip_tokenizer_init=True, dtype="float32", max_model_len=MAX_MODEL_LEN
+    )
     parallel = ParallelConfig()
-    speculative = SpeculativeConfig(method="draft_model", model=str(model_dir),
-                                    num_speculative_tokens=num_spec, target_model_config=model,
-                                    target_parallel_config=parallel)  # fmt: skip
+    speculative = SpeculativeConfig(
+        method="draft_model",
+        model=str(model_dir),
+        num_speculative_tokens=num_spec,
+        target_model_config=model,
+        target_parallel_config=parallel,
+    )
     config = VllmConfig(
-        model_config=model, parallel_config=parallel, speculative_config=speculative,
-        compilation_config=CompilationConfig(mode=CompilationMode.NONE,
-                                             cudagraph_mode=cudagraph_mode.without_piecewise(),
-                                             cudagraph_capture_sizes=sizes),
-        scheduler_config=SchedulerConfig(max_num_seqs=MAX_NUM_REQS, max_model_len=MAX_MODEL_LEN,
-                                         is_encoder_decoder=False),
-    )  # fmt: skip
+        model_config=model,
+        parallel_config=parallel,
+        speculative_config=speculative,
+        compilation_config=CompilationConfig(
+            mode=CompilationMode.NONE,
+            cudagraph_mode=cudagraph_mode.without_piecewise(),
+            cudagraph_capture_sizes=sizes,
+        ),
+        scheduler_config=SchedulerConfig(
+            max_num_seqs=MAX_NUM_REQS, max_model_len=MAX_MODEL_LEN, is_encoder_decoder=False
+        ),
+    )
     object.__setattr__(speculative, "method", method)
     config.additional_config = additional
     if method not in EAGLE:
@@ -168,8 +195,15 @@ class Started:
     model_state: object
 
 
-def started(model_dir, method, num_spec, cudagraph_mode, additional, monkeypatch,
-            backend: type | None = None) -> Started:  # fmt: skip
+def started(
+    model_dir,
+    method,
+    num_spec,
+    cudagraph_mode,
+    additional,
+    monkeypatch,
+    backend: type | None = None,
+) -> Started:
     """The speculator through ``set_attn``, beside the target runner's state; the layers on
     ``backend`` (default: vLLM's Triton backend)."""
     from vllm.model_executor.layers.attention.attention import Attention
@@ -185,18 +219,30 @@ def started(model_dir, method, num_spec, cudagraph_mode, additional, monkeypatch
     with set_current_vllm_config(config):
         s = speculator_class(method)(config, CPU)
         for name in ("target.0", "draft.0"):
-            Attention(4, HEAD_SIZE, HEAD_SIZE**-0.5, num_kv_heads=NUM_KV_HEADS, prefix=name,
-                      attn_backend=backend or TritonAttentionBackend)  # fmt: skip
-    spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=NUM_KV_HEADS, head_size=HEAD_SIZE,
-                             dtype=torch.float32)  # fmt: skip
+            Attention(
+                4,
+                HEAD_SIZE,
+                HEAD_SIZE**-0.5,
+                num_kv_heads=NUM_KV_HEADS,
+                prefix=name,
+                attn_backend=backend or TritonAttentionBackend,
+            )
+    spec = FullAttentionSpec(
+        block_size=BLOCK, num_kv_heads=NUM_KV_HEADS, head_size=HEAD_SIZE, dtype=torch.float32
+    )
     kv_cache_config = KVCacheConfig(
-        num_blocks=1, kv_cache_tensors=[],
+        num_blocks=1,
+        kv_cache_tensors=[],
         kv_cache_groups=[KVCacheGroupSpec(["target.0", "draft.0"], spec)],
-    )  # fmt: skip
+    )
     max_blocks = get_block_table_width(-(-MAX_MODEL_LEN // BLOCK), BLOCK)
-    block_tables = BlockTables(block_sizes=[BLOCK], max_num_reqs=MAX_NUM_REQS,
-                               max_num_batched_tokens=s.max_num_tokens,
-                               max_num_blocks_per_group=[max_blocks], device=CPU)  # fmt: skip
+    block_tables = BlockTables(
+        block_sizes=[BLOCK],
+        max_num_reqs=MAX_NUM_REQS,
+        max_num_batched_tokens=s.max_num_tokens,
+        max_num_blocks_per_group=[max_blocks],
+        device=CPU,
+    )
     with set_current_vllm_config(config):
         target_groups, _, _ = init_attn_backend(kv_cache_config, config, CPU)
     model_state = DefaultModelState(config, torch.nn.Module(), None, CPU)
@@ -245,8 +291,9 @@ def verify_step(st: Started, target_lens: list[int], seed: int = 0) -> Verified:
     s = st.s
     rng = np.random.default_rng(seed)
     n, q = len(target_lens), s.num_speculative_steps + 1
-    batch = make_mrv2_batch([BLOCK], target_lens, q, n, MAX_NUM_REQS, MAX_MODEL_LEN, rng,
-                            lookahead_tokens=q)  # fmt: skip
+    batch = make_mrv2_batch(
+        [BLOCK], target_lens, q, n, MAX_NUM_REQS, MAX_MODEL_LEN, rng, lookahead_tokens=q
+    )
     # The speculator shares the runner's persistent tables; the batch's own are not read.
     batch.block_tables = s.block_tables
     batch.input_buffers = s.target_input_buffers
@@ -258,16 +305,24 @@ def verify_step(st: Started, target_lens: list[int], seed: int = 0) -> Verified:
     fill_slot_mappings(batch)
     target = torch.tensor(target_lens, dtype=torch.int32)
     input_batch = dataclasses.replace(
-        input_batch, num_scheduled_tokens=np.full(n, q, dtype=np.int32),
-        query_start_loc_np=batch.query_start_loc_np, seq_lens_cpu_upper_bound=target.clone(),
-        idx_mapping_np=batch.idx_mapping, idx_mapping=idx_mapping.long(),
-        is_prefilling_np=np.zeros(n, dtype=bool), has_prefill=False,
-    )  # fmt: skip
+        input_batch,
+        num_scheduled_tokens=np.full(n, q, dtype=np.int32),
+        query_start_loc_np=batch.query_start_loc_np,
+        seq_lens_cpu_upper_bound=target.clone(),
+        idx_mapping_np=batch.idx_mapping,
+        idx_mapping=idx_mapping.long(),
+        is_prefilling_np=np.zeros(n, dtype=bool),
+        has_prefill=False,
+    )
     bt = s.block_tables
     metadata = st.model_state.prepare_attn(
-        input_batch, CUDAGraphMode.NONE, tuple(t[:n] for t in bt.input_block_tables),
-        bt.slot_mappings[:, : batch.num_tokens], s.target_attn_groups, s.kv_cache_config,
-    )  # fmt: skip
+        input_batch,
+        CUDAGraphMode.NONE,
+        tuple(t[:n] for t in bt.input_block_tables),
+        bt.slot_mappings[:, : batch.num_tokens],
+        s.target_attn_groups,
+        s.kv_cache_config,
+    )
     rejected = torch.from_numpy(rng.integers(0, q, n).astype(np.int32))
     gen = torch.Generator().manual_seed(seed)
     ends = [t + q for t in target_lens]
@@ -278,10 +333,12 @@ def verify_step(st: Started, target_lens: list[int], seed: int = 0) -> Verified:
         v.append(torch.randn(e, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64))
         row = torch.tensor(batch.req_block_ids[0][i], dtype=torch.int32)
         cache.write(row, torch.arange(e), k[i], v[i])
-    by_layer = build_slot_mappings_by_layer(bt.slot_mappings[:, : batch.num_tokens],
-                                            s.kv_cache_config)  # fmt: skip
-    return Verified(list(target_lens), batch, input_batch, metadata, by_layer, rejected, cache,
-                    k, v)  # fmt: skip
+    by_layer = build_slot_mappings_by_layer(
+        bt.slot_mappings[:, : batch.num_tokens], s.kv_cache_config
+    )
+    return Verified(
+        list(target_lens), batch, input_batch, metadata, by_layer, rejected, cache, k, v
+    )
 
 
 def propose(s, t: Verified) -> None:
@@ -299,6 +356,8 @@ def replayed(manager, model: DraftModel, num_launches: int) -> list[Launch]:
     replay = [x for x in model.launches if x.replayed_in is graph]
     assert len(at_capture) == len(replay) == num_launches
     for launch, recorded in zip(replay, at_capture, strict=True):
-        assert (launch.seq_lens_ptr, launch.table_ptr) == (recorded.seq_lens_ptr,
-                                                           recorded.table_ptr)  # fmt: skip
+        assert (launch.seq_lens_ptr, launch.table_ptr) == (
+            recorded.seq_lens_ptr,
+            recorded.table_ptr,
+        )
     return replay

@@ -43,8 +43,9 @@ class Case:
 
 
 @st.composite
-def cases(draw, max_len: int = 400, max_window: int = 200, sinks: bool = True,
-          threshold: bool = False) -> Case:  # fmt: skip
+def cases(
+    draw, max_len: int = 400, max_window: int = 200, sinks: bool = True, threshold: bool = False
+) -> Case:
     """``threshold``: a ``min_context`` above the window's reach, lengths around it too."""
     block_sizes = draw(
         st.lists(st.sampled_from([1, 2, 4, 8, 16, 32]), min_size=1, max_size=2, unique=True)

@@ -22,8 +22,9 @@ class Result:
     values: dict | None = None
 
 
-def synthetic_window(device, batch: int, context: int, block_sizes, window_size: int,
-                     sinks: int, gen):  # fmt: skip
+def synthetic_window(
+    device, batch: int, context: int, block_sizes, window_size: int, sinks: int, gen
+):
     """A window over random full tables of ``context`` tokens, with told lengths, and the
     fused refresh enabled."""
     import torch
@@ -37,12 +38,16 @@ def synthetic_window(device, batch: int, context: int, block_sizes, window_size:
     tables = [i32(batch, ceil_div(context, b) + 1) for b in block_sizes]
     told = ToldLengths(torch.zeros(batch, dtype=torch.int32, device=device), context + 8)
     window = Mrv2DraftWindow(
-        window_size, SimpleNamespace(seq_lens=torch.zeros(batch, dtype=torch.int32,
-                                                          device=device)),
+        window_size,
+        SimpleNamespace(seq_lens=torch.zeros(batch, dtype=torch.int32, device=device)),
         SimpleNamespace(input_block_tables=tables, block_sizes=list(block_sizes)),
-        list(range(len(block_sizes))), batch, device, max_chunk_len=2 * window_size,
-        attention_sinks=sinks, told=told,
-    )  # fmt: skip
+        list(range(len(block_sizes))),
+        batch,
+        device,
+        max_chunk_len=2 * window_size,
+        attention_sinks=sinks,
+        told=told,
+    )
     window.enable_fused()
     lengths = torch.randint(0, context + 1, (batch,), generator=gen, dtype=torch.int32)
     lengths[0] = context
@@ -59,33 +64,50 @@ def check_kernels(device, tiny: bool, quick: bool) -> list[Result]:
     from vllm_ascend.worker.v2.spec_decode.draft_window.trust import compare_with_torch, self_check
 
     if tiny:
-        grid = [(b, 300, blocks, s) for b in (1, 5) for blocks in ((16,), (16, 32))
-                for s in (0, 20)]  # fmt: skip
+        grid = [
+            (b, 300, blocks, s) for b in (1, 5) for blocks in ((16,), (16, 32)) for s in (0, 20)
+        ]
         window_size = 64
     else:
         batches = (1, 256) if quick else (1, 64, 256, 1024)
         contexts = (8192, 131072) if quick else (8192, 32768, 131072)
-        grid = [(b, c, blocks, s) for b in batches for c in contexts
-                for blocks in ((16,), (128,), (16, 128)) for s in (0, 64)]  # fmt: skip
+        grid = [
+            (b, c, blocks, s)
+            for b in batches
+            for c in contexts
+            for blocks in ((16,), (128,), (16, 128))
+            for s in (0, 64)
+        ]
         window_size = 2048
     results = []
     for batch, context, blocks, sinks in grid:
         gen = torch.Generator().manual_seed(batch * 7 + context)
-        window, lengths = synthetic_window(device, batch, context, blocks, window_size, sinks,
-                                           gen)  # fmt: skip
-        chunks = torch.minimum(torch.randint(1, 2 * window_size, (batch,), generator=gen,
-                                             dtype=torch.int32), lengths.cpu())  # fmt: skip
+        window, lengths = synthetic_window(device, batch, context, blocks, window_size, sinks, gen)
+        chunks = torch.minimum(
+            torch.randint(1, 2 * window_size, (batch,), generator=gen, dtype=torch.int32),
+            lengths.cpu(),
+        )
         qsl = torch.zeros(batch + 1, dtype=torch.int32)
         qsl[1:] = torch.cumsum(chunks, 0)
-        variants = {"decode": {}, "prefill": {"query_start_loc": qsl.to(device)},
-                    "told 1": {"told_step": 1}, "told 3": {"told_step": 3}}  # fmt: skip
-        diffs = [f"{name}: {d}" for name, kw in variants.items()
-                 for d in compare_with_torch(window, batch, lengths, **kw)]  # fmt: skip
+        variants = {
+            "decode": {},
+            "prefill": {"query_start_loc": qsl.to(device)},
+            "told 1": {"told_step": 1},
+            "told 3": {"told_step": 3},
+        }
+        diffs = [
+            f"{name}: {d}"
+            for name, kw in variants.items()
+            for d in compare_with_torch(window, batch, lengths, **kw)
+        ]
         name = f"batch {batch}, {context} tokens, blocks {list(blocks)}, sinks {sinks}"
         results.append(Result("refresh kernel", name, not diffs, "; ".join(diffs) or "bit for bit"))
     verdict = self_check(window)
-    results.append(Result("refresh kernel", "start-up self-check", not verdict,
-                          "; ".join(verdict) or "trusted"))  # fmt: skip
+    results.append(
+        Result(
+            "refresh kernel", "start-up self-check", not verdict, "; ".join(verdict) or "trusted"
+        )
+    )
     return results
 
 
@@ -97,8 +119,14 @@ def check_attention(device, tiny: bool) -> list[Result]:
     try:
         from vllm.v1.attention.ops.triton_unified_attention import unified_attention
     except ImportError as error:
-        return [Result("attention", "vLLM unified_attention", None,
-                       f"skipped: vLLM is not importable ({error}); set VLLM_PY")]  # fmt: skip
+        return [
+            Result(
+                "attention",
+                "vLLM unified_attention",
+                None,
+                f"skipped: vLLM is not importable ({error}); set VLLM_PY",
+            )
+        ]
     from tests.testbed.reference import positions_read
 
     heads, kv_heads, dim = (4, 2, 32) if tiny else (32, 8, 128)
@@ -124,12 +152,24 @@ def check_attention(device, tiny: bool) -> list[Result]:
     cropped, read = window.windows[0].block_table[:n], window.seq_lens[:n]
     # The interpreter evaluates masked-off lanes too (0/0 there, discarded by the mask).
     with numpy_errors_ignored():
-        unified_attention(q=q, k=k, v=v, out=out,
-                          cu_seqlens_q=torch.arange(n + 1, dtype=torch.int32, device=device),
-                          max_seqlen_q=1, seqused_k=read, max_seqlen_k=spec.max_read_len,
-                          softmax_scale=dim**-0.5, causal=True, window_size=(-1, -1),
-                          block_table=cropped, softcap=0, q_descale=None, k_descale=None,
-                          v_descale=None)  # fmt: skip
+        unified_attention(
+            q=q,
+            k=k,
+            v=v,
+            out=out,
+            cu_seqlens_q=torch.arange(n + 1, dtype=torch.int32, device=device),
+            max_seqlen_q=1,
+            seqused_k=read,
+            max_seqlen_k=spec.max_read_len,
+            softmax_scale=dim**-0.5,
+            causal=True,
+            window_size=(-1, -1),
+            block_table=cropped,
+            softcap=0,
+            q_descale=None,
+            k_descale=None,
+            v_descale=None,
+        )
     worst, bounds = 0.0, []
     for i, length in enumerate(contexts):
         start, kept = positions_read(length, int(read[i]), spec.sink_size)
@@ -146,8 +186,14 @@ def check_attention(device, tiny: bool) -> list[Result]:
     tolerance = 1e-4 if dtype == torch.float32 else 2e-2
     shape = f"{heads}/{kv_heads} heads of {dim}, {str(dtype)[6:]}, W = {window_size}, sinks {sinks}"
     detail = f"max abs error {worst:.2e} (tolerance {tolerance})"
-    return [Result("attention", f"unified_attention over the window ({shape})",
-                   worst <= tolerance and not bounds, "; ".join([detail, *bounds]))]  # fmt: skip
+    return [
+        Result(
+            "attention",
+            f"unified_attention over the window ({shape})",
+            worst <= tolerance and not bounds,
+            "; ".join([detail, *bounds]),
+        )
+    ]
 
 
 def numpy_errors_ignored():
@@ -188,15 +234,17 @@ def sync_errors():
         torch.cuda.set_sync_debug_mode("default")
 
 
-def check_graphs(device, batch: int = 256, context: int = 32768, window_size: int = 2048
-                 ) -> list[Result]:  # fmt: skip
+def check_graphs(
+    device, batch: int = 256, context: int = 32768, window_size: int = 2048
+) -> list[Result]:
     """The refresh in a CUDA graph: replays with new inputs equal eager refreshes of the
     torch path, and allocate nothing; eager refreshes never sync the host."""
     import torch
 
     def make(seed: int):
-        return synthetic_window(device, batch, context, (16, 128), window_size, 64,
-                                torch.Generator().manual_seed(seed))  # fmt: skip
+        return synthetic_window(
+            device, batch, context, (16, 128), window_size, 64, torch.Generator().manual_seed(seed)
+        )
 
     (window, lengths), (twin, _) = make(1), make(1)
     twin.fused_steps = twin.fused_chunks = None  # the torch path, eager
@@ -207,8 +255,11 @@ def check_graphs(device, batch: int = 256, context: int = 32768, window_size: in
     for trial in range(3):
         new = torch.randint(0, context + 1, (batch,), generator=gen, dtype=torch.int32)
         source.copy_(new)
-        for full, other in zip(window.block_tables.base.input_block_tables,
-                               twin.block_tables.base.input_block_tables, strict=True):  # fmt: skip
+        for full, other in zip(
+            window.block_tables.base.input_block_tables,
+            twin.block_tables.base.input_block_tables,
+            strict=True,
+        ):
             full.copy_(torch.randint(1, 1 << 30, full.shape, generator=gen, dtype=torch.int32))
             other.copy_(full)
         before = allocations()
@@ -220,10 +271,20 @@ def check_graphs(device, batch: int = 256, context: int = 32768, window_size: in
         for g in window.windows:
             if not torch.equal(window.windows[g].block_table, twin.windows[g].block_table):
                 problems.append(f"replay {trial}: group {g} table")
-    results = [Result("graphs", "refresh captured, replayed with new lengths and tables",
-                      not problems, "; ".join(problems) or "equal to eager, 3 replays"),
-               Result("graphs", "allocations during replay", not any(allocated),
-                      f"{sum(allocated)} allocations")]  # fmt: skip
+    results = [
+        Result(
+            "graphs",
+            "refresh captured, replayed with new lengths and tables",
+            not problems,
+            "; ".join(problems) or "equal to eager, 3 replays",
+        ),
+        Result(
+            "graphs",
+            "allocations during replay",
+            not any(allocated),
+            f"{sum(allocated)} allocations",
+        ),
+    ]
     for name, w in (("fused", window), ("torch path", twin)):
         try:
             with sync_errors():

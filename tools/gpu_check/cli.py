@@ -42,8 +42,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where gpu.md goes")
     parser.add_argument("--quick", action="store_true", help="a smaller grid, no timings")
-    parser.add_argument("--interpret", action="store_true",
-                        help="CPU, Triton's interpreter, tiny shapes (for tests)")  # fmt: skip
+    parser.add_argument(
+        "--interpret",
+        action="store_true",
+        help="CPU, Triton's interpreter, tiny shapes (for tests)",
+    )
     return parser.parse_args(argv)
 
 
@@ -56,8 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     if not args.interpret and not torch.cuda.is_available():
-        print("make gpu-check needs a CUDA GPU: torch.cuda.is_available() is False "
-              f"(torch {torch.__version__}).", file=sys.stderr)  # fmt: skip
+        print(
+            "make gpu-check needs a CUDA GPU: torch.cuda.is_available() is False "
+            f"(torch {torch.__version__}).",
+            file=sys.stderr,
+        )
         return 2
     if os.environ.get("VLLM_PY"):
         sys.path.insert(0, os.environ["VLLM_PY"])
@@ -76,8 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         mark = {True: "ok", False: "FAILED", None: "--"}[r.ok]
         print(f"[gpu-check] {mark:6} {r.section}: {r.name}: {r.detail}")
-    print(f"[gpu-check] {'passed' if not failed else f'{len(failed)} failed'}; report in "
-          f"{args.out / 'gpu.md'}")  # fmt: skip
+    print(
+        f"[gpu-check] {'passed' if not failed else f'{len(failed)} failed'}; report in "
+        f"{args.out / 'gpu.md'}"
+    )
     return 1 if failed else 0
 
 
@@ -90,12 +98,20 @@ def write_report(out: Path, results: list[Result], device) -> None:
         triton_version = triton.__version__
     except ImportError:
         triton_version = "not installed"
-    machine = (torch.cuda.get_device_name(device) if device.type == "cuda"
-               else f"CPU ({platform.machine()}), Triton's interpreter")  # fmt: skip
-    lines = ["# The draft window on a GPU (`make gpu-check`)", "",
-             f"Machine: {machine}; torch {torch.__version__}, Triton {triton_version}, "
-             f"Python {platform.python_version()}.", "",
-             "| part | check | result | detail |", "|---|---|---|---|"]  # fmt: skip
+    machine = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else f"CPU ({platform.machine()}), Triton's interpreter"
+    )
+    lines = [
+        "# The draft window on a GPU (`make gpu-check`)",
+        "",
+        f"Machine: {machine}; torch {torch.__version__}, Triton {triton_version}, "
+        f"Python {platform.python_version()}.",
+        "",
+        "| part | check | result | detail |",
+        "|---|---|---|---|",
+    ]
     for r in results:
         mark = {True: "ok", False: "FAILED", None: "-"}[r.ok]
         lines.append(f"| {r.section} | {r.name} | {mark} | {r.detail} |")
@@ -121,13 +137,22 @@ def plot(path: Path, values: list[dict]) -> bool:
     for k in sorted({v["k"] for v in refresh}):
         for key, style in (("fused_us", "-"), ("torch_us", "--")):
             rows = [v for v in refresh if v["k"] == k]
-            left.plot([v["batch"] for v in rows], [v[key] for v in rows], style, marker="o",
-                      label=f"K={k} {key[:-3]}")  # fmt: skip
+            left.plot(
+                [v["batch"] for v in rows],
+                [v[key] for v in rows],
+                style,
+                marker="o",
+                label=f"K={k} {key[:-3]}",
+            )
     attention = [v for v in values if "ratio" in v]
     for batch in sorted({v["batch"] for v in attention}):
         rows = [v for v in attention if v["batch"] == batch]
-        right.plot([v["context"] for v in rows], [v["ratio"] for v in rows], marker="o",
-                   label=f"batch {batch}")  # fmt: skip
+        right.plot(
+            [v["context"] for v in rows],
+            [v["ratio"] for v in rows],
+            marker="o",
+            label=f"batch {batch}",
+        )
     if attention:
         rows = [v for v in attention if v["batch"] == attention[0]["batch"]]
         right.plot([v["context"] for v in rows], [v["ideal"] for v in rows], "k:", label="ideal")

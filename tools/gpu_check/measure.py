@@ -38,8 +38,13 @@ def _refreshes(window, batch: int, lengths, count: int) -> None:
 
 
 def _apply_mrv1(adapter, table, lengths) -> None:
-    adapter.apply(SimpleNamespace(block_table_tensor=table, seq_lens=lengths.clone(),
-                                  seq_lens_cpu_upper_bound=lengths.cpu()))  # fmt: skip
+    adapter.apply(
+        SimpleNamespace(
+            block_table_tensor=table,
+            seq_lens=lengths.clone(),
+            seq_lens_cpu_upper_bound=lengths.cpu(),
+        )
+    )
 
 
 def _attention(q, k, v, lens, table, max_len) -> None:
@@ -47,10 +52,24 @@ def _attention(q, k, v, lens, table, max_len) -> None:
 
     n = q.shape[0]
     cu = torch_arange(n + 1, q.device)
-    unified_attention(q=q, k=k, v=v, out=torch.empty_like(q), cu_seqlens_q=cu, max_seqlen_q=1,
-                      seqused_k=lens, max_seqlen_k=max_len, softmax_scale=q.shape[-1] ** -0.5,
-                      causal=True, window_size=(-1, -1), block_table=table, softcap=0,
-                      q_descale=None, k_descale=None, v_descale=None)  # fmt: skip
+    unified_attention(
+        q=q,
+        k=k,
+        v=v,
+        out=torch.empty_like(q),
+        cu_seqlens_q=cu,
+        max_seqlen_q=1,
+        seqused_k=lens,
+        max_seqlen_k=max_len,
+        softmax_scale=q.shape[-1] ** -0.5,
+        causal=True,
+        window_size=(-1, -1),
+        block_table=table,
+        softcap=0,
+        q_descale=None,
+        k_descale=None,
+        v_descale=None,
+    )
 
 
 def torch_arange(n: int, device) -> torch.Tensor:
@@ -87,10 +106,17 @@ def measure(device, sizes: Sizes = Sizes()) -> list[Result]:
                 ms = cuda_ms(partial(_apply_mrv1, adapter, table, lengths))
                 detail += f", MRV1 apply {ms * 1000:.1f} us"
             what = "DFlash/DSpark" if k == 1 else f"EAGLE K={k}"
-            values = {"batch": batch, "k": k, "fused_us": times[0] * 1000,
-                      "torch_us": times[1] * 1000}  # fmt: skip
-            results.append(Result("measured", f"refresh per propose, batch {batch}, {what}", None,
-                                  detail, values))  # fmt: skip
+            values = {
+                "batch": batch,
+                "k": k,
+                "fused_us": times[0] * 1000,
+                "torch_us": times[1] * 1000,
+            }
+            results.append(
+                Result(
+                    "measured", f"refresh per propose, batch {batch}, {what}", None, detail, values
+                )
+            )
     if importlib.util.find_spec("vllm") is None:
         return results
     (heads, kv_heads, dim), b = sizes.heads, 16
@@ -108,15 +134,28 @@ def measure(device, sizes: Sizes = Sizes()) -> list[Result]:
             window.refresh(batch, seq_lens=full)
             q = torch.randn(batch, heads, dim, device=device, dtype=dtype)
             t_full = cuda_ms(partial(_attention, q, k, v, full, table, context))
-            t_win = cuda_ms(partial(_attention, q, k, v, window.seq_lens[:batch],
-                                    window.windows[0].block_table[:batch],
-                                    window.spec.max_read_len))  # fmt: skip
+            t_win = cuda_ms(
+                partial(
+                    _attention,
+                    q,
+                    k,
+                    v,
+                    window.seq_lens[:batch],
+                    window.windows[0].block_table[:batch],
+                    window.spec.max_read_len,
+                )
+            )
             ideal = int(window.seq_lens[0]) / context
-            results.append(Result("measured", f"draft attention, {context} tokens, batch {batch}",
-                                  None, f"window {t_win:.3f} ms, full {t_full:.3f} ms, ratio "
-                                  f"{t_win / t_full:.3f} (ideal {ideal:.3f})",
-                                  {"context": context, "batch": batch, "ratio": t_win / t_full,
-                                   "ideal": ideal}))  # fmt: skip
+            results.append(
+                Result(
+                    "measured",
+                    f"draft attention, {context} tokens, batch {batch}",
+                    None,
+                    f"window {t_win:.3f} ms, full {t_full:.3f} ms, ratio "
+                    f"{t_win / t_full:.3f} (ideal {ideal:.3f})",
+                    {"context": context, "batch": batch, "ratio": t_win / t_full, "ideal": ideal},
+                )
+            )
     return results
 
 

@@ -37,14 +37,16 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.window import ceil_div
 
 def add_arguments(parser) -> None:
     parser.add_argument(
-        "--dcp", default="1",
+        "--dcp",
+        default="1",
         help="decode_context_parallel_size: ranks the KV is sharded over (default 1: none)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--dcp-interleave", default="1",
+        "--dcp-interleave",
+        default="1",
         help="cp_kv_cache_interleave_size: tokens each rank holds in turn (default 1); must "
         "divide every block size",
-    )  # fmt: skip
+    )
 
 
 def check_arguments(args) -> None:
@@ -55,9 +57,11 @@ def check_arguments(args) -> None:
     for b in args.block_sizes:
         # A rank's tokens of one block are whole interleave chunks (vLLM requires it).
         if b % args.dcp_interleave:
-            raise ValueError(f"--dcp-interleave {args.dcp_interleave} does not divide the "
-                             f"block size {b}: cp_kv_cache_interleave_size must divide every "
-                             f"block size")  # fmt: skip
+            raise ValueError(
+                f"--dcp-interleave {args.dcp_interleave} does not divide the "
+                f"block size {b}: cp_kv_cache_interleave_size must divide every "
+                f"block size"
+            )
     if args.dcp > 1 and args.plot:
         raise ValueError("--plot draws one table's blocks without DCP; leave it out with --dcp")
 
@@ -95,8 +99,7 @@ def inspect_method(args, method: str, model_dir, progress) -> list[dict]:
     # DFlash/DSpark seq_lens count the whole query stretch; an EAGLE decode step, one token.
     query = k_spec + 1 if method in ("dspark", "dflash") else 1
     seq_lens = [length + query for length in args.seq_lens]
-    windowed, plain, spec, block_ids = _build_every_rank(args, method, model_dir, seq_lens,
-                                                         query)  # fmt: skip
+    windowed, plain, spec, block_ids = _build_every_rank(args, method, model_dir, seq_lens, query)
     rows = []
     for i, length in enumerate(seq_lens):
         checks = []
@@ -126,24 +129,47 @@ def inspect_method(args, method: str, model_dir, progress) -> list[dict]:
                 checks.append(windowed[r].slots[g][i * query : (i + 1) * query] == truth)
                 checks.append(plain[r].slots[g][i * query : (i + 1) * query] == truth)
             tables = [w.tables[g][i] for w in windowed]
-            checks.append(_reference_check(ids, b, cp, args.dcp_interleave, i, length, start,
-                                           spec.sink_size, kept, query, tables, reads))  # fmt: skip
+            checks.append(
+                _reference_check(
+                    ids,
+                    b,
+                    cp,
+                    args.dcp_interleave,
+                    i,
+                    length,
+                    start,
+                    spec.sink_size,
+                    kept,
+                    query,
+                    tables,
+                    reads,
+                )
+            )
             progress.update(1)
         b0 = args.block_sizes[0]
         per_token = 2 * args.draft_layers * args.kv_heads * args.head_dim * args.dtype_bytes
         # Local tokens depend on the layout only, not on the group: the first group's.
         reads = [w.local_lens[0][i] for w in windowed]
         fulls = [p.local_lens[0][i] for p in plain]
-        rows.append({
-            "context": length - query, "seq_len": length, "start": start,
-            "windowed": windowed[0].seq_lens[0][i], "engaged": engaged,
-            "ranks": list(zip(reads, fulls, strict=True)),
-            # The rank that reads the most: rank 0 (it holds the first chunk of each round).
-            "blocks": ceil_div(max(reads), b0), "full_blocks": ceil_div(max(fulls), b0),
-            "kv_bytes": max(reads) * per_token, "full_kv_bytes": max(fulls) * per_token,
-            "ok": all(checks), "alignment": spec.alignment, "sinks": spec.sink_size,
-            "min_context": spec.min_context,
-        })  # fmt: skip
+        rows.append(
+            {
+                "context": length - query,
+                "seq_len": length,
+                "start": start,
+                "windowed": windowed[0].seq_lens[0][i],
+                "engaged": engaged,
+                "ranks": list(zip(reads, fulls, strict=True)),
+                # The rank that reads the most: rank 0 (it holds the first chunk of each round).
+                "blocks": ceil_div(max(reads), b0),
+                "full_blocks": ceil_div(max(fulls), b0),
+                "kv_bytes": max(reads) * per_token,
+                "full_kv_bytes": max(fulls) * per_token,
+                "ok": all(checks),
+                "alignment": spec.alignment,
+                "sinks": spec.sink_size,
+                "min_context": spec.min_context,
+            }
+        )
     return rows
 
 
@@ -166,17 +192,25 @@ def _build_every_rank(args, method: str, model_dir, seq_lens: list[int], query: 
     max_model_len = ceil_div(max(seq_lens) + k_spec + 1, 1024) * 1024
     layouts = [GroupLayout(b) for b in args.block_sizes]
     on = {KEY: args.window, SINKS_KEY: args.sinks, MIN_CONTEXT_KEY: args.min_context}
-    configs = {w: make_vllm_config(model_dir, max_model_len, n, on if w else {})
-               for w in (True, False)}  # fmt: skip
-    desc = BatchExecutionDescriptor(cg_mode=CUDAGraphMode.NONE, num_tokens=n * query,
-                                    num_reqs=None)  # fmt: skip
+    configs = {
+        w: make_vllm_config(model_dir, max_model_len, n, on if w else {}) for w in (True, False)
+    }
+    desc = BatchExecutionDescriptor(cg_mode=CUDAGraphMode.NONE, num_tokens=n * query, num_reqs=None)
     windowed, plain, spec, block_ids = [], [], None, None
     for rank in range(cp):
         # One seed for every rank: the same requests and block ids (one column per cp * b
         # tokens), as the ranks of a DCP group hold them; each rank its own slots.
-        batch = make_mrv2_batch(args.block_sizes, seq_lens, query, n, n, max_model_len,
-                                np.random.default_rng(0), lookahead_tokens=k_spec,
-                                cp=(cp, rank, args.dcp_interleave))  # fmt: skip
+        batch = make_mrv2_batch(
+            args.block_sizes,
+            seq_lens,
+            query,
+            n,
+            n,
+            max_model_len,
+            np.random.default_rng(0),
+            lookahead_tokens=k_spec,
+            cp=(cp, rank, args.dcp_interleave),
+        )
         assert block_ids in (None, batch.req_block_ids), "the ranks' block ids differ"
         block_ids = batch.req_block_ids
         bound = torch.tensor(batch.seq_lens - query, dtype=torch.int32)
@@ -184,13 +218,23 @@ def _build_every_rank(args, method: str, model_dir, seq_lens: list[int], query: 
         own = None if query > 1 else batch.input_buffers
         for window, out in ((True, windowed), (False, plain)):
             with _start_up_lines_once(rank):
-                wired = wire_speculator(SPECULATOR_CLASSES[method], batch, layouts,
-                                        configs[window], method, k_spec, dcp_size=cp,
-                                        draft_input_buffers=own)  # fmt: skip
+                wired = wire_speculator(
+                    SPECULATOR_CLASSES[method],
+                    batch,
+                    layouts,
+                    configs[window],
+                    method,
+                    k_spec,
+                    dcp_size=cp,
+                    draft_input_buffers=own,
+                )
                 metadata = wired.speculator._build_uniform_attn_metadata(
-                    batch_desc=desc, num_reqs=n, num_query_per_req=query,
-                    seq_lens_cpu_upper_bound=bound, step=query,
-                )  # fmt: skip
+                    batch_desc=desc,
+                    num_reqs=n,
+                    num_query_per_req=query,
+                    seq_lens_cpu_upper_bound=bound,
+                    step=query,
+                )
             out.append(_copy_out(wired, metadata, n, n * query))
             if window:
                 spec = wired.speculator.draft_window.spec
@@ -230,8 +274,9 @@ def _shares(length: int, cp: int, interleave: int) -> list[int]:
     return get_dcp_local_seq_lens(lengths, cp, None, interleave)[0].tolist()
 
 
-def _local_slots(positions, ids: list[int], cp: int, rank: int, interleave: int,
-                 b: int) -> list[int]:  # fmt: skip
+def _local_slots(
+    positions, ids: list[int], cp: int, rank: int, interleave: int, b: int
+) -> list[int]:
     """The slots rank ``rank`` writes ``positions`` to through the full table: the testbed's
     statement of vLLM's layout (``testbed/dcp.py``), PAD (-1) where another rank holds it."""
     import torch
@@ -244,8 +289,9 @@ def _local_slots(positions, ids: list[int], cp: int, rank: int, interleave: int,
     return torch.where(owner(positions, cp, interleave) == rank, slots, -1).tolist()
 
 
-def _reference_check(ids, b, cp, interleave, i, length, start, sinks, kept, query, tables,
-                     local_lens) -> bool:  # fmt: skip
+def _reference_check(
+    ids, b, cp, interleave, i, length, start, sinks, kept, query, tables, local_lens
+) -> bool:
     """Every rank's partial attention over what its kernel is handed (cropped table row,
     local length), combined as DCP combines them, equals dense attention over exactly the
     sinks and ``[start, length)``; each rank reads its own tokens of those, in order, and
@@ -284,30 +330,38 @@ def print_table(method: str, args, rows: list[dict]) -> None:
     mib = 1 << 20
     sinks = rows[0]["sinks"]
     cp = args.dcp
-    print(f"{title(method, args, rows)}; decode_context_parallel_size={cp}, "
-          f"cp_kv_cache_interleave_size={args.dcp_interleave}: a table column spans {cp} "
-          f"blocks of a request's tokens, one on each rank")  # fmt: skip
+    print(
+        f"{title(method, args, rows)}; decode_context_parallel_size={cp}, "
+        f"cp_kv_cache_interleave_size={args.dcp_interleave}: a table column spans {cp} "
+        f"blocks of a request's tokens, one on each rank"
+    )
     ranks = "".join(f"{f'rank {r} read/full':>17}" for r in range(cp))
-    header = (f"{'context':>8} {'seq_len':>8} {'engaged':>7} {'start':>8} {'windowed':>8}{ranks}"
-              f" {'blocks/rank':>13} {'KV MiB/rank':>20} {'reduction':>9}  checks")  # fmt: skip
+    header = (
+        f"{'context':>8} {'seq_len':>8} {'engaged':>7} {'start':>8} {'windowed':>8}{ranks}"
+        f" {'blocks/rank':>13} {'KV MiB/rank':>20} {'reduction':>9}  checks"
+    )
     print(header)
     print("-" * len(header))
     for r in rows:
         reduction = r["full_kv_bytes"] / r["kv_bytes"] if r["kv_bytes"] else 1.0
         shares = "".join(f"{f'{read}/{full}':>17}" for read, full in r["ranks"])
-        print(f"{r['context']:>8} {r['seq_len']:>8} {'yes' if r['engaged'] else 'no':>7} "
-              f"{r['start']:>8} {r['windowed']:>8}{shares} {r['blocks']:>6}/{r['full_blocks']:<6} "
-              f"{r['kv_bytes'] / mib:>9.2f}/{r['full_kv_bytes'] / mib:<10.2f} "
-              f"{reduction:>8.1f}x  {'ok' if r['ok'] else 'FAILED'}")  # fmt: skip
+        print(
+            f"{r['context']:>8} {r['seq_len']:>8} {'yes' if r['engaged'] else 'no':>7} "
+            f"{r['start']:>8} {r['windowed']:>8}{shares} {r['blocks']:>6}/{r['full_blocks']:<6} "
+            f"{r['kv_bytes'] / mib:>9.2f}/{r['full_kv_bytes'] / mib:<10.2f} "
+            f"{reduction:>8.1f}x  {'ok' if r['ok'] else 'FAILED'}"
+        )
     most = sum(r["kv_bytes"] for r in rows), sum(r["full_kv_bytes"] for r in rows)
-    print(f"batch: the rank that reads the most (rank 0) reads {most[0] / mib:.1f} MiB of KV "
-          f"instead of {most[1] / mib:.1f} MiB ({most[1] / max(most[0], 1):.1f}x less); "
-          f"blocks/rank and KV MiB/rank are its. Checks, on every rank: slot mappings vLLM's "
-          f"own (the rank's local slots, PAD elsewhere) with and without the window; one "
-          f"window start per request on every rank, whole columns of every rank's tables (a "
-          f"multiple of {cp} blocks), length between min(L, S + W) and S + W + a - 1 (S: sinks, "
-          f"{sinks} here), or the whole context where the window is not engaged; each rank's "
-          f"kernel handed its share of the windowed length (vLLM's get_dcp_local_seq_lens), "
-          f"the shares summing to it; each rank's partial attention through its cropped table "
-          f"and local length, combined by log-sum-exp, equals dense attention over the sinks "
-          f"and the window.")  # fmt: skip
+    print(
+        f"batch: the rank that reads the most (rank 0) reads {most[0] / mib:.1f} MiB of KV "
+        f"instead of {most[1] / mib:.1f} MiB ({most[1] / max(most[0], 1):.1f}x less); "
+        f"blocks/rank and KV MiB/rank are its. Checks, on every rank: slot mappings vLLM's "
+        f"own (the rank's local slots, PAD elsewhere) with and without the window; one "
+        f"window start per request on every rank, whole columns of every rank's tables (a "
+        f"multiple of {cp} blocks), length between min(L, S + W) and S + W + a - 1 (S: sinks, "
+        f"{sinks} here), or the whole context where the window is not engaged; each rank's "
+        f"kernel handed its share of the windowed length (vLLM's get_dcp_local_seq_lens), "
+        f"the shares summing to it; each rank's partial attention through its cropped table "
+        f"and local length, combined by log-sum-exp, equals dense attention over the sinks "
+        f"and the window."
+    )

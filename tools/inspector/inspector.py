@@ -48,9 +48,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--sinks", default="0", help=f"{SINKS_KEY}: first tokens kept besides the window"
     )
     parser.add_argument(
-        "--min-context", default="0",
+        "--min-context",
+        default="0",
         help=f"{MIN_CONTEXT_KEY}: the context from which the window engages (0: every one)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--block-sizes", default="128", help="block size of each draft KV group, comma-separated"
     )
@@ -75,9 +76,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     inspector_dcp.add_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        config = DraftWindowConfig.from_additional_config({
-            KEY: args.window, SINKS_KEY: args.sinks, MIN_CONTEXT_KEY: args.min_context,
-        })  # fmt: skip
+        config = DraftWindowConfig.from_additional_config(
+            {
+                KEY: args.window,
+                SINKS_KEY: args.sinks,
+                MIN_CONTEXT_KEY: args.min_context,
+            }
+        )
         if config.draft_window_size is None:
             raise ValueError(f"--window: {KEY} must be set to inspect a window")
         args.window, args.sinks = config.draft_window_size, config.draft_attention_sinks
@@ -87,11 +92,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         inspector_dcp.check_arguments(args)
         for name in ("num_spec_tokens", "draft_layers", "kv_heads", "head_dim", "dtype_bytes"):
             if getattr(args, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got "
-                                 f"{getattr(args, name)}")  # fmt: skip
+                raise ValueError(
+                    f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}"
+                )
         if args.window < args.num_spec_tokens + 1:
-            raise ValueError(f"--window {args.window} is smaller than the draft's query "
-                             f"stretch of {args.num_spec_tokens + 1} tokens")  # fmt: skip
+            raise ValueError(
+                f"--window {args.window} is smaller than the draft's query "
+                f"stretch of {args.num_spec_tokens + 1} tokens"
+            )
     except ValueError as error:
         parser.error(str(error))
     args.method = args.method or ["dspark", "eagle3"]
@@ -139,8 +147,9 @@ def inspect_method(args, method: str, model_dir: Path, progress) -> list[dict]:
     max_model_len = ceil_div(max(seq_lens) + k_spec + 1, 1024) * 1024
     layouts = [GroupLayout(b) for b in args.block_sizes]
     rng = np.random.default_rng(0)
-    batch = make_mrv2_batch(args.block_sizes, seq_lens, query, n, n, max_model_len, rng,
-                            lookahead_tokens=k_spec)  # fmt: skip
+    batch = make_mrv2_batch(
+        args.block_sizes, seq_lens, query, n, n, max_model_len, rng, lookahead_tokens=k_spec
+    )
     cls = SPECULATOR_CLASSES[method]
 
     def build(window: int | None):
@@ -149,15 +158,20 @@ def inspect_method(args, method: str, model_dir: Path, progress) -> list[dict]:
             additional = {KEY: window, SINKS_KEY: args.sinks, MIN_CONTEXT_KEY: args.min_context}
         config = make_vllm_config(model_dir, max_model_len, n, additional)
         draft_buffers = None if parallel else batch.input_buffers
-        wired = wire_speculator(cls, batch, layouts, config, method, k_spec,
-                                draft_input_buffers=draft_buffers)  # fmt: skip
-        desc = BatchExecutionDescriptor(cg_mode=CUDAGraphMode.NONE, num_tokens=n * query,
-                                        num_reqs=None)  # fmt: skip
+        wired = wire_speculator(
+            cls, batch, layouts, config, method, k_spec, draft_input_buffers=draft_buffers
+        )
+        desc = BatchExecutionDescriptor(
+            cg_mode=CUDAGraphMode.NONE, num_tokens=n * query, num_reqs=None
+        )
         bound = torch.tensor(batch.seq_lens - query, dtype=torch.int32)
         metadata = wired.speculator._build_uniform_attn_metadata(
-            batch_desc=desc, num_reqs=n, num_query_per_req=query,
-            seq_lens_cpu_upper_bound=bound, step=query,
-        )  # fmt: skip
+            batch_desc=desc,
+            num_reqs=n,
+            num_query_per_req=query,
+            seq_lens_cpu_upper_bound=bound,
+            step=query,
+        )
         return wired, metadata
 
     if not parallel:
@@ -194,25 +208,49 @@ def inspect_method(args, method: str, model_dir: Path, progress) -> list[dict]:
                 checks.append(min(length, spec.sink_size + args.window) <= read <= reach - 1)
             else:
                 checks.append(read == length)
-            checks.append(_reference_check(batch, g, b, i, length, start, spec.sink_size, kept,
-                                           query, windowed[name].block_table[i], PagedKVCache,
-                                           dense_attention))  # fmt: skip
+            checks.append(
+                _reference_check(
+                    batch,
+                    g,
+                    b,
+                    i,
+                    length,
+                    start,
+                    spec.sink_size,
+                    kept,
+                    query,
+                    windowed[name].block_table[i],
+                    PagedKVCache,
+                    dense_attention,
+                )
+            )
             checks.append(int(plain[name].seq_lens[i]) == length)
             progress.update(1)
         b0 = args.block_sizes[0]
         per_token = 2 * args.draft_layers * args.kv_heads * args.head_dim * args.dtype_bytes
-        rows.append({
-            "context": length - query, "seq_len": length, "start": start, "windowed": read,
-            "blocks": ceil_div(read, b0) if read else 0, "full_blocks": ceil_div(length, b0),
-            "kv_bytes": read * per_token, "full_kv_bytes": length * per_token,
-            "ok": all(checks), "alignment": spec.alignment, "sinks": spec.sink_size,
-            "engaged": engaged, "min_context": spec.min_context,
-        })  # fmt: skip
+        rows.append(
+            {
+                "context": length - query,
+                "seq_len": length,
+                "start": start,
+                "windowed": read,
+                "blocks": ceil_div(read, b0) if read else 0,
+                "full_blocks": ceil_div(length, b0),
+                "kv_bytes": read * per_token,
+                "full_kv_bytes": length * per_token,
+                "ok": all(checks),
+                "alignment": spec.alignment,
+                "sinks": spec.sink_size,
+                "engaged": engaged,
+                "min_context": spec.min_context,
+            }
+        )
     return rows
 
 
-def _reference_check(batch, g, b, i, length, start, sinks, kept, query, table, cache_cls,
-                     dense) -> bool:  # fmt: skip
+def _reference_check(
+    batch, g, b, i, length, start, sinks, kept, query, table, cache_cls, dense
+) -> bool:
     """Reference paged attention through the windowed table equals dense attention over
     exactly the sinks and [start, length), and reads only their blocks."""
     import torch
@@ -239,33 +277,41 @@ def title(method: str, args, rows: list[dict]) -> str:
         with_sinks += f", engaged from a context of {rows[0]['min_context']} ({MIN_CONTEXT_KEY})"
     elif args.min_context:
         with_sinks += f" ({MIN_CONTEXT_KEY}={args.min_context} changes nothing)"
-    return (f"\n{method} ({what}): {KEY}={args.window}{with_sinks}, block sizes "
-            f"{args.block_sizes}, alignment {rows[0]['alignment']}, {args.num_spec_tokens} "
-            f"speculative tokens")  # fmt: skip
+    return (
+        f"\n{method} ({what}): {KEY}={args.window}{with_sinks}, block sizes "
+        f"{args.block_sizes}, alignment {rows[0]['alignment']}, {args.num_spec_tokens} "
+        f"speculative tokens"
+    )
 
 
 def print_table(method: str, args, rows: list[dict]) -> None:
     mib = 1 << 20
     sinks = rows[0]["sinks"]
     print(f"{title(method, args, rows)}; blocks of {args.block_sizes[0]} tokens")
-    header = (f"{'context':>8} {'seq_len':>8} {'engaged':>7} {'start':>8} {'windowed':>8} "
-              f"{'blocks':>13} {'KV MiB read':>20} {'reduction':>9}  checks")  # fmt: skip
+    header = (
+        f"{'context':>8} {'seq_len':>8} {'engaged':>7} {'start':>8} {'windowed':>8} "
+        f"{'blocks':>13} {'KV MiB read':>20} {'reduction':>9}  checks"
+    )
     print(header)
     print("-" * len(header))
     for r in rows:
         reduction = r["full_kv_bytes"] / r["kv_bytes"] if r["kv_bytes"] else 1.0
         engaged = "yes" if r["engaged"] else "no"
-        print(f"{r['context']:>8} {r['seq_len']:>8} {engaged:>7} {r['start']:>8} "
-              f"{r['windowed']:>8} {r['blocks']:>6}/{r['full_blocks']:<6} "
-              f"{r['kv_bytes'] / mib:>9.2f}/{r['full_kv_bytes'] / mib:<10.2f} "
-              f"{reduction:>8.1f}x  {'ok' if r['ok'] else 'FAILED'}")  # fmt: skip
+        print(
+            f"{r['context']:>8} {r['seq_len']:>8} {engaged:>7} {r['start']:>8} "
+            f"{r['windowed']:>8} {r['blocks']:>6}/{r['full_blocks']:<6} "
+            f"{r['kv_bytes'] / mib:>9.2f}/{r['full_kv_bytes'] / mib:<10.2f} "
+            f"{reduction:>8.1f}x  {'ok' if r['ok'] else 'FAILED'}"
+        )
     total = sum(r["kv_bytes"] for r in rows), sum(r["full_kv_bytes"] for r in rows)
-    print(f"batch: the draft reads {total[0] / mib:.1f} MiB of KV instead of "
-          f"{total[1] / mib:.1f} MiB ({total[1] / max(total[0], 1):.1f}x less). Checks: slot "
-          f"mappings absolute with and without the window; window start block-aligned, length "
-          f"between min(L, S + W) and S + W + a - 1 (S: sinks, {sinks} here), or the whole "
-          f"context where the window is not engaged; reference paged attention through the "
-          f"windowed metadata equals dense attention over the sinks and the window.")  # fmt: skip
+    print(
+        f"batch: the draft reads {total[0] / mib:.1f} MiB of KV instead of "
+        f"{total[1] / mib:.1f} MiB ({total[1] / max(total[0], 1):.1f}x less). Checks: slot "
+        f"mappings absolute with and without the window; window start block-aligned, length "
+        f"between min(L, S + W) and S + W + a - 1 (S: sinks, {sinks} here), or the whole "
+        f"context where the window is not engaged; reference paged attention through the "
+        f"windowed metadata equals dense attention over the sinks and the window."
+    )
 
 
 def plot(path: Path, method: str, args, rows: list[dict]) -> None:
@@ -280,18 +326,33 @@ def plot(path: Path, method: str, args, rows: list[dict]) -> None:
     fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.5))
     sliver = max(r["full_blocks"] for r in rows) / 150
     for y, r in enumerate(rows):
-        ax.barh(y, r["full_blocks"], height=0.7, color="#c8d6e5",
-                label="target reads" if y == 0 else None)  # fmt: skip
+        ax.barh(
+            y,
+            r["full_blocks"],
+            height=0.7,
+            color="#c8d6e5",
+            label="target reads" if y == 0 else None,
+        )
         # Blocks the draft reads: the sinks (when the window has left them), the window.
         sink_blocks = r["sinks"] // b if r["start"] > r["sinks"] else 0
         if sink_blocks:
             # At least a sliver wide, so that one sink block shows beside 1,000 others.
-            ax.barh(y, max(sink_blocks, sliver), height=0.7, color="#5f27cd",
-                    label="draft reads (sinks)" if y == len(rows) - 1 else None)  # fmt: skip
-        ax.barh(y, r["blocks"] - sink_blocks, left=r["start"] // b, height=0.7,
-                color="#ee5253", label="draft reads" if y == 0 else None)  # fmt: skip
-        ax.text(r["full_blocks"], y, f"  {r['blocks']}/{r['full_blocks']}", va="center",
-                fontsize=8)  # fmt: skip
+            ax.barh(
+                y,
+                max(sink_blocks, sliver),
+                height=0.7,
+                color="#5f27cd",
+                label="draft reads (sinks)" if y == len(rows) - 1 else None,
+            )
+        ax.barh(
+            y,
+            r["blocks"] - sink_blocks,
+            left=r["start"] // b,
+            height=0.7,
+            color="#ee5253",
+            label="draft reads" if y == 0 else None,
+        )
+        ax.text(r["full_blocks"], y, f"  {r['blocks']}/{r['full_blocks']}", va="center", fontsize=8)
     ax.set_yticks(range(len(rows)), [f"{r['context']:,}" for r in rows])
     ax.set_xlim(0, max(r["full_blocks"] for r in rows) * 1.12)
     ax.set_xlabel(f"KV block index ({b} tokens each)")
@@ -330,8 +391,11 @@ def main(argv: list[str] | None = None) -> int:
 
     plugin.register()
     # With --dcp N, every rank's build (inspector_dcp.py).
-    inspect, show = ((inspector_dcp.inspect_method, inspector_dcp.print_table) if args.dcp > 1
-                     else (inspect_method, print_table))  # fmt: skip
+    inspect, show = (
+        (inspector_dcp.inspect_method, inspector_dcp.print_table)
+        if args.dcp > 1
+        else (inspect_method, print_table)
+    )
     total = len(args.method) * len(args.seq_lens) * len(args.block_sizes)
     failed = False
     with (

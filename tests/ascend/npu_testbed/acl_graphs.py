@@ -68,16 +68,29 @@ class FiaKernel:
             self.updates[self.updating] = {**kwargs, "lengths": lengths}
             return
         table = kwargs["block_table"]
-        self.launches.append(Launch(kwargs.get("layer"), table.clone(), table.data_ptr(),
-                                    lengths, capturing() is not None))  # fmt: skip
+        self.launches.append(
+            Launch(
+                kwargs.get("layer"),
+                table.clone(),
+                table.data_ptr(),
+                lengths,
+                capturing() is not None,
+            )
+        )
 
 
 class DraftModel(torch.nn.Module):
     """Stand-in for the draft model (no weights on CPU): each draft layer launches FIA with
     what vllm-ascend's full-graph attention hands it (``attention_v1.full_graph_fia``)."""
 
-    def __init__(self, layer_names: list[str], hidden_size: int, vocab_size: int,
-                 kernel: FiaKernel, pair: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        layer_names: list[str],
+        hidden_size: int,
+        vocab_size: int,
+        kernel: FiaKernel,
+        pair: bool = False,
+    ) -> None:
         """``pair``: the forward returns (last hidden states, hidden states), as EAGLE's
         drafts do; DFlash's and DSpark's return one tensor."""
         super().__init__()
@@ -105,11 +118,14 @@ class DraftModel(torch.nn.Module):
                 continue
             register_task(
                 self.kernel,
-                {"layer": name, "block_table": md.block_tables,
-                 "actual_seq_lengths": md.actual_seq_lengths_q,
-                 "actual_seq_lengths_kv": md.seq_lens_list},
+                {
+                    "layer": name,
+                    "block_table": md.block_tables,
+                    "actual_seq_lengths": md.actual_seq_lengths_q,
+                    "actual_seq_lengths_kv": md.seq_lens_list,
+                },
                 FIAParamProvider(name, None, _EXTRA_CTX.is_draft_model),
-            )  # fmt: skip
+            )
         out = torch.zeros(num_tokens, self.hidden_size)
         return (out, out) if self.pair else out
 
@@ -122,8 +138,11 @@ class DraftModel(torch.nn.Module):
         from vllm_ascend.ascend_forward_context import _EXTRA_CTX
         from vllm_ascend.compilation.acl_graph import get_draft_graph_params
 
-        kwargs = {"block_table": decode.block_table, "actual_seq_kvlen": decode.seq_lens_list,
-                  "actual_seq_qlen": decode.actual_seq_lengths_q}  # fmt: skip
+        kwargs = {
+            "block_table": decode.block_table,
+            "actual_seq_kvlen": decode.seq_lens_list,
+            "actual_seq_qlen": decode.actual_seq_lengths_q,
+        }
         if not _EXTRA_CTX.capturing:
             torch_npu.npu_fused_infer_attention_score_v2.out(**kwargs)
             return
@@ -177,17 +196,19 @@ class _Handle:
 # vllm-ascend's worker patches on the capture path (``vllm_ascend/patch/worker/patch_v2``):
 # the module attributes each sets, and the file that sets them.
 _WORKER_PATCHES = {
-    "patch_input_batch": (("vllm.v1.worker.gpu.cudagraph_utils", "InputBatch"),
-                          ("vllm.v1.worker.gpu.model_runner", "InputBatch")),
-    "patch_eagle_speculator": (("vllm.v1.worker.gpu.spec_decode.autoregressive.speculator",
-                                "SpeculatorCudaGraphManager"),),
-    "patch_dflash_speculator": (("vllm.v1.worker.gpu.spec_decode.dflash.cudagraph",
-                                 "build_attn_metadata"),
-                                ("vllm.v1.worker.gpu.spec_decode.dflash.speculator",
-                                 "DFlashCudaGraphManager"),
-                                ("vllm.v1.worker.gpu.spec_decode.dflash2.speculator",
-                                 "_selector_walk_kernel")),
-}  # fmt: skip
+    "patch_input_batch": (
+        ("vllm.v1.worker.gpu.cudagraph_utils", "InputBatch"),
+        ("vllm.v1.worker.gpu.model_runner", "InputBatch"),
+    ),
+    "patch_eagle_speculator": (
+        ("vllm.v1.worker.gpu.spec_decode.autoregressive.speculator", "SpeculatorCudaGraphManager"),
+    ),
+    "patch_dflash_speculator": (
+        ("vllm.v1.worker.gpu.spec_decode.dflash.cudagraph", "build_attn_metadata"),
+        ("vllm.v1.worker.gpu.spec_decode.dflash.speculator", "DFlashCudaGraphManager"),
+        ("vllm.v1.worker.gpu.spec_decode.dflash2.speculator", "_selector_walk_kernel"),
+    ),
+}
 
 
 def run_worker_patches(monkeypatch) -> None:
@@ -223,9 +244,20 @@ def acl_graphs_on_cpu(monkeypatch, kernel: FiaKernel):
     for name in ("_graph_params", "_draft_graph_params", "_draft_graph_prefill_params"):
         monkeypatch.setattr(acl_graph, name, None)
 
-    for name in ("Event", "Stream", "stream", "default_stream", "current_stream",
-                 "graph_pool_handle", "CUDAGraph", "graph", "synchronize", "set_stream",
-                 "current_device", "mem_get_info"):  # fmt: skip
+    for name in (
+        "Event",
+        "Stream",
+        "stream",
+        "default_stream",
+        "current_stream",
+        "graph_pool_handle",
+        "CUDAGraph",
+        "graph",
+        "synchronize",
+        "set_stream",
+        "current_device",
+        "mem_get_info",
+    ):
         monkeypatch.setattr(torch.cuda, name, getattr(torch.cuda, name, None), raising=False)
     npu = torch.npu
 
@@ -236,12 +268,17 @@ def acl_graphs_on_cpu(monkeypatch, kernel: FiaKernel):
         kernel.updating = None
 
     monkeypatch.setattr(npu, "graph", graph_context, raising=False)
-    monkeypatch.setattr(npu, "is_current_stream_capturing", lambda: capturing() is not None,
-                        raising=False)  # fmt: skip
+    monkeypatch.setattr(
+        npu, "is_current_stream_capturing", lambda: capturing() is not None, raising=False
+    )
     import torch_npu
 
-    monkeypatch.setattr(torch_npu, "npu_fused_infer_attention_score_v2",
-                        types.SimpleNamespace(out=kernel), raising=False)  # fmt: skip
+    monkeypatch.setattr(
+        torch_npu,
+        "npu_fused_infer_attention_score_v2",
+        types.SimpleNamespace(out=kernel),
+        raising=False,
+    )
     monkeypatch.setattr(npu, "graph_task_group_end", lambda stream: _Handle(), raising=False)
     monkeypatch.setattr(npu, "graph_task_update_begin", task_update_begin, raising=False)
     monkeypatch.setattr(npu, "graph_task_update_end", task_update_end, raising=False)

@@ -1,7 +1,6 @@
 """DFlash and DSpark on vllm-ascend 0.30.0rc2 on CPU: speculators wired to its builders, its
 per-propose and graph-replay builds, and the check that FIA reads exactly the window."""
 
-
 import torch
 from vllm.config.compilation import CUDAGraphMode
 from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
@@ -39,8 +38,9 @@ def window_config(min_context: int) -> dict:
 
 def wired(model_dir, method, additional_config=None, seq_lens=SEQ_LENS, block=BLOCK, **config):
     additional = {"draft_window_size": W} if additional_config is None else additional_config
-    s = speculator(vllm_config(model_dir, method, additional, **config), method, block,
-                   MAX_NUM_REQS)  # fmt: skip
+    s = speculator(
+        vllm_config(model_dir, method, additional, **config), method, block, MAX_NUM_REQS
+    )
     batch = make_batch(seq_lens, block, MAX_NUM_REQS)
     fill(s, batch)
     return s, batch
@@ -52,10 +52,13 @@ def per_propose_build(s):
     desc = BatchExecutionDescriptor(cg_mode=CUDAGraphMode.NONE, num_tokens=n * Q, num_reqs=None)
     with build_attn_metadata_wrapper():
         return s._build_uniform_attn_metadata(
-            num_reqs=n, batch_desc=desc, num_query_per_req=Q,
-            seq_lens_cpu_upper_bound=s.input_batch.seq_lens_cpu_upper_bound, step=Q,
+            num_reqs=n,
+            batch_desc=desc,
+            num_query_per_req=Q,
+            seq_lens_cpu_upper_bound=s.input_batch.seq_lens_cpu_upper_bound,
+            step=Q,
             causal=s._group_causal,
-        )["draft.0"]  # fmt: skip
+        )["draft.0"]
 
 
 def replay_build(s):
@@ -98,8 +101,7 @@ def assert_fia_reads_exactly_the_window(s, batch, seq_lens_list, block_tables):
         assert torch.equal(slots.long(), ids * b + pos % b)
     assert not any(seq_lens_list[len(batch.seq_lens) : batch.num_reqs_padded])
     # The same inputs through vLLM's Triton paged attention kernel (under the interpreter).
-    assert_kernel_reads(cache, queries, block_tables, seq_lens_list[: len(queries)],
-                        expected_reads)  # fmt: skip
+    assert_kernel_reads(cache, queries, block_tables, seq_lens_list[: len(queries)], expected_reads)
 
 
 EAGER, REPLAY = per_propose_build, replay_build
@@ -115,4 +117,3 @@ FIA_CASES = [
     ("dspark", REPLAY, 128, 258),
     ("dspark", EAGER, 16, 258),
 ]
-

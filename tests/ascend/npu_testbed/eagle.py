@@ -1,7 +1,6 @@
 """EAGLE/EAGLE3 on vllm-ascend 0.30.0rc2 on CPU: a decode set up through its speculator, each
 step's build and FULL-graph parameters, and the checks of what FIA is told."""
 
-
 import dataclasses
 
 import numpy as np
@@ -59,14 +58,16 @@ class Decode:
     block_size: int
 
 
-def setup_decode(model_dir, method, block_size, num_spec, additional=None, seed=0,
-                 max_num_tokens=None, cp=None):  # fmt: skip
+def setup_decode(
+    model_dir, method, block_size, num_spec, additional=None, seed=0, max_num_tokens=None, cp=None
+):
     """``cp``: (ranks, this rank, interleave) under decode context parallelism (the DCP
     group stood in by the caller, ``dcp_ranks.on_rank``): the rank's speculator, every rank's
     reference cache (``DcpCaches``; the same block ids and K/V on every rank's call)."""
     rng = np.random.default_rng(seed)
-    config = eagle_config(model_dir, method, {"draft_window_size": W} if additional is None
-                          else additional, num_spec)  # fmt: skip
+    config = eagle_config(
+        model_dir, method, {"draft_window_size": W} if additional is None else additional, num_spec
+    )
     if cp is not None:
         with_dcp(config, cp[0], cp[2])
     s = eagle_speculator(config, block_size, MAX_NUM_REQS, num_spec, max_num_tokens, cp=cp)
@@ -95,8 +96,7 @@ def setup_decode(model_dir, method, block_size, num_spec, additional=None, seed=
         k.append(torch.randn(e, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64))
         v.append(torch.randn(e, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64))
         if cp is None:
-            cache.write(torch.tensor(block_ids[i], dtype=torch.int32), torch.arange(e), k[i],
-                        v[i])  # fmt: skip
+            cache.write(torch.tensor(block_ids[i], dtype=torch.int32), torch.arange(e), k[i], v[i])
         else:
             cache.write(block_ids[i], k[i], v[i])
     tib = s.target_input_buffers
@@ -104,8 +104,7 @@ def setup_decode(model_dir, method, block_size, num_spec, additional=None, seed=
     tib.seq_lens[:n] = target
     tib.seq_lens_cpu.zero_()
     tib.seq_lens_cpu[:n] = target
-    s.input_batch = InputBatchSeen(n, np.zeros(n, dtype=bool), tib.seq_lens_np[:n],
-                                   target.clone())  # fmt: skip
+    s.input_batch = InputBatchSeen(n, np.zeros(n, dtype=bool), tib.seq_lens_np[:n], target.clone())
     return Decode(s, target, rejected, block_ids, cache, k, v, block_size)
 
 
@@ -122,14 +121,28 @@ def at_step(d: Decode, step: int) -> None:
     s, n, m = d.s, len(TARGET_LENS), MAX_NUM_REQS
     num_spec, ib = s.num_speculative_steps, s.input_buffers
     ib.positions[:n] = (d.target - d.rejected - 1).long()
-    prepare_decode_inputs(torch.zeros(n, num_spec, dtype=torch.int64), d.target, d.rejected, ib,
-                          torch.zeros(m, dtype=torch.int64), MAX_MODEL_LEN, m)  # fmt: skip
+    prepare_decode_inputs(
+        torch.zeros(n, num_spec, dtype=torch.int64),
+        d.target,
+        d.rejected,
+        ib,
+        torch.zeros(m, dtype=torch.int64),
+        MAX_MODEL_LEN,
+        m,
+    )
     for done in range(1, step):
         update_draft_inputs(
-            torch.zeros(n, dtype=torch.int64), torch.tensor([done], dtype=torch.int32),
-            torch.zeros(n, 4), torch.zeros(n, num_spec, dtype=torch.int64), torch.zeros(m, 4),
-            ib, torch.zeros(m, dtype=torch.int64), n, MAX_MODEL_LEN, num_spec,
-        )  # fmt: skip
+            torch.zeros(n, dtype=torch.int64),
+            torch.tensor([done], dtype=torch.int32),
+            torch.zeros(n, 4),
+            torch.zeros(n, num_spec, dtype=torch.int64),
+            torch.zeros(m, 4),
+            ib,
+            torch.zeros(m, dtype=torch.int64),
+            n,
+            MAX_MODEL_LEN,
+            num_spec,
+        )
     # The kernels' lengths: after the last accepted token, one more per step (a check of
     # this setup, not of the window).
     expected = torch.clamp(d.target - d.rejected + step, max=MAX_MODEL_LEN)
@@ -144,9 +157,12 @@ def build(d: Decode, step: int, cg_mode=CUDAGraphMode.NONE, num_reqs_padded=None
     desc = BatchExecutionDescriptor(cg_mode=cg_mode, num_tokens=padded, num_reqs=padded)
     with build_attn_metadata_wrapper():
         return d.s._build_uniform_attn_metadata(
-            batch_desc=desc, num_reqs=n, num_query_per_req=1,
-            seq_lens_cpu_upper_bound=d.s.input_batch.seq_lens_cpu_upper_bound, step=step,
-        )["draft.0"]  # fmt: skip
+            batch_desc=desc,
+            num_reqs=n,
+            num_query_per_req=1,
+            seq_lens_cpu_upper_bound=d.s.input_batch.seq_lens_cpu_upper_bound,
+            step=step,
+        )["draft.0"]
 
 
 def assert_fia_reads_the_window_of_the_told_length(d: Decode, step, told_lens, table):
@@ -223,4 +239,3 @@ def refused(d: Decode, match: str) -> None:
 
     with set_current_vllm_config(d.s.vllm_config), pytest.raises(ValueError, match=match):
         hooks.create_draft_window(d.s, install.installation().line)
-

@@ -44,8 +44,12 @@ def speculator_class(method: str) -> type:
     from vllm_ascend.worker.v2.spec_decode.dspark.speculator import AscendDSparkSpeculator
     from vllm_ascend.worker.v2.spec_decode.eagle.speculator import AscendEagleSpeculator
 
-    return {"eagle": AscendEagleSpeculator, "eagle3": AscendEagleSpeculator,
-            "dflash": AscendDFlashSpeculator, "dspark": AscendDSparkSpeculator}[method]  # fmt: skip
+    return {
+        "eagle": AscendEagleSpeculator,
+        "eagle3": AscendEagleSpeculator,
+        "dflash": AscendDFlashSpeculator,
+        "dspark": AscendDSparkSpeculator,
+    }[method]
 
 
 class MLALayer(torch.nn.Module):
@@ -86,10 +90,17 @@ def _layers(config, backend: str):
 
     if backend == "gqa":
         for name in ("target.0", "draft.0"):
-            Attention(4, HEAD_SIZE, HEAD_SIZE**-0.5, num_kv_heads=NUM_KV_HEADS, prefix=name,
-                      attn_backend=AscendAttentionBackend)  # fmt: skip
-        return FullAttentionSpec(block_size=BLOCK, num_kv_heads=NUM_KV_HEADS,
-                                 head_size=HEAD_SIZE, dtype=torch.float32)  # fmt: skip
+            Attention(
+                4,
+                HEAD_SIZE,
+                HEAD_SIZE**-0.5,
+                num_kv_heads=NUM_KV_HEADS,
+                prefix=name,
+                attn_backend=AscendAttentionBackend,
+            )
+        return FullAttentionSpec(
+            block_size=BLOCK, num_kv_heads=NUM_KV_HEADS, head_size=HEAD_SIZE, dtype=torch.float32
+        )
     import vllm_ascend.ops.rotary_embedding as rope
 
     mla = config.model_config.hf_text_config
@@ -100,14 +111,24 @@ def _layers(config, backend: str):
     AttentionLayerBase.register(MLALayer)
     for name in ("target.0", "draft.0"):
         MLALayer(config, name)
-    return MLAAttentionSpec(block_size=BLOCK, num_kv_heads=1,
-                            head_size=mla.kv_lora_rank + mla.qk_rope_head_dim,
-                            dtype=torch.float32)  # fmt: skip
+    return MLAAttentionSpec(
+        block_size=BLOCK,
+        num_kv_heads=1,
+        head_size=mla.kv_lora_rank + mla.qk_rope_head_dim,
+        dtype=torch.float32,
+    )
 
 
-def started(model_dir, method: str, num_spec: int, cudagraph_mode: CUDAGraphMode,
-            additional: dict, monkeypatch, model_type: str | None = None,
-            backend: str = "gqa"):  # fmt: skip
+def started(
+    model_dir,
+    method: str,
+    num_spec: int,
+    cudagraph_mode: CUDAGraphMode,
+    additional: dict,
+    monkeypatch,
+    model_type: str | None = None,
+    backend: str = "gqa",
+):
     """A speculator through ``set_attn``, on a config a host with graphs would validate,
     with its layers on vllm-ascend's GQA (FIA) or MLA backend (``backend``).
 
@@ -127,15 +148,25 @@ def started(model_dir, method: str, num_spec: int, cudagraph_mode: CUDAGraphMode
     # pass (EAGLE's draft prefill and DFlash: num_spec + 1 tokens; DSpark: num_spec).
     query_len = num_spec if method == "dspark" else num_spec + 1
     sizes = sorted({r * q for r in GRAPH_REQS for q in (1, query_len)})
-    compilation = CompilationConfig(mode=CompilationMode.NONE,
-                                    cudagraph_mode=cudagraph_mode.without_piecewise(),
-                                    cudagraph_capture_sizes=sizes)  # fmt: skip
-    scheduler = SchedulerConfig(max_num_seqs=MAX_NUM_REQS, max_model_len=MAX_MODEL_LEN,
-                                is_encoder_decoder=False)  # fmt: skip
-    config = vllm_config(model_dir, method, additional, model_type=model_type, num_spec=num_spec,
-                         parallel_drafting=method not in ("eagle", "eagle3"),
-                         compilation_config=compilation, scheduler_config=scheduler,
-                         cache_config=CacheConfig(block_size=BLOCK))  # fmt: skip
+    compilation = CompilationConfig(
+        mode=CompilationMode.NONE,
+        cudagraph_mode=cudagraph_mode.without_piecewise(),
+        cudagraph_capture_sizes=sizes,
+    )
+    scheduler = SchedulerConfig(
+        max_num_seqs=MAX_NUM_REQS, max_model_len=MAX_MODEL_LEN, is_encoder_decoder=False
+    )
+    config = vllm_config(
+        model_dir,
+        method,
+        additional,
+        model_type=model_type,
+        num_spec=num_spec,
+        parallel_drafting=method not in ("eagle", "eagle3"),
+        compilation_config=compilation,
+        scheduler_config=scheduler,
+        cache_config=CacheConfig(block_size=BLOCK),
+    )
     # A host runs these speculators with VLLM_USE_V2_MODEL_RUNNER=1; set after the config
     # above, whose placeholder method vLLM 0.30 refuses on V2, and before the configs the
     # speculator derives from it (which check the window's keys against the runner).
@@ -146,23 +177,31 @@ def started(model_dir, method: str, num_spec: int, cudagraph_mode: CUDAGraphMode
     with set_current_vllm_config(config):
         spec = _layers(config, backend)
     kv_cache_config = KVCacheConfig(
-        num_blocks=1, kv_cache_tensors=[],
+        num_blocks=1,
+        kv_cache_tensors=[],
         kv_cache_groups=[KVCacheGroupSpec(["target.0", "draft.0"], spec)],
-    )  # fmt: skip
-    block_tables = AscendBlockTables([BLOCK], MAX_NUM_REQS, s.max_num_tokens,
-                                     [MAX_MODEL_LEN // BLOCK], CPU,
-                                     kernel_block_sizes=[BLOCK])  # fmt: skip
+    )
+    block_tables = AscendBlockTables(
+        [BLOCK],
+        MAX_NUM_REQS,
+        s.max_num_tokens,
+        [MAX_MODEL_LEN // BLOCK],
+        CPU,
+        kernel_block_sizes=[BLOCK],
+    )
     with set_current_vllm_config(config):
         target_groups, _, _ = init_attn_backend(kv_cache_config, config, CPU)
     # What the model runner's load_model leaves: the draft's model and its own layers.
     s.draft_attn_layer_names = {"draft.0"}
     kernel = FiaKernel()
-    s.model = DraftModel(["draft.0"], s.hidden_size, s.vocab_size, kernel,
-                         pair=method in ("eagle", "eagle3"))  # fmt: skip
+    s.model = DraftModel(
+        ["draft.0"], s.hidden_size, s.vocab_size, kernel, pair=method in ("eagle", "eagle3")
+    )
     target_buffers = AscendInputBuffers(MAX_NUM_REQS, s.max_num_tokens, CPU)
     with set_current_vllm_config(config):
-        s.set_attn(ascend_model_state(config), kv_cache_config, block_tables, target_buffers,
-                   target_groups)  # fmt: skip
+        s.set_attn(
+            ascend_model_state(config), kv_cache_config, block_tables, target_buffers, target_groups
+        )
     return s, kernel
 
 
@@ -174,8 +213,7 @@ def capture(s, cudagraph_mode: CUDAGraphMode) -> None:
     s.update_stream = torch.npu.Stream()
     # The runner's profiling run proposes once before any capture, and vllm-ascend's propose
     # keeps that dummy batch (``input_batch``), which the capture's builds read.
-    s.input_batch = AscendInputBatch.make_dummy(MAX_NUM_REQS, MAX_NUM_REQS,
-                                                s.target_input_buffers)  # fmt: skip
+    s.input_batch = AscendInputBatch.make_dummy(MAX_NUM_REQS, MAX_NUM_REQS, s.target_input_buffers)
     with set_current_vllm_config(s.vllm_config):
         s.init_cudagraph_manager(cudagraph_mode)
         s.capture()
@@ -236,21 +274,33 @@ def verify_step(s, target_lens: list[int], seed: int = 0) -> Verified:
     tib.query_start_loc[: n + 1] = torch.from_numpy(qsl)
     tib.positions[:num_tokens] = torch.cat([torch.arange(t - q, t) for t in target_lens])
     batch = dataclasses.replace(
-        batch, idx_mapping=idx_mapping, idx_mapping_np=idx_mapping.numpy(),
-        num_scheduled_tokens=np.full(n, q, dtype=np.int32), query_start_loc_np=qsl,
-        query_start_loc=tib.query_start_loc[: n + 1], seq_lens=tib.seq_lens[:n],
+        batch,
+        idx_mapping=idx_mapping,
+        idx_mapping_np=idx_mapping.numpy(),
+        num_scheduled_tokens=np.full(n, q, dtype=np.int32),
+        query_start_loc_np=qsl,
+        query_start_loc=tib.query_start_loc[: n + 1],
+        seq_lens=tib.seq_lens[:n],
         seq_lens_np=tib.seq_lens_np[:n],
         seq_lens_cpu_upper_bound=target.clone(),
-        positions=tib.positions[:num_tokens], is_prefilling_np=np.zeros(n, dtype=bool),
-        has_prefill=False, attn_state=AscendAttentionState.SpecDecoding, is_dummy=False,
-    )  # fmt: skip
+        positions=tib.positions[:num_tokens],
+        is_prefilling_np=np.zeros(n, dtype=bool),
+        has_prefill=False,
+        attn_state=AscendAttentionState.SpecDecoding,
+        is_dummy=False,
+    )
     bt = s.block_tables
-    slot_mappings = bt.compute_slot_mappings(idx_mapping, batch.query_start_loc, batch.positions,
-                                             num_tokens)  # fmt: skip
+    slot_mappings = bt.compute_slot_mappings(
+        idx_mapping, batch.query_start_loc, batch.positions, num_tokens
+    )
     metadata = s.model_state.prepare_attn(
-        batch, CUDAGraphMode.NONE, tuple(t[:n] for t in bt.input_block_tables), slot_mappings,
-        s.target_attn_groups, s.kv_cache_config,
-    )  # fmt: skip
+        batch,
+        CUDAGraphMode.NONE,
+        tuple(t[:n] for t in bt.input_block_tables),
+        slot_mappings,
+        s.target_attn_groups,
+        s.kv_cache_config,
+    )
     gen = torch.Generator().manual_seed(seed)
     cache = PagedKVCache(used + 1, BLOCK, NUM_KV_HEADS, HEAD_SIZE)
     k, v = [], []
@@ -259,8 +309,9 @@ def verify_step(s, target_lens: list[int], seed: int = 0) -> Verified:
         v.append(torch.randn(e, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64))
         cache.write(torch.tensor(block_ids[i], dtype=torch.int32), torch.arange(e), k[i], v[i])
     by_layer = build_slot_mappings_by_layer(slot_mappings, s.kv_cache_config)
-    return Verified(list(target_lens), num_spec, batch, metadata, by_layer, rejected, block_ids,
-                    cache, k, v)  # fmt: skip
+    return Verified(
+        list(target_lens), num_spec, batch, metadata, by_layer, rejected, block_ids, cache, k, v
+    )
 
 
 def propose(s, t: Verified) -> None:

@@ -1,6 +1,5 @@
 """The Ascend pairing's configs as a host builds them, and the methods the window hooks there."""
 
-
 import sys
 from pathlib import Path
 
@@ -12,12 +11,17 @@ def speculative_config(model_dir, additional_config, method="eagle3"):
     it."""
     from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig, VllmConfig
 
-    model = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
-                        max_model_len=512)  # fmt: skip
+    model = ModelConfig(
+        model=str(model_dir), skip_tokenizer_init=True, dtype="float32", max_model_len=512
+    )
     parallel = ParallelConfig()
-    speculative = SpeculativeConfig(method=method, model=str(model_dir),
-                                    num_speculative_tokens=2, target_model_config=model,
-                                    target_parallel_config=parallel)  # fmt: skip
+    speculative = SpeculativeConfig(
+        method=method,
+        model=str(model_dir),
+        num_speculative_tokens=2,
+        target_model_config=model,
+        target_parallel_config=parallel,
+    )
     return VllmConfig(
         model_config=model,
         parallel_config=parallel,
@@ -33,8 +37,9 @@ def ascend_config(model_dir, additional_config):
 
     from vllm_ascend.ascend_config import init_ascend_config
 
-    model = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
-                        max_model_len=512)  # fmt: skip
+    model = ModelConfig(
+        model=str(model_dir), skip_tokenizer_init=True, dtype="float32", max_model_len=512
+    )
     return init_ascend_config(VllmConfig(model_config=model, additional_config=additional_config))
 
 
@@ -59,10 +64,20 @@ def hooked_methods():
     from vllm_ascend.worker.v2.spec_decode.dspark.speculator import AscendDSparkSpeculator
     from vllm_ascend.worker.v2.spec_decode.eagle.speculator import AscendEagleSpeculator
 
-    classes = (DraftModelSpeculator, DFlashSpeculator, AutoRegressiveSpeculator,
-               SpeculatorCudaGraphManager, AscendDSparkSpeculator, AscendDFlashSpeculator,
-               AscendAutoRegressiveSpeculator, AscendEagleSpeculator,
-               AutoRegressiveAclGraphManager)  # fmt: skip
-    return {(cls, name): method for cls in classes for name, method in vars(cls).items()
-            if callable(method)}  # fmt: skip
-
+    classes = (
+        DraftModelSpeculator,
+        DFlashSpeculator,
+        AutoRegressiveSpeculator,
+        SpeculatorCudaGraphManager,
+        AscendDSparkSpeculator,
+        AscendDFlashSpeculator,
+        AscendAutoRegressiveSpeculator,
+        AscendEagleSpeculator,
+        AutoRegressiveAclGraphManager,
+    )
+    return {
+        (cls, name): method
+        for cls in classes
+        for name, method in vars(cls).items()
+        if callable(method)
+    }

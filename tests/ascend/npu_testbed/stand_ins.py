@@ -18,11 +18,22 @@ import types
 from unittest.mock import MagicMock
 
 NPU_ONLY_MODULES = (
-    "torch_npu", "torch_npu._C", "torch_npu._C._distributed_c10d", "torch_npu._inductor",
-    "torch_npu.op_plugin", "torch_npu.op_plugin.atb", "torch_npu.op_plugin.atb._atb_ops",
-    "torch_npu.profiler", "acl", "acl.rt", "fla_npu", "fla_npu.ops", "fla_npu.ops.ascendc",
-    "mooncake", "mooncake.engine",
-)  # fmt: skip
+    "torch_npu",
+    "torch_npu._C",
+    "torch_npu._C._distributed_c10d",
+    "torch_npu._inductor",
+    "torch_npu.op_plugin",
+    "torch_npu.op_plugin.atb",
+    "torch_npu.op_plugin.atb._atb_ops",
+    "torch_npu.profiler",
+    "acl",
+    "acl.rt",
+    "fla_npu",
+    "fla_npu.ops",
+    "fla_npu.ops.ascendc",
+    "mooncake",
+    "mooncake.engine",
+)
 
 # triton-ascend's CANN extension ops that vllm-ascend resolves when it imports its Triton
 # helpers (``vllm_ascend/ops/triton/triton_utils.py``); upstream Triton has none. No kernel

@@ -41,8 +41,11 @@ Q = NUM_SPEC + 1
 MAX_MODEL_LEN = 2048
 # By drafter: DFlash2 drafts are method "dflash" with a DFlash2 draft model, drawn by
 # vllm-ascend's AscendDFlash2Speculator (AscendDFlashSpeculator's metadata paths).
-CLASSES = {"dflash": AscendDFlashSpeculator, "dflash2": AscendDFlash2Speculator,
-           "dspark": AscendDSparkSpeculator}  # fmt: skip
+CLASSES = {
+    "dflash": AscendDFlashSpeculator,
+    "dflash2": AscendDFlash2Speculator,
+    "dspark": AscendDSparkSpeculator,
+}
 METHODS = {"dflash2": "dflash"}
 
 # The GQA builder pins its host copies; a CPU-only torch has no pinned memory.
@@ -68,20 +71,32 @@ class InputBatchSeen:
     seq_lens_cpu_upper_bound: torch.Tensor
 
 
-def vllm_config(model_dir, method: str, additional_config: dict, model_type: str | None = None,
-                num_spec: int = NUM_SPEC, parallel_drafting: bool = True,
-                **configs):  # fmt: skip
+def vllm_config(
+    model_dir,
+    method: str,
+    additional_config: dict,
+    model_type: str | None = None,
+    num_spec: int = NUM_SPEC,
+    parallel_drafting: bool = True,
+    **configs,
+):
     """A real VllmConfig (``configs``: more of its parts, such as ``compilation_config``); the
     speculative method is set after construction, as vLLM 0.30's config refuses
     DFlash/DSpark drafts without their draft model."""
-    model = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
-                        max_model_len=MAX_MODEL_LEN)  # fmt: skip
+    model = ModelConfig(
+        model=str(model_dir), skip_tokenizer_init=True, dtype="float32", max_model_len=MAX_MODEL_LEN
+    )
     parallel = ParallelConfig()
-    speculative = SpeculativeConfig(method="draft_model", model=str(model_dir),
-                                    num_speculative_tokens=num_spec, target_model_config=model,
-                                    target_parallel_config=parallel)  # fmt: skip
-    config = VllmConfig(model_config=model, parallel_config=parallel,
-                        speculative_config=speculative, **configs)  # fmt: skip
+    speculative = SpeculativeConfig(
+        method="draft_model",
+        model=str(model_dir),
+        num_speculative_tokens=num_spec,
+        target_model_config=model,
+        target_parallel_config=parallel,
+    )
+    config = VllmConfig(
+        model_config=model, parallel_config=parallel, speculative_config=speculative, **configs
+    )
     object.__setattr__(speculative, "method", METHODS.get(method, method))
     if parallel_drafting:
         object.__setattr__(speculative, "parallel_drafting", True)
@@ -104,21 +119,32 @@ def draft_group(config, backend: type, block_size: int) -> AttentionGroup:
         if rope._cos_cache is None:
             rope._cos_cache = torch.ones(MAX_MODEL_LEN, mla.qk_rope_head_dim)
             rope._sin_cache = torch.zeros(MAX_MODEL_LEN, mla.qk_rope_head_dim)
-        spec = MLAAttentionSpec(block_size=block_size, num_kv_heads=1,
-                                head_size=mla.kv_lora_rank + mla.qk_rope_head_dim,
-                                dtype=torch.float32)  # fmt: skip
+        spec = MLAAttentionSpec(
+            block_size=block_size,
+            num_kv_heads=1,
+            head_size=mla.kv_lora_rank + mla.qk_rope_head_dim,
+            dtype=torch.float32,
+        )
         # Stand-in for the draft model's registered MLA layer (building it needs the model
         # and NPU kernels): the fields the MLA metadata builders read at construction.
         config.compilation_config.static_forward_context["draft.0"] = SimpleNamespace(
-            impl=SimpleNamespace(use_mla_rope=True), num_heads=mla.num_attention_heads,
-            q_lora_rank=mla.q_lora_rank, kv_lora_rank=mla.kv_lora_rank,
-            qk_nope_head_dim=mla.qk_nope_head_dim, qk_rope_head_dim=mla.qk_rope_head_dim,
-            v_head_dim=mla.v_head_dim, prefill_backend=SimpleNamespace(clone=lambda: None),
+            impl=SimpleNamespace(use_mla_rope=True),
+            num_heads=mla.num_attention_heads,
+            q_lora_rank=mla.q_lora_rank,
+            kv_lora_rank=mla.kv_lora_rank,
+            qk_nope_head_dim=mla.qk_nope_head_dim,
+            qk_rope_head_dim=mla.qk_rope_head_dim,
+            v_head_dim=mla.v_head_dim,
+            prefill_backend=SimpleNamespace(clone=lambda: None),
             dcp_manager=mla_dcp_manager(config, mla),
-        )  # fmt: skip
+        )
     else:
-        spec = FullAttentionSpec(block_size=block_size, num_kv_heads=NUM_KV_HEADS,
-                                 head_size=HEAD_SIZE, dtype=torch.float32)  # fmt: skip
+        spec = FullAttentionSpec(
+            block_size=block_size,
+            num_kv_heads=NUM_KV_HEADS,
+            head_size=HEAD_SIZE,
+            dtype=torch.float32,
+        )
     group = AttentionGroup(backend, names, spec, 0)
     with set_current_vllm_config(config):
         group.create_metadata_builders(config, CPU)
@@ -132,14 +158,28 @@ def mla_dcp_manager(config, mla) -> Any:
         return None
     from vllm.v1.attention.ops.dcp import MLADCPManager
 
-    return MLADCPManager(config, CPU, mla.num_attention_heads,
-                         mla.kv_lora_rank + mla.qk_rope_head_dim, mla.kv_lora_rank,
-                         torch.float32, torch.float32, None, True, False)  # fmt: skip
+    return MLADCPManager(
+        config,
+        CPU,
+        mla.num_attention_heads,
+        mla.kv_lora_rank + mla.qk_rope_head_dim,
+        mla.kv_lora_rank,
+        torch.float32,
+        torch.float32,
+        None,
+        True,
+        False,
+    )
 
 
-def speculator(config, method: str, block_size: int, max_num_reqs: int,
-               backend: type = AscendAttentionBackend,
-               cp: tuple[int, int, int] | None = None) -> Any:  # fmt: skip
+def speculator(
+    config,
+    method: str,
+    block_size: int,
+    max_num_reqs: int,
+    backend: type = AscendAttentionBackend,
+    cp: tuple[int, int, int] | None = None,
+) -> Any:
     """A real vllm-ascend speculator with one draft KV-cache group of ``block_size``-token
     blocks, and its window made as the ``set_attn`` hook makes it (``set_attn`` itself needs
     the draft model's registered attention layers). ``cp``: (ranks, this rank, interleave)
@@ -166,8 +206,9 @@ def speculator(config, method: str, block_size: int, max_num_reqs: int,
     s.target_input_buffers = target_buffers(max_num_reqs, max_tokens, CPU)
     s.block_tables = block_tables(block_size, max_num_reqs, max_tokens, cp)
     s.attn_groups = [[group]]
-    s.kv_cache_config = KVCacheConfig(num_blocks=1, kv_cache_tensors=[],
-                                      kv_cache_groups=[KVCacheGroupSpec(names, spec)])  # fmt: skip
+    s.kv_cache_config = KVCacheConfig(
+        num_blocks=1, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(names, spec)]
+    )
     s.arange_np = np.arange(max_num_reqs + 1, dtype=np.int32)
     s.draft_is_prefilling = torch.zeros(max_num_reqs, dtype=torch.bool)
     s._group_causal, s.requires_non_causal = False, True
@@ -182,15 +223,23 @@ def speculator(config, method: str, block_size: int, max_num_reqs: int,
     return s
 
 
-def block_tables(block_size: int, max_num_reqs: int, max_tokens: int,
-                 cp: tuple[int, int, int] | None = None) -> AscendBlockTables:  # fmt: skip
+def block_tables(
+    block_size: int, max_num_reqs: int, max_tokens: int, cp: tuple[int, int, int] | None = None
+) -> AscendBlockTables:
     """vllm-ascend's block tables of one group; under DCP a rank's, whose columns each cover
     ``cp_size * block_size`` tokens of a request (as vLLM's model runner sizes them)."""
     cp_size, rank, interleave = cp or (1, 0, 1)
-    return AscendBlockTables([block_size], max_num_reqs, max_tokens,
-                             [-(-MAX_MODEL_LEN // (block_size * cp_size))], CPU,
-                             kernel_block_sizes=[block_size], cp_size=cp_size, cp_rank=rank,
-                             cp_interleave=interleave)  # fmt: skip
+    return AscendBlockTables(
+        [block_size],
+        max_num_reqs,
+        max_tokens,
+        [-(-MAX_MODEL_LEN // (block_size * cp_size))],
+        CPU,
+        kernel_block_sizes=[block_size],
+        cp_size=cp_size,
+        cp_rank=rank,
+        cp_interleave=interleave,
+    )
 
 
 def with_dcp(config, cp_size: int, interleave: int):
@@ -200,8 +249,9 @@ def with_dcp(config, cp_size: int, interleave: int):
     return config
 
 
-def load_tables(s, block_ids: list[list[int]], num_reqs_padded: int,
-                rng: np.random.Generator) -> torch.Tensor:  # fmt: skip
+def load_tables(
+    s, block_ids: list[list[int]], num_reqs_padded: int, rng: np.random.Generator
+) -> torch.Tensor:
     """Each request's block ids into a random request-state row of the persistent table
     (vLLM's own ``append_block_ids`` and ``apply_staged_writes``), then vLLM's own
     ``gather_block_tables`` kernel into the input table the builders read, over stale
@@ -234,20 +284,43 @@ def fill(s, batch: Batch, seed: int = 0, cp: tuple[int, int, int] | None = None)
     target, rejected = verify_step(np.asarray(batch.seq_lens), Q, idx_mapping.numpy(), rng)
     i64 = lambda size: torch.zeros(size, dtype=torch.int64)  # noqa: E731
     prepare_dflash_inputs(
-        s.input_buffers, s.block_tables.slot_mappings[0], i64(tokens), i64(tokens),
-        i64(m * NUM_SPEC), i64(m * NUM_SPEC), torch.zeros(m * NUM_SPEC, dtype=torch.int32),
-        torch.zeros(m), i64(m), target, torch.from_numpy(Q - rejected),
-        torch.from_numpy(rejected), i64(m), i64(m), torch.zeros(m), i64(m),
-        s.block_tables.input_block_tables[0], batch.block_size, rank, cp_size, interleave, 0,
-        Q, NUM_SPEC, m, tokens, MAX_MODEL_LEN, kv_cache_block_size=batch.block_size,
-    )  # fmt: skip
+        s.input_buffers,
+        s.block_tables.slot_mappings[0],
+        i64(tokens),
+        i64(tokens),
+        i64(m * NUM_SPEC),
+        i64(m * NUM_SPEC),
+        torch.zeros(m * NUM_SPEC, dtype=torch.int32),
+        torch.zeros(m),
+        i64(m),
+        target,
+        torch.from_numpy(Q - rejected),
+        torch.from_numpy(rejected),
+        i64(m),
+        i64(m),
+        torch.zeros(m),
+        i64(m),
+        s.block_tables.input_block_tables[0],
+        batch.block_size,
+        rank,
+        cp_size,
+        interleave,
+        0,
+        Q,
+        NUM_SPEC,
+        m,
+        tokens,
+        MAX_MODEL_LEN,
+        kv_cache_block_size=batch.block_size,
+    )
     # The kernel's lengths are the batch's (a check of this setup, not of the window).
     assert s.input_buffers.seq_lens[:n].tolist() == list(batch.seq_lens)
     s.input_batch = InputBatchSeen(n, torch.tensor(batch.seq_lens, dtype=torch.int32) - Q)
 
 
-def make_batch(seq_lens: list[int], block_size: int, num_reqs_padded: int, seed: int = 0,
-               cp_size: int = 1):  # fmt: skip
+def make_batch(
+    seq_lens: list[int], block_size: int, num_reqs_padded: int, seed: int = 0, cp_size: int = 1
+):
     """Block ids for each request: one per ``cp_size * block_size`` tokens (a DCP table's
     column covers every rank's share; the same ids on every rank)."""
     rng = np.random.default_rng(seed)
@@ -262,14 +335,20 @@ def make_batch(seq_lens: list[int], block_size: int, num_reqs_padded: int, seed:
 
 def eagle_config(model_dir, method: str, additional_config: dict, num_spec: int, **configs):
     """A real VllmConfig for an EAGLE/EAGLE3 draft (no parallel drafting)."""
-    return vllm_config(model_dir, method, additional_config, num_spec=num_spec,
-                       parallel_drafting=False, **configs)  # fmt: skip
+    return vllm_config(
+        model_dir, method, additional_config, num_spec=num_spec, parallel_drafting=False, **configs
+    )
 
 
-def eagle_speculator(config, block_size: int, max_num_reqs: int, num_spec: int,
-                     max_num_tokens: int | None = None,
-                     backend: type = AscendAttentionBackend,
-                     cp: tuple[int, int, int] | None = None) -> Any:  # fmt: skip
+def eagle_speculator(
+    config,
+    block_size: int,
+    max_num_reqs: int,
+    num_spec: int,
+    max_num_tokens: int | None = None,
+    backend: type = AscendAttentionBackend,
+    cp: tuple[int, int, int] | None = None,
+) -> Any:
     """vllm-ascend's real ``AscendEagleSpeculator`` with one draft KV-cache group on its GQA
     builder, the target's ``AscendInputBuffers`` beside the draft's, and its window made as
     the ``set_attn`` hook makes it (``set_attn`` itself needs the draft model's layers).
@@ -298,8 +377,9 @@ def eagle_speculator(config, block_size: int, max_num_reqs: int, num_spec: int,
     s.block_tables = block_tables(block_size, max_num_reqs, max_tokens, cp)
     s.attn_groups = s.target_attn_groups = [[group]]
     s.draft_attn_layer_names = set(names)
-    s.kv_cache_config = KVCacheConfig(num_blocks=1, kv_cache_tensors=[],
-                                      kv_cache_groups=[KVCacheGroupSpec(names, spec)])  # fmt: skip
+    s.kv_cache_config = KVCacheConfig(
+        num_blocks=1, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(names, spec)]
+    )
     s.arange_np = np.arange(max_num_reqs + 1, dtype=np.int32)
     s.draft_is_prefilling = torch.zeros(max_num_reqs, dtype=torch.bool)
     s.attn_architecture = "MLA" if backend is AscendMLABackend else "GQA"
@@ -311,9 +391,12 @@ def eagle_speculator(config, block_size: int, max_num_reqs: int, num_spec: int,
     s.use_fused_multi_step_decode = False
     s.model_state = ascend_model_state(config)
     s._sparse_kv_offload_metadata = SparseKVOffloadMetadata(
-        enabled=False, num_steps=num_spec, max_num_reqs=max_num_reqs,
-        max_num_tokens=max_tokens, device=CPU,
-    )  # fmt: skip
+        enabled=False,
+        num_steps=num_spec,
+        max_num_reqs=max_num_reqs,
+        max_num_tokens=max_tokens,
+        device=CPU,
+    )
     with set_current_vllm_config(config):
         s.draft_window = window_as_set_attn_makes_it(s)
     return s

@@ -63,12 +63,15 @@ class DcpLayout:
         """``rank``'s tokens of ``[0, length)``: whole rounds of ``cp * I`` tokens give it
         ``I`` each, the last one what reaches its slot (rank 0 holds the most)."""
         rounds, rest = divmod(length, self.cp_size * self.interleave)
-        return rounds * self.interleave + min(max(rest - rank * self.interleave, 0),
-                                              self.interleave)  # fmt: skip
+        return rounds * self.interleave + min(
+            max(rest - rank * self.interleave, 0), self.interleave
+        )
 
     def describe(self) -> str:
-        return (f"decode_context_parallel_size={self.cp_size} (rank {self.rank}), "
-                f"cp_kv_cache_interleave_size={self.interleave}")  # fmt: skip
+        return (
+            f"decode_context_parallel_size={self.cp_size} (rank {self.rank}), "
+            f"cp_kv_cache_interleave_size={self.interleave}"
+        )
 
 
 def column_tokens(block_tables: Any, group_ids: Sequence[int]) -> dict[int, int]:

@@ -144,16 +144,27 @@ class FusedRefresh:
                         f"{table.dtype} with strides {table.stride()}"
                     )
         # NOTE: persistent tables: their addresses are fixed for the window's life.
-        self.src_tables = torch.tensor([full.data_ptr() for full, _, _ in tables],
-                                       dtype=torch.int64, device=device)  # fmt: skip
-        self.dst_tables = torch.tensor([cropped.data_ptr() for _, cropped, _ in tables],
-                                       dtype=torch.int64, device=device)  # fmt: skip
+        self.src_tables = torch.tensor(
+            [full.data_ptr() for full, _, _ in tables], dtype=torch.int64, device=device
+        )
+        self.dst_tables = torch.tensor(
+            [cropped.data_ptr() for _, cropped, _ in tables], dtype=torch.int64, device=device
+        )
         self.group_params = torch.tensor(
-            [[full.stride(0), full.shape[1], cropped.stride(0), cropped.shape[1], b,
-              min(spec.sink_size // b, cropped.shape[1])]
-             for full, cropped, b in tables],
-            dtype=torch.int64, device=device,
-        )  # fmt: skip
+            [
+                [
+                    full.stride(0),
+                    full.shape[1],
+                    cropped.stride(0),
+                    cropped.shape[1],
+                    b,
+                    min(spec.sink_size // b, cropped.shape[1]),
+                ]
+                for full, cropped, b in tables
+            ],
+            dtype=torch.int64,
+            device=device,
+        )
         self.num_groups = len(tables)
         max_width = max(cropped.shape[1] for _, cropped, _ in tables)
         self.block = min(1 << (max(max_width, 16) - 1).bit_length(), 1024)

@@ -40,8 +40,10 @@ class GroupDecision:
 _LEFT_ALONE = (
     ("SlidingWindowSpec", "a sliding window the layer reads by itself (and was trained with)"),
     ("ChunkedLocalAttentionSpec", "chunked local attention: the layer reads its own chunk"),
-    ("CircularBufferSpec", "a ring buffer, one block per request: its columns are no range "
-     "of positions"),
+    (
+        "CircularBufferSpec",
+        "a ring buffer, one block per request: its columns are no range of positions",
+    ),
     ("MambaSpec", "recurrent (mamba/SSM) state: no per-token KV to window"),
     ("HiddenStateCacheSpec", "a hidden-state cache, not attention KV"),
     ("EncoderOnlyAttentionSpec", "encoder attention: no KV of the request's tokens"),
@@ -50,7 +52,7 @@ _LEFT_ALONE = (
     ("RSWASpec", "restricted sliding window: its tables already leave the gap out"),
     ("HiSparseHotSpec", "a sparse (HiSparse) cache"),
     ("HiSparseResidentSpec", "a sparse (HiSparse) cache"),
-)  # fmt: skip
+)
 # Spec classes windowed when their fields say full, dense, causal attention (exact class:
 # a subclass of them is a different kind of cache, unknown here until this table says so).
 _FULL = ("FullAttentionSpec", "MLAAttentionSpec")

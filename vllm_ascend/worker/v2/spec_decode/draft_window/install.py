@@ -75,8 +75,11 @@ def _install() -> Status:
     try:
         for resolved in wrapped:
             factory = hooks.FACTORIES[resolved.hook.wrapper]
-            patches.replace(resolved.owner, resolved.hook.method,
-                            functools.partial(factory, installed=installed))  # fmt: skip
+            patches.replace(
+                resolved.owner,
+                resolved.hook.method,
+                functools.partial(factory, installed=installed),
+            )
     except Exception:
         patches.restore_all()  # none, rather than some
         raise

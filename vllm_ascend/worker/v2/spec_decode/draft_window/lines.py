@@ -121,12 +121,20 @@ _AR = f"{_SPEC_DECODE}.target_dependent_ar"
 # CPU attention, FlashMLA and the FlashInfer and FlashAttention MLA builders do not build
 # on a CPU without their kernels' packages and are served from reading their builds, with
 # the run-time proof checking the MLA prefill rows at every build.
-_GQA_0_33 = ("FlashAttentionBackend", "TritonAttentionBackend", "FlashInferBackend",
-             "CPUAttentionBackend")  # fmt: skip
+_GQA_0_33 = (
+    "FlashAttentionBackend",
+    "TritonAttentionBackend",
+    "FlashInferBackend",
+    "CPUAttentionBackend",
+)
 # MLA builders whose decode threshold (1 + K, or more) keeps a DFlash/DSpark query pass of
 # K + 1 or K tokens per request on the decode path, which reads the device lengths.
-_MLA_QUERY_PASS_0_33 = ("TritonMLABackend", "FlashMLABackend", "FlashInferMLABackend",
-                        "FlashAttnMLABackend")  # fmt: skip
+_MLA_QUERY_PASS_0_33 = (
+    "TritonMLABackend",
+    "FlashMLABackend",
+    "FlashInferMLABackend",
+    "FlashAttnMLABackend",
+)
 # MLA builders that send only rows longer than the threshold to their prefill path (a
 # draft prefill's prefilling rows, whose host length the window makes exact).
 _MLA_VARLEN_0_33 = ("FlashInferMLABackend", "FlashAttnMLABackend")
@@ -146,9 +154,12 @@ _BACKEND_NOTES_0_33 = (
     ("XPUFlashAttnMLABackend", _SINGLE_ONLY_MLA),
     ("TritonMLABackend", _UNIFORM_MLA_AR),
     ("FlashMLABackend", _UNIFORM_MLA_AR),
-    ("FlexAttentionBackend", "its builder copies the lengths into buffers of its own, which "
-     "the window's in-place updates and its run-time proof do not follow"),
-)  # fmt: skip
+    (
+        "FlexAttentionBackend",
+        "its builder copies the lengths into buffers of its own, which "
+        "the window's in-place updates and its run-time proof do not follow",
+    ),
+)
 # Under DCP an MLA builder without varlen DCP support gets multi-token queries on its prefill
 # path (``_init_reorder_batch_threshold``), which takes the host bound as exact.
 _DCP_NO_VARLEN = (
@@ -159,29 +170,54 @@ _DCP_NO_VARLEN = (
 _DCP_NOTES_0_33 = (
     ("TritonMLABackend", _DCP_NO_VARLEN, False),
     ("FlashMLABackend", _DCP_NO_VARLEN, False),
-    ("FlashAttnMLABackend", _DCP_NO_VARLEN.replace("declares no varlen support", "declares "
-     "varlen support only with cp_kv_cache_interleave_size=1"), True),
-)  # fmt: skip
+    (
+        "FlashAttnMLABackend",
+        _DCP_NO_VARLEN.replace(
+            "declares no varlen support",
+            "declares varlen support only with cp_kv_cache_interleave_size=1",
+        ),
+        True,
+    ),
+)
 # Hooked alike on both lines.
 _SET_ATTN = Hook(
-    f"{_SPEC_DECODE}.speculator", "DraftModelSpeculator", "set_attn", "set_attn",
-    ("model_state", "kv_cache_config", "block_tables", "target_input_buffers",
-     "target_attn_groups"),
-)  # fmt: skip
+    f"{_SPEC_DECODE}.speculator",
+    "DraftModelSpeculator",
+    "set_attn",
+    "set_attn",
+    (
+        "model_state",
+        "kv_cache_config",
+        "block_tables",
+        "target_input_buffers",
+        "target_attn_groups",
+    ),
+)
 _BUILD_ATTN_METADATA = Hook(
-    f"{_SPEC_DECODE}.speculator", "DraftModelSpeculator", "_build_attn_metadata",
+    f"{_SPEC_DECODE}.speculator",
+    "DraftModelSpeculator",
+    "_build_attn_metadata",
     "build_attn_metadata",
     ("num_reqs", "batch_desc", "query_start_loc_np", "seq_lens_cpu_upper_bound", "step"),
-)  # fmt: skip
+)
 _DFLASH_CAPTURE = Hook(
     f"{_SPEC_DECODE}.dflash.speculator", "DFlashSpeculator", "capture", "dflash_capture"
 )
 # Called, not wrapped: the EAGLE draft prefill builds through it.
 _PREPARE_ATTN = Hook(
-    "vllm.v1.worker.gpu.model_states.interface", "ModelState", "prepare_attn", None,
-    ("input_batch", "cudagraph_mode", "block_tables", "slot_mappings", "attn_groups",
-     "kv_cache_config"),
-)  # fmt: skip
+    "vllm.v1.worker.gpu.model_states.interface",
+    "ModelState",
+    "prepare_attn",
+    None,
+    (
+        "input_batch",
+        "cudagraph_mode",
+        "block_tables",
+        "slot_mappings",
+        "attn_groups",
+        "kv_cache_config",
+    ),
+)
 
 
 def _ar_hooks(module: str, cls: str) -> tuple[Hook, ...]:
@@ -189,15 +225,30 @@ def _ar_hooks(module: str, cls: str) -> tuple[Hook, ...]:
     speculator and its graph manager live."""
     return (
         Hook(f"{module}.speculator", cls, "propose", "propose", ("input_batch", "attn_metadata")),
-        Hook(f"{module}.speculator", cls, "_prefill", "prefill",
-             ("num_reqs", "num_tokens", "attn_metadata")),
-        Hook(f"{module}.speculator", cls, "init_cudagraph_manager", "init_cudagraph_manager",
-             ("cudagraph_mode",)),
+        Hook(
+            f"{module}.speculator",
+            cls,
+            "_prefill",
+            "prefill",
+            ("num_reqs", "num_tokens", "attn_metadata"),
+        ),
+        Hook(
+            f"{module}.speculator",
+            cls,
+            "init_cudagraph_manager",
+            "init_cudagraph_manager",
+            ("cudagraph_mode",),
+        ),
         # Called, not wrapped: the graph manager class the speculator module names (which
         # init_cudagraph_manager makes; vllm-ascend replaces the name with its own class).
-        Hook(f"{module}.speculator", "SpeculatorCudaGraphManager", "__init__", None,
-             ("vllm_config", "device", "cudagraph_mode", "decode_query_len")),
-    )  # fmt: skip
+        Hook(
+            f"{module}.speculator",
+            "SpeculatorCudaGraphManager",
+            "__init__",
+            None,
+            ("vllm_config", "device", "cudagraph_mode", "decode_query_len"),
+        ),
+    )
 
 
 VLLM_0_33 = Line(
@@ -206,16 +257,30 @@ VLLM_0_33 = Line(
     hooks=(
         _SET_ATTN,
         _BUILD_ATTN_METADATA,
-        Hook(f"{_SPEC_DECODE}.speculator", "DraftModelSpeculator",
-             "_update_draft_decode_metadata", "update_draft_decode_metadata",
-             ("attn_metadata", "num_reqs")),
+        Hook(
+            f"{_SPEC_DECODE}.speculator",
+            "DraftModelSpeculator",
+            "_update_draft_decode_metadata",
+            "update_draft_decode_metadata",
+            ("attn_metadata", "num_reqs"),
+        ),
         _DFLASH_CAPTURE,
         *_ar_hooks(_AR, "TargetDependentARSpeculator"),
         Hook(f"{_AR}.speculator", "TargetDependentARSpeculator", "capture", "ar_capture"),
-        Hook(f"{_AR}.speculator", "TargetDependentARSpeculator", "_fused_multi_step_decode",
-             "fused_multi_step_decode", ("num_speculative_steps",)),
-        Hook(f"{_AR}.cudagraph_utils", "SpeculatorCudaGraphManager", "capture",
-             "manager_capture", ("input_buffers", "block_tables")),
+        Hook(
+            f"{_AR}.speculator",
+            "TargetDependentARSpeculator",
+            "_fused_multi_step_decode",
+            "fused_multi_step_decode",
+            ("num_speculative_steps",),
+        ),
+        Hook(
+            f"{_AR}.cudagraph_utils",
+            "SpeculatorCudaGraphManager",
+            "capture",
+            "manager_capture",
+            ("input_buffers", "block_tables"),
+        ),
         _PREPARE_ATTN,
     ),
     methods=("dflash", "dspark", "eagle", "eagle3"),
@@ -228,7 +293,7 @@ VLLM_0_33 = Line(
     backend_notes=_BACKEND_NOTES_0_33,
     dcp_backend_notes=_DCP_NOTES_0_33,
     bound_as_exact_rows=("num_decodes", "num_prefills"),
-)  # fmt: skip
+)
 
 # vllm-ascend 0.30.0rc2 on vLLM 0.30.0, every draft through vllm-ascend's GQA (FIA) backend.
 # DFlash and DSpark: FIA takes the device lengths the window sets (the per-propose build,
@@ -251,20 +316,42 @@ VLLM_0_30_ASCEND = Line(
         _BUILD_ATTN_METADATA,
         _DFLASH_CAPTURE,
         *_ar_hooks(_AR_0_30, "AutoRegressiveSpeculator"),
-        Hook(f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator", "capture",
-             "ar_capture"),
-        Hook(f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator",
-             "_calc_next_seq_lens_cpu", "told_host_lengths",
-             ("seq_lens_cpu", "num_reqs", "num_reqs_padded", "step")),
-        Hook(f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator", "build_fia_params",
-             "fia_params", ("num_reqs_padded", "draft_attn_metadata", "is_draft_model_prefill")),
-        Hook(f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator",
-             "_build_attn_metadata", "dcp_told_lengths", ("num_reqs", "batch_desc", "step")),
-        Hook(f"{_ASCEND_AR}.aclgraph", "AutoRegressiveAclGraphManager", "capture",
-             "manager_capture", ("input_buffers", "block_tables")),
-        Hook("vllm_ascend.worker.v2.spec_decode.dspark.speculator", "AscendDSparkSpeculator",
-             "_prepare_draft_dcp_metadata_inputs", "exact_host_lengths",
-             ("num_reqs", "num_reqs_padded", "step")),
+        Hook(f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator", "capture", "ar_capture"),
+        Hook(
+            f"{_ASCEND_AR}.speculator",
+            "AscendAutoRegressiveSpeculator",
+            "_calc_next_seq_lens_cpu",
+            "told_host_lengths",
+            ("seq_lens_cpu", "num_reqs", "num_reqs_padded", "step"),
+        ),
+        Hook(
+            f"{_ASCEND_AR}.speculator",
+            "AscendAutoRegressiveSpeculator",
+            "build_fia_params",
+            "fia_params",
+            ("num_reqs_padded", "draft_attn_metadata", "is_draft_model_prefill"),
+        ),
+        Hook(
+            f"{_ASCEND_AR}.speculator",
+            "AscendAutoRegressiveSpeculator",
+            "_build_attn_metadata",
+            "dcp_told_lengths",
+            ("num_reqs", "batch_desc", "step"),
+        ),
+        Hook(
+            f"{_ASCEND_AR}.aclgraph",
+            "AutoRegressiveAclGraphManager",
+            "capture",
+            "manager_capture",
+            ("input_buffers", "block_tables"),
+        ),
+        Hook(
+            "vllm_ascend.worker.v2.spec_decode.dspark.speculator",
+            "AscendDSparkSpeculator",
+            "_prepare_draft_dcp_metadata_inputs",
+            "exact_host_lengths",
+            ("num_reqs", "num_reqs_padded", "step"),
+        ),
         _PREPARE_ATTN,
     ),
     methods=("dflash", "dspark", "eagle", "eagle3"),
@@ -287,16 +374,22 @@ VLLM_0_30_ASCEND = Line(
     built_host_lengths=("seq_lens_list", "decode.seq_lens_list"),
     unsynced_target=("vllm_ascend.utils", "is_deepseek_v41"),
     unserved_state=(
-        ("replicated_pcp", "with vllm-ascend's replicated draft under "
-         "prefill_context_parallel_size > 1", "its draft prefill rebuilds metadata for the "
-         "global batch outside the window's hooks", "Use prefill_context_parallel_size=1"),
+        (
+            "replicated_pcp",
+            "with vllm-ascend's replicated draft under prefill_context_parallel_size > 1",
+            "its draft prefill rebuilds metadata for the global batch outside the window's hooks",
+            "Use prefill_context_parallel_size=1",
+        ),
         # vllm-ascend builds these buffers only with sparse_kv_offload_config enabled.
-        ("_sparse_kv_offload_metadata.req_ids_buffers", "with vllm-ascend's "
-         "sparse_kv_offload_config enabled", "its draft metadata reads offloaded KV by "
-         "absolute slots the window does not crop", "Disable the offload"),
+        (
+            "_sparse_kv_offload_metadata.req_ids_buffers",
+            "with vllm-ascend's sparse_kv_offload_config enabled",
+            "its draft metadata reads offloaded KV by absolute slots the window does not crop",
+            "Disable the offload",
+        ),
     ),
     prefill_state=("kvpp_runtime", "device_metadata"),
-)  # fmt: skip
+)
 
 LINES = (VLLM_0_33, VLLM_0_30_ASCEND)
 # vllm-ascend's config of additional_config's keys (module, class), which later releases

@@ -102,13 +102,16 @@ class Mrv2DraftWindow:
         def tables(query_len: int) -> dict[int, BlockTableWindow]:
             return {
                 g: BlockTableWindow(
-                    self.spec, b, max_num_reqs, device,
+                    self.spec,
+                    b,
+                    max_num_reqs,
+                    device,
                     width=cropped_table_width(
                         self.spec, b, block_tables.input_block_tables[g].shape[1], query_len
                     ),
                 )
                 for g, b in self.group_block_sizes.items()
-            }  # fmt: skip
+            }
 
         # Per draft group: the cropped tables every step reads (graphs capture these) ...
         self.windows = tables(max_query_len)
@@ -138,7 +141,8 @@ class Mrv2DraftWindow:
         self.dcp_local_seq_lens = self.dcp_scratch = None
         if self.dcp:
             self.dcp_local_seq_lens, self.dcp_scratch = torch.zeros(
-                (2, max_num_reqs), dtype=torch.int32, device=device)  # fmt: skip
+                (2, max_num_reqs), dtype=torch.int32, device=device
+            )
         own = getattr(input_buffers, "dcp_local_seq_lens", None)
         self.dcp_local_buffers = [b for b in (self.dcp_local_seq_lens, own) if b is not None]
         # [max_num_reqs] int32, host: scratch for windowing host lengths (told lengths).
@@ -151,8 +155,9 @@ class Mrv2DraftWindow:
         # [max_num_reqs] int32, host: the windowed lengths' exact mirror (InputBuffersView).
         has_mirror = host_mirror is not None and hasattr(input_buffers, host_mirror[0])
         self.seq_lens_cpu = torch.zeros(max_num_reqs, dtype=torch.int32) if has_mirror else None
-        self.input_buffers = InputBuffersView(input_buffers, self.seq_lens, host_mirror,
-                                              self.seq_lens_cpu)  # fmt: skip
+        self.input_buffers = InputBuffersView(
+            input_buffers, self.seq_lens, host_mirror, self.seq_lens_cpu
+        )
         self.block_tables = BlockTablesView(block_tables, self.windows)
         # The window's hooks running now, outermost first: a build's path (proof.py).
         self.path: list[str] = []
@@ -227,10 +232,14 @@ class Mrv2DraftWindow:
         self.block_tables.windows = windows
         fused = self.fused_steps if query_start_loc is None else self.fused_chunks
         if fused is not None:
-            fused.launch(n, source, query_start_loc,
-                         told_source=None if told is None else told.source,
-                         told_step=told_step or 0,
-                         max_model_len=0 if told is None else told.max_model_len)  # fmt: skip
+            fused.launch(
+                n,
+                source,
+                query_start_loc,
+                told_source=None if told is None else told.source,
+                told_step=told_step or 0,
+                max_model_len=0 if told is None else told.max_model_len,
+            )
             return
         query_lens = None
         if query_start_loc is not None:
@@ -238,8 +247,13 @@ class Mrv2DraftWindow:
             torch.sub(query_start_loc[1 : n + 1], query_start_loc[:n], out=query_lens)
         read_lens = self.seq_lens
         if told is None:
-            window_seq_lens(source[:n], self.spec, skip_out=self.window_skip[:n],
-                            out=self.seq_lens[:n], query_lens=query_lens)  # fmt: skip
+            window_seq_lens(
+                source[:n],
+                self.spec,
+                skip_out=self.window_skip[:n],
+                out=self.seq_lens[:n],
+                query_lens=query_lens,
+            )
         else:
             assert query_lens is None
             told_lens = self.told_windowed[:n]
@@ -258,16 +272,20 @@ class Mrv2DraftWindow:
         full_tables = self.block_tables.base.input_block_tables
 
         def refresh_of(windows: dict[int, BlockTableWindow]) -> FusedRefresh:
-            tables = [(full_tables[g], windows[g].block_table, windows[g].block_size)
-                      for g in sorted(windows)]  # fmt: skip
-            return FusedRefresh(self.spec, tables, self.seq_lens, self.window_skip,
-                                self.told_windowed)  # fmt: skip
+            tables = [
+                (full_tables[g], windows[g].block_table, windows[g].block_size)
+                for g in sorted(windows)
+            ]
+            return FusedRefresh(
+                self.spec, tables, self.seq_lens, self.window_skip, self.told_windowed
+            )
 
         self.fused_steps = refresh_of(self.windows)
         self.fused_chunks = (
-            self.fused_steps if self.chunk_windows is self.windows
+            self.fused_steps
+            if self.chunk_windows is self.windows
             else refresh_of(self.chunk_windows)
-        )  # fmt: skip
+        )
 
     def window_host_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
         """Window host lengths the kernel is told, in place, by the same arithmetic as the

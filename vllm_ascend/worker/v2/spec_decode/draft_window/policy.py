@@ -67,14 +67,21 @@ class Plan:
 
 def plan(speculator: Any, config: DraftWindowConfig, line: Line) -> Plan | None:
     """The window this speculator gets under ``config`` on ``line``; None: off (said once)."""
-    window_size, sink_tokens, method = config.draft_window_size, config.draft_attention_sinks, (
-        speculator.method
-    )  # fmt: skip
+    window_size, sink_tokens, method = (
+        config.draft_window_size,
+        config.draft_attention_sinks,
+        (speculator.method),
+    )
     if method in SHARED_KV_METHODS:
         sinks = f" with {SINKS_KEY}={sink_tokens}" if sink_tokens else ""
-        logger.warning("%s=%d%s is ignored for method %r: its draft layers share the target's KV "
-                       "cache and attention, which the window must not crop.", KEY, window_size,
-                       sinks, method)  # fmt: skip
+        logger.warning(
+            "%s=%d%s is ignored for method %r: its draft layers share the target's KV "
+            "cache and attention, which the window must not crop.",
+            KEY,
+            window_size,
+            sinks,
+            method,
+        )
         return None
     refuse_method(method, line, window_size)
     query_stretch = speculator.num_speculative_steps + 1
@@ -86,14 +93,22 @@ def plan(speculator: Any, config: DraftWindowConfig, line: Line) -> Plan | None:
     _refuse_dcp(speculator, layout, line, decisions, window_size)
     for decision in decisions:
         if decision.unknown:
-            logger.warning("%s: draft KV-cache group %d has a spec the window does not know "
-                           "(%s); it is left alone.", KEY, decision.group_id,
-                           decision.spec_kind)  # fmt: skip
+            logger.warning(
+                "%s: draft KV-cache group %d has a spec the window does not know "
+                "(%s); it is left alone.",
+                KEY,
+                decision.group_id,
+                decision.spec_kind,
+            )
     windowed = [d.group_id for d in decisions if d.windowed]
     if not windowed:
-        logger.warning("%s=%d: no draft KV-cache group is one the window applies to, so the "
-                       "draft window stays off; %s.", KEY, window_size,
-                       describe_decisions(decisions))  # fmt: skip
+        logger.warning(
+            "%s=%d: no draft KV-cache group is one the window applies to, so the "
+            "draft window stays off; %s.",
+            KEY,
+            window_size,
+            describe_decisions(decisions),
+        )
         return None
     alignment = lcm_alignment(list(column_tokens(speculator.block_tables, windowed).values()))
     sink_size = align_sinks(sink_tokens, alignment)
@@ -101,43 +116,68 @@ def plan(speculator: Any, config: DraftWindowConfig, line: Line) -> Plan | None:
     # A read leaves tokens out once start > S, which needs L - W >= S + a for some
     # L <= max_model_len.
     if max_model_len - window_size - sink_size < alignment:
-        logger.info("%s=%d%s never crops with max_model_len=%d (the window start moves in "
-                    "steps of %d tokens); the draft window stays off.", KEY, window_size,
-                    f" with {sink_size} attention sinks" if sink_size else "", max_model_len,
-                    alignment)  # fmt: skip
+        logger.info(
+            "%s=%d%s never crops with max_model_len=%d (the window start moves in "
+            "steps of %d tokens); the draft window stays off.",
+            KEY,
+            window_size,
+            f" with {sink_size} attention sinks" if sink_size else "",
+            max_model_len,
+            alignment,
+        )
         return None
     min_context = _min_context(config, window_size, sink_size, alignment, max_model_len)
     if min_context is None:
         return None
     if method == "dspark" and _model_type(vllm_config, "hf_config").startswith("deepseek_v4"):
-        logger.warning("%s=%d with a DeepSeek-V4 target: its DSpark draft is trained with the "
-                       "target for long context, and a window may lower acceptance. The window "
-                       "stays on.", KEY, window_size)  # fmt: skip
+        logger.warning(
+            "%s=%d with a DeepSeek-V4 target: its DSpark draft is trained with the "
+            "target for long context, and a window may lower acceptance. The window "
+            "stays on.",
+            KEY,
+            window_size,
+        )
     told = _told_lengths(speculator, line, decisions, window_size, layout is not None)
     ar = method in AR_METHODS
     return Plan(
-        window_size=window_size, sink_tokens=sink_tokens, min_context=min_context,
+        window_size=window_size,
+        sink_tokens=sink_tokens,
+        min_context=min_context,
         decisions=decisions,
         max_query_len=1 if ar else query_stretch,
-        max_chunk_len=speculator.max_num_tokens if ar else None, told=told,
-    )  # fmt: skip
+        max_chunk_len=speculator.max_num_tokens if ar else None,
+        told=told,
+    )
 
 
-def _min_context(config: DraftWindowConfig, window_size: int, sink_size: int, alignment: int,
-                 max_model_len: int) -> int | None:  # fmt: skip
+def _min_context(
+    config: DraftWindowConfig, window_size: int, sink_size: int, alignment: int, max_model_len: int
+) -> int | None:
     """The threshold the window applies (0: every context), or None where no request can
     reach it (the window stays off); a threshold that changes nothing is said once."""
     asked = config.draft_window_min_context
     min_context = effective_min_context(asked, window_size, alignment, sink_size)
     if asked and not min_context:
-        logger.info("%s=%d changes nothing: no context shorter than %d tokens (%s=%d%s and "
-                    "the alignment %d) is cropped anyway, so every request reads its window "
-                    "from there.", MIN_CONTEXT_KEY, asked, window_size + sink_size + alignment,
-                    KEY, window_size, f" with {sink_size} attention sinks" if sink_size else "",
-                    alignment)  # fmt: skip
+        logger.info(
+            "%s=%d changes nothing: no context shorter than %d tokens (%s=%d%s and "
+            "the alignment %d) is cropped anyway, so every request reads its window "
+            "from there.",
+            MIN_CONTEXT_KEY,
+            asked,
+            window_size + sink_size + alignment,
+            KEY,
+            window_size,
+            f" with {sink_size} attention sinks" if sink_size else "",
+            alignment,
+        )
     if min_context > max_model_len:
-        logger.info("%s=%d is above max_model_len=%d: no request reaches it, so the draft "
-                    "window stays off.", MIN_CONTEXT_KEY, min_context, max_model_len)  # fmt: skip
+        logger.info(
+            "%s=%d is above max_model_len=%d: no request reaches it, so the draft "
+            "window stays off.",
+            MIN_CONTEXT_KEY,
+            min_context,
+            max_model_len,
+        )
         return None
     return min_context
 
@@ -178,8 +218,13 @@ def _refuse_shape(method: str, window_size: int, query_stretch: int, vllm_config
         )
 
 
-def _refuse_dcp(speculator: Any, layout: DcpLayout | None, line: Line,
-                decisions: list[GroupDecision], window_size: int) -> None:  # fmt: skip
+def _refuse_dcp(
+    speculator: Any,
+    layout: DcpLayout | None,
+    line: Line,
+    decisions: list[GroupDecision],
+    window_size: int,
+) -> None:
     """Under decode context parallelism, stop where a window start cannot be whole columns
     of every rank's table (an interleave that does not divide a column's tokens on one
     rank), or where the line names a backend whose DCP build takes a host bound as exact."""
@@ -187,8 +232,11 @@ def _refuse_dcp(speculator: Any, layout: DcpLayout | None, line: Line,
         return
     units = block_table_units(speculator.block_tables)
     where = f"{KEY}={window_size} with {layout.describe()}"
-    notes = {name: why for name, why, interleaved_only in line.dcp_backend_notes
-             if layout.interleave > 1 or not interleaved_only}  # fmt: skip
+    notes = {
+        name: why
+        for name, why, interleaved_only in line.dcp_backend_notes
+        if layout.interleave > 1 or not interleaved_only
+    }
     for decision in decisions:
         g = decision.group_id
         if not decision.windowed or not layout.sharded[g]:
@@ -211,8 +259,9 @@ def _refuse_dcp(speculator: Any, layout: DcpLayout | None, line: Line,
                 )
 
 
-def _refuse_backends(speculator: Any, line: Line, decisions: list[GroupDecision],
-                     window_size: int) -> None:  # fmt: skip
+def _refuse_backends(
+    speculator: Any, line: Line, decisions: list[GroupDecision], window_size: int
+) -> None:
     """Stop where the draft's kernel would take lengths the window does not set on this
     line: an attention backend defined outside the line's backend module, one the line's
     table does not prove for the method (with the line's reason for a known one), or a
@@ -225,8 +274,10 @@ def _refuse_backends(speculator: Any, line: Line, decisions: list[GroupDecision]
             continue
         for group in speculator.attn_groups[decision.group_id]:
             name, module = group.backend.__name__, group.backend.__module__
-            where = (f"{KEY}={window_size} is not supported on {line.name} for {method} with "
-                     f"{decision.describe()} on attention backend {name}")  # fmt: skip
+            where = (
+                f"{KEY}={window_size} is not supported on {line.name} for {method} with "
+                f"{decision.describe()} on attention backend {name}"
+            )
             prefix, project = line.backend_module
             if not module.startswith(prefix):
                 # NOTE: a platform plugin's backend (vllm-ascend's on a later vLLM) may
@@ -247,12 +298,15 @@ def _refuse_backends(speculator: Any, line: Line, decisions: list[GroupDecision]
                 )
     for path, layout, why, fix in line.unserved_state:
         if dotted(speculator, path):
-            raise ValueError(f"{KEY}={window_size} is not supported on {line.name} {layout}: "
-                             f"{why}. {fix}, or remove {KEY}.")  # fmt: skip
+            raise ValueError(
+                f"{KEY}={window_size} is not supported on {line.name} {layout}: "
+                f"{why}. {fix}, or remove {KEY}."
+            )
 
 
-def _told_lengths(speculator: Any, line: Line, decisions: list[GroupDecision],
-                  window_size: int, dcp: bool) -> str | None:  # fmt: skip
+def _told_lengths(
+    speculator: Any, line: Line, decisions: list[GroupDecision], window_size: int, dcp: bool
+) -> str | None:
     """Whether the kernel is told lengths of its own, and the refusals where the window
     start cannot come from them.
 
@@ -262,8 +316,12 @@ def _told_lengths(speculator: Any, line: Line, decisions: list[GroupDecision],
     draft layer, so no group may be left alone, and its draft prefill rebuilds through a
     model state without a second prepare of per-step state."""
     method = speculator.method
-    backends = {group.backend.__name__ for d in decisions if d.windowed
-                for group in speculator.attn_groups[d.group_id]}  # fmt: skip
+    backends = {
+        group.backend.__name__
+        for d in decisions
+        if d.windowed
+        for group in speculator.attn_groups[d.group_id]
+    }
     model_type = _model_type(speculator.vllm_config, "hf_text_config")
     if (dcp and method in line.dcp_told_bound) or line.told_bound(method, backends, model_type):
         told = "bound"

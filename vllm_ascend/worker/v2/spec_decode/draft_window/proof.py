@@ -168,8 +168,14 @@ class WindowProof:
         (at most the longest read; outside a capture) and from the window's device lengths."""
         problems = []
         seq_lens = getattr(metadata, "seq_lens", None)
-        host = next((value for path in self.built_host_lengths
-                     if (value := dotted(metadata, path)) is not None), None)  # fmt: skip
+        host = next(
+            (
+                value
+                for path in self.built_host_lengths
+                if (value := dotted(metadata, path)) is not None
+            ),
+            None,
+        )
         if (
             isinstance(seq_lens, torch.Tensor)
             and not _same_start(seq_lens, self.window.seq_lens)
@@ -181,8 +187,9 @@ class WindowProof:
         if isinstance(host, list) and host and not capture:
             cap = self.window.spec.read_cap(query_len)
             if max(host) > cap:
-                problems.append(f"the built seq_lens_list reaches {max(host)}, past the "
-                                f"window's {cap}")  # fmt: skip
+                problems.append(
+                    f"the built seq_lens_list reaches {max(host)}, past the window's {cap}"
+                )
         if problems:
             raise self._error(name, g, problems)
 
@@ -198,11 +205,15 @@ class WindowProof:
         inexact = [r for r in rows if exact is None or r >= exact.shape[0] or not bool(exact[r])]
         if inexact:
             shown = ", ".join(map(str, inexact[:8])) + (", ..." if len(inexact) > 8 else "")
-            raise self._error(name, g, [
-                f"its prefill path takes the host bound of rows {shown} as their exact length "
-                f"(context = bound - query), and the window handed it only a bound there "
-                f"(exact: the prefilling rows of a draft prefill)"
-            ])  # fmt: skip
+            raise self._error(
+                name,
+                g,
+                [
+                    f"its prefill path takes the host bound of rows {shown} as their exact length "
+                    f"(context = bound - query), and the window handed it only a bound there "
+                    f"(exact: the prefilling rows of a draft prefill)"
+                ],
+            )
 
     def _is_host_mirror(self, seq_lens: torch.Tensor, host: Any) -> bool:
         """Where the kernel is told host lengths (vllm-ascend's EAGLE: its builder keeps the

@@ -65,8 +65,9 @@ def self_check(window: Mrv2DraftWindow, seed: int = 0) -> list[str]:
     tables, sizes = [], []
     for g in range(max(groups) + 1):
         b = window.group_block_sizes.get(g, spec.alignment)
-        ids = torch.randint(1, 10_000, (rows, ceil_div(max_len, b) + 3), generator=gen,
-                            dtype=torch.int32)  # fmt: skip
+        ids = torch.randint(
+            1, 10_000, (rows, ceil_div(max_len, b) + 3), generator=gen, dtype=torch.int32
+        )
         tables.append(ids.to(device))
         sizes.append(b)
     told = None
@@ -77,20 +78,24 @@ def self_check(window: Mrv2DraftWindow, seed: int = 0) -> list[str]:
         told = ToldLengths(told_source.to(device), window.told.max_model_len)
     synthetic = Mrv2DraftWindow(
         window_size=spec.window_size,
-        input_buffers=SimpleNamespace(seq_lens=torch.zeros(rows, dtype=torch.int32,
-                                                           device=device)),
+        input_buffers=SimpleNamespace(seq_lens=torch.zeros(rows, dtype=torch.int32, device=device)),
         block_tables=SimpleNamespace(input_block_tables=tables, block_sizes=sizes),
-        draft_group_ids=groups, max_num_reqs=rows, device=device,
-        max_chunk_len=2 * spec.window_size, attention_sinks=spec.sink_size,
-        min_context=spec.min_context, told=told,
-    )  # fmt: skip
+        draft_group_ids=groups,
+        max_num_reqs=rows,
+        device=device,
+        max_chunk_len=2 * spec.window_size,
+        attention_sinks=spec.sink_size,
+        min_context=spec.min_context,
+        told=told,
+    )
     synthetic.enable_fused()
     lengths = torch.randint(0, max_len, (rows,), generator=gen, dtype=torch.int32)
     lengths[-2:] = 0  # padded rows
     if spec.min_context:
         lengths[:2] = torch.tensor([spec.min_context - 1, spec.min_context])  # either side
-    query_lens = torch.minimum(torch.randint(1, 2 * spec.window_size, (rows,), generator=gen,
-                                             dtype=torch.int32), lengths)  # fmt: skip
+    query_lens = torch.minimum(
+        torch.randint(1, 2 * spec.window_size, (rows,), generator=gen, dtype=torch.int32), lengths
+    )
     qsl = torch.zeros(rows + 1, dtype=torch.int32)
     qsl[1:] = torch.cumsum(query_lens, 0)
     variants: dict[str, dict] = {"decode": {}, "prefill": {"query_start_loc": qsl.to(device)}}
@@ -103,8 +108,9 @@ def self_check(window: Mrv2DraftWindow, seed: int = 0) -> list[str]:
     return problems
 
 
-def enable_if_trusted(window: Mrv2DraftWindow, logger: Any, key: str,
-                      allow_cpu: bool = False) -> bool:  # fmt: skip
+def enable_if_trusted(
+    window: Mrv2DraftWindow, logger: Any, key: str, allow_cpu: bool = False
+) -> bool:
     """Use the one-launch refresh on the window's device only after the self-check there
     agrees with the torch path; otherwise say why once and keep the torch path. On CPU only
     with ``allow_cpu`` (Triton's interpreter there says nothing about speed)."""

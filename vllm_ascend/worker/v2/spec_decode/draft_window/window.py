@@ -123,8 +123,9 @@ def align_sinks(sink_tokens: int, alignment: int) -> int:
     return ceil_div(sink_tokens, alignment) * alignment
 
 
-def effective_min_context(min_context: int, window_size: int, alignment: int,
-                          sink_size: int = 0) -> int:  # fmt: skip
+def effective_min_context(
+    min_context: int, window_size: int, alignment: int, sink_size: int = 0
+) -> int:
     """``draft_window_min_context`` as the window applies it: 0 where it changes nothing,
     at or below ``S + W + a`` (every shorter context already reads whole)."""
     if min_context < 0:

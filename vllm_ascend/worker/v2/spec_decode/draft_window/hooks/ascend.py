@@ -32,8 +32,9 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.proof import not_in_path
 def told_host_lengths(original: Callable, installed: Installed) -> Callable:
     """The host lengths an EAGLE decode step's kernel takes, windowed in place."""
 
-    def windowed(self: Any, window: Mrv2DraftWindow, lengths: torch.Tensor, *args: Any,
-                 **kwargs: Any) -> torch.Tensor:  # fmt: skip
+    def windowed(
+        self: Any, window: Mrv2DraftWindow, lengths: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> torch.Tensor:
         return window.window_host_lengths(lengths)
 
     return after(original, installed, windowed)
@@ -43,8 +44,9 @@ def exact_host_lengths(original: Callable, installed: Installed) -> Callable:
     """The exact host copy of the draft's device lengths a DSpark MLA kernel takes,
     windowed in place (the copy is exact, so the start is the device's)."""
 
-    def windowed(self: Any, window: Mrv2DraftWindow, result: tuple, *args: Any,
-                 **kwargs: Any) -> tuple:  # fmt: skip
+    def windowed(
+        self: Any, window: Mrv2DraftWindow, result: tuple, *args: Any, **kwargs: Any
+    ) -> tuple:
         seq_lens_cpu, _ = result
         if seq_lens_cpu is not None:
             window.window_host_lengths(seq_lens_cpu)
@@ -58,8 +60,9 @@ def fia_params(original: Callable, installed: Installed) -> Callable:
     windowed like the device side of each recorded step."""
     signature = inspect.signature(original)
 
-    def windowed(self: Any, window: Mrv2DraftWindow, params: list, *args: Any,
-                 **kwargs: Any) -> list:  # fmt: skip
+    def windowed(
+        self: Any, window: Mrv2DraftWindow, params: list, *args: Any, **kwargs: Any
+    ) -> list:
         if signature.bind(self, *args, **kwargs).arguments["is_draft_model_prefill"]:
             # Only a FULL draft-prefill graph replays with these; the window runs the draft
             # prefill without one (init_cudagraph_manager).
@@ -89,8 +92,9 @@ def _dcp_shares(speculator: Any, window: Mrv2DraftWindow, params: list) -> list:
     told lengths (the target's length plus the step), which only the told lengths can be
     windowed from: each step's are recomputed as vllm-ascend computes them for the eager
     update (``_calc_next_seq_lens_cpu``, windowed by its hook), then split for this rank."""
-    told_lists = list({id(p["actual_seq_lengths_kv"]): p["actual_seq_lengths_kv"]
-                       for p in params}.values())  # fmt: skip
+    told_lists = list(
+        {id(p["actual_seq_lengths_kv"]): p["actual_seq_lengths_kv"] for p in params}.values()
+    )
     if len(told_lists) != speculator.num_speculative_steps - 1:
         raise not_in_path(
             f"{type(speculator).__name__}.build_fia_params gave {len(told_lists)} DCP length "
@@ -103,8 +107,9 @@ def _dcp_shares(speculator: Any, window: Mrv2DraftWindow, params: list) -> list:
     shares = {}
     for step, told in enumerate(told_lists, start=1):
         lengths = speculator._calc_next_seq_lens_cpu(target, n, n_pad, step)
-        share = dcp_local_lengths(lengths, window.dcp, scratch=torch.empty_like(lengths),
-                                  out=torch.empty_like(lengths))  # fmt: skip
+        share = dcp_local_lengths(
+            lengths, window.dcp, scratch=torch.empty_like(lengths), out=torch.empty_like(lengths)
+        )
         shares[id(told)] = share.tolist()
     for param in params:
         param["actual_seq_lengths_kv"] = shares[id(param["actual_seq_lengths_kv"])]

@@ -49,8 +49,9 @@ def propose(original: Callable, installed: Installed) -> Callable:
     """``propose``: hands the target's batch to the draft prefill, and checks the prefill
     went through the window."""
 
-    def body(self: Any, window: Mrv2DraftWindow, input_batch: Any, *args: Any,
-             **kwargs: Any) -> Any:  # fmt: skip
+    def body(
+        self: Any, window: Mrv2DraftWindow, input_batch: Any, *args: Any, **kwargs: Any
+    ) -> Any:
         state = propose_state(self)
         state.prefill_batch, state.prefill_windowed = input_batch, False
         try:
@@ -99,8 +100,9 @@ def prefill(original: Callable, installed: Installed) -> Callable:
         state.prefill_windowed = True
         batch = state.prefill_batch
         host_mirror = installed.line.host_mirror
-        draft_metadata = windowed_prefill_metadata(self, window, batch, path,
-                                                   host_mirror and host_mirror[1])  # fmt: skip
+        draft_metadata = windowed_prefill_metadata(
+            self, window, batch, path, host_mirror and host_mirror[1]
+        )
         bound.arguments["attn_metadata"] = {**target_metadata, **draft_metadata}
         # Without FULL prefill graphs a PIECEWISE prefill may pad past the target's padded
         # token count; those slots must write nowhere (a graph may record the KV write).
@@ -113,8 +115,9 @@ def prefill(original: Callable, installed: Installed) -> Callable:
     return around(original, installed, body)
 
 
-def windowed_prefill_metadata(speculator: Any, window: Mrv2DraftWindow, batch: Any,
-                              path: str, host_mirror: str | None = None) -> dict:  # fmt: skip
+def windowed_prefill_metadata(
+    speculator: Any, window: Mrv2DraftWindow, batch: Any, path: str, host_mirror: str | None = None
+) -> dict:
     """The draft layers' prefill metadata: the target's batch, read through the window.
 
     Built by vLLM's own ``ModelState.prepare_attn`` with the draft's attention groups, as
@@ -139,8 +142,9 @@ def windowed_prefill_metadata(speculator: Any, window: Mrv2DraftWindow, batch: A
         # window's are its share of [start, L) (a window start is whole rounds of every
         # rank: window.py), from the windowed lengths on the device.
         local = window.dcp_local_seq_lens
-        dcp_local_lengths(window.seq_lens[:n], window.dcp, scratch=window.dcp_scratch[:n],
-                          out=local[:n])  # fmt: skip
+        dcp_local_lengths(
+            window.seq_lens[:n], window.dcp, scratch=window.dcp_scratch[:n], out=local[:n]
+        )
         local[n:].zero_()
         changes["dcp_local_seq_lens"] = local[: batch.dcp_local_seq_lens.shape[0]]
     fields = {f.name for f in dataclasses.fields(batch)}
@@ -188,8 +192,13 @@ def windowed_prefill_metadata(speculator: Any, window: Mrv2DraftWindow, batch: A
 def _window_exact(window: Mrv2DraftWindow, exact: torch.Tensor, query_lens: torch.Tensor):
     """Exact host lengths of a multi-token pass, windowed by the device's arithmetic."""
     windowed = torch.empty_like(exact)
-    window_seq_lens(exact, window.spec, skip_out=torch.empty_like(exact), out=windowed,
-                    query_lens=query_lens.to(exact.dtype))  # fmt: skip
+    window_seq_lens(
+        exact,
+        window.spec,
+        skip_out=torch.empty_like(exact),
+        out=windowed,
+        query_lens=query_lens.to(exact.dtype),
+    )
     return windowed
 
 
@@ -241,9 +250,13 @@ def init_cudagraph_manager(original: Callable, installed: Installed) -> Callable
                 original(self, cudagraph_mode)
             finally:
                 module.SpeculatorCudaGraphManager = manager_cls
-            logger.info("%s: the draft prefill runs with cudagraph mode %s instead of %s, so "
-                        "that its metadata is built for the window at every step.", KEY,
-                        prefill_mode.name, cudagraph_mode.name)  # fmt: skip
+            logger.info(
+                "%s: the draft prefill runs with cudagraph mode %s instead of %s, so "
+                "that its metadata is built for the window at every step.",
+                KEY,
+                prefill_mode.name,
+                cudagraph_mode.name,
+            )
         if window is not None and self.decode_cudagraph_manager is not None:
             setattr(self.decode_cudagraph_manager, WINDOW_ATTR, window)
 

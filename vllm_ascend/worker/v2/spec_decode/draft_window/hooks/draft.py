@@ -44,12 +44,14 @@ def build_attn_metadata(original: Callable, installed: Installed) -> Callable:
         arguments = bound.arguments
         num_reqs, step = arguments["num_reqs"], arguments["step"]
         told = window.told is not None and step > 0
-        window.refresh(arguments["batch_desc"].num_reqs or num_reqs,
-                       told_step=step if told else None)  # fmt: skip
+        window.refresh(
+            arguments["batch_desc"].num_reqs or num_reqs, told_step=step if told else None
+        )
         host_bound = arguments["seq_lens_cpu_upper_bound"]
         if window.told is not None and window.told.bound:
-            arguments["seq_lens_cpu_upper_bound"] = window.told_host_bound(host_bound, num_reqs,
-                                                                           step)  # fmt: skip
+            arguments["seq_lens_cpu_upper_bound"] = window.told_host_bound(
+                host_bound, num_reqs, step
+            )
         else:
             arguments["seq_lens_cpu_upper_bound"] = window.host_upper_bound(
                 host_bound, num_reqs, step, extra_steps=state.extra_steps
