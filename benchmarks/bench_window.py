@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """`make bench`: the draft window's costs, measured side by side in one run.
 
 1. Window cost per build: the device and host work the MRV2 hook adds to one metadata build
@@ -18,8 +20,8 @@
    next to the ideal ratio (W + a) / L, and with sinks added to the window.
 5. The whole draft metadata build through vLLM's real path (a DSpark speculator, vLLM's
    `_build_uniform_attn_metadata` and Triton attention builder), windowed (wrapper, refresh,
-   host bound, run-time proof) against vLLM's own build; and the proof's share of it, against
-   the same windowed build with the proof's builder watchers removed.
+   host bound, path check) against vLLM's own build; and the path check's share of it, against
+   the same windowed build with the path check's builder watchers removed.
 6. Device kernel launches and CPU time per propose: MRV1's apply, the MRV2 torch path and
    the fused refresh (one launch per refresh), for DFlash/DSpark and EAGLE at K = 3, 5, 7,
    batch 1 to 1024, against the issue's goals.
@@ -57,6 +59,7 @@ from tests.testbed.mrv1_adapter import load_mrv1_adapter_module  # noqa: E402
 from tests.testbed.reference import PagedKVCache  # noqa: E402
 from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import dcp_local_lengths  # noqa: E402
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow  # noqa: E402
+from vllm_ascend.worker.v2.spec_decode.draft_window.plan import Plan  # noqa: E402
 
 BLOCK_SIZE = 128
 BATCH_SIZES = [1, 64, 256, 1024]
@@ -97,13 +100,11 @@ def window_over(
     tables = block_tables or SimpleNamespace(block_sizes=[BLOCK_SIZE], input_block_tables=[table])
     lengths = SimpleNamespace(seq_lens=seq_lens)
     return Mrv2DraftWindow(
-        window_size or SINKS_WINDOW,
+        Plan.of(window_size or SINKS_WINDOW, tables, [0]),
         lengths,
         tables,
-        [0],
         seq_lens.shape[0],
         torch.device("cpu"),
-        **kwargs,
     )
 
 
@@ -200,7 +201,11 @@ def bench_launches(mrv1, rounds: int, iters: int) -> list[dict]:
             base_ib = SimpleNamespace(seq_lens=seq_lens)
             base_bt = SimpleNamespace(block_sizes=[BLOCK_SIZE], input_block_tables=[table])
             window = Mrv2DraftWindow(
-                w, base_ib, base_bt, [0], batch, torch.device("cpu"), max_chunk_len=4 if k else None
+                Plan.of(w, base_bt, [0], max_chunk_len=4 if k else None),
+                base_ib,
+                base_bt,
+                batch,
+                torch.device("cpu"),
             )
             adapter = mrv1.SlidingWindowAdapter(w, BLOCK_SIZE, batch, k, torch.device("cpu"))
 
@@ -262,8 +267,10 @@ def fixed_start_cost(k, batch, w, seq_lens, table, bound, qsl, per_step, rounds,
     base_bt = SimpleNamespace(block_sizes=[BLOCK_SIZE], input_block_tables=[table])
     cpu = torch.device("cpu")
     # The draft prefill is windowed for itself, as in the per-step path.
-    prefill = Mrv2DraftWindow(w, base_ib, base_bt, [0], batch, cpu, max_chunk_len=4)
-    window = Mrv2DraftWindow(w, base_ib, base_bt, [0], batch, cpu)
+    prefill = Mrv2DraftWindow(
+        Plan.of(w, base_bt, [0], max_chunk_len=4), base_ib, base_bt, batch, cpu
+    )
+    window = Mrv2DraftWindow(Plan.of(w, base_bt, [0]), base_ib, base_bt, batch, cpu)
     # [batch] int32: the last step's lengths, a persistent buffer.
     last = torch.empty_like(seq_lens)
 
@@ -297,7 +304,9 @@ def bench_step_cost(mrv1, rounds: int, iters: int) -> list[dict]:
             for w in WINDOWS:
                 base_ib = SimpleNamespace(seq_lens=seq_lens)
                 base_bt = SimpleNamespace(block_sizes=[BLOCK_SIZE], input_block_tables=[table])
-                window = Mrv2DraftWindow(w, base_ib, base_bt, [0], batch, torch.device("cpu"))
+                window = Mrv2DraftWindow(
+                    Plan.of(w, base_bt, [0]), base_ib, base_bt, batch, torch.device("cpu")
+                )
                 adapter = mrv1.SlidingWindowAdapter(w, BLOCK_SIZE, batch, 0, torch.device("cpu"))
 
                 def ours(window=window, bound=bound, batch=batch):
@@ -643,7 +652,7 @@ def bench_whole_build(rounds: int, iters: int) -> list[dict]:
 def whole_build_row(
     model_dir, batch: int, context: int, window: int, rounds: int, iters: int
 ) -> dict:
-    """vLLM's own DSpark build, the windowed one, and the windowed one without the proof's
+    """vLLM's own DSpark build, the windowed one, and the windowed one without the path check's
     builder watchers, on the same batch."""
     import numpy as np
     from vllm.config.compilation import CUDAGraphMode
@@ -702,7 +711,7 @@ def whole_build_row(
         )
 
     try:
-        for speculator in (plain, ours, unwatched):  # first builds: the proof's one check
+        for speculator in (plain, ours, unwatched):  # first builds: the path check's one check
             timed(build(speculator), iters)
         t_plain, t_ours = interleaved(build(plain), build(ours), rounds, iters)
         t_watched, t_unwatched = interleaved(build(ours), build(unwatched), rounds, iters)
@@ -912,13 +921,13 @@ def write_results(
         )
     lines += [
         "",
-        "## The whole draft metadata build, and the run-time proof's share",
+        "## The whole draft metadata build, and the path check's share",
         "",
         "A DSpark speculator's `_build_uniform_attn_metadata` through vLLM's real path and "
         "Triton attention metadata builder (one KV-cache group of 128-token blocks, K = 3, "
         "contexts near 32k), median microseconds per build, interleaved. Windowed: the "
         "wrapper (signature bind, view swaps, path name), the refresh, the host bound, and "
-        "the run-time proof's builder watchers after their one check; against vLLM's own "
+        "the path check's builder watchers after their one check; against vLLM's own "
         "build without the plugin. Proof: the same windowed build with the watchers "
         "removed from the builders. On CPU every device op of the refresh runs eagerly "
         "(section 1 measures it alone); the rest of the difference is the wrapper's Python.",

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """End-to-end check of the draft window with `vllm serve` on Ascend NPUs (or CUDA GPUs).
 
     make e2e-ascend                   # default scenario: Qwen3-8B + EAGLE3, W=512, TP=2
@@ -502,18 +504,18 @@ PAIRING_LINE = (
     "# check: the host's vLLM pairing is a line the draft window supports, serving {method}; "
     "else stop"
 )
-# Run in the host's Python after the install: the versions and the supported lines.
+# Run in the host's Python after the install: the versions and the supported releases.
 PAIRING_PROBE = """
 import sys
-from vllm_ascend.worker.v2.spec_decode.draft_window import lines
-versions = lines.installed_versions()
-line = lines.line_for(versions["vllm"])
-print(f"host: {lines.describe_versions()}; supported: {lines.SUPPORTED}")
+from vllm_ascend.worker.v2.spec_decode.draft_window import releases
+versions = releases.installed_versions()
+line = releases.release_for(versions["vllm"])
+print(f"host: {releases.describe_versions()}; supported: {releases.SUPPORTED}")
 problem = None
 if line is None:
     problem = f"vLLM {versions['vllm']} is not a line the draft window supports"
 else:
-    problem = lines.requirement_problem(line)
+    problem = releases.requirement_problem(line)
     if problem is None and sys.argv[1] not in line.methods:
         problem = (f"the draft window does not serve method {sys.argv[1]!r} on {line.name} "
                    f"(supported there: {', '.join(line.methods)}): pick another E2E_SCENARIO")

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The long-context study: acceptance and throughput by context length, window on and off.
 
     STUDY=long make e2e-ascend               # the scenario's target and draft, 4k .. model limit

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """CPU shims and fixtures for testing against the real vLLM 0.33.0 Model Runner V2.
 
 The shims run at import time, before any test builds a vLLM object.

@@ -1,7 +1,9 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The draft attention backends of vLLM 0.33 (design doc, section 4.2): the ones the window
 serves, driven through their real builders on CPU, read exactly the window; the ones whose
 builders take the window's host bound as an exact length are refused by name at start-up,
-and the run-time proof stops such a build if one is served anyway."""
+and the path check stops such a build if one is served anyway."""
 
 import pytest
 import torch
@@ -31,7 +33,7 @@ from tests.testbed.speculators import (
     GroupLayout,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window import policy
-from vllm_ascend.worker.v2.spec_decode.draft_window.proof import WindowNotInPathError
+from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import WindowNotInPathError
 
 pytestmark = pytest.mark.usefixtures("window_hooks")
 
@@ -128,7 +130,7 @@ def test_mla_backends_that_take_the_bound_as_exact_are_refused_by_name(
     with refused(
         rf"draft_window_size=64 is not supported on vLLM 0.33.x for {method} with "
         rf"group 0 \(MLAAttentionSpec, block size 16\) on attention backend {name}: "
-        rf"{why}.* \(supported for {method} on this line: .*\)\. Use one of those "
+        rf"{why}.* \(supported for {method} on this release: .*\)\. Use one of those "
         rf"attention backends, or remove draft_window_size\."
     ):
         wire_mla(mla_dir, method, backend, monkeypatch)
@@ -147,7 +149,7 @@ def test_a_builder_taking_the_bound_as_exact_is_stopped_by_the_proof(mla_dir, mo
     """Served anyway (the refusal switched off), vLLM's common MLA builder sends a DFlash
     pass to its prefill path, whose context lengths come from the host bound: the run-time
     proof stops that build, naming the rows."""
-    monkeypatch.setattr(policy, "_refuse_backends", lambda *args, **kwargs: None)
+    monkeypatch.setattr(policy, "refuse_backends", lambda *args, **kwargs: None)
     wired, _ = wire_mla(mla_dir, "dflash", CPUMLABackend, monkeypatch)
     with pytest.raises(WindowNotInPathError) as error:
         build(wired, CUDAGraphMode.NONE, slack=3)
@@ -162,10 +164,10 @@ def test_prefilling_rows_of_an_eagle_draft_prefill_get_their_exact_windowed_leng
     """A builder whose prefill path takes the bound as exact, served the draft prefill of a
     verify batch whose prefilling row comes last: the verify rows stay on its decode path,
     and the prefilling row's context is exactly its windowed length minus its chunk (the
-    window made that bound exact), which the proof lets through."""
+    window made that bound exact), which the path check lets through."""
     from tests.testbed.eagle import run_prefill, setup_eagle
 
-    monkeypatch.setattr(policy, "_refuse_backends", lambda *args, **kwargs: None)
+    monkeypatch.setattr(policy, "refuse_backends", lambda *args, **kwargs: None)
     config = mla_config(mla_dir, "eagle3", monkeypatch)
     layouts = [GroupLayout(16, spec=MLA_SPEC, backend=TritonMLABackend)]
     e = setup_eagle(mla_dir, monkeypatch, NUM_SPEC, layouts, prefill_chunk=300, vllm_config=config)

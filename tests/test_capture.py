@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """Start-up with graphs on vLLM 0.33: every draft graph capture runs through the real host
 code (the speculators' ``__init__``, ``set_attn``, ``init_cudagraph_manager`` and
 ``capture``, vLLM's graph managers and ``CudaGraphManager.capture``, the capture input

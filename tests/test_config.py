@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """`draft_window_size`, `draft_attention_sinks` and `draft_window_min_context` validation,
 and what each speculator does with them at start-up."""
 

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The window under decode context parallelism (DCP) on vLLM 0.33: every rank's kernel is
 handed exactly its share of one window per request, and the ranks' partial attention,
 combined by log-sum-exp as DCP combines it (vLLM's own combination), equals dense attention

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """DFlash and DSpark MLA drafts under decode context parallelism on vLLM 0.33, through the
 real speculators and vLLM's FlashAttention MLA builder (varlen under DCP with interleave
 1, so their query passes stay on the decode path, which reads the DCP-local lengths), per

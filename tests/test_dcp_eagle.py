@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """EAGLE3 under decode context parallelism on vLLM 0.33, through the real speculator and
 vLLM's flash attention builder (DCP-sharded draft cache, interleave 1 as vLLM requires for
 speculative decoding), per rank: the draft prefill and every decode step hand each rank's

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The end-to-end harness, as far as it runs without NPUs: its plan, its refusal, its
 metrics arithmetic and assertions, and its server lifecycle."""
 

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The long-context study of the end-to-end harness, as far as it runs without NPUs: its
 plan per context, its prompts and their token counts, its metrics arithmetic from recorded
 metrics text, its checks, its report and its refusal without NPUs."""

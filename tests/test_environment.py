@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The ground this project stands on: vLLM 0.33.0's Model Runner V2 as installed.
 
 These fail loudly when a vLLM upgrade moves something the window relies on.

@@ -1,9 +1,11 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The one-launch window refresh (fused.py) equals the torch path bit for bit.
 
 Runs the project's Triton kernel under Triton's interpreter on CPU (``TRITON_INTERPRET=1``;
 timings there mean nothing) over property cases: several KV-cache groups and block sizes,
 attention sinks, padded rows, lengths at the full table's edge, draft
-prefill query chunks, told lengths (vllm-ascend's EAGLE), and a ``draft_window_min_context``
+prefill query chunks, actual lengths (vllm-ascend's EAGLE), and a ``draft_window_min_context``
 with rows on both sides of it. Every output the torch path
 writes is compared: the windowed lengths, the skips, the told windowed lengths, and every
 column of every group's cropped table.
@@ -20,13 +22,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import fused, trust
-from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow, ToldLengths
+from vllm_ascend.worker.v2.spec_decode.draft_window import fused, fused_check
+from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
+from vllm_ascend.worker.v2.spec_decode.draft_window.plan import ActualSeqLens, Plan
 
 CASES = 24
 
 
-def make_window(gen, block_sizes, window_size, sinks, rows, extra_cols, told=None, min_context=0):
+def make_window(gen, block_sizes, window_size, sinks, rows, extra_cols, actual=None, min_context=0):
     """A window over random full tables whose widths end near the longest length, so
     reads reach the table's edge."""
     alignment = math.lcm(*block_sizes)
@@ -38,22 +41,25 @@ def make_window(gen, block_sizes, window_size, sinks, rows, extra_cols, told=Non
         for b in block_sizes
     ]
     window = Mrv2DraftWindow(
-        window_size=window_size,
-        input_buffers=SimpleNamespace(seq_lens=torch.zeros(rows, dtype=torch.int32)),
-        block_tables=SimpleNamespace(input_block_tables=tables, block_sizes=block_sizes),
-        draft_group_ids=list(range(len(block_sizes))),
-        max_num_reqs=rows,
-        device=torch.device("cpu"),
-        max_chunk_len=2 * window_size,
-        attention_sinks=sinks,
-        min_context=min_context,
-        told=told,
+        Plan.of(
+            window_size,
+            SimpleNamespace(input_block_tables=tables, block_sizes=block_sizes),
+            list(range(len(block_sizes))),
+            max_chunk_len=2 * window_size,
+            sink_tokens=sinks,
+            min_context=min_context,
+            actual=actual,
+        ),
+        SimpleNamespace(seq_lens=torch.zeros(rows, dtype=torch.int32)),
+        SimpleNamespace(input_block_tables=tables, block_sizes=block_sizes),
+        rows,
+        torch.device("cpu"),
     )
     window.enable_fused()
     return window, max_len
 
 
-def case(seed, told=False, threshold=False):
+def case(seed, actual=False, threshold=False):
     """``told``: a window whose kernel is told the target's lengths (vllm-ascend's EAGLE):
     the draft's own lengths plus up to 4 rejected tokens, padded rows 0. ``threshold``: a
     min_context between the window's reach and the longest length, with rows just below,
@@ -65,16 +71,18 @@ def case(seed, told=False, threshold=False):
     sinks = [0, 0, 16, 40][seed % 4]
     rows = 9
     extra_cols = [0, 1, 5][seed % 3]
-    told_source = torch.zeros(rows, dtype=torch.int32)
-    told_lengths = None
-    if told:
-        told_lengths = ToldLengths(told_source, 3 * (window_size + sinks + math.lcm(*block_sizes)))
+    actual_source = torch.zeros(rows, dtype=torch.int32)
+    actual_lengths = None
+    if actual:
+        actual_lengths = ActualSeqLens(
+            actual_source, 3 * (window_size + sinks + math.lcm(*block_sizes))
+        )
     alignment = math.lcm(*block_sizes)
     # The window's reach S + W + a (sinks rounded up to the alignment).
     reach = -(-sinks // alignment) * alignment + window_size + alignment
     min_context = reach + 1 + (seed * 37) % (window_size + alignment) if threshold else 0
     window, max_len = make_window(
-        gen, block_sizes, window_size, sinks, rows, extra_cols, told_lengths, min_context
+        gen, block_sizes, window_size, sinks, rows, extra_cols, actual_lengths, min_context
     )
     assert window.spec.min_context == min_context
     # Lengths up to what the narrowest full table holds.
@@ -91,14 +99,14 @@ def case(seed, told=False, threshold=False):
     num_padded = 1 + seed % 3
     lengths[rows - num_padded :] = 0
     rejected = torch.randint(0, 5, (rows,), generator=gen, dtype=torch.int32)
-    told_source.copy_(torch.where(lengths > 0, lengths + rejected, 0))
+    actual_source.copy_(torch.where(lengths > 0, lengths + rejected, 0))
     return gen, window, lengths, rows, max_len
 
 
 @pytest.mark.parametrize("seed", range(CASES))
 def test_decode_refresh_equals_the_torch_path(seed):
     _, window, lengths, rows, _ = case(seed)
-    assert trust.compare_with_torch(window, rows, lengths) == []
+    assert fused_check.compare_with_torch(window, rows, lengths) == []
 
 
 @pytest.mark.parametrize("seed", range(CASES))
@@ -108,39 +116,39 @@ def test_prefill_refresh_with_query_chunks_equals_the_torch_path(seed):
     query_lens = torch.minimum(chunk, lengths)
     qsl = torch.zeros(rows + 1, dtype=torch.int32)
     qsl[1:] = torch.cumsum(query_lens, 0)
-    assert trust.compare_with_torch(window, rows, lengths, query_start_loc=qsl) == []
+    assert fused_check.compare_with_torch(window, rows, lengths, query_start_loc=qsl) == []
 
 
 @pytest.mark.parametrize("seed", range(CASES))
-def test_told_length_refresh_equals_the_torch_path(seed):
-    _, window, lengths, rows, _ = case(seed, told=True)
+def test_actual_length_refresh_equals_the_torch_path(seed):
+    _, window, lengths, rows, _ = case(seed, actual=True)
     for step in (1, 3):
-        assert trust.compare_with_torch(window, rows, lengths, told_step=step) == []
+        assert fused_check.compare_with_torch(window, rows, lengths, actual_step=step) == []
 
 
 @pytest.mark.parametrize("seed", range(CASES))
 def test_refreshes_with_a_threshold_equal_the_torch_path(seed):
     """Every variant with ``draft_window_min_context``: rows below it read whole, the
     others their window, bit for bit on both paths."""
-    gen, window, lengths, rows, _ = case(seed, told=True, threshold=True)
-    assert trust.compare_with_torch(window, rows, lengths) == []
+    gen, window, lengths, rows, _ = case(seed, actual=True, threshold=True)
+    assert fused_check.compare_with_torch(window, rows, lengths) == []
     for step in (1, 3):
-        assert trust.compare_with_torch(window, rows, lengths, told_step=step) == []
+        assert fused_check.compare_with_torch(window, rows, lengths, actual_step=step) == []
     chunk = torch.randint(1, 2 * window.spec.window_size, (rows,), generator=gen, dtype=torch.int32)
     query_lens = torch.minimum(chunk, lengths)
     qsl = torch.zeros(rows + 1, dtype=torch.int32)
     qsl[1:] = torch.cumsum(query_lens, 0)
-    assert trust.compare_with_torch(window, rows, lengths, query_start_loc=qsl) == []
+    assert fused_check.compare_with_torch(window, rows, lengths, query_start_loc=qsl) == []
     # Both sides of the threshold were exercised: a row just below it reads all of itself.
     window.refresh(rows, seq_lens=lengths)
     m = window.spec.min_context
     assert int(window.seq_lens[2]) == m - 1 and int(window.seq_lens[3]) < m
-    assert trust.self_check(window) == []
+    assert fused_check.self_check(window) == []
 
 
 def test_a_kernel_ignoring_the_threshold_is_caught_by_the_self_check(monkeypatch):
     _, window, _, _, _ = case(5, threshold=True)
-    assert trust.self_check(window) == []
+    assert fused_check.self_check(window) == []
     real = fused.FusedRefresh.launch
 
     def without_threshold(self, *args, **kwargs):
@@ -152,7 +160,7 @@ def test_a_kernel_ignoring_the_threshold_is_caught_by_the_self_check(monkeypatch
             self.spec = spec
 
     monkeypatch.setattr(fused.FusedRefresh, "launch", without_threshold)
-    assert "decode: seq_lens" in trust.self_check(window)
+    assert "decode: seq_lens" in fused_check.self_check(window)
 
 
 def test_a_wrong_kernel_is_caught_by_the_comparison_and_the_self_check(monkeypatch):
@@ -165,13 +173,13 @@ def test_a_wrong_kernel_is_caught_by_the_comparison_and_the_self_check(monkeypat
         self.cropped_tables[0][0, 0] += 1
 
     monkeypatch.setattr(fused.FusedRefresh, "launch", off_by_one)
-    assert trust.compare_with_torch(window, rows, lengths) == ["group 0 table"]
-    assert "decode: group 0 table" in trust.self_check(window)
+    assert fused_check.compare_with_torch(window, rows, lengths) == ["group 0 table"]
+    assert "decode: group 0 table" in fused_check.self_check(window)
 
 
 def test_the_self_check_passes_on_every_variant_of_a_real_layout():
     _, window, _, _, _ = case(2)
-    assert trust.self_check(window) == []
+    assert fused_check.self_check(window) == []
 
 
 def test_trust_then_use_enables_the_kernel_only_when_its_self_check_agrees(monkeypatch):
@@ -187,9 +195,9 @@ def test_trust_then_use_enables_the_kernel_only_when_its_self_check_agrees(monke
     _, window, _, _, _ = case(3)
     window.fused_steps = window.fused_chunks = None
     # On CPU the interpreter's kernel is never chosen by itself.
-    assert not trust.enable_if_trusted(window, logger, "draft_window_size")
+    assert not fused_check.enable_if_trusted(window, logger, "draft_window_size")
     assert window.fused_steps is None and not records
-    assert trust.enable_if_trusted(window, logger, "draft_window_size", allow_cpu=True)
+    assert fused_check.enable_if_trusted(window, logger, "draft_window_size", allow_cpu=True)
     assert window.fused_steps is not None
 
     real = fused.FusedRefresh.launch
@@ -205,25 +213,27 @@ def test_trust_then_use_enables_the_kernel_only_when_its_self_check_agrees(monke
         window.fused_steps = window.fused_chunks = None
         records.clear()
         monkeypatch.setattr(fused.FusedRefresh, "launch", launch)
-        assert not trust.enable_if_trusted(window, logger, "draft_window_size", allow_cpu=True)
+        assert not fused_check.enable_if_trusted(
+            window, logger, "draft_window_size", allow_cpu=True
+        )
         assert window.fused_steps is None
         (record,) = records
         assert record.levelno == logging.WARNING and said in record.getMessage()
         assert "the window refreshes with the torch path" in record.getMessage()
 
 
-def test_the_self_check_covers_told_lengths_where_the_window_uses_them(monkeypatch):
-    _, window, _, _, _ = case(0, told=True)
-    assert trust.self_check(window) == []
+def test_the_self_check_covers_actual_lengths_where_the_window_uses_them(monkeypatch):
+    _, window, _, _, _ = case(0, actual=True)
+    assert fused_check.self_check(window) == []
     real = fused.FusedRefresh.launch
 
-    def told_off_by_one(self, n, source, *args, told_source=None, **kwargs):
-        real(self, n, source, *args, told_source=told_source, **kwargs)
-        if told_source is not None:
-            self.told_out[0] += 1
+    def actual_off_by_one(self, n, source, *args, actual_source=None, **kwargs):
+        real(self, n, source, *args, actual_source=actual_source, **kwargs)
+        if actual_source is not None:
+            self.actual_out[0] += 1
 
-    monkeypatch.setattr(fused.FusedRefresh, "launch", told_off_by_one)
-    assert trust.self_check(window) == ["told: told_windowed"]
+    monkeypatch.setattr(fused.FusedRefresh, "launch", actual_off_by_one)
+    assert fused_check.self_check(window) == ["actual: actual_windowed"]
 
 
 def test_tables_wider_than_one_column_block_equal_the_torch_path():
@@ -233,13 +243,16 @@ def test_tables_wider_than_one_column_block_equal_the_torch_path():
     rows, b = 5, 16
     table = torch.randint(1, 50_000, (rows, 2600), generator=gen, dtype=torch.int32)
     window = Mrv2DraftWindow(
-        window_size=64,
-        input_buffers=SimpleNamespace(seq_lens=torch.zeros(rows, dtype=torch.int32)),
-        block_tables=SimpleNamespace(input_block_tables=[table], block_sizes=[b]),
-        draft_group_ids=[0],
-        max_num_reqs=rows,
-        device=torch.device("cpu"),
-        max_chunk_len=20_000,
+        Plan.of(
+            64,
+            SimpleNamespace(input_block_tables=[table], block_sizes=[b]),
+            [0],
+            max_chunk_len=20_000,
+        ),
+        SimpleNamespace(seq_lens=torch.zeros(rows, dtype=torch.int32)),
+        SimpleNamespace(input_block_tables=[table], block_sizes=[b]),
+        rows,
+        torch.device("cpu"),
     )
     window.enable_fused()
     assert window.chunk_windows[0].block_table.shape[1] > 1024
@@ -247,7 +260,7 @@ def test_tables_wider_than_one_column_block_equal_the_torch_path():
     query_lens = torch.tensor([20_000, 17_000, 20_100, 64, 0], dtype=torch.int32)
     qsl = torch.zeros(rows + 1, dtype=torch.int32)
     qsl[1:] = torch.cumsum(query_lens, 0)
-    assert trust.compare_with_torch(window, rows, lengths, query_start_loc=qsl) == []
+    assert fused_check.compare_with_torch(window, rows, lengths, query_start_loc=qsl) == []
 
 
 def test_a_table_layout_the_kernel_cannot_take_keeps_the_torch_path(monkeypatch):
@@ -266,7 +279,7 @@ def test_a_table_layout_the_kernel_cannot_take_keeps_the_torch_path(monkeypatch)
         real(self, spec, tables, seq_lens_out, *args)
 
     monkeypatch.setattr(fused.FusedRefresh, "__init__", strided_tables)
-    assert not trust.enable_if_trusted(window, logger, "draft_window_size", allow_cpu=True)
+    assert not fused_check.enable_if_trusted(window, logger, "draft_window_size", allow_cpu=True)
     assert window.fused_steps is None and window.fused_chunks is None
     (record,) = records
     assert "int32 row-major tables" in record.getMessage()

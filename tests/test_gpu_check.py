@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """`make gpu-check` on CPU: its checks under Triton's interpreter on tiny shapes, the checks
 catching a wrong kernel and a wrong window, its graph and measurement code with the device
 boundary stood in, and its one-line stop without a GPU (also without vLLM)."""

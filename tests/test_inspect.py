@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The window inspector (`make demo`): its table, its checks and its errors."""
 
 import pytest
@@ -170,17 +172,12 @@ def test_bad_flags_stop_with_a_clear_error(argv, message, capsys):
 
 def test_inspector_fails_when_the_window_is_wrong(capsys, monkeypatch):
     """A window that reads less than W (here: the math told W = 100) is caught."""
-    from vllm_ascend.worker.v2.spec_decode.draft_window import window as window_math
+    from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec
 
-    real = window_math.WindowSpec
+    real = WindowSpec.derive
     monkeypatch.setattr(
-        window_math,
-        "WindowSpec",
-        lambda window_size, alignment, sink_size=0, min_context=0: real(100, alignment, sink_size),
+        WindowSpec, "derive", classmethod(lambda cls, window_size, *args: real(100, *args))
     )
-    from vllm_ascend.worker.v2.spec_decode.draft_window import mrv2
-
-    monkeypatch.setattr(mrv2, "WindowSpec", window_math.WindowSpec)
     code = inspector.main(
         ["--window", "256", "--seq-lens", "1000,5000", "--method", "dspark", "--no-progress"]
     )

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The window inspector under decode context parallelism (`--dcp N`): every rank's build,
 its per-rank columns, its checks and its errors."""
 
@@ -135,13 +137,13 @@ def test_the_rank_that_reads_the_most_is_shown_per_rank(capsys):
 def test_a_window_that_ignores_dcp_is_caught(capsys, monkeypatch):
     """A window aligned to one rank's blocks (the table's columns taken for b tokens, not
     cp b) crops the wrong columns of every rank's table."""
-    from vllm_ascend.worker.v2.spec_decode.draft_window import mrv2
+    from vllm_ascend.worker.v2.spec_decode.draft_window import plan
     from vllm_ascend.worker.v2.spec_decode.draft_window.views import block_table_units
 
     monkeypatch.setattr(
-        mrv2,
+        plan,
         "column_tokens",
-        lambda tables, group_ids: {g: int(block_table_units(tables)[g]) for g in group_ids},
+        lambda tables, group_ids, layout: {g: int(block_table_units(tables)[g]) for g in group_ids},
     )
     code = inspector.main(
         [

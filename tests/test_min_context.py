@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """``draft_window_min_context``: the window engages from a context length on.
 
 References: a row below the threshold must read exactly its whole context (dense attention

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """``draft_window_min_context`` through vLLM 0.33's real build paths: DFlash and DSpark
 speculators, vLLM's `_build_uniform_attn_metadata`, its Triton attention metadata builder
 and Triton paged attention kernel (interpreted), eager and FULL graphs.

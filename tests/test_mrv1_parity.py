@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """Parity with the released MRV1 `SlidingWindowAdapter` (vllm-ascend 0.26.0rc1), and the
 seed's numbers. MRV1 windows with one kernel block size, so the alignment here is `b`."""
 

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """DFlash and DSpark on Model Runner V2 build their draft attention metadata from windowed
 inputs (with and without attention sinks): real speculators, real buffers, vLLM's real
 `_build_attn_metadata` and `build_attn_metadata`, and vLLM's real Triton attention metadata
@@ -97,7 +99,7 @@ def test_builders_receive_windowed_inputs_and_untouched_slot_mappings(
     assert propose_state(wired.speculator).num_builds == 1
 
 
-def test_groups_the_draft_does_not_read_are_left_alone(model_dir, monkeypatch):
+def test_groups_the_draft_does_not_read_are_not_windowed(model_dir, monkeypatch):
     layouts = LAYOUTS["target_group_and_two_draft_groups"]
     batch = make_batch(layouts)
     wired = wire("dflash", layouts, batch, model_dir, monkeypatch)
@@ -164,6 +166,7 @@ def test_window_refresh_never_reads_a_device_value_on_the_host(sinks):
     """On the meta device a tensor has no values, so `.item()`, `.tolist()`, `.cpu()` or a
     data-dependent branch would raise: the refresh runs there, so it never syncs."""
     from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
+    from vllm_ascend.worker.v2.spec_decode.draft_window.plan import Plan
 
     meta = torch.device("meta")
     input_buffers = SimpleNamespace(seq_lens=torch.zeros(8, dtype=torch.int32, device=meta))
@@ -172,7 +175,11 @@ def test_window_refresh_never_reads_a_device_value_on_the_host(sinks):
         input_block_tables=[torch.zeros(8, 40, dtype=torch.int32, device=meta)] * 2,
     )
     window = Mrv2DraftWindow(
-        64, input_buffers, block_tables, [0, 1], 8, meta, max_chunk_len=300, attention_sinks=sinks
+        Plan.of(64, block_tables, [0, 1], max_chunk_len=300, sink_tokens=sinks),
+        input_buffers,
+        block_tables,
+        8,
+        meta,
     )
     window.refresh(8)
     # The multi-token pass of an EAGLE draft prefill, over the target's lengths.

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """EAGLE/EAGLE3 on Model Runner V2 read only the window (and the attention sinks, when set)
 at the draft prefill and at every draft decode step: the real `EagleSpeculator` methods,
 vLLM's real `DefaultModelState` and Triton attention metadata builders, read by the
@@ -367,7 +369,7 @@ def test_full_graphs_prefill_runs_without_them_and_decode_graphs_read_the_window
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["rebuild_each_step", "in_place_update"])
-def test_a_group_the_window_leaves_alone_reads_what_vllm_gives_it(fused, model_dir, monkeypatch):
+def test_a_group_not_windowed_reads_what_vllm_gives_it(fused, model_dir, monkeypatch):
     """A hybrid EAGLE draft (full attention and a sliding window): the sliding-window group
     keeps the target's prefill metadata and vLLM's own build at every decode step."""
     from vllm.v1.kv_cache_interface import SlidingWindowSpec
@@ -407,6 +409,7 @@ def test_a_group_the_window_leaves_alone_reads_what_vllm_gives_it(fused, model_d
 def test_before_set_attn_there_is_no_window_yet_and_nothing_is_decided(model_dir):
     """vLLM's profiling run proposes before the KV cache exists (before set_attn)."""
     from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, install
+    from vllm_ascend.worker.v2.spec_decode.draft_window.hooks import autoregressive
 
     s = object.__new__(EagleSpeculator)
     s.vllm_config = make_vllm_config(
@@ -414,7 +417,7 @@ def test_before_set_attn_there_is_no_window_yet_and_nothing_is_decided(model_dir
     )
     calls = []
     # vLLM's propose needs its Triton kernels; this stand-in only records the call.
-    propose = hooks.FACTORIES["propose"](
+    propose = autoregressive.propose(
         lambda self, batch, attn_metadata: calls.append(batch), install.installation()
     )
     propose(s, "dummy batch", None)
@@ -423,8 +426,9 @@ def test_before_set_attn_there_is_no_window_yet_and_nothing_is_decided(model_dir
 
 
 def test_a_propose_whose_draft_prefill_skips_the_hook_is_stopped(model_dir, monkeypatch):
-    from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, install
-    from vllm_ascend.worker.v2.spec_decode.draft_window.proof import WindowNotInPathError
+    from vllm_ascend.worker.v2.spec_decode.draft_window import install
+    from vllm_ascend.worker.v2.spec_decode.draft_window.hooks import autoregressive
+    from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import WindowNotInPathError
 
     e = setup_eagle(model_dir, monkeypatch, 3, LAYOUTS["one_group"])
     e.s._run_model = lambda num_tokens, *args, **kwargs: (torch.zeros(num_tokens, 4),) * 2
@@ -442,7 +446,7 @@ def test_a_propose_whose_draft_prefill_skips_the_hook_is_stopped(model_dir, monk
         )
         return "drafts"
 
-    propose = hooks.FACTORIES["propose"](vllms_propose, install.installation())
+    propose = autoregressive.propose(vllms_propose, install.installation())
     assert propose(e.s, e.input_batch, e.target_metadata) == "drafts"
 
     def own_prefill(self, num_reqs, num_tokens, attn_metadata, *args, **kwargs):
@@ -455,7 +459,7 @@ def test_a_propose_whose_draft_prefill_skips_the_hook_is_stopped(model_dir, monk
 
 
 def test_a_draft_prefill_outside_propose_runs_only_in_a_graph_capture(model_dir, monkeypatch):
-    from vllm_ascend.worker.v2.spec_decode.draft_window.proof import WindowNotInPathError
+    from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import WindowNotInPathError
 
     e = setup_eagle(model_dir, monkeypatch, 3, LAYOUTS["one_group"])
     e.s._run_model = lambda num_tokens, *args, **kwargs: (torch.zeros(num_tokens, 4),) * 2

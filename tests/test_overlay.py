@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The wheel only adds files under draft_window/: installed beside vllm-ascend it never
 replaces one of vllm-ascend's files."""
 
@@ -64,7 +66,7 @@ def test_the_declared_vllm_admits_both_supported_lines_and_no_other(tmp_path):
     """A plain `pip install .` on a host of either line keeps the host's vLLM."""
     from packaging.requirements import Requirement
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window import lines
+    from vllm_ascend.worker.v2.spec_decode.draft_window import releases
 
     wheel = build_wheel(tmp_path)
     with zipfile.ZipFile(wheel) as zf:
@@ -75,7 +77,7 @@ def test_the_declared_vllm_admits_both_supported_lines_and_no_other(tmp_path):
             if line.startswith("Requires-Dist: ")
         ]
     (vllm,) = [Requirement(r) for r in requires if Requirement(r).name == "vllm"]
-    for line in lines.LINES:
+    for line in releases.RELEASES:
         major, minor = line.vllm_minor
         assert vllm.specifier.contains(f"{major}.{minor}.0")
         assert vllm.specifier.contains(f"{major}.{minor}.1")

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The `vllm.general_plugins` entry point, as vLLM itself discovers and calls it."""
 
 import functools

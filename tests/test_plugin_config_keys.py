@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The window's own keys (`draft_attention_sinks`, `draft_window_min_context`) pass
 vllm-ascend's own validation of `additional_config`: a strict `AscendConfig` drops them and
 still checks every other key; a lenient one is untouched.

@@ -1,9 +1,11 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The plugin never stops vLLM: on a vLLM whose hooked parts moved, vLLM's own plugin
 loading completes and drafts run as without this package, while a config that asks for
 the window stops start-up with one error that says why.
 
 Drift is simulated on the real installed vLLM: a hooked module made unimportable, a hooked
-method removed, a parameter renamed, a version outside the supported lines.
+method removed, a parameter renamed, a version outside the supported releases.
 """
 
 import logging
@@ -21,7 +23,7 @@ from tests.testbed.dflash import LAYOUTS, build, compare_cams, make_batch, wire
 from tests.testbed.speculators import (
     make_speculative_vllm_config,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window import install, lines, plugin
+from vllm_ascend.worker.v2.spec_decode.draft_window import install, plugin, releases
 
 AR_MODULE = "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator"
 
@@ -49,7 +51,7 @@ def renamed_parameter(monkeypatch):
 
 def unknown_version(monkeypatch):
     monkeypatch.setattr(
-        lines, "installed_versions", lambda: {"vllm": "0.34.0", "vllm-ascend": "not installed"}
+        releases, "installed_versions", lambda: {"vllm": "0.34.0", "vllm-ascend": "not installed"}
     )
 
 
@@ -59,7 +61,7 @@ DRIFTS = {
     renamed_parameter: (
         "TargetDependentARSpeculator._fused_multi_step_decode no longer takes num_speculative_steps"
     ),
-    unknown_version: "vLLM 0.34.0 is not a supported line",
+    unknown_version: "vLLM 0.34.0 is not a supported release",
 }
 drifts = pytest.mark.parametrize(
     ("drift", "problem"), list(DRIFTS.items()), ids=[d.__name__ for d in DRIFTS]
@@ -98,8 +100,8 @@ def vllm_methods():
     import importlib
 
     methods = {}
-    for hook in lines.VLLM_0_33.hooks:
-        if hook.wrapper is None:
+    for hook in releases.VLLM_0_33.hooks:
+        if not hook.wrapped:
             continue
         try:
             owner = getattr(importlib.import_module(hook.module), hook.cls)
@@ -161,7 +163,7 @@ def test_with_the_window_building_the_config_stops_with_the_reason(
         "Value error, additional_config draft_window_size=512 cannot be served on Model "
         "Runner V2 here: the draft window could not hook this vLLM"
     ) in message
-    versions = lines.installed_versions()
+    versions = releases.installed_versions()
     assert f"vLLM {versions['vllm']}, vllm-ascend not installed" in message
     assert "supported: vLLM 0.33.x, vLLM 0.30.x with vllm-ascend 0.30.0rc2" in message
     assert problem in message
@@ -210,7 +212,7 @@ def test_a_defect_while_installing_does_not_stop_vllm_either(model_dir, monkeypa
 
 def test_on_a_supported_vllm_the_config_is_accepted(model_dir, monkeypatch):
     vllm.plugins.load_general_plugins()
-    assert install.status() == install.Status(installed=True, line="vLLM 0.33.x")
+    assert install.status() == install.Status(installed=True, release="vLLM 0.33.x")
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
     config = make_speculative_vllm_config(model_dir, {"draft_window_size": 512})
     assert config.use_v2_model_runner
@@ -218,13 +220,13 @@ def test_on_a_supported_vllm_the_config_is_accepted(model_dir, monkeypatch):
 
 def test_with_vllm_ascend_the_error_offers_its_model_runner_v1_window(model_dir, monkeypatch):
     monkeypatch.setattr(
-        lines, "installed_versions", lambda: {"vllm": "0.31.0", "vllm-ascend": "0.31.0rc1"}
+        releases, "installed_versions", lambda: {"vllm": "0.31.0", "vllm-ascend": "0.31.0rc1"}
     )
     message = refusal(model_dir, monkeypatch, {"draft_window_size": 512})
     assert (
         "could not hook this vLLM (vLLM 0.31.0, vllm-ascend 0.31.0rc1; supported: vLLM "
         "0.33.x, vLLM 0.30.x with vllm-ascend 0.30.0rc2): vLLM 0.31.0 is not a supported "
-        "line. Install a supported vLLM, run Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0), "
+        "release. Install a supported vLLM, run Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0), "
         "whose draft window is vllm-ascend's own, or remove draft_window_size from "
         "additional_config."
     ) in message
@@ -232,7 +234,7 @@ def test_with_vllm_ascend_the_error_offers_its_model_runner_v1_window(model_dir,
 
 def test_vllm_0_30_without_vllm_ascend_is_not_the_ascend_line(model_dir, monkeypatch):
     monkeypatch.setattr(
-        lines, "installed_versions", lambda: {"vllm": "0.30.0", "vllm-ascend": "not installed"}
+        releases, "installed_versions", lambda: {"vllm": "0.30.0", "vllm-ascend": "not installed"}
     )
     message = refusal(model_dir, monkeypatch, {"draft_window_size": 512})
     assert (

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The window serves only the draft's KV-cache groups it applies to: full attention, one
 token per slot. Every other group gets exactly what vLLM gives it without the window, and
 takes no part in the alignment or the sinks. Real vLLM spec classes, real speculators and
@@ -85,7 +87,7 @@ POLICY = [
         "every layer attends over the whole context",
     ),
     (sliding_window(32), False, "a sliding window the layer reads by itself"),
-    (dsv4_dspark_swa(), False, "a member layer is left alone: a sliding window"),
+    (dsv4_dspark_swa(), False, "a member layer is not windowed: a sliding window"),
     (
         FullAttentionSpec(block_size=16, sliding_window=256, **KV),
         False,
@@ -140,7 +142,7 @@ def test_each_kv_cache_spec_gets_a_decision_and_its_reason(spec, windowed, reaso
     assert why.startswith(reason)
 
 
-def test_an_unknown_spec_class_is_left_alone_and_named():
+def test_an_unknown_spec_class_is_not_windowed_and_named():
     spec = NewAttentionSpec(block_size=16, **KV)
     assert groups.classify(spec) == (
         False,
@@ -192,7 +194,7 @@ def test_full_groups_read_the_window_and_the_others_what_vllm_gives_them(
             compare_cams(theirs, mine)
 
 
-def test_a_capture_hands_the_groups_left_alone_vllms_own_buffers(model_dir, monkeypatch):
+def test_a_capture_hands_the_groups_not_windowed_vllms_own_buffers(model_dir, monkeypatch):
     layouts = HYBRID
     batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
     plain = wire("dflash", layouts, batch, model_dir, monkeypatch, additional_config={})
@@ -233,13 +235,13 @@ def test_no_windowable_group_keeps_the_window_off_with_one_warning(
         (
             "warning",
             "draft_window_size=64: no draft KV-cache group is one the window applies to, so the "
-            "draft window stays off; left alone: group 1 (SlidingWindowSpec, block size 32): a "
+            "draft window stays off; not windowed: group 1 (SlidingWindowSpec, block size 32): a "
             "sliding window the layer reads by itself (and was trained with).",
         )
     ]
 
 
-def test_the_start_up_line_lists_the_groups_windowed_and_left_alone(
+def test_the_start_up_line_lists_the_groups_windowed_and_not_windowed(
     model_dir, monkeypatch, warnings
 ):
     wire("dflash", RING_AND_COMPRESSED, make_batch(RING_AND_COMPRESSED), model_dir, monkeypatch)
@@ -247,7 +249,7 @@ def test_the_start_up_line_lists_the_groups_windowed_and_left_alone(
     assert level == "info"
     assert line.endswith(
         "block sizes per KV-cache group {0: 16}, alignment 16; windowed: "
-        "group 0 (FullAttentionSpec, block size 16); left alone: group 1 (CircularBufferSpec, "
+        "group 0 (FullAttentionSpec, block size 16); not windowed: group 1 (CircularBufferSpec, "
         "block size 64): a ring buffer, one block per request: its columns are no range of "
         "positions; group 2 (FullAttentionSpec, block size 16): compressed: one state per 4 "
         "tokens."
@@ -261,8 +263,8 @@ def test_an_unknown_spec_class_is_named_in_a_warning(model_dir, monkeypatch, war
     assert warnings[0] == (
         "warning",
         "draft_window_size: draft KV-cache group 1 has a spec the "
-        "window does not know (NewAttentionSpec); it is left "
-        "alone.",
+        "window does not know (NewAttentionSpec); it is not "
+        "windowed.",
     )
 
 
@@ -292,8 +294,8 @@ def test_a_deepseek_v4_dspark_draft_has_no_group_to_window(model_dir, monkeypatc
         (
             "warning",
             "draft_window_size=64: no draft KV-cache group is one the window applies to, so the "
-            "draft window stays off; left alone: group 1 "
+            "draft window stays off; not windowed: group 1 "
             "(UniformTypeKVCacheSpecs[SlidingWindowMLASpec], block size 64): a member layer is "
-            "left alone: a sliding window the layer reads by itself (and was trained with).",
+            "not windowed: a sliding window the layer reads by itself (and was trained with).",
         )
     ]

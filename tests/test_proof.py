@@ -1,4 +1,6 @@
-"""The run-time proof: the draft's attention builders are handed the window on every path,
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
+"""The path check: the draft's attention builders are handed the window on every path,
 checked once per path (and at every graph capture); a path that goes around the hooks
 stops with an error that names it."""
 
@@ -35,7 +37,10 @@ from tests.testbed.speculators import (
     wire_speculator,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
-from vllm_ascend.worker.v2.spec_decode.draft_window.proof import UPDATE_PATH, WindowNotInPathError
+from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import (
+    UPDATE_PATH,
+    WindowNotInPathError,
+)
 
 pytestmark = pytest.mark.usefixtures("window_hooks")
 LAYOUT = [*LAYOUTS["target_group_and_two_draft_groups"], *LAYOUTS["one_group"]]
@@ -61,23 +66,23 @@ def test_each_path_is_checked_once_and_every_capture_build_every_time(model_dir,
     wired = wire(
         "dflash", layouts, make_batch(layouts, num_reqs_padded=MAX_NUM_REQS), model_dir, monkeypatch
     )
-    s, proof = wired.speculator, wired.speculator.draft_window.proof
+    s, check = wired.speculator, wired.speculator.draft_window.path_check
     captured = capture_on_cpu(s, monkeypatch)
     s.capture()
     # The capture prepares its inputs twice (warmup, then the capture itself), each through
     # build_for_cudagraph_capture, which calls build.
-    assert proof.num_checks == 4
+    assert check.num_checks == 4
     for _ in range(3):
         build(wired)
-    assert proof.num_checks == 5
+    assert check.num_checks == 5
     for _ in range(3):
         s._update_draft_decode_metadata(captured, MAX_NUM_REQS)
-    assert proof.num_checks == 6
+    assert check.num_checks == 6
     s.init_cudagraph_manager(CUDAGraphMode.FULL_DECODE_ONLY)  # a fresh manager to capture
     s.capture()
-    assert proof.num_checks == 10
+    assert check.num_checks == 10
     # A capture's builds are never taken as proven: the next one is checked again.
-    assert {path for path, _, _ in proof.proven} == {(BUILD_PATH,), (UPDATE_PATH,)}
+    assert {path for path, _, _ in check.checked} == {(BUILD_PATH,), (UPDATE_PATH,)}
     # And what was proven is the window: a replay step reads exactly it.
     fill_input_block_tables(wired.batch)
     fill_query_inputs(wired.batch)
@@ -207,7 +212,7 @@ def test_host_lengths_past_the_window_are_stopped(model_dir, monkeypatch):
 def test_a_captures_worst_case_host_bound_is_a_bound_the_proof_accepts(model_dir, monkeypatch):
     """At a capture the host lengths are vLLM's bounds over every replay (vllm-ascend's
     capture build sets them to max_model_len); each replay reads the device lengths, which
-    the proof checks. Outside a capture the same bound stops (the test above)."""
+    the path check checks. Outside a capture the same bound stops (the test above)."""
     import vllm.v1.worker.gpu.spec_decode.dflash.cudagraph as dflash_cudagraph
 
     real = dflash_cudagraph.build_attn_metadata
@@ -231,4 +236,4 @@ def test_a_captures_worst_case_host_bound_is_a_bound_the_proof_accepts(model_dir
     capture_on_cpu(wired.speculator, monkeypatch)
     wired.speculator.capture()
     assert len(bounds) == 2 and int(bounds[0].max()) == MAX_MODEL_LEN  # warmup, capture
-    assert wired.speculator.draft_window.proof.num_checks == 4
+    assert wired.speculator.draft_window.path_check.num_checks == 4

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The window math against a reference: attention read through the cropped block table
 must equal dense attention over exactly the sinks and the window."""
 

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The Ascend pairing on CPU: vLLM 0.30.0 with vllm-ascend 0.30.0rc2's real Python package
 and this project installed into its tree (``make test`` runs this folder in .venv-030).
 

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """Start-up with graphs on the Ascend pairing: every draft graph capture runs through the real
 host code (the speculators' ``__init__``, ``set_attn``, ``init_cudagraph_manager`` and
 ``capture``, vllm-ascend's graph managers, vLLM's ``CudaGraphManager.capture``, the capture
@@ -99,10 +101,10 @@ def test_eagle_captures_and_every_replayed_decode_step_reads_its_window(
     reads = replayed(manager, kernel, num_spec - 1)
     for step, (lengths, table) in enumerate(reads, start=1):
         assert_reads(t, lengths, table, eagle_ends(t, step), 1, s.draft_window)
-    assert s.draft_window.proof.num_checks >= 1
+    assert s.draft_window.path_check.num_checks >= 1
 
 
-def test_eagle_without_the_window_replays_each_whole_told_length(draft_dir, monkeypatch):
+def test_eagle_without_the_window_replays_each_whole_actual_length(draft_dir, monkeypatch):
     """The same start-up and replay with the window off: each step reads its whole told
     length through vLLM's full table."""
     mode = CUDAGraphMode.FULL_DECODE_ONLY
@@ -154,10 +156,10 @@ def test_a_capture_that_goes_around_the_build_hook_stops_start_up_naming_the_pat
 ):
     """A vllm-ascend speculator whose draft decode builds its metadata without vLLM's
     ``_build_attn_metadata`` (an override without super()) captures graphs that would read
-    the whole context: the proof stops the capture, naming vllm-ascend's classes."""
+    the whole context: the path check stops the capture, naming vllm-ascend's classes."""
     from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window.proof import WindowNotInPathError
+    from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import WindowNotInPathError
     from vllm_ascend.worker.v2.spec_decode.eagle.speculator import AscendEagleSpeculator
 
     vllms_build = DraftModelSpeculator._build_attn_metadata.__wrapped__
@@ -180,7 +182,7 @@ def test_a_capture_that_goes_around_the_build_hook_stops_start_up_naming_the_pat
     assert path in str(error.value)
 
 
-# draft_window_min_context between the told lengths of one request's decode steps (its
+# draft_window_min_context between the actual lengths of one request's decode steps (its
 # target length is 700): whole up to the step that reaches it, the window from there.
 MIN_CONTEXT = 702
 
@@ -190,7 +192,7 @@ def test_eagle_replays_read_whole_below_the_threshold_and_the_window_from_it(
     mode, draft_dir, monkeypatch
 ):
     """One graph captured at start-up (dummy lengths) serves, in one replay, steps on both
-    sides of the threshold: FIA's told lengths and the table follow each row."""
+    sides of the threshold: FIA's actual lengths and the table follow each row."""
     additional = {"draft_window_size": W, "draft_window_min_context": MIN_CONTEXT}
     s, kernel, t = run(draft_dir, "eagle3", 5, mode, additional, monkeypatch)
     assert s.draft_window.spec.min_context == MIN_CONTEXT
@@ -198,7 +200,7 @@ def test_eagle_replays_read_whole_below_the_threshold_and_the_window_from_it(
     for step, (lengths, table) in enumerate(reads, start=1):
         ends = eagle_ends(t, step)
         assert_reads(t, lengths, table, ends, 1, s.draft_window)
-        # The request whose told length crosses the threshold at step 2.
+        # The request whose actual length crosses the threshold at step 2.
         assert lengths[TARGET_LENS.index(700)] == (701 if step == 1 else 128 + (700 + step) % 128)
 
 

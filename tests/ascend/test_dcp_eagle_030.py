@@ -1,9 +1,11 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """EAGLE3 under decode context parallelism (DCP) on the Ascend pairing: vllm-ascend
 0.30.0rc2's own ``AscendEagleSpeculator``, its ``DCPManager`` and its DCP GQA metadata
 builder (``AscendAttentionDCPMetadataBuilder``), every rank of a layout in one process
 (``dcp_ranks.py``).
 
-vllm-ascend tells each rank's FIA host lists split from the told lengths (the target's
+vllm-ascend tells each rank's FIA host lists split from the actual lengths (the target's
 length plus the step, rejected tokens included): every eager decode step
 (``num_computed_tokens_of_dcp[:, rank]``, FIA's FULL scope), every FULL graph replay step
 (``build_fia_params_dcp``) and the draft prefill (history: ``cp_history_seq_len`` and the
@@ -74,15 +76,15 @@ def fia_reads(md, rank: int) -> tuple[torch.Tensor, list[int]]:
     return params["block_table"].clone(), list(params["actual_seq_lengths_kv"])
 
 
-def told_at(step: int) -> list[int]:
+def actual_at(step: int) -> list[int]:
     return [min(t + step, MAX_MODEL_LEN) for t in TARGET_LENS]
 
 
 def assert_device_shares_the_start(d, step: int, reads) -> None:
-    """The draft's own (device) lengths, windowed from the start of the told length."""
-    for i, (told, read) in enumerate(zip(told_at(step), reads, strict=False)):
+    """The draft's own (device) lengths, windowed from the start of the actual length."""
+    for i, (actual, read) in enumerate(zip(actual_at(step), reads, strict=False)):
         own = min(TARGET_LENS[i] - int(d.rejected[i]) + step, MAX_MODEL_LEN)
-        assert int(d.s.draft_window.seq_lens[i]) == own - (told - read)
+        assert int(d.s.draft_window.seq_lens[i]) == own - (actual - read)
 
 
 @pytest.mark.parametrize(("cp_size", "interleave", "block"), LAYOUTS)
@@ -112,7 +114,7 @@ def test_every_eager_decode_step_hands_each_rank_its_share_of_the_window(
         assert all(r[0] == reads for r in ranks)  # one window per request on every rank
         assert_ranks_read_the_window(
             d.cache,
-            told_at(step),
+            actual_at(step),
             reads,
             [(table, local) for _, table, local in ranks],
             cp_size * block,
@@ -165,7 +167,7 @@ def test_every_full_graph_replay_step_hands_each_rank_its_share_of_the_window(
         assert all(r[0] == reads for r in ranks)
         assert_ranks_read_the_window(
             d.cache,
-            told_at(step),
+            actual_at(step),
             reads,
             [(table, local) for _, table, local in ranks],
             cp_size * block,

@@ -1,13 +1,15 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """DFlash and DSpark under decode context parallelism (DCP) on the Ascend pairing:
 vllm-ascend 0.30.0rc2's own speculators through its DCP metadata builders, GQA
 (``AscendAttentionDCPMetadataBuilder``, FIA) and MLA (``AscendMlaDCPMetadataBuilder``),
 at the per-propose build and the ACL graph replay build, every rank of a layout in one
 process (``dcp_ranks.py``).
 
-Under DCP vllm-ascend hands each rank's kernel a host list split from a told length: the
+Under DCP vllm-ascend hands each rank's kernel a host list split from a actual length: the
 host bound plus the query stretch (DFlash), or the target's host length plus the draft
 width from its DCP manager (DSpark), both counting the rejected tokens the draft's device
-length does not. The window's start comes from that told length on host and device, so
+length does not. The window's start comes from that actual length on host and device, so
 each rank reads exactly its tokens of one window per request through its cropped table,
 and the ranks' partial attention (non-causal: the queries see the whole window), combined
 by log-sum-exp, equals attention over exactly the window.
@@ -92,7 +94,7 @@ def draft_rank(
     interleave,
     sinks=0,
 ):
-    """One rank's speculator after a target verify step: the told lengths (the batch's
+    """One rank's speculator after a target verify step: the actual lengths (the batch's
     lengths) count rejected tokens, the draft's device lengths do not."""
     on_rank(monkeypatch, cp_size, rank)
     cp = (cp_size, rank, interleave)
@@ -110,15 +112,15 @@ def draft_rank(
     assert type(builder).__name__ == BUILDERS[attention]
     assert (builder.dcp_size, builder.dcp_rank) == (cp_size, rank)
     window = s.draft_window
-    assert window.told is not None and window.told.bound
+    assert window.actual is not None and window.actual.from_bound
     assert window.spec.alignment == cp_size * block  # a column of every rank
     batch = make_batch(SEQ_LENS, block, MAX_NUM_REQS, cp_size=cp_size)
     fill(s, batch, cp=cp)
     assert_query_writes_follow_the_layout(s, batch, cp)
-    told = torch.tensor(batch.seq_lens, dtype=torch.int32)
-    s.target_input_buffers.seq_lens[:N] = told - Q
-    s.target_input_buffers.seq_lens_cpu[:N] = told - Q  # what DSpark's DCP manager reads
-    s.input_buffers.seq_lens[:N] = told - rejected_of(batch.seq_lens)
+    actual = torch.tensor(batch.seq_lens, dtype=torch.int32)
+    s.target_input_buffers.seq_lens[:N] = actual - Q
+    s.target_input_buffers.seq_lens_cpu[:N] = actual - Q  # what DSpark's DCP manager reads
+    s.input_buffers.seq_lens[:N] = actual - rejected_of(batch.seq_lens)
     return s, batch
 
 
@@ -150,7 +152,7 @@ def kernel_reads(md, attention: str, rank: int) -> tuple[torch.Tensor, list[int]
 
 
 @pytest.mark.parametrize(("method", "attention", "block", "cp_size", "interleave", "build"), CASES)
-def test_each_rank_reads_its_share_of_the_window_of_the_told_length(
+def test_each_rank_reads_its_share_of_the_window_of_the_actual_length(
     method, attention, block, cp_size, interleave, build, model_dir, mla_model_dir, monkeypatch
 ):
     assert_each_rank_reads_its_share(
@@ -213,14 +215,14 @@ def assert_each_rank_reads_its_share(
         window = s.draft_window
         table = md.decode.block_table if attention == "MLA" else md.decode.block_tables
         assert table.data_ptr() == window.windows[0].block_table.data_ptr()
-        assert window.proof.num_checks >= 1
-        # The told lengths windowed on the device, the start of every read below. MLA
+        assert window.path_check.num_checks >= 1
+        # The actual lengths windowed on the device, the start of every read below. MLA
         # keeps the host's as its decode lengths (GQA keeps the draft's own there, which its
         # DCP decode does not read).
-        reads = window.told_windowed[:N].tolist()
+        reads = window.actual_windowed[:N].tolist()
         if attention == "MLA":
             assert md.decode.seq_lens_list[:N] == reads
-        # The draft's device lengths share the told length's start.
+        # The draft's device lengths share the actual length's start.
         device = torch.tensor(batch.seq_lens) - rejected_of(batch.seq_lens)
         for i, length in enumerate(batch.seq_lens):
             assert int(window.seq_lens[i]) == int(device[i]) - (length - reads[i])

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """EAGLE and EAGLE3 on the Ascend pairing: vllm-ascend 0.30.0rc2's own
 ``AscendEagleSpeculator`` on vLLM 0.30's ``AutoRegressiveSpeculator``, through vllm-ascend's
 real GQA metadata builder and its own host-length code.
@@ -5,10 +7,10 @@ real GQA metadata builder and its own host-length code.
 For a draft decode step vllm-ascend tells FIA the target's length plus the step
 (``_calc_next_seq_lens_cpu``: the rejected tokens included) as ``seq_lens_list``, and, for a
 FULL ACL graph replay, the same per step as ``actual_seq_lengths_kv`` (``build_fia_params``).
-The window takes its start from that told length on both sides, so what FIA is told and the
+The window takes its start from that actual length on both sides, so what FIA is told and the
 cropped table always describe the same tokens: checked at every step, eager and FULL, with
 rejections, padded batches and two block sizes, by the reference paged attention against
-dense attention over exactly the window of the told length. The draft prefill goes through
+dense attention over exactly the window of the actual length. The draft prefill goes through
 vllm-ascend's ``AscendModelState.prepare_attn`` and must leave the model state as it was.
 """
 
@@ -48,7 +50,7 @@ pytestmark = pytest.mark.usefixtures("registered")
     ("method", "block_size", "num_spec", "min_context"),
     [
         *[(m, b, k, 0) for m in ("eagle", "eagle3") for b in (16, 128) for k in (2, 4)],
-        # Told lengths 256 -> 258 and 255 -> 258 cross the threshold between steps.
+        # Actual lengths 256 -> 258 and 255 -> 258 cross the threshold between steps.
         ("eagle3", 128, 4, 258),
         ("eagle", 16, 4, 258),
     ],
@@ -65,14 +67,14 @@ def test_every_eager_decode_step_reads_the_window_of_what_fia_is_told(
         md = build(d, step)
         assert md.block_tables.data_ptr() == window.windows[0].block_table.data_ptr()
         # vllm-ascend's builder keeps the host lengths as seq_lens/seq_lens_cpu; its decode
-        # update writes the told lengths into both.
+        # update writes the actual lengths into both.
         assert md.seq_lens.tolist()[: len(TARGET_LENS)] == md.seq_lens_list[: len(TARGET_LENS)]
         assert_fia_reads_the_window_of_the_told_length(d, step, md.seq_lens_list, md.block_tables)
         # vllm-ascend's `_generate_draft` updates the step's metadata once more after the
         # forward (with step 1): still inside the same window.
         d.s._update_decode_attn_metadata({"draft.0": md}, 1, len(TARGET_LENS))
         assert max(md.seq_lens_list) <= window.spec.max_read_len
-    assert window.proof.num_checks >= 1
+    assert window.path_check.num_checks >= 1
 
 
 @pytest.mark.parametrize(
@@ -91,7 +93,7 @@ def test_every_full_graph_replay_step_reads_the_window_of_what_fia_is_told(
     """A FULL ACL graph replay: before it, vllm-ascend builds the per-step metadata once
     (step 1) and hands the graph every step's `actual_seq_lengths_kv` and block table
     (`build_fia_params`); the graph then replays each recorded step's build, which refreshes
-    the window's persistent table. Each step's told lengths must match that step's table."""
+    the window's persistent table. Each step's actual lengths must match that step's table."""
     additional = {"draft_window_size": W, "draft_window_min_context": min_context}
     d = setup_decode(model_dir, "eagle3", block_size, num_spec, additional)
     window = d.s.draft_window
@@ -233,7 +235,7 @@ def test_final_step_equals_vllm_ascends_mrv1_window_and_earlier_steps_avoid_its_
     n = len(TARGET_LENS)
     adapter = SlidingWindowAdapter(W, b, MAX_NUM_REQS, num_spec, torch.device("cpu"))
     full = d.s.block_tables.input_block_tables[0][:n].clone()
-    # MRV1's context-only lengths: its last step reads seq_lens + K, our last told length.
+    # MRV1's context-only lengths: its last step reads seq_lens + K, our last actual length.
     last = num_spec - 1
     context = torch.clamp(d.target + last, max=MAX_MODEL_LEN) - num_spec
     cam = SimpleNamespace(block_table_tensor=full, seq_lens=context.clone())
@@ -244,28 +246,28 @@ def test_final_step_equals_vllm_ascends_mrv1_window_and_earlier_steps_avoid_its_
         at_step(d, step)
         md = build(d, step)
         for i, target in enumerate(TARGET_LENS):
-            told = min(target + step, MAX_MODEL_LEN)
+            actual = min(target + step, MAX_MODEL_LEN)
             if step == last:
                 # The same start and length; MRV1 keeps only its context's columns.
                 assert md.seq_lens_list[i] == int(cam.seq_lens[i]) + num_spec
                 cols = -(-int(cam.seq_lens[i]) // b)
                 assert torch.equal(md.block_tables[i, :cols], mrv1_table[i, :cols])
-            mrv1_read = told - int(mrv1_start[i])
-            q = d.k[i][told - 1 : told] * 0.5
+            mrv1_read = actual - int(mrv1_start[i])
+            q = d.k[i][actual - 1 : actual] * 0.5
             got, touched = d.cache.read(q, mrv1_table[i], mrv1_read)
             if 0 in touched:
                 defects += 1
-                expected = dense_attention(q, d.k[i], d.v[i], told - mrv1_read, told)
+                expected = dense_attention(q, d.k[i], d.v[i], actual - mrv1_read, actual)
                 assert not torch.allclose(got, expected)
             _, ours_touched = d.cache.read(q, md.block_tables[i], md.seq_lens_list[i])
             assert 0 not in ours_touched
     assert defects > 0
 
 
-def test_eagle_layouts_the_told_lengths_cannot_serve_stop_at_start_up(model_dir, monkeypatch):
+def test_eagle_layouts_the_actual_lengths_cannot_serve_stop_at_start_up(model_dir, monkeypatch):
     """Each names itself: vllm-ascend's sparse KV offload, its replicated draft under
     prefill context parallelism, a DeepSeek-V4.1 target (its host lengths are not synced
-    after rejection), a draft group the window leaves alone (vllm-ascend writes one host
+    after rejection), a draft group the window does not window (vllm-ascend writes one host
     length list into every draft layer), and a model state with KV prefetch."""
     from vllm.v1.kv_cache_interface import KVCacheGroupSpec, SlidingWindowSpec
     from vllm.v1.worker.utils import AttentionGroup
@@ -316,15 +318,15 @@ def test_eagle_layouts_the_told_lengths_cannot_serve_stop_at_start_up(model_dir,
         *d.s.attn_groups,
         [AttentionGroup(AscendAttentionBackend, ["draft.1"], swa, 1)],
     ]
-    refused(d, r"with draft KV-cache groups the window leaves alone \(left alone: group 1")
+    refused(d, r"with draft KV-cache groups the window does not window \(not windowed: group 1")
 
 
 def test_a_build_handed_vllm_ascends_unwindowed_host_mirror_is_stopped(model_dir, monkeypatch):
     """If vllm-ascend's builder took its lengths from the host mirror of the target's
-    lengths (`seq_lens_cpu`) instead of what the window hands it, the run-time proof names
+    lengths (`seq_lens_cpu`) instead of what the window hands it, the path check names
     the path."""
     import vllm_ascend.attention.attention_v1 as attention_v1
-    from vllm_ascend.worker.v2.spec_decode.draft_window.proof import WindowNotInPathError
+    from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import WindowNotInPathError
 
     d = setup_decode(model_dir, "eagle3", 16, 3)
     mirror = d.s.target_input_buffers.seq_lens_cpu
@@ -343,7 +345,7 @@ def test_a_build_handed_vllm_ascends_unwindowed_host_mirror_is_stopped(model_dir
 def test_the_one_launch_refresh_gives_fia_the_same_inputs_at_every_step(block_size, model_dir):
     """The window's own Triton kernel (under Triton's interpreter) through vllm-ascend's real
     EAGLE decode: every step's FIA inputs equal the torch path's and read exactly the window
-    of the told length."""
+    of the actual length."""
     num_spec = 4
     plain = setup_decode(model_dir, "eagle3", block_size, num_spec)
     d = setup_decode(model_dir, "eagle3", block_size, num_spec)

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """What Ascend users run, on CPU: vLLM 0.30.0, vllm-ascend 0.30.0rc2's real Python package
 with its plugins, and this project installed into its tree as `pip install --no-deps .`
 installs it on an Ascend host.
@@ -67,7 +69,7 @@ def test_vllms_plugin_loading_with_vllm_ascends_plugins_installs_the_ascend_line
     names = {p.name for p in metadata.entry_points(group="vllm.general_plugins")}
     assert {"draft_window", "ascend_model", "ascend_kv_connector", "ascend_model_loader"} <= names
     state = install.status()
-    assert state == install.Status(installed=True, line="vLLM 0.30.x with vllm-ascend 0.30.0rc2")
+    assert state == install.Status(installed=True, release="vLLM 0.30.x with vllm-ascend 0.30.0rc2")
     before, after = loaded_plugins["before"], loaded_plugins["after"]
     changed = {key for key in before if after[key] is not before[key]}
     # Exactly the line's hooks, each wrapping the method it replaced; nothing else (vLLM's
@@ -111,7 +113,7 @@ def test_eagle3_with_the_window_builds_on_model_runner_v2_and_other_methods_stop
     # Every other Model Runner V2 method of vLLM 0.30 but MTP (which keeps its warning) is
     # one the line does not serve, e.g. extract_hidden_states.
     with pytest.raises(ValueError) as error:
-        policy.refuse_method("extract_hidden_states", install.installation().line, 512)
+        policy.refuse_method("extract_hidden_states", install.installation().release, 512)
     assert (
         "draft_window_size=512 is not supported on Model Runner V2 for speculative method "
         "'extract_hidden_states' on vLLM 0.30.x with vllm-ascend 0.30.0rc2; supported there: "

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The window on the Ascend pairing: vllm-ascend 0.30.0rc2's own DFlash and DSpark
 speculators, through vllm-ascend's real GQA metadata builder, at the per-propose build and
 the ACL graph replay build (``build_draft_attn_metadatas``); their graph captures run for
@@ -40,7 +42,7 @@ def test_fia_inputs_read_exactly_the_window(method, build, block, min_context, m
     window = s.draft_window
     assert md.block_tables.data_ptr() == window.windows[0].block_table.data_ptr()
     assert md.seq_lens.data_ptr() == window.seq_lens.data_ptr()
-    assert window.proof.num_checks >= 1
+    assert window.path_check.num_checks >= 1
     assert_fia_reads_exactly_the_window(s, batch, md.seq_lens_list, md.block_tables)
 
 
@@ -71,28 +73,28 @@ def test_dspark_on_a_glm_family_target_reads_the_window_of_what_fia_is_told(
 ):
     """On GLM-family targets vllm-ascend's FIA takes the host bound plus the query stretch
     (`_select_seq_lens` keeps the host copy) as the exact length, which counts the rejected
-    tokens the device length does not. The window start comes from that told length on both
+    tokens the device length does not. The window start comes from that actual length on both
     sides: FIA reads exactly the window of what it is told, and the device length shares
     its start."""
     s, batch = wired(
         model_dir, "dspark", window_config(min_context), model_type="glm_moe_dsa", block=block
     )
     n = len(batch.seq_lens)
-    told = torch.tensor(batch.seq_lens, dtype=torch.int32)  # the target's length + Q
+    actual = torch.tensor(batch.seq_lens, dtype=torch.int32)  # the target's length + Q
     rejected = torch.tensor(
         [min(i % Q, length - Q) for i, length in enumerate(batch.seq_lens)], dtype=torch.int32
     )
     # The target's device lengths (what vllm-ascend's host bound mirrors) and the draft's.
-    s.target_input_buffers.seq_lens[:n] = told - Q
-    s.input_buffers.seq_lens[:n] = told - rejected
+    s.target_input_buffers.seq_lens[:n] = actual - Q
+    s.input_buffers.seq_lens[:n] = actual - rejected
     md = build(s)
     window = s.draft_window
-    assert window.told is not None and window.told.bound
+    assert window.actual is not None and window.actual.from_bound
     assert md.block_tables.data_ptr() == window.windows[0].block_table.data_ptr()
     assert_fia_reads_exactly_the_window(s, batch, md.seq_lens_list, md.block_tables)
     for i in range(n):
-        start = int(told[i]) - md.seq_lens_list[i]
-        assert int(window.seq_lens[i]) == int(told[i] - rejected[i]) - start
+        start = int(actual[i]) - md.seq_lens_list[i]
+        assert int(window.seq_lens[i]) == int(actual[i] - rejected[i]) - start
 
 
 @pytest.mark.parametrize(
@@ -123,24 +125,24 @@ def test_mla_drafts_read_the_window_of_the_host_lengths_mla_takes(
     batch = make_batch(SEQ_LENS, BLOCK, MAX_NUM_REQS)
     fill(s, batch)
     n = len(batch.seq_lens)
-    told = torch.tensor(batch.seq_lens, dtype=torch.int32)
+    actual = torch.tensor(batch.seq_lens, dtype=torch.int32)
     rejected = torch.zeros(n, dtype=torch.int32)
     if method == "dflash":
-        # DFlash's told length counts the rejected tokens its device length does not.
+        # DFlash's actual length counts the rejected tokens its device length does not.
         rejected = torch.tensor(
             [min(i % Q, length - Q) for i, length in enumerate(SEQ_LENS)], dtype=torch.int32
         )
-        s.target_input_buffers.seq_lens[:n] = told - Q
-        s.input_buffers.seq_lens[:n] = told - rejected
+        s.target_input_buffers.seq_lens[:n] = actual - Q
+        s.input_buffers.seq_lens[:n] = actual - rejected
     md = build(s)
     window = s.draft_window
-    assert (window.told is not None and window.told.bound) is (method == "dflash")
+    assert (window.actual is not None and window.actual.from_bound) is (method == "dflash")
     decode = md.decode
     assert decode.block_table.data_ptr() == window.windows[0].block_table.data_ptr()
     assert_fia_reads_exactly_the_window(s, batch, decode.seq_lens_list, decode.block_table)
     for i in range(n):
-        start = int(told[i]) - decode.seq_lens_list[i]
-        assert int(window.seq_lens[i]) == int(told[i] - rejected[i]) - start
+        start = int(actual[i]) - decode.seq_lens_list[i]
+        assert int(window.seq_lens[i]) == int(actual[i] - rejected[i]) - start
 
 
 def test_an_eagle_draft_on_mla_stops_at_start_up(mla_model_dir):
@@ -155,15 +157,15 @@ def test_an_eagle_draft_on_mla_stops_at_start_up(mla_model_dir):
         r"its kernel takes host lengths",
     ):
         eagle_speculator(config, BLOCK, MAX_NUM_REQS, 3, backend=AscendMLABackend)
-    assert install.installation().line.name == "vLLM 0.30.x with vllm-ascend 0.30.0rc2"
+    assert install.installation().release.name == "vLLM 0.30.x with vllm-ascend 0.30.0rc2"
 
 
 def test_fia_lengths_that_escape_the_window_are_stopped_with_the_path(model_dir, monkeypatch):
     """If vllm-ascend's builder took its FIA lengths from elsewhere (its GLM branch keeps a
-    host copy, the MLA path a copy taken before any hook), the run-time proof stops it: here
+    host copy, the MLA path a copy taken before any hook), the path check stops it: here
     the builder is made to take vLLM's own, unwindowed device lengths."""
     import vllm_ascend.attention.attention_v1 as attention_v1
-    from vllm_ascend.worker.v2.spec_decode.draft_window.proof import WindowNotInPathError
+    from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import WindowNotInPathError
 
     s, _ = wired(model_dir, "dspark")
     vllms = s.input_buffers.seq_lens

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """vLLM 0.33.0's real Model Runner V2 draft build path, run on CPU.
 
 For the window inspector (``make demo``) and the tests: the shims that let vLLM's GPU

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """vLLM 0.33's attention backends on CPU: the MLA configs, layers and stand-ins the backend and
 DCP tests build with, and the refusal checks they share."""
 

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """Real vLLM 0.33.0 MRV2 buffers on CPU, written by vLLM's own Triton kernels.
 
 The per-request tables go through vLLM's staged writes; its kernels (the staged-write

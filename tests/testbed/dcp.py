@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """A reference for the window under decode context parallelism (DCP), for tests and the
 inspector: every rank's share of the KV cache in one process, each rank's partial
 attention over exactly what its kernel is handed, and their log-sum-exp combination.
@@ -21,6 +23,7 @@ from tests.testbed.reference import (
     positions_read,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
+from vllm_ascend.worker.v2.spec_decode.draft_window.plan import Plan
 
 
 def owner(p: torch.Tensor, cp_size: int, interleave: int) -> torch.Tensor:
@@ -212,14 +215,11 @@ def window_per_rank(cp_size, interleave, window, sinks=0, min_context=0, dcp_sha
             dcp_sharded=dcp_sharded,
         )
         w = Mrv2DraftWindow(
-            window,
+            Plan.of(window, batch.block_tables, [0], sink_tokens=sinks, min_context=min_context),
             batch.input_buffers,
             batch.block_tables,
-            [0],
             len(LENGTHS) + 4,
             CPU,
-            attention_sinks=sinks,
-            min_context=min_context,
         )
         w.refresh(batch.num_reqs_padded)
         out.append((batch, w))

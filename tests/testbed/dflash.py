@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """DFlash and DSpark through vLLM 0.33's real build path on CPU: the layouts, batches and
 builds the tests share, and the checks of what a build hands the kernel against dense
 attention over exactly the window."""

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """EAGLE/EAGLE3 through vLLM 0.33's real speculator on CPU: a target verify step, the draft
 prefill and every decode step, and what each reads through the reference paged attention."""
 

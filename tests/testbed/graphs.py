@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """Graph capture and replay on CPU, with only the device boundary stood in (for the tests).
 
 vLLM's ``CudaGraphManager.capture`` prepares each graph's inputs outside the graph, runs a

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """Load single files of the released vllm-ascend wheel, such as the MRV1
 `SlidingWindowAdapter`.
 

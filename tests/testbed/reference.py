@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """A reference paged attention, for tests only.
 
 KV is written into a paged cache through slot mappings computed from the *full* block

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The shims vLLM's Model Runner V2 classes need to build on a CPU-only host."""
 
 import vllm.platforms

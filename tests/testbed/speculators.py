@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """Real vLLM 0.33.0 speculators on CPU, wired to real attention groups.
 
 A speculator normally needs a loaded draft model and registered attention layers; here it

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """vLLM 0.33's speculators started as a server starts them, on CPU: a config validated with
 graphs on, the speculator's own ``__init__``, real attention layers (target and draft) on
 vLLM's Triton backend, the target runner's attention groups and block tables, the

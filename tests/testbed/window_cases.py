@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """Random paged batches for the window-math tests: full tables, caches and true K/V."""
 
 from dataclasses import dataclass

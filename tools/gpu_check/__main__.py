@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """``python -m tools.gpu_check``: stop with one line when torch or Triton is missing, before
 anything imports them; then the checks (``cli.py``)."""
 

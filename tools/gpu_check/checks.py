@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The checks of `make gpu-check` (gpu_check.py): the one-launch refresh against the torch
 path over a grid of shapes and the start-up self-check's verdict; vLLM's
 ``unified_attention`` over windowed metadata against dense attention over exactly the window;
@@ -25,35 +27,39 @@ class Result:
 def synthetic_window(
     device, batch: int, context: int, block_sizes, window_size: int, sinks: int, gen
 ):
-    """A window over random full tables of ``context`` tokens, with told lengths, and the
+    """A window over random full tables of ``context`` tokens, with actual lengths, and the
     fused refresh enabled."""
     import torch
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow, ToldLengths
+    from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
+    from vllm_ascend.worker.v2.spec_decode.draft_window.plan import ActualSeqLens, Plan
     from vllm_ascend.worker.v2.spec_decode.draft_window.window import ceil_div
 
     def i32(*shape, high=1 << 30):
         return torch.randint(1, high, shape, generator=gen, dtype=torch.int32).to(device)
 
     tables = [i32(batch, ceil_div(context, b) + 1) for b in block_sizes]
-    told = ToldLengths(torch.zeros(batch, dtype=torch.int32, device=device), context + 8)
+    actual = ActualSeqLens(torch.zeros(batch, dtype=torch.int32, device=device), context + 8)
     window = Mrv2DraftWindow(
-        window_size,
+        Plan.of(
+            window_size,
+            SimpleNamespace(input_block_tables=tables, block_sizes=list(block_sizes)),
+            list(range(len(block_sizes))),
+            max_chunk_len=2 * window_size,
+            sink_tokens=sinks,
+            actual=actual,
+        ),
         SimpleNamespace(seq_lens=torch.zeros(batch, dtype=torch.int32, device=device)),
         SimpleNamespace(input_block_tables=tables, block_sizes=list(block_sizes)),
-        list(range(len(block_sizes))),
         batch,
         device,
-        max_chunk_len=2 * window_size,
-        attention_sinks=sinks,
-        told=told,
     )
     window.enable_fused()
     lengths = torch.randint(0, context + 1, (batch,), generator=gen, dtype=torch.int32)
     lengths[0] = context
     if batch > 1:
         lengths[-1] = 0  # a padded row
-    told.source.copy_(torch.where(lengths > 0, lengths + 3, 0).to(device))
+    actual.source.copy_(torch.where(lengths > 0, lengths + 3, 0).to(device))
     return window, lengths.to(device)
 
 
@@ -61,7 +67,10 @@ def check_kernels(device, tiny: bool, quick: bool) -> list[Result]:
     """The fused refresh against the torch path on every variant, over the grid."""
     import torch
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window.trust import compare_with_torch, self_check
+    from vllm_ascend.worker.v2.spec_decode.draft_window.fused_check import (
+        compare_with_torch,
+        self_check,
+    )
 
     if tiny:
         grid = [
@@ -92,8 +101,8 @@ def check_kernels(device, tiny: bool, quick: bool) -> list[Result]:
         variants = {
             "decode": {},
             "prefill": {"query_start_loc": qsl.to(device)},
-            "told 1": {"told_step": 1},
-            "told 3": {"told_step": 3},
+            "told 1": {"actual_step": 1},
+            "told 3": {"actual_step": 3},
         }
         diffs = [
             f"{name}: {d}"
@@ -289,7 +298,7 @@ def check_graphs(
         try:
             with sync_errors():
                 w.refresh(batch, seq_lens=source)
-                w.refresh(batch, seq_lens=source, told_step=2)
+                w.refresh(batch, seq_lens=source, actual_step=2)
             ok, detail = True, "no host sync"
         except RuntimeError as error:
             ok, detail = False, f"host sync: {error}"

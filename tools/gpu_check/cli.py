@@ -1,10 +1,12 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """`make gpu-check`: the window's kernels checked, and measured, on a CUDA GPU.
 
     python -m tools.gpu_check [--out DIR] [--quick]   (from the repository root)
 
 1. Correctness: the one-launch refresh (``fused.py``) compiled by Triton for the GPU, bit
    for bit against the torch path, over a grid of shapes (batch 1-1024, tables up to 128k
-   tokens at blocks of 16 and 128, one and two groups, sinks, told lengths, draft prefill
+   tokens at blocks of 16 and 128, one and two groups, sinks, actual lengths, draft prefill
    chunks, padded rows), and the start-up self-check's verdict; vLLM's
    ``unified_attention`` (bf16, 32 query / 8 KV heads of 128) over windowed metadata equal
    to dense attention over exactly the window.

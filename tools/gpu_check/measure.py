@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The measurements of `make gpu-check` (gpu_check.py), side by side in one run with CUDA
 events: the window's refresh per propose (the fused kernel, the torch path, the released
 MRV1 adapter where ``MRV1_ADAPTER`` names its file) and the draft's attention through the

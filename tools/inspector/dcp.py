@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The window inspector under decode context parallelism: ``--dcp N`` (``make demo
 DEMO_ARGS="--dcp 2"``).
 

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """Window inspector: what the draft window does to a batch, through vLLM's real build path.
 
     python -m tools.inspector [--window 2048] ...

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """ACL graph capture and replay on CPU for the Ascend pairing, with only the device boundary
 stood in (on top of ``tests.testbed.graphs``, shared with the upstream line).
 

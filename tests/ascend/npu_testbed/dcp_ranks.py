@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """Every rank of a decode-context-parallel (DCP) layout in one process, on the Ascend pairing,
 and what each rank's kernel reads.
 
@@ -81,7 +83,7 @@ def caches_of(cp_size: int, interleave: int, block_size: int, block_ids, k, v) -
 
 def assert_ranks_read_the_window(
     caches: DcpCaches,
-    told: Sequence[int],
+    actual: Sequence[int],
     reads: Sequence[int],
     rank_reads: Sequence[tuple[torch.Tensor, Sequence[int]]],
     alignment: int,
@@ -106,11 +108,11 @@ def assert_ranks_read_the_window(
     and the current tokens join as one more partial, counted once. ``block_ids[i]``: the
     request's full table row; a rank's cropped row must be its columns from the start on
     (after the sinks' columns: ``sinks``, the attention sinks the window keeps)."""
-    n = len(told)
+    n = len(actual)
     as_list = lambda x: [x] * n if isinstance(x, int) else list(x)  # noqa: E731
     window, num_queries, current = as_list(window), as_list(num_queries), as_list(current)
     cp_size = caches.cp_size
-    for i, length in enumerate(told):
+    for i, length in enumerate(actual):
         read = int(reads[i])
         start, kept = positions_read(length, read, sinks)
         assert start % alignment == 0, (i, start, alignment)

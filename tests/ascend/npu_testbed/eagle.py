@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """EAGLE/EAGLE3 on vllm-ascend 0.30.0rc2 on CPU: a decode set up through its speculator, each
 step's build and FULL-graph parameters, and the checks of what FIA is told."""
 
@@ -31,7 +33,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import propose_
 W = 128
 MAX_NUM_REQS = 12
 # Target lengths of the verify step (context + the verified tokens), around the window and
-# block edges, and at max_model_len (where vllm-ascend clamps the told length).
+# block edges, and at max_model_len (where vllm-ascend clamps the actual length).
 TARGET_LENS = [5, 120, 127, 128, 129, 255, 256, 300, 1000, MAX_MODEL_LEN - 1]
 
 
@@ -165,24 +167,24 @@ def build(d: Decode, step: int, cg_mode=CUDAGraphMode.NONE, num_reqs_padded=None
         )["draft.0"]
 
 
-def assert_fia_reads_the_window_of_the_told_length(d: Decode, step, told_lens, table):
-    """What FIA gets (told lengths, block table) reads exactly the window of the length it is
+def assert_fia_reads_the_window_of_the_told_length(d: Decode, step, actual_lens, table):
+    """What FIA gets (actual lengths, block table) reads exactly the window of the length it is
     told, and the device lengths share its start."""
     window = d.s.draft_window
     spec = window.spec
     n = len(TARGET_LENS)
     queries, expected_reads = [], []
     for i, target in enumerate(TARGET_LENS):
-        told = min(target + step, MAX_MODEL_LEN)
-        read = int(told_lens[i])
-        start, kept = positions_read(told, read)
+        actual = min(target + step, MAX_MODEL_LEN)
+        read = int(actual_lens[i])
+        start, kept = positions_read(actual, read)
         assert start % spec.alignment == 0
-        if told < spec.min_context:
-            assert read == told  # below draft_window_min_context: the whole told length
+        if actual < spec.min_context:
+            assert read == actual  # below draft_window_min_context: the whole actual length
         else:
-            assert min(told, W) <= read <= W + spec.alignment - 1
-        q = d.k[i][told - 1 : told] * 0.5
-        expected = dense_attention(q, d.k[i], d.v[i], start, told)
+            assert min(actual, W) <= read <= W + spec.alignment - 1
+        q = d.k[i][actual - 1 : actual] * 0.5
+        expected = dense_attention(q, d.k[i], d.v[i], start, actual)
         got, touched = d.cache.read(q, table[i], read)
         torch.testing.assert_close(got, expected)
         assert touched == {d.block_ids[i][p // d.block_size] for p in kept.tolist()}
@@ -191,9 +193,9 @@ def assert_fia_reads_the_window_of_the_told_length(d: Decode, step, told_lens, t
         # The draft's own (device) length, windowed from the same start.
         own = min(target - int(d.rejected[i]) + step, MAX_MODEL_LEN)
         assert int(window.seq_lens[i]) == own - start
-    assert not any(told_lens[n:])
+    assert not any(actual_lens[n:])
     # The same inputs through vLLM's Triton paged attention kernel (under the interpreter).
-    assert_kernel_reads(d.cache, queries, table, told_lens[:n], expected_reads)
+    assert_kernel_reads(d.cache, queries, table, actual_lens[:n], expected_reads)
 
 
 def full_graph_params(d: Decode, padded: int) -> tuple[list, list]:
@@ -235,7 +237,10 @@ def draft_prefill_seen(s, batch, n: int, num_tokens: int, target_metadata: dict)
 def refused(d: Decode, match: str) -> None:
     from vllm.config import set_current_vllm_config
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, install
+    from vllm_ascend.worker.v2.spec_decode.draft_window import install
+    from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.speculator import (
+        create_draft_window,
+    )
 
     with set_current_vllm_config(d.s.vllm_config), pytest.raises(ValueError, match=match):
-        hooks.create_draft_window(d.s, install.installation().line)
+        create_draft_window(d.s, install.installation().release)

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The Ascend pairing's configs as a host builds them, and the methods the window hooks there."""
 
 import sys

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """Test-only stand-ins for torch_npu and the other NPU-only modules vllm-ascend imports.
 
 There is no NPU and no CANN here, so ``torch_npu`` cannot load. vllm-ascend's own unit tests

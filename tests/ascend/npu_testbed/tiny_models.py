@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """Tiny model configs (no weights) for vllm-ascend's configs and builders on CPU."""
 
 TINY_LLAMA = {

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """vllm-ascend 0.30.0rc2's own DFlash and DSpark speculators on CPU, wired to vllm-ascend's
 real GQA attention metadata builder (``AscendAttentionMetadataBuilder``, the FIA path) and
 its ``AscendBlockTables``, as vllm-ascend's own unit tests build such objects
@@ -31,7 +33,8 @@ from vllm_ascend.attention.mla_v1 import AscendMLABackend
 from vllm_ascend.worker.v2.block_table import AscendBlockTables
 from vllm_ascend.worker.v2.spec_decode.dflash.speculator import AscendDFlashSpeculator
 from vllm_ascend.worker.v2.spec_decode.dflash2.speculator import AscendDFlash2Speculator
-from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, install
+from vllm_ascend.worker.v2.spec_decode.draft_window import install
+from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.speculator import create_draft_window
 from vllm_ascend.worker.v2.spec_decode.dspark.speculator import AscendDSparkSpeculator
 
 CPU = torch.device("cpu")
@@ -417,4 +420,4 @@ def ascend_model_state(config) -> Any:
 def window_as_set_attn_makes_it(s) -> Any:
     """The speculator's window as the ``set_attn`` hook makes it (none while uninstalled)."""
     installed = install.installation()
-    return hooks.create_draft_window(s, installed.line) if installed is not None else None
+    return create_draft_window(s, installed.release) if installed is not None else None

@@ -1,13 +1,32 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The window under decode context parallelism (DCP): how a rank's block table covers a
-request's tokens, and the DCP-local lengths of a windowed pass. Why one window start per
-request serves every rank exactly is proven in ``window.py`` ("Decode context
-parallelism"); this module only reads the layout and writes lengths.
+request's tokens, and the DCP-local lengths of a windowed pass.
 
-vLLM's layout (both supported lines; ``BlockTables`` and its slot-mapping kernels): with
+vLLM's layout (every supported release; ``BlockTables`` and its slot-mapping kernels): with
 ``cp`` ranks and an interleave of ``I`` tokens, token ``p`` of a request lives on rank
 ``floor(p / I) mod cp`` and a sharded group's table column ``c`` holds, on every rank, that
 rank's tokens of the virtual block ``[c * cp * u, (c + 1) * cp * u)`` (``u``: the tokens of
 one column on one rank, the group's block size or kernel block size), in order.
+
+Why one window start per request serves every rank exactly (``window.py``'s notation; ``c``
+ranks, interleave ``I``, ``u`` tokens per column on one rank, ``I | u``): column ``k`` of a
+sharded table holds each rank's tokens of ``[k c u, (k + 1) c u)``, in order. Its alignment
+unit is therefore ``c u`` (``a`` a multiple of it), and one start serves all ranks, each
+rank ``r`` reading its local length ``n_r(windowed)`` from the cropped table:
+
+- ``n_r(x)``, rank ``r``'s tokens of ``[0, x)``: ownership repeats every ``c I`` tokens,
+  so for ``x`` a multiple of ``c I``, ``n_r(x + y) = x / c + n_r(y)``.
+- ``c u`` is ``u / I`` rounds of ``c I``, so ``[0, k c u)`` gives every rank exactly ``k u``
+  tokens: the ``k`` columns it fills. The skip (a multiple of ``a``) drops the same whole
+  columns of every rank's table, and the sinks ``[0, S)`` are whole columns too.
+- A rank's local tokens are its tokens in order, so the cropped table's first
+  ``n_r(S)`` local tokens are its sinks and the next ``n_r(L) - n_r(S + skip) =
+  n_r(L - skip - S)`` its tokens of ``[start, L)``: in all ``n_r(windowed)``, the share of
+  the windowed length vLLM's ``get_dcp_local_seq_lens`` gives. Its columns lie below
+  ``ceil(windowed / (c u))``: the table width holds.
+- No finer start works: dropping ``k`` whole columns of every rank leaves ``k u`` tokens
+  per rank, ``k c u`` in all. ``I`` adds no condition beyond ``I | u`` (else refused).
 """
 
 from __future__ import annotations
@@ -74,11 +93,13 @@ class DcpLayout:
         )
 
 
-def column_tokens(block_tables: Any, group_ids: Sequence[int]) -> dict[int, int]:
-    """Tokens of a request one table column of each group covers: the unit the window's
-    start, its alignment and its cropped tables count in."""
+def column_tokens(
+    block_tables: Any, group_ids: Sequence[int], layout: DcpLayout | None
+) -> dict[int, int]:
+    """Tokens of a request one table column of each group covers under ``layout`` (read
+    once per speculator: ``DcpLayout.of``): the unit the window's start, its alignment and
+    its cropped tables count in."""
     units = block_table_units(block_tables)
-    layout = DcpLayout.of(block_tables)
     if layout is None:
         return {g: int(units[g]) for g in group_ids}
     return {g: layout.column_tokens(g, int(units[g])) for g in group_ids}

@@ -1,10 +1,12 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """One kernel launch per window refresh: the windowed lengths and every group's cropped
 table, for the padded batch, written into persistent buffers.
 
 The torch path (``Mrv2DraftWindow.refresh`` without a fused refresh: ``window_seq_lens``
 and one ``BlockTableWindow.gather`` per group) is the reference: this kernel computes the
 same integers (window.py's arithmetic, row by row) and must equal it bit for bit
-(``trust.py`` checks that before it is used). It launches a fixed grid
+(``fused_check.py`` checks that before it is used). It launches a fixed grid
 ``(num_reqs_padded, num_groups)`` from static sizes, reads no device value on the host and
 allocates nothing per call, so a graph capture may record it. The groups' full and
 cropped tables are reached through a pointer table built once (their buffers are
@@ -44,21 +46,21 @@ def _kernel() -> Any:
     @triton.jit
     def refresh_kernel(
         src_lens_ptr,  # [n] int32: the lengths windowed (the draft's own, or a prefill's)
-        told_ptr,  # [n] int32: the target's lengths the kernel is told from (TOLD)
+        actual_ptr,  # [n] int32: the target's lengths the actual lengths start from (ACTUAL)
         qsl_ptr,  # [n + 1] int32: query_start_loc of a multi-token pass (QUERY)
         seq_lens_out_ptr,  # [n] int32
         skip_out_ptr,  # [n] int32
-        told_out_ptr,  # [n] int32: the told lengths, windowed (TOLD)
+        actual_out_ptr,  # [n] int32: the actual lengths, windowed (ACTUAL)
         src_tables_ptr,  # [G] int64: data_ptr of each group's full table (int32)
         dst_tables_ptr,  # [G] int64: data_ptr of each group's cropped table (int32)
         group_params_ptr,  # [G, 6] int64: src stride, num cols, dst stride, width, b, sinks
-        told_step,
+        actual_step,
         max_model_len,
         window_size,
         alignment,
         sink_size,
         min_context,
-        TOLD: tl.constexpr,
+        ACTUAL: tl.constexpr,
         QUERY: tl.constexpr,
         BLOCK: tl.constexpr,
     ):
@@ -66,8 +68,8 @@ def _kernel() -> Any:
         g = tl.program_id(1)
         length = tl.load(src_lens_ptr + row)
         base = length
-        if TOLD:
-            base = tl.minimum(tl.load(told_ptr + row) + told_step, max_model_len)
+        if ACTUAL:
+            base = tl.minimum(tl.load(actual_ptr + row) + actual_step, max_model_len)
         skip = tl.maximum(base - window_size - sink_size, 0)
         skip = (skip // alignment) * alignment
         # Below the threshold the whole context is read (min_context 0: never below).
@@ -81,13 +83,13 @@ def _kernel() -> Any:
             latest = (latest // alignment) * alignment
             skip = tl.minimum(skip, latest)
         read = length - skip
-        if TOLD:
+        if ACTUAL:
             read = base - skip
         if g == 0:
             tl.store(seq_lens_out_ptr + row, length - skip)
             tl.store(skip_out_ptr + row, skip)
-            if TOLD:
-                tl.store(told_out_ptr + row, read)
+            if ACTUAL:
+                tl.store(actual_out_ptr + row, read)
 
         params = group_params_ptr + g * 6
         src_stride = tl.load(params)
@@ -126,14 +128,14 @@ class FusedRefresh:
         spec: WindowSpec,
         # per group: (full table, cropped table, block size), int32 row-major
         tables: Sequence[tuple[torch.Tensor, torch.Tensor, int]],
-        # [max_num_reqs] int32 each: the windowed lengths, the skips, the windowed told
+        # [max_num_reqs] int32 each: the windowed lengths, the skips, the windowed actual
         # lengths
         seq_lens_out: torch.Tensor,
         skip_out: torch.Tensor,
-        told_out: torch.Tensor,
+        actual_out: torch.Tensor,
     ) -> None:
         self.spec = spec
-        self.seq_lens_out, self.skip_out, self.told_out = seq_lens_out, skip_out, told_out
+        self.seq_lens_out, self.skip_out, self.actual_out = seq_lens_out, skip_out, actual_out
         self.cropped_tables = [cropped for _, cropped, _ in tables]
         device = seq_lens_out.device
         for full, cropped, _ in tables:
@@ -174,31 +176,31 @@ class FusedRefresh:
         num_reqs_padded: int,
         source: torch.Tensor,
         query_start_loc: torch.Tensor | None = None,
-        told_source: torch.Tensor | None = None,
-        told_step: int = 0,
+        actual_source: torch.Tensor | None = None,
+        actual_step: int = 0,
         max_model_len: int = 0,
     ) -> None:
-        """Window rows ``[0, num_reqs_padded)`` of ``source`` (or, with ``told_source``, of
-        ``min(told_source + told_step, max_model_len)``): one launch."""
+        """Window rows ``[0, num_reqs_padded)`` of ``source`` (or, with ``actual_source``, of
+        ``min(actual_source + actual_step, max_model_len)``): one launch."""
         spec = self.spec
         dummy = self.seq_lens_out  # an int32 pointer for the inputs a variant does not read
         _kernel()[(num_reqs_padded, self.num_groups)](
             source,
-            dummy if told_source is None else told_source,
+            dummy if actual_source is None else actual_source,
             dummy if query_start_loc is None else query_start_loc,
             self.seq_lens_out,
             self.skip_out,
-            self.told_out,
+            self.actual_out,
             self.src_tables,
             self.dst_tables,
             self.group_params,
-            told_step,
+            actual_step,
             max_model_len,
             spec.window_size,
             spec.alignment,
             spec.sink_size,
             spec.min_context,
-            TOLD=told_source is not None,
+            ACTUAL=actual_source is not None,
             QUERY=query_start_loc is not None,
             BLOCK=self.block,
         )

@@ -1,16 +1,18 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """Which of a draft's KV-cache groups the window serves: decisions with reasons, made once at
-``set_attn`` (``policy.py`` asks); the arithmetic never sees them.
+``set_attn`` (``plan.py`` asks); the arithmetic never sees them.
 
 A group is windowed only when its layers attend over every token of the request, one
 token per cache slot, causally: ``FullAttentionSpec`` and ``MLAAttentionSpec`` without a
 sliding window, chunk, compression, sparsity or sinks of their own (and a per-layer-uniform
 wrapper whose every member is such). Cropping its table to the window then reads exactly
-the window's tokens. Every other group is left alone, and kept out of the alignment: its own
-spec already bounds or reshapes what it reads (a sliding window the layer was trained with,
-a chunk, a ring, compressed or sparse states, recurrent state), or its early columns are not
-the request's first tokens, so neither a window start nor sinks mean anything there. A spec
-class this table does not know is left alone too, with a warning that names it: a window is
-never applied by default.
+the window's tokens. Every other group is not windowed, and kept out of the alignment: its
+own spec already bounds or reshapes what it reads (a sliding window the layer was trained
+with, a chunk, a ring, compressed or sparse states, recurrent state), or its early columns
+are not the request's first tokens, so neither a window start nor sinks mean anything
+there. A spec class this table does not know is not windowed either, with a warning that
+names it: a window is never applied by default.
 """
 
 from __future__ import annotations
@@ -28,16 +30,16 @@ class GroupDecision:
     block_size: int
     windowed: bool
     reason: str
-    # A spec class the table does not know (left alone, with a warning).
+    # A spec class the table does not know (not windowed, with a warning).
     unknown: bool = False
 
     def describe(self) -> str:
         return f"group {self.group_id} ({self.spec_kind}, block size {self.block_size})"
 
 
-# Spec classes left alone whatever their fields, by the vLLM class name (isinstance, so
+# Spec classes not windowed whatever their fields, by the vLLM class name (isinstance, so
 # their subclasses too), with the reason. A name missing from the installed vLLM is skipped.
-_LEFT_ALONE = (
+_NOT_WINDOWED = (
     ("SlidingWindowSpec", "a sliding window the layer reads by itself (and was trained with)"),
     ("ChunkedLocalAttentionSpec", "chunked local attention: the layer reads its own chunk"),
     (
@@ -80,9 +82,9 @@ def classify(spec: Any) -> tuple[bool, str, bool]:
         members = [classify(member) for member in spec.kv_cache_specs.values()]
         for windowed, reason, unknown in members:
             if not windowed:
-                return False, f"a member layer is left alone: {reason}", unknown
+                return False, f"a member layer is not windowed: {reason}", unknown
         return True, "every layer attends over the whole context, one token per slot", False
-    for class_name, reason in _LEFT_ALONE:
+    for class_name, reason in _NOT_WINDOWED:
         cls = getattr(kv_cache_interface, class_name, None)
         if isinstance(cls, type) and isinstance(spec, cls):
             return False, reason, False
@@ -115,12 +117,13 @@ def _kind(spec: Any) -> str:
 
 
 def describe_decisions(decisions: list[GroupDecision]) -> str:
-    """``windowed: group 0 (FullAttentionSpec, block size 16); left alone: group 1 (...): why``."""
+    """``windowed: group 0 (FullAttentionSpec, block size 16); not windowed: group 1 (...):
+    why``."""
     windowed = [d.describe() for d in decisions if d.windowed]
-    left = [f"{d.describe()}: {d.reason}" for d in decisions if not d.windowed]
+    unwindowed = [f"{d.describe()}: {d.reason}" for d in decisions if not d.windowed]
     parts = []
     if windowed:
         parts.append("windowed: " + ", ".join(windowed))
-    if left:
-        parts.append("left alone: " + "; ".join(left))
+    if unwindowed:
+        parts.append("not windowed: " + "; ".join(unwindowed))
     return "; ".join(parts)

@@ -1,8 +1,10 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """Installing the draft window's hooks into vLLM: all of them or none, never an exception.
 
 vLLM calls every general plugin in every process, with no guard, so an exception here
 would stop every ``vllm serve`` on the host, with or without ``draft_window_size``. On a
-vLLM that is not a supported line, or that lacks a hooked module, class, method or
+vLLM that is not a supported release, or that lacks a hooked module, class, method or
 parameter, nothing is hooked and the reasons are kept in :func:`status`: vLLM then runs
 exactly as without this package, and a config that asks for the window is refused at
 start-up with those reasons (``plugin.py``).
@@ -16,7 +18,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import lines, patches
+from vllm_ascend.worker.v2.spec_decode.draft_window import patches, releases
 
 
 @dataclass(frozen=True)
@@ -24,12 +26,12 @@ class Status:
     """Whether the hooks are in place; if not, why."""
 
     installed: bool
-    line: str | None = None
+    release: str | None = None
     problems: tuple[str, ...] = ()
 
 
 _status = Status(installed=False, problems=("the draft window plugin has not been registered",))
-# The installation each line's hooks serve (hooks.Installed), made once: a wrapper another
+# The installation each release's hooks serve (hooks.Installed), made once: a wrapper another
 # plugin keeps in its chain after uninstalling serves it again once it is active again.
 _installations: dict[str, Any] = {}
 
@@ -39,12 +41,12 @@ def status() -> Status:
 
 
 def installation() -> Any:
-    """The installation the hooks in place serve (``hooks.Installed``: its line), or None."""
+    """The installation the hooks in place serve (``hooks.Installed``: its release), or None."""
     return next((i for i in _installations.values() if i.active), None)
 
 
 def install() -> Status:
-    """Wrap every hooked method of the installed vLLM's line, or none of them."""
+    """Wrap every hooked method of the installed vLLM's release, or none of them."""
     global _status
     try:
         _status = _install()
@@ -55,26 +57,29 @@ def install() -> Status:
 
 def _install() -> Status:
     version = _vllm_version()
-    line = lines.line_for(version)
-    if line is None:
-        problems = [f"vLLM {version} is not a supported line"]
-    elif (problem := lines.requirement_problem(line)) is not None:
+    release = releases.release_for(version)
+    if release is None:
+        problems = [f"vLLM {version} is not a supported release"]
+    elif (problem := releases.requirement_problem(release)) is not None:
         problems = [problem]
     else:
-        found, problems = resolve(line)
+        found, problems = resolve(release)
     if not problems:
         try:
             from vllm_ascend.worker.v2.spec_decode.draft_window import hooks
-        except Exception as error:  # what hooks.py imports from vLLM moved
+
+            factories = [(r, hooks.wrapper_factory(r.hook)) for r in found if r.hook.wrapped]
+        except Exception as error:  # what the hooks import from vLLM moved
             problems = [f"the draft window's hooks cannot import what they use ({error})"]
     if problems:
         return Status(installed=False, problems=tuple(problems))
-    wrapped = [r for r in found if r.hook.wrapper is not None]
-    installed = _installations.setdefault(line.name, hooks.Installed(line, active=False))
-    installed.names.update({r.hook.wrapper: r.hook.name for r in wrapped})
+    installed = _installations.setdefault(release.name, hooks.Installed(release, active=False))
+    for resolved, _ in factories:
+        names = installed.names.setdefault(resolved.hook.method, [])
+        if resolved.hook.name not in names:
+            names.append(resolved.hook.name)
     try:
-        for resolved in wrapped:
-            factory = hooks.FACTORIES[resolved.hook.wrapper]
+        for resolved, factory in factories:
             patches.replace(
                 resolved.owner,
                 resolved.hook.method,
@@ -84,7 +89,7 @@ def _install() -> Status:
         patches.restore_all()  # none, rather than some
         raise
     installed.active = True
-    return Status(installed=True, line=line.name)
+    return Status(installed=True, release=release.name)
 
 
 def uninstall() -> None:
@@ -99,7 +104,7 @@ def uninstall() -> None:
 
 
 def _vllm_version() -> str:
-    version = lines.installed_versions()["vllm"]
+    version = releases.installed_versions()["vllm"]
     if version != "not installed":
         return version
     try:
@@ -114,13 +119,13 @@ def _vllm_version() -> str:
 class Resolved:
     """A hook found on the installed vLLM: the class that defines it, and the method."""
 
-    hook: lines.Hook
+    hook: releases.Hook
     owner: type
     method: object
 
 
-def resolve(line: lines.Line) -> tuple[list[Resolved], list[str]]:
-    """Find every hook of ``line`` on the installed vLLM: (found, problems). Imports and
+def resolve(release: releases.Release) -> tuple[list[Resolved], list[str]]:
+    """Find every hook of ``release`` on the installed vLLM: (found, problems). Imports and
     inspects only; it never raises because of what the installed vLLM looks like.
 
     A wrapped method must be defined on its class itself (wrapping an inherited one would
@@ -128,7 +133,7 @@ def resolve(line: lines.Line) -> tuple[list[Resolved], list[str]]:
     the missing module, class, method or parameters.
     """
     found, problems = [], []
-    for hook in line.hooks:
+    for hook in release.hooks:
         try:
             module = importlib.import_module(hook.module)
         except Exception as error:  # any import-time failure of a module we hook
@@ -138,7 +143,7 @@ def resolve(line: lines.Line) -> tuple[list[Resolved], list[str]]:
         if not isinstance(owner, type):
             problems.append(f"{hook.module} has no class {hook.cls}")
             continue
-        if hook.wrapper is not None:
+        if hook.wrapped:
             method = owner.__dict__.get(hook.method)
         else:
             method = getattr(owner, hook.method, None)

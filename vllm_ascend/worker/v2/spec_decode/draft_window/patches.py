@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """Attributes this package replaces on other projects' classes, and how to put them back.
 
 Every replacement is recorded by identity, not by a mark on the function: a wrapper that

@@ -1,12 +1,14 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The ``vllm.general_plugins`` entry point.
 
 vLLM calls every general plugin in each process it starts (engine core and workers), with
 no guard, so ``register`` must be cheap, safe to call more than once, and must never raise
 because of what the installed vLLM or vllm-ascend look like. It installs the hooks where
-the installed vLLM is a supported line (``install.py``) and adjusts the two places outside
+the installed vLLM is a supported release (``install.py``) and adjusts the two places outside
 them that see the window's keys: the start-up check of a complete ``VllmConfig`` (which
 refuses a window that would not be served) and vllm-ascend's own validation of
-``additional_config``. Neither supported line forces Model Runner V1 because of the window
+``additional_config``. No supported release forces Model Runner V1 because of the window
 (vllm-ascend 0.30.0rc2 leaves ``use_v2_model_runner`` to vLLM), so the runner choice is
 vLLM's.
 """
@@ -14,7 +16,7 @@ vLLM's.
 import functools
 import importlib
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import install, lines, patches
+from vllm_ascend.worker.v2.spec_decode.draft_window import install, patches, releases
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     KEY,
     MIN_CONTEXT_KEY,
@@ -38,8 +40,8 @@ def register() -> None:
     if not state.installed:
         logger.debug(
             "draft window: hooks not installed (%s; supported: %s): %s",
-            lines.describe_versions(),
-            lines.SUPPORTED,
+            releases.describe_versions(),
+            releases.SUPPORTED,
             "; ".join(state.problems),
         )
     if failed:
@@ -109,15 +111,17 @@ def _check_window_config(vllm_config) -> None:
 
 
 def _refuse_method_at_start_up(vllm_config, config: DraftWindowConfig) -> None:
-    """A method the installed line does not serve stops here, before workers start (MTP
+    """A method the installed release does not serve stops here, before workers start (MTP
     keeps its warning at set_attn: its draft shares the target's KV)."""
     from vllm_ascend.worker.v2.spec_decode.draft_window import policy
 
     method = getattr(vllm_config.speculative_config, "method", None)
     installed = install.installation()
-    if method is None or method in policy.SHARED_KV_METHODS or installed is None:
+    if method is None or installed is None:
         return
-    policy.refuse_method(method, installed.line, config.draft_window_size)
+    if releases.METHODS.get(method) is releases.Kind.SHARED_KV:
+        return
+    policy.refuse_method(method, installed.release, config.draft_window_size)
 
 
 def _runs_model_runner_v2(vllm_config) -> bool:
@@ -136,7 +140,7 @@ def _unserved_message(config: DraftWindowConfig, state: install.Status) -> str:
     if config.draft_window_min_context:
         keys += f" and {MIN_CONTEXT_KEY}={config.draft_window_min_context}"
     # vllm-ascend's Model Runner V1 has a window of its own (without sinks or threshold).
-    has_v1_window = lines.installed_versions()["vllm-ascend"] != "not installed"
+    has_v1_window = releases.installed_versions()["vllm-ascend"] != "not installed"
     v1_serves = not config.draft_attention_sinks and not config.draft_window_min_context
     v1 = (
         ", run Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0), whose draft window is "
@@ -146,8 +150,8 @@ def _unserved_message(config: DraftWindowConfig, state: install.Status) -> str:
     )
     return (
         f"additional_config {keys} cannot be served on Model Runner V2 here: the draft "
-        f"window could not hook this vLLM ({lines.describe_versions()}; supported: "
-        f"{lines.SUPPORTED}): {'; '.join(state.problems)}. Install a supported vLLM{v1} or "
+        f"window could not hook this vLLM ({releases.describe_versions()}; supported: "
+        f"{releases.SUPPORTED}): {'; '.join(state.problems)}. Install a supported vLLM{v1} or "
         f"remove {KEY} from additional_config."
     )
 
@@ -186,13 +190,13 @@ def _accept_own_keys() -> None:
     from pydantic.dataclasses import is_pydantic_dataclass, rebuild_dataclass
 
     try:
-        module = importlib.import_module(lines.STRICT_CONFIG[0])
+        module = importlib.import_module(releases.STRICT_CONFIG[0])
     except ModuleNotFoundError as exc:
-        package = lines.STRICT_CONFIG[0].split(".")[0]
+        package = releases.STRICT_CONFIG[0].split(".")[0]
         if exc.name != package and not (exc.name or "").startswith(f"{package}."):
             raise
         return
-    ascend_config = getattr(module, lines.STRICT_CONFIG[1], None)
+    ascend_config = getattr(module, releases.STRICT_CONFIG[1], None)
     if is_pydantic_dataclass(ascend_config):
         extra = ascend_config.__pydantic_config__.get("extra")
     elif isinstance(ascend_config, type) and issubclass(ascend_config, BaseModel):

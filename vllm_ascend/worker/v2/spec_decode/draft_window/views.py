@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """What the speculator's own code reads through the window: views of vLLM's input buffers and
 block tables in which the draft's lengths and the draft groups' tables are the window's
 persistent buffers. Everything else (query layout, positions, slot mappings, the other

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The draft window's arithmetic: pure torch, device-agnostic, no vLLM import.
 
 Invariants (the whole feature rests on these two):
@@ -12,8 +14,9 @@ Invariants (the whole feature rests on these two):
    :func:`seq_lens_upper_bound`, which keeps it a bound (see below).
 
 Notation. ``L``: the length a request's attention reads (its ``seq_lens``; on vllm-ascend
-sometimes a *told length*: the length its kernel is told on the host, the target's length
-plus the draft step, whose window the device then follows); ``W``: ``draft_window_size``;
+sometimes its *actual lengths*: what vllm-ascend computes on the host and hands its kernel
+as exact, FIA's ``actual_seq_lengths_kv``, such as the target's length plus the draft step,
+whose window the device then follows); ``W``: ``draft_window_size``;
 ``a``: the alignment, the tokens one column of the cropped table covers (a common multiple
 of the block sizes of every KV-cache group the window serves, so that one windowed length is
 valid for all of them); ``b``: one group's block size (``b`` divides ``a``); ``S``: the
@@ -74,24 +77,7 @@ a`` is the longest whole read, so every pass reads at most ``max(S + W + a - 1, 
 (``read_cap``) and the host bound becomes ``min(U, max(S + W + a - 1, M - 1))``. That is
 still the smallest bound: ``L = min(U, M - 1)`` reads all of itself.
 
-Decode context parallelism (``dcp.py``). ``c`` ranks, interleave ``I``, ``u`` tokens per
-column on one rank, ``I | u``: token ``p`` lives on rank ``floor(p / I) mod c``, and column
-``k`` of a sharded table holds each rank's tokens of ``[k c u, (k + 1) c u)``, in order.
-Its alignment unit is therefore ``c u`` (``a`` a multiple of it), and one start serves all
-ranks, each rank ``r`` reading its local length ``n_r(windowed)`` from the cropped table:
-
-- ``n_r(x)``, rank ``r``'s tokens of ``[0, x)``: ownership repeats every ``c I`` tokens,
-  so for ``x`` a multiple of ``c I``, ``n_r(x + y) = x / c + n_r(y)``.
-- ``c u`` is ``u / I`` rounds of ``c I``, so ``[0, k c u)`` gives every rank exactly ``k u``
-  tokens: the ``k`` columns it fills. The skip (a multiple of ``a``) drops the same whole
-  columns of every rank's table, and the sinks ``[0, S)`` are whole columns too.
-- A rank's local tokens are its tokens in order, so the cropped table's first
-  ``n_r(S)`` local tokens are its sinks and the next ``n_r(L) - n_r(S + skip) =
-  n_r(L - skip - S)`` its tokens of ``[start, L)``: in all ``n_r(windowed)``, the share of
-  the windowed length vLLM's ``get_dcp_local_seq_lens`` gives. Its columns lie below
-  ``ceil(windowed / (c u))``: the table width holds.
-- No finer start works: dropping ``k`` whole columns of every rank leaves ``k u`` tokens
-  per rank, ``k c u`` in all. ``I`` adds no condition beyond ``I | u`` (else refused).
+Decode context parallelism: ``dcp.py`` shows why one start per request serves every rank.
 
 Every function writes into caller-provided persistent buffers (``out=``), so a per-step
 caller allocates nothing on the device, and none reads a device value on the host.
@@ -100,7 +86,7 @@ caller allocates nothing on the device, and none reads a device value on the hos
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -163,6 +149,22 @@ class WindowSpec:
                 f"min_context must be 0 or above S + W + a = {self.reach}, below which no "
                 f"context is cropped (see effective_min_context), got {self.min_context}"
             )
+
+    @classmethod
+    def derive(
+        cls,
+        window_size: int,
+        column_tokens: Iterable[int],
+        sink_tokens: int = 0,
+        min_context: int = 0,
+    ) -> WindowSpec:
+        """The shape of a window over groups whose table columns cover ``column_tokens``
+        tokens each: the alignment their lcm, ``draft_attention_sinks`` rounded up to it,
+        and ``draft_window_min_context`` as applied (0 where it changes nothing)."""
+        alignment = lcm_alignment(list(column_tokens))
+        sink_size = align_sinks(sink_tokens, alignment)
+        min_context = effective_min_context(min_context, window_size, alignment, sink_size)
+        return cls(window_size, alignment, sink_size, min_context)
 
     @property
     def reach(self) -> int:

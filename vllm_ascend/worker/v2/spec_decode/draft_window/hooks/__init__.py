@@ -1,50 +1,58 @@
-"""The window's hooks around vLLM's and vllm-ascend's speculator methods, one room per
-speculator family, as the anchors arrange their speculators:
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
+"""The window's wrappers around vLLM's and vllm-ascend's speculator methods, one room per
+speculator family, arranged as the anchors' ``spec_decode/`` folders are:
 
-- ``start.py``: ``set_attn`` makes each speculator's window (alike on both lines);
-- ``draft.py``: the draft build every family goes through, and DFlash's graph (DSpark is
-  a DFlash);
-- ``autoregressive.py``: the EAGLE family's propose, draft prefill and graphs;
-- ``ascend.py``: vllm-ascend's told lengths.
+- ``speculator.py``: ``DraftModelSpeculator``, the base every family builds through
+  (``set_attn`` makes the window; every draft metadata build and in-place update);
+- ``dflash.py``: ``DFlashSpeculator`` (DSpark is a DFlash): its graph capture;
+- ``autoregressive.py`` (with ``autoregressive_prefill.py``): the EAGLE family's propose,
+  draft prefill and graphs;
+- ``ascend/autoregressive.py`` and ``ascend/dspark.py``: what vllm-ascend adds to each, the
+  actual lengths it computes on the host for its kernels.
 
-``lines.py`` names, per supported line, the methods to wrap and the factory of each (by the
-names below); ``install.py`` hands every factory the installation it serves. Each wrapper
-names its path on the window, so that the run-time proof (``proof.py``) can check that the
-builders received the window and name the path when they did not. With the window off each
-wrapper costs one attribute check.
+``releases.py`` names, per release, the methods to wrap and the room of each; ``room``
+below is the one dispatch. Each wrapper names its path on the window, so that the path
+check (``path_check.py``) can check that the builders received the window and name the path
+when they did not. With the window off each wrapper costs one attribute check.
 """
 
 from collections.abc import Callable
+from types import ModuleType
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.hooks import (
-    ascend,
-    autoregressive,
-    draft,
-    start,
-)
 from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import (
     WINDOW_ATTR,
     Installed,
     window_of,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.start import create_draft_window
+from vllm_ascend.worker.v2.spec_decode.draft_window.releases import Hook, Room
 
-# The factories by the names ``lines.py`` gives them: factory(original, installed).
-FACTORIES: dict[str, Callable] = {
-    "set_attn": start.set_attn,
-    "build_attn_metadata": draft.build_attn_metadata,
-    "update_draft_decode_metadata": draft.update_draft_decode_metadata,
-    "dflash_capture": draft.dflash_capture,
-    "propose": autoregressive.propose,
-    "prefill": autoregressive.prefill,
-    "ar_capture": autoregressive.ar_capture,
-    "init_cudagraph_manager": autoregressive.init_cudagraph_manager,
-    "manager_capture": autoregressive.manager_capture,
-    "fused_multi_step_decode": autoregressive.fused_multi_step_decode,
-    "told_host_lengths": ascend.told_host_lengths,
-    "fia_params": ascend.fia_params,
-    "exact_host_lengths": ascend.exact_host_lengths,
-    "dcp_told_lengths": ascend.dcp_told_lengths,
-}
 
-__all__ = ["FACTORIES", "WINDOW_ATTR", "Installed", "create_draft_window", "window_of"]
+def room(family: Room) -> ModuleType:
+    """The module holding a family's wrappers (one branch per family, as vLLM's
+    ``init_speculator`` picks a speculator class by method)."""
+    if family is Room.SPECULATOR:
+        from vllm_ascend.worker.v2.spec_decode.draft_window.hooks import speculator as module
+    elif family is Room.DFLASH:
+        from vllm_ascend.worker.v2.spec_decode.draft_window.hooks import dflash as module
+    elif family is Room.AUTOREGRESSIVE:
+        from vllm_ascend.worker.v2.spec_decode.draft_window.hooks import (
+            autoregressive as module,
+        )
+    elif family is Room.ASCEND_AUTOREGRESSIVE:
+        from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.ascend import (
+            autoregressive as module,
+        )
+    elif family is Room.ASCEND_DSPARK:
+        from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.ascend import dspark as module
+    else:
+        raise ValueError(f"no room of hooks for {family}")
+    return module
+
+
+def wrapper_factory(hook: Hook) -> Callable:
+    """``factory(original, installed)`` making the wrapper of ``hook``'s method."""
+    return getattr(room(hook.room), hook.wrapper_name)
+
+
+__all__ = ["WINDOW_ATTR", "Installed", "room", "window_of", "wrapper_factory"]

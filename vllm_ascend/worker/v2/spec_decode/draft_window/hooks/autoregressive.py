@@ -1,11 +1,13 @@
-"""The autoregressive (EAGLE/EAGLE3) family: vLLM's ``TargetDependentARSpeculator`` (0.33;
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
+"""vLLM's autoregressive (EAGLE/EAGLE3) family: ``TargetDependentARSpeculator`` (0.33;
 ``AutoRegressiveSpeculator`` in 0.30, whose ``capture`` vllm-ascend reimplements) and its
-graph managers. Each decode step builds through the draft build hook (``draft.py``); these
-serve the rest of a propose:
+graph managers. Each decode step builds through the draft build hook (``speculator.py``);
+these serve the rest of a propose:
 
 - ``propose`` and ``_prefill``: the draft prefill reuses the target's metadata dict; the
   draft layers' entries are replaced by metadata built for the window through the draft's
-  own builders (the target's objects are never touched).
+  own builders (``autoregressive_prefill.py``; the target's objects are never touched).
 - ``capture``: names the capture, the one place a draft prefill runs outside ``propose``
   (on the target's dummy metadata; its graphs are PIECEWISE at most).
 - ``init_cudagraph_manager``: a FULL prefill graph would read the target's captured
@@ -18,20 +20,19 @@ serve the rest of a propose:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import sys
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-import torch
 from vllm.config.compilation import CUDAGraphMode
 from vllm.v1.attention.backends.utils import PAD_SLOT_ID
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY
-from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import dcp_local_lengths
+from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.autoregressive_prefill import (
+    windowed_prefill_metadata,
+)
 from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import (
     WINDOW_ATTR,
     Installed,
@@ -41,8 +42,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import (
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
-from vllm_ascend.worker.v2.spec_decode.draft_window.proof import not_in_path
-from vllm_ascend.worker.v2.spec_decode.draft_window.window import window_seq_lens
+from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import not_in_path
 
 
 def propose(original: Callable, installed: Installed) -> Callable:
@@ -65,7 +65,7 @@ def propose(original: Callable, installed: Installed) -> Callable:
         if target_metadata is not None and not state.prefill_windowed:
             raise not_in_path(
                 f"{type(self).__name__}.propose ran its draft prefill without the window's "
-                f"hook {installed.names['prefill']} (an override without super()?), so the "
+                f"hook {installed.hooked('_prefill')} (an override without super()?), so the "
                 f"draft prefill read the target's unwindowed metadata"
             )
         return drafts
@@ -99,7 +99,7 @@ def prefill(original: Callable, installed: Installed) -> Callable:
             return original(*bound.args, **bound.kwargs)
         state.prefill_windowed = True
         batch = state.prefill_batch
-        host_mirror = installed.line.host_mirror
+        host_mirror = installed.release.host_mirror
         draft_metadata = windowed_prefill_metadata(
             self, window, batch, path, host_mirror and host_mirror[1]
         )
@@ -115,94 +115,7 @@ def prefill(original: Callable, installed: Installed) -> Callable:
     return around(original, installed, body)
 
 
-def windowed_prefill_metadata(
-    speculator: Any, window: Mrv2DraftWindow, batch: Any, path: str, host_mirror: str | None = None
-) -> dict:
-    """The draft layers' prefill metadata: the target's batch, read through the window.
-
-    Built by vLLM's own ``ModelState.prepare_attn`` with the draft's attention groups, as
-    the target runner builds the target's (eager/PIECEWISE sizes), from the windowed
-    ``seq_lens`` of the target's lengths and the cropped tables. ``host_mirror``: the name
-    of the batch's exact host mirror of its lengths, where the line's batches keep one.
-    """
-    n = batch.num_reqs
-    window.refresh(n, seq_lens=batch.seq_lens, query_start_loc=batch.query_start_loc)
-    query_lens_cpu = torch.from_numpy(np.diff(batch.query_start_loc_np[: n + 1]))
-    bound = window.host_upper_bound(batch.seq_lens_cpu_upper_bound, n, 0, query_lens_cpu)[:n]
-    # NOTE: vLLM keeps the host bound exact for prefill rows, and builders (MLA) rely on it
-    # (context = bound - q); there the same windowing applied to the exact host length
-    # gives the exact windowed length.
-    prefilling = torch.from_numpy(batch.is_prefilling_np[:n])
-    if bool(prefilling.any()):
-        windowed = _window_exact(window, batch.seq_lens_cpu_upper_bound[:n], query_lens_cpu)
-        bound[prefilling] = windowed[prefilling]
-    changes: dict[str, Any] = {"seq_lens": window.seq_lens[:n], "seq_lens_cpu_upper_bound": bound}
-    if getattr(batch, "dcp_local_seq_lens", None) is not None:
-        # The target's DCP-local lengths are this rank's share of the whole context; the
-        # window's are its share of [start, L) (a window start is whole rounds of every
-        # rank: window.py), from the windowed lengths on the device.
-        local = window.dcp_local_seq_lens
-        dcp_local_lengths(
-            window.seq_lens[:n], window.dcp, scratch=window.dcp_scratch[:n], out=local[:n]
-        )
-        local[n:].zero_()
-        changes["dcp_local_seq_lens"] = local[: batch.dcp_local_seq_lens.shape[0]]
-    fields = {f.name for f in dataclasses.fields(batch)}
-    if "prompt_lens" in fields:
-        # Prompt lengths feed the target's restricted-SWA prefix, in absolute positions
-        # the cropped tables no longer use; draft layers have no such prefix.
-        changes["prompt_lens"] = None
-    mirror = getattr(batch, host_mirror, None) if host_mirror else None
-    if mirror is not None:
-        # The exact host mirror of the target's lengths, which the line's kernel takes as
-        # the exact lengths: windowed by the device's arithmetic (the mirror is exact).
-        exact = torch.from_numpy(np.ascontiguousarray(mirror[:n], dtype=np.int32))
-        changes[host_mirror] = _window_exact(window, exact, query_lens_cpu).numpy()
-    windowed_batch = dataclasses.replace(batch, **changes)
-    block_tables = tuple(t[:n] for t in window.block_tables.input_block_tables)
-    model_state = speculator.model_state
-    # The model state may keep what it built (vllm-ascend keeps the target's metadata for
-    # its graph replays, and takes its max_seq_len from max_model_len): the draft's
-    # build leaves every attribute as it was.
-    kept = dict(vars(model_state))
-    if isinstance(kept.get("max_model_len"), int) and n:
-        model_state.max_model_len = min(kept["max_model_len"], int(bound.max()))
-    window.exact_host_rows = prefilling
-    try:
-        with window.on_path(path):
-            return model_state.prepare_attn(
-                windowed_batch,
-                CUDAGraphMode.NONE,
-                block_tables,
-                speculator.block_tables.slot_mappings[:, : batch.num_tokens],
-                # The groups the window leaves alone keep the target's metadata (_prefill).
-                window.windowed_attn_groups or speculator.attn_groups,
-                speculator.kv_cache_config,
-            )
-    finally:
-        window.exact_host_rows = None
-        for name in set(vars(model_state)) - set(kept):
-            delattr(model_state, name)
-        vars(model_state).update(kept)
-        # The prefill's metadata holds the wide tables; everything else (decode builds, a
-        # graph capture's dummy tables) reads the per-step ones.
-        window.block_tables.windows = window.windows
-
-
-def _window_exact(window: Mrv2DraftWindow, exact: torch.Tensor, query_lens: torch.Tensor):
-    """Exact host lengths of a multi-token pass, windowed by the device's arithmetic."""
-    windowed = torch.empty_like(exact)
-    window_seq_lens(
-        exact,
-        window.spec,
-        skip_out=torch.empty_like(exact),
-        out=windowed,
-        query_lens=query_lens.to(exact.dtype),
-    )
-    return windowed
-
-
-def ar_capture(original: Callable, installed: Installed) -> Callable:
+def capture(original: Callable, installed: Installed) -> Callable:
     """The speculator's ``capture``: named on the window's path, and its draft prefill
     (outside propose) allowed to read the target's dummy metadata."""
     path = original.__qualname__
@@ -265,7 +178,7 @@ def init_cudagraph_manager(original: Callable, installed: Installed) -> Callable
 
 def manager_capture(original: Callable, installed: Installed) -> Callable:
     """The decode graph manager's ``capture``: the graphs record the persistent windowed
-    buffers (and every build under the capture is checked by the proof)."""
+    buffers (and every build under the capture is checked by the path check)."""
     signature = inspect.signature(original)
     path = original.__qualname__
 
@@ -277,7 +190,7 @@ def manager_capture(original: Callable, installed: Installed) -> Callable:
         bound = signature.bind(self, *args, **kwargs)
         bound.arguments["input_buffers"] = window.input_buffers
         bound.arguments["block_tables"] = window.block_tables
-        window.proof.capture_on(path)
+        window.path_check.capture_on(path)
         with window.on_path(path):
             return original(*bound.args, **bound.kwargs)
 

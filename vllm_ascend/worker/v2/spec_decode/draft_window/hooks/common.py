@@ -1,5 +1,7 @@
-"""What every family of hooks shares: the installation they serve, a speculator's window,
-and the per-speculator state of a propose."""
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
+"""What every room of hooks shares: the installation they serve, a speculator's window, the
+per-speculator state of a propose, and the two shapes of wrapper."""
 
 from __future__ import annotations
 
@@ -9,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY, DraftWindowConfig
-from vllm_ascend.worker.v2.spec_decode.draft_window.lines import Line
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
-from vllm_ascend.worker.v2.spec_decode.draft_window.proof import not_in_path
+from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import not_in_path
+from vllm_ascend.worker.v2.spec_decode.draft_window.releases import Release
 
 WINDOW_ATTR = "draft_window"
 STATE_ATTR = "_draft_window_propose"
@@ -22,14 +24,18 @@ _UNSET = object()
 @dataclass
 class Installed:
     """The installation the hooks serve (``install.py`` makes it and hands it to every
-    factory): the line, the names of the methods it wrapped (``Class.method``, as the line
-    resolved them, for the paths the proof and the errors name), and whether it is still
-    active (after uninstalling, a wrapper another plugin keeps in its chain makes no
+    factory): the release, the classes whose methods it wrapped (``Class.method`` per method
+    name, as the release resolved them, for the errors that name a path), and whether it is
+    still active (after uninstalling, a wrapper another plugin keeps in its chain makes no
     window)."""
 
-    line: Line
-    names: dict[str, str] = field(default_factory=dict)
+    release: Release
+    names: dict[str, list[str]] = field(default_factory=dict)
     active: bool = True
+
+    def hooked(self, method: str) -> str:
+        """``Class.method`` of the hooked ``method`` (the classes, where several are)."""
+        return " and ".join(self.names.get(method, [method]))
 
 
 @dataclass
@@ -73,7 +79,7 @@ def window_of(speculator: Any, installed: Installed) -> Mrv2DraftWindow | None:
     if installed.active and DraftWindowConfig.from_additional_config(additional).enabled:
         raise not_in_path(
             f"{type(speculator).__name__}.set_attn did not run through the window's hook (an "
-            f"override of {installed.names['set_attn']} without super()?), so its draft has "
+            f"override of {installed.hooked('set_attn')} without super()?), so its draft has "
             f"no window although {KEY} is set"
         )
     setattr(speculator, WINDOW_ATTR, None)

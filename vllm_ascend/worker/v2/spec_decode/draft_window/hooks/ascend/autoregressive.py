@@ -1,14 +1,16 @@
-"""vllm-ascend's told lengths (``worker/v2/spec_decode/`` on the 0.30 line): where its
-speculator subclasses tell their kernel host lengths of their own, each is windowed by the
-device's arithmetic, from the same start as the device's lengths and cropped table.
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
+"""What vllm-ascend adds to the EAGLE family (``AscendAutoRegressiveSpeculator``, 0.30): the
+actual lengths its kernel takes, which it computes on the host, each windowed by the
+device's arithmetic from the same start as the device's lengths and cropped table:
 
-- the EAGLE decode's next-step host lengths (``seq_lens_list``, ``seq_lens_cpu``): the
-  target's length plus the step, windowed like the device side of the same step;
-- its FULL-graph replay parameters (``actual_seq_lengths_kv`` per recorded step);
-- DSpark's exact host copy of the draft's device lengths (its MLA path);
-- under decode context parallelism, the told lengths its DCP manager hands each EAGLE
-  build, which vllm-ascend then splits per rank: windowed before the split, so that every
-  rank is told its share of the window (a window start is whole rounds of every rank).
+- each decode step's ``_calc_next_seq_lens_cpu`` (``seq_lens_list``, ``seq_lens_cpu``):
+  the target's length plus the step, windowed like the device side of the same step;
+- ``build_fia_params``, a FULL-graph replay's ``actual_seq_lengths_kv`` per recorded step;
+- under decode context parallelism, the lengths its DCP manager hands each build
+  (``_build_attn_metadata``), which vllm-ascend then splits per rank: windowed before the
+  split, so that every rank gets its share of the window (a window start is whole rounds
+  of every rank).
 """
 
 from __future__ import annotations
@@ -26,38 +28,24 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import (
     around,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
-from vllm_ascend.worker.v2.spec_decode.draft_window.proof import not_in_path
+from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import not_in_path
 
 
-def told_host_lengths(original: Callable, installed: Installed) -> Callable:
-    """The host lengths an EAGLE decode step's kernel takes, windowed in place."""
+def calc_next_seq_lens_cpu(original: Callable, installed: Installed) -> Callable:
+    """``_calc_next_seq_lens_cpu``: the host lengths an EAGLE decode step's kernel takes,
+    windowed in place."""
 
     def windowed(
         self: Any, window: Mrv2DraftWindow, lengths: torch.Tensor, *args: Any, **kwargs: Any
     ) -> torch.Tensor:
-        return window.window_host_lengths(lengths)
+        return window.window_actual_seq_lens(lengths)
 
     return after(original, installed, windowed)
 
 
-def exact_host_lengths(original: Callable, installed: Installed) -> Callable:
-    """The exact host copy of the draft's device lengths a DSpark MLA kernel takes,
-    windowed in place (the copy is exact, so the start is the device's)."""
-
-    def windowed(
-        self: Any, window: Mrv2DraftWindow, result: tuple, *args: Any, **kwargs: Any
-    ) -> tuple:
-        seq_lens_cpu, _ = result
-        if seq_lens_cpu is not None:
-            window.window_host_lengths(seq_lens_cpu)
-        return result
-
-    return after(original, installed, windowed)
-
-
-def fia_params(original: Callable, installed: Installed) -> Callable:
-    """The per-step ``actual_seq_lengths_kv`` a FULL-graph replay hands the recorded kernel,
-    windowed like the device side of each recorded step."""
+def build_fia_params(original: Callable, installed: Installed) -> Callable:
+    """``build_fia_params``: the per-step ``actual_seq_lengths_kv`` a FULL-graph replay hands
+    the recorded kernel, windowed like the device side of each recorded step."""
     signature = inspect.signature(original)
 
     def windowed(
@@ -77,11 +65,11 @@ def fia_params(original: Callable, installed: Installed) -> Callable:
         # the list alive, so its id is not reused meanwhile).
         done: dict[int, tuple[list[int], list[int]]] = {}
         for param in params:
-            told = param["actual_seq_lengths_kv"]
-            if id(told) not in done:
-                lengths = torch.tensor(told, dtype=torch.int32)
-                done[id(told)] = (told, window.window_host_lengths(lengths).tolist())
-            param["actual_seq_lengths_kv"] = done[id(told)][1]
+            lengths = param["actual_seq_lengths_kv"]
+            if id(lengths) not in done:
+                windowed = window.window_actual_seq_lens(torch.tensor(lengths, dtype=torch.int32))
+                done[id(lengths)] = (lengths, windowed.tolist())
+            param["actual_seq_lengths_kv"] = done[id(lengths)][1]
         return params
 
     return after(original, installed, windowed)
@@ -89,35 +77,35 @@ def fia_params(original: Callable, installed: Installed) -> Callable:
 
 def _dcp_shares(speculator: Any, window: Mrv2DraftWindow, params: list) -> list:
     """Under DCP each step's ``actual_seq_lengths_kv`` is this rank's share of the step's
-    told lengths (the target's length plus the step), which only the told lengths can be
+    global lengths (the target's length plus the step), which only the global lengths can be
     windowed from: each step's are recomputed as vllm-ascend computes them for the eager
     update (``_calc_next_seq_lens_cpu``, windowed by its hook), then split for this rank."""
-    told_lists = list(
+    step_lists = list(
         {id(p["actual_seq_lengths_kv"]): p["actual_seq_lengths_kv"] for p in params}.values()
     )
-    if len(told_lists) != speculator.num_speculative_steps - 1:
+    if len(step_lists) != speculator.num_speculative_steps - 1:
         raise not_in_path(
-            f"{type(speculator).__name__}.build_fia_params gave {len(told_lists)} DCP length "
+            f"{type(speculator).__name__}.build_fia_params gave {len(step_lists)} DCP length "
             f"lists for {speculator.num_speculative_steps - 1} decode steps, which the window "
             f"cannot match to their steps"
         )
-    n, n_pad = speculator.input_batch.num_reqs, len(told_lists[0])
+    n, n_pad = speculator.input_batch.num_reqs, len(step_lists[0])
     target = torch.zeros(n_pad, dtype=torch.int32)
     target[:n] = torch.from_numpy(speculator.input_batch.seq_lens_np[:n])
     shares = {}
-    for step, told in enumerate(told_lists, start=1):
+    for step, lengths_of_step in enumerate(step_lists, start=1):
         lengths = speculator._calc_next_seq_lens_cpu(target, n, n_pad, step)
         share = dcp_local_lengths(
             lengths, window.dcp, scratch=torch.empty_like(lengths), out=torch.empty_like(lengths)
         )
-        shares[id(told)] = share.tolist()
+        shares[id(lengths_of_step)] = share.tolist()
     for param in params:
         param["actual_seq_lengths_kv"] = shares[id(param["actual_seq_lengths_kv"])]
     return params
 
 
-def dcp_told_lengths(original: Callable, installed: Installed) -> Callable:
-    """``AscendAutoRegressiveSpeculator._build_attn_metadata`` under DCP: the told lengths
+def build_attn_metadata(original: Callable, installed: Installed) -> Callable:
+    """``AscendAutoRegressiveSpeculator._build_attn_metadata`` under DCP: the actual lengths
     its DCP manager returns for the build (``prepare_draft_dcp_metadata_inputs``: the
     target's length plus the step), windowed in place before vllm-ascend splits them."""
 
@@ -125,11 +113,11 @@ def dcp_told_lengths(original: Callable, installed: Installed) -> Callable:
         manager = getattr(self, "dcp_manager", None) if getattr(self, "use_dcp", False) else None
         if manager is None:
             return original(self, *args, **kwargs)
-        told = manager.prepare_draft_dcp_metadata_inputs
+        prepare = manager.prepare_draft_dcp_metadata_inputs
 
         def windowed(*inner: Any, **inner_kwargs: Any) -> tuple:
-            seq_lens_cpu, is_prefilling = told(*inner, **inner_kwargs)
-            window.window_host_lengths(seq_lens_cpu)
+            seq_lens_cpu, is_prefilling = prepare(*inner, **inner_kwargs)
+            window.window_actual_seq_lens(seq_lens_cpu)
             return seq_lens_cpu, is_prefilling
 
         # For this build only: the manager's own method comes back after it.

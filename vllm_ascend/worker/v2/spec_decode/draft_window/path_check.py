@@ -1,9 +1,12 @@
-"""The run-time proof that the draft's attention is handed the window, on every path.
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
+"""The path check: the run-time check that the draft's attention is handed the window, on
+every path.
 
 The hooks wrap vLLM methods by name. A subclass that overrides one without ``super()``, a
 vLLM that stops forwarding ``_build_uniform_attn_metadata`` to ``_build_attn_metadata``, or
 a graph capture that goes around the hooked one would leave the draft reading its whole
-context, and nothing would say so. The proof therefore watches the other end: the
+context, and nothing would say so. The path check therefore watches the other end: the
 attention metadata builders of every windowed KV-cache group. The first time each path
 hands them metadata (and at every build of a graph capture: a capture's input preparation
 and the steps it records run under the same hooks), it checks that
@@ -30,7 +33,7 @@ and the steps it records run under the same hooks), it checks that
 Any failure stops with an error naming the path: the hooks a build ran under, or, for a
 build under none, the methods that called it. The checks read pointers, shapes and host
 tensors only: no device value, so they may run inside a graph capture. Once a path is
-proven, a build costs one set lookup (and the prefill-row check above, two integers).
+checked, a build costs one set lookup (and the prefill-row check above, two integers).
 """
 
 from __future__ import annotations
@@ -40,12 +43,12 @@ from typing import Any
 
 import torch
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.lines import dotted
+from vllm_ascend.worker.v2.spec_decode.draft_window.releases import Release, dotted
 
 # The builder methods a kernel's metadata comes from.
 _BUILDS = ("build", "build_for_cudagraph_capture")
 _UPDATE = "update_draft_decode_metadata"
-# The path label of the in-place update hook (hooks/draft.py).
+# The path label of the in-place update hook (hooks/speculator.py).
 UPDATE_PATH = "DraftModelSpeculator._update_draft_decode_metadata"
 _NOT_SUPPORTED = "Windowing it is not supported: remove draft_window_size, or report the path."
 
@@ -59,23 +62,22 @@ def not_in_path(what: str) -> WindowNotInPathError:
     return WindowNotInPathError(f"draft window not in the path: {what}. {_NOT_SUPPORTED}")
 
 
-class WindowProof:
-    """Watches the builders of one speculator's windowed KV-cache groups (``watch``: the
-    speculator, and the host-length fields the installed line's builders keep)."""
+class PathCheck:
+    """Watches the builders of one speculator's windowed KV-cache groups, with the
+    host-length fields the installed release's builders keep."""
 
-    def __init__(self, window: Any, watch: Any) -> None:
-        speculator = watch.speculator
+    def __init__(self, window: Any, speculator: Any, release: Release) -> None:
         self.speculator = speculator
         self.window = window
         # The built metadata's host length lists the kernel takes (vllm-ascend's FIA and MLA
         # keep them), as dotted attribute paths.
-        self.built_host_lengths = watch.built_host_lengths
+        self.built_host_lengths = release.built_host_lengths
         # The built metadata's (decode rows, prefill rows) counts, where a prefill path takes
-        # the host bound as exact (lines.Line.bound_as_exact_rows).
-        self.bound_as_exact_rows = watch.bound_as_exact_rows
-        # The line's host mirrors of the unwindowed lengths (draft's and target's), which a
+        # the host bound as exact (releases.Release.bound_as_exact_rows).
+        self.bound_as_exact_rows = release.bound_as_exact_rows
+        # The release's host mirrors of the unwindowed lengths (draft's and target's), which a
         # built host seq_lens must never be.
-        mirror_name = watch.host_mirror[0] if watch.host_mirror else None
+        mirror_name = release.host_mirror[0] if release.host_mirror else None
         self.unwindowed_host = [
             mirror
             for buffers in (
@@ -86,10 +88,10 @@ class WindowProof:
             and isinstance(mirror := getattr(buffers, mirror_name, None), torch.Tensor)
         ]
         # (path, builder method, group) already checked, outside graph captures.
-        self.proven: set[tuple[tuple[str, ...], str, int]] = set()
+        self.checked: set[tuple[tuple[str, ...], str, int]] = set()
         # The hooks that capture graphs (``capture_on``): every build under them is checked.
         self.capture_paths: set[str] = set()
-        # Number of builder calls checked: shows in tests that the proof ran.
+        # Number of builder calls checked: shows in tests that the check ran.
         self.num_checks = 0
         for g in window.windows:
             for group in speculator.attn_groups[g]:
@@ -107,7 +109,7 @@ class WindowProof:
 
         def watched(*args: Any, **kwargs: Any) -> Any:
             key = (tuple(self.window.path), name, g)
-            if key in self.proven:
+            if key in self.checked:
                 metadata = real(*args, **kwargs)
                 if self.bound_as_exact_rows is not None:
                     self._check_exact_rows(name, g, metadata)
@@ -119,9 +121,9 @@ class WindowProof:
                 self._check_exact_rows(name, g, metadata)
             # NOTE: within a graph capture every build is checked: a capture's input
             # preparation and the steps it records build under the same hooks, and a step
-            # that went around the build hook must not pass as the preparation proven first.
+            # that went around the build hook must not pass as the preparation checked first.
             if self.capture_paths.isdisjoint(self.window.path):
-                self.proven.add(key)
+                self.checked.add(key)
             return metadata
 
         watched.__wrapped__ = real
@@ -216,14 +218,14 @@ class WindowProof:
             )
 
     def _is_host_mirror(self, seq_lens: torch.Tensor, host: Any) -> bool:
-        """Where the kernel is told host lengths (vllm-ascend's EAGLE: its builder keeps the
-        host lengths it was given, and its decode steps overwrite them in place), the built
-        ``seq_lens`` is a host tensor holding ``seq_lens_list``, which the cap bounds; never
-        one of vLLM's own device tensors of unwindowed lengths."""
+        """Where the kernel takes actual lengths from the host (vllm-ascend's EAGLE: its
+        builder keeps the host lengths it was given, and its decode steps overwrite them in
+        place), the built ``seq_lens`` is a host tensor holding ``seq_lens_list``, which the
+        cap bounds; never one of vLLM's own device tensors of unwindowed lengths."""
         window = self.window
         vllms = [window.input_buffers.base.seq_lens, *self.unwindowed_host]
-        if window.told is not None:
-            vllms.append(window.told.source)
+        if window.actual is not None:
+            vllms.append(window.actual.source)
         return (
             isinstance(host, list)
             and seq_lens.device.type == "cpu"

@@ -1,3 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """Trust, then use: the one-launch refresh (``fused.py``) serves a window only after a
 start-up self-check on the window's own device agrees with the torch path bit for bit."""
 
@@ -9,7 +11,8 @@ from typing import Any
 import torch
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.fused import triton_available
-from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow, ToldLengths
+from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
+from vllm_ascend.worker.v2.spec_decode.draft_window.plan import ActualSeqLens, Plan
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import ceil_div
 
 
@@ -18,7 +21,7 @@ def compare_with_torch(
     num_reqs_padded: int,
     source: torch.Tensor,
     query_start_loc: torch.Tensor | None = None,
-    told_step: int | None = None,
+    actual_step: int | None = None,
 ) -> list[str]:
     """Refresh ``window`` through the torch path and through the fused kernel on the same
     inputs; return what differs (empty: bit for bit equal). Uses the window's own buffers,
@@ -28,23 +31,23 @@ def compare_with_torch(
     kept = window.fused_steps, window.fused_chunks
     window.fused_steps = window.fused_chunks = None
     try:
-        window.refresh(n, seq_lens=source, query_start_loc=query_start_loc, told_step=told_step)
+        window.refresh(n, seq_lens=source, query_start_loc=query_start_loc, actual_step=actual_step)
     finally:
         window.fused_steps, window.fused_chunks = kept
-    expected = _outputs(window, windows, n, told_step is not None)
-    for buffer in (window.seq_lens, window.window_skip, window.told_windowed):
+    expected = _outputs(window, windows, n, actual_step is not None)
+    for buffer in (window.seq_lens, window.window_skip, window.actual_windowed):
         buffer.fill_(-7)
     for cropped in windows.values():
         cropped.block_table.fill_(-7)
-    window.refresh(n, seq_lens=source, query_start_loc=query_start_loc, told_step=told_step)
-    got = _outputs(window, windows, n, told_step is not None)
+    window.refresh(n, seq_lens=source, query_start_loc=query_start_loc, actual_step=actual_step)
+    got = _outputs(window, windows, n, actual_step is not None)
     return [name for name in expected if not torch.equal(expected[name], got[name])]
 
 
-def _outputs(window: Any, windows: dict, n: int, told: bool) -> dict[str, torch.Tensor]:
+def _outputs(window: Any, windows: dict, n: int, actual: bool) -> dict[str, torch.Tensor]:
     out = {"seq_lens": window.seq_lens[:n].clone(), "skip": window.window_skip[:n].clone()}
-    if told:
-        out["told_windowed"] = window.told_windowed[:n].clone()
+    if actual:
+        out["actual_windowed"] = window.actual_windowed[:n].clone()
     for g, cropped in windows.items():
         out[f"group {g} table"] = cropped.block_table[:n].clone()
     return out
@@ -52,7 +55,7 @@ def _outputs(window: Any, windows: dict, n: int, told: bool) -> dict[str, torch.
 
 def self_check(window: Mrv2DraftWindow, seed: int = 0) -> list[str]:
     """The start-up check on the window's device: a synthetic window of the same shape (W,
-    alignment, sinks, threshold, groups and block sizes, told lengths; its own small tables and
+    alignment, sinks, threshold, groups and block sizes, actual lengths; its own small tables and
     lengths) refreshed by both paths, for every variant the window uses. Returns what
     differs, named by variant (empty: the kernel may be used)."""
     spec = window.spec
@@ -70,23 +73,20 @@ def self_check(window: Mrv2DraftWindow, seed: int = 0) -> list[str]:
         )
         tables.append(ids.to(device))
         sizes.append(b)
-    told = None
-    if window.told is not None:
+    actual = None
+    if window.actual is not None:
         # The window's own max_model_len: Triton specializes on some integer arguments.
-        high = min(max_len, window.told.max_model_len)
-        told_source = torch.randint(0, high, (rows,), generator=gen, dtype=torch.int32)
-        told = ToldLengths(told_source.to(device), window.told.max_model_len)
+        high = min(max_len, window.actual.max_model_len)
+        source = torch.randint(0, high, (rows,), generator=gen, dtype=torch.int32)
+        actual = ActualSeqLens(source.to(device), window.actual.max_model_len)
+    # The window's own shape, over tables of the same column units.
+    plan = Plan(spec, window.group_block_sizes, max_chunk_len=2 * spec.window_size, actual=actual)
     synthetic = Mrv2DraftWindow(
-        window_size=spec.window_size,
-        input_buffers=SimpleNamespace(seq_lens=torch.zeros(rows, dtype=torch.int32, device=device)),
-        block_tables=SimpleNamespace(input_block_tables=tables, block_sizes=sizes),
-        draft_group_ids=groups,
+        plan,
+        SimpleNamespace(seq_lens=torch.zeros(rows, dtype=torch.int32, device=device)),
+        SimpleNamespace(input_block_tables=tables, block_sizes=sizes),
         max_num_reqs=rows,
         device=device,
-        max_chunk_len=2 * spec.window_size,
-        attention_sinks=spec.sink_size,
-        min_context=spec.min_context,
-        told=told,
     )
     synthetic.enable_fused()
     lengths = torch.randint(0, max_len, (rows,), generator=gen, dtype=torch.int32)
@@ -99,8 +99,8 @@ def self_check(window: Mrv2DraftWindow, seed: int = 0) -> list[str]:
     qsl = torch.zeros(rows + 1, dtype=torch.int32)
     qsl[1:] = torch.cumsum(query_lens, 0)
     variants: dict[str, dict] = {"decode": {}, "prefill": {"query_start_loc": qsl.to(device)}}
-    if told is not None:
-        variants["told"] = {"told_step": 1}
+    if actual is not None:
+        variants["actual"] = {"actual_step": 1}
     problems = []
     for name, kwargs in variants.items():
         diff = compare_with_torch(synthetic, rows, lengths.to(device), **kwargs)

@@ -1,0 +1,105 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
+"""The EAGLE draft prefill's metadata, built for the window: the target's batch read through
+the window by vLLM's own ``ModelState.prepare_attn`` with the draft's attention groups
+(``autoregressive.py``'s ``_prefill`` hook hands it over)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+from vllm.config.compilation import CUDAGraphMode
+
+from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import dcp_local_lengths
+from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
+from vllm_ascend.worker.v2.spec_decode.draft_window.window import window_seq_lens
+
+
+def windowed_prefill_metadata(
+    speculator: Any, window: Mrv2DraftWindow, batch: Any, path: str, host_mirror: str | None = None
+) -> dict:
+    """The draft layers' prefill metadata: the target's batch, read through the window.
+
+    Built by vLLM's own ``ModelState.prepare_attn`` with the draft's attention groups, as
+    the target runner builds the target's (eager/PIECEWISE sizes), from the windowed
+    ``seq_lens`` of the target's lengths and the cropped tables. ``host_mirror``: the name
+    of the batch's exact host mirror of its lengths, where the line's batches keep one.
+    """
+    n = batch.num_reqs
+    window.refresh(n, seq_lens=batch.seq_lens, query_start_loc=batch.query_start_loc)
+    query_lens_cpu = torch.from_numpy(np.diff(batch.query_start_loc_np[: n + 1]))
+    bound = window.host_upper_bound(batch.seq_lens_cpu_upper_bound, n, 0, query_lens_cpu)[:n]
+    # NOTE: vLLM keeps the host bound exact for prefill rows, and builders (MLA) rely on it
+    # (context = bound - q); there the same windowing applied to the exact host length
+    # gives the exact windowed length.
+    prefilling = torch.from_numpy(batch.is_prefilling_np[:n])
+    if bool(prefilling.any()):
+        windowed = _window_exact(window, batch.seq_lens_cpu_upper_bound[:n], query_lens_cpu)
+        bound[prefilling] = windowed[prefilling]
+    changes: dict[str, Any] = {"seq_lens": window.seq_lens[:n], "seq_lens_cpu_upper_bound": bound}
+    if getattr(batch, "dcp_local_seq_lens", None) is not None:
+        # The target's DCP-local lengths are this rank's share of the whole context; the
+        # window's are its share of [start, L) (a window start is whole rounds of every
+        # rank: window.py), from the windowed lengths on the device.
+        local = window.dcp_local_seq_lens
+        dcp_local_lengths(
+            window.seq_lens[:n], window.dcp, scratch=window.dcp_scratch[:n], out=local[:n]
+        )
+        local[n:].zero_()
+        changes["dcp_local_seq_lens"] = local[: batch.dcp_local_seq_lens.shape[0]]
+    fields = {f.name for f in dataclasses.fields(batch)}
+    if "prompt_lens" in fields:
+        # Prompt lengths feed the target's restricted-SWA prefix, in absolute positions
+        # the cropped tables no longer use; draft layers have no such prefix.
+        changes["prompt_lens"] = None
+    mirror = getattr(batch, host_mirror, None) if host_mirror else None
+    if mirror is not None:
+        # The exact host mirror of the target's lengths, which the line's kernel takes as
+        # the exact lengths: windowed by the device's arithmetic (the mirror is exact).
+        exact = torch.from_numpy(np.ascontiguousarray(mirror[:n], dtype=np.int32))
+        changes[host_mirror] = _window_exact(window, exact, query_lens_cpu).numpy()
+    windowed_batch = dataclasses.replace(batch, **changes)
+    block_tables = tuple(t[:n] for t in window.block_tables.input_block_tables)
+    model_state = speculator.model_state
+    # The model state may keep what it built (vllm-ascend keeps the target's metadata for
+    # its graph replays, and takes its max_seq_len from max_model_len): the draft's
+    # build leaves every attribute as it was.
+    kept = dict(vars(model_state))
+    if isinstance(kept.get("max_model_len"), int) and n:
+        model_state.max_model_len = min(kept["max_model_len"], int(bound.max()))
+    window.exact_host_rows = prefilling
+    try:
+        with window.on_path(path):
+            return model_state.prepare_attn(
+                windowed_batch,
+                CUDAGraphMode.NONE,
+                block_tables,
+                speculator.block_tables.slot_mappings[:, : batch.num_tokens],
+                # The groups the window leaves alone keep the target's metadata (_prefill).
+                window.windowed_attn_groups or speculator.attn_groups,
+                speculator.kv_cache_config,
+            )
+    finally:
+        window.exact_host_rows = None
+        for name in set(vars(model_state)) - set(kept):
+            delattr(model_state, name)
+        vars(model_state).update(kept)
+        # The prefill's metadata holds the wide tables; everything else (decode builds, a
+        # graph capture's dummy tables) reads the per-step ones.
+        window.block_tables.windows = window.windows
+
+
+def _window_exact(window: Mrv2DraftWindow, exact: torch.Tensor, query_lens: torch.Tensor):
+    """Exact host lengths of a multi-token pass, windowed by the device's arithmetic."""
+    windowed = torch.empty_like(exact)
+    window_seq_lens(
+        exact,
+        window.spec,
+        skip_out=torch.empty_like(exact),
+        out=windowed,
+        query_lens=query_lens.to(exact.dtype),
+    )
+    return windowed

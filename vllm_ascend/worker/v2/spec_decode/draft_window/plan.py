@@ -1,0 +1,221 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
+"""What one speculator's window is made of, decided once at ``set_attn``: ``plan`` walks the
+settings through every refusal (``policy.py``) and the group decisions (``groups.py``) to a
+``Plan``, the window's shape derived once (``WindowSpec``: alignment, sinks, threshold,
+reach) with everything else the window needs; ``Mrv2DraftWindow`` is built from it. A
+window that would change nothing stays off with one line saying why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from vllm_ascend.worker.v2.spec_decode.draft_window import policy
+from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
+    KEY,
+    MIN_CONTEXT_KEY,
+    SINKS_KEY,
+    DraftWindowConfig,
+)
+from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import DcpLayout, column_tokens
+from vllm_ascend.worker.v2.spec_decode.draft_window.groups import (
+    GroupDecision,
+    decide_groups,
+    describe_decisions,
+)
+from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
+from vllm_ascend.worker.v2.spec_decode.draft_window.releases import METHODS, Kind, Release
+from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec
+
+
+@dataclass(frozen=True)
+class ActualSeqLens:
+    """Where the kernel takes actual lengths computed on the host rather than the draft's
+    own (window.py: actual lengths), the window start comes from them, on the host and on
+    the device.
+
+    ``source``: the device tensor of the target's lengths they start from;
+    ``max_model_len``: where they are clamped. ``from_bound``: they are the builder's host
+    bound plus the build's step (vllm-ascend's DSpark on GLM-family targets, DFlash on MLA),
+    rather than the target's length plus each decode step (its EAGLE decode)."""
+
+    source: torch.Tensor
+    max_model_len: int
+    from_bound: bool = False
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One speculator's window: its shape and what its persistent buffers are sized by."""
+
+    spec: WindowSpec
+    # Per windowed draft KV-cache group: a request's tokens per table column (under DCP,
+    # every rank's: dcp.py).
+    group_units: Mapping[int, int]
+    # Under decode context parallelism: this rank's layout, read once at start-up.
+    layout: DcpLayout | None = None
+    # DFlash/DSpark: the query stretch every pass reads; an EAGLE decode step: 1.
+    max_query_len: int = 1
+    # EAGLE's draft prefill: its longest query chunk (wider tables of its own), else None.
+    max_chunk_len: int | None = None
+    actual: ActualSeqLens | None = None
+    # Every draft KV-cache group's decision (groups.py); the ones not windowed keep vLLM's
+    # own inputs.
+    decisions: tuple[GroupDecision, ...] = ()
+    # draft_attention_sinks as asked (``spec.sink_size``: rounded up to the alignment).
+    sink_tokens: int = 0
+
+    @classmethod
+    def of(
+        cls,
+        window_size: int,
+        block_tables: Any,
+        group_ids: Sequence[int],
+        *,
+        sink_tokens: int = 0,
+        min_context: int = 0,
+        **fields: Any,
+    ) -> Plan:
+        """The plan of a window over ``group_ids`` of ``block_tables``: the layout read and
+        the shape derived, once (``plan`` below, and windows made without a speculator)."""
+        layout = DcpLayout.of(block_tables)
+        units = column_tokens(block_tables, group_ids, layout)
+        spec = WindowSpec.derive(window_size, units.values(), sink_tokens, min_context)
+        return cls(spec, units, layout, sink_tokens=sink_tokens, **fields)
+
+    @property
+    def unwindowed_group_ids(self) -> list[int]:
+        return [d.group_id for d in self.decisions if not d.windowed]
+
+
+def plan(speculator: Any, config: DraftWindowConfig, release: Release) -> Plan | None:
+    """The window this speculator gets under ``config`` on ``release``; None: off (said
+    once)."""
+    window_size, method = config.draft_window_size, speculator.method
+    kind = METHODS.get(method)
+    if kind is Kind.SHARED_KV:
+        sinks = f" with {SINKS_KEY}={config.draft_attention_sinks}"
+        logger.warning(
+            "%s=%d%s is ignored for method %r: its draft layers share the target's KV "
+            "cache and attention, which the window must not crop.",
+            KEY,
+            window_size,
+            sinks if config.draft_attention_sinks else "",
+            method,
+        )
+        return None
+    policy.refuse_method(method, release, window_size)
+    query_stretch = speculator.num_speculative_steps + 1
+    policy.refuse_shape(method, window_size, query_stretch, speculator.vllm_config)
+    decisions = decide_groups(speculator.kv_cache_config, speculator.attn_groups)
+    policy.refuse_backends(speculator, release, decisions, window_size)
+    layout = DcpLayout.of(speculator.block_tables)
+    policy.refuse_dcp(speculator, layout, release, decisions, window_size)
+    windowed = _windowed_groups(decisions, window_size)
+    if not windowed:
+        return None
+    units = column_tokens(speculator.block_tables, windowed, layout)
+    spec = WindowSpec.derive(
+        window_size, units.values(), config.draft_attention_sinks, config.draft_window_min_context
+    )
+    if not _engages(spec, config, speculator.max_model_len):
+        return None
+    target = policy.model_type(speculator.vllm_config, "hf_config")
+    if method == "dspark" and target.startswith("deepseek_v4"):
+        logger.warning(
+            "%s=%d with a DeepSeek-V4 target: its DSpark draft is trained with the "
+            "target for long context, and a window may lower acceptance. The window "
+            "stays on.",
+            KEY,
+            window_size,
+        )
+    source = policy.actual_seq_lens_source(
+        speculator, release, decisions, window_size, layout is not None
+    )
+    actual = None
+    if source is not None:
+        lengths = speculator.target_input_buffers.seq_lens
+        from_bound = source == policy.FROM_HOST_BOUND
+        actual = ActualSeqLens(lengths, speculator.max_model_len, from_bound=from_bound)
+    ar = kind is Kind.AUTOREGRESSIVE
+    return Plan(
+        spec,
+        units,
+        layout,
+        max_query_len=1 if ar else query_stretch,
+        max_chunk_len=speculator.max_num_tokens if ar else None,
+        actual=actual,
+        decisions=tuple(decisions),
+        sink_tokens=config.draft_attention_sinks,
+    )
+
+
+def _windowed_groups(decisions: list[GroupDecision], window_size: int) -> list[int]:
+    """The draft groups the window serves; an unknown spec and none at all said once."""
+    for decision in decisions:
+        if decision.unknown:
+            logger.warning(
+                "%s: draft KV-cache group %d has a spec the window does not know "
+                "(%s); it is not windowed.",
+                KEY,
+                decision.group_id,
+                decision.spec_kind,
+            )
+    windowed = [d.group_id for d in decisions if d.windowed]
+    if not windowed:
+        logger.warning(
+            "%s=%d: no draft KV-cache group is one the window applies to, so the "
+            "draft window stays off; %s.",
+            KEY,
+            window_size,
+            describe_decisions(decisions),
+        )
+    return windowed
+
+
+def _engages(spec: WindowSpec, config: DraftWindowConfig, max_model_len: int) -> bool:
+    """Whether some request can be cropped: a context reaching ``S + W + a`` (and the
+    threshold, if any) within ``max_model_len``. A threshold that changes nothing is said
+    once."""
+    sinks = f" with {spec.sink_size} attention sinks" if spec.sink_size else ""
+    # A read leaves tokens out once start > S, which needs L >= S + W + a.
+    if max_model_len < spec.reach:
+        logger.info(
+            "%s=%d%s never crops with max_model_len=%d (the window start moves in "
+            "steps of %d tokens); the draft window stays off.",
+            KEY,
+            spec.window_size,
+            sinks,
+            max_model_len,
+            spec.alignment,
+        )
+        return False
+    asked = config.draft_window_min_context
+    if asked and not spec.min_context:
+        logger.info(
+            "%s=%d changes nothing: no context shorter than %d tokens (%s=%d%s and "
+            "the alignment %d) is cropped anyway, so every request reads its window "
+            "from there.",
+            MIN_CONTEXT_KEY,
+            asked,
+            spec.reach,
+            KEY,
+            spec.window_size,
+            sinks,
+            spec.alignment,
+        )
+    if spec.min_context > max_model_len:
+        logger.info(
+            "%s=%d is above max_model_len=%d: no request reaches it, so the draft "
+            "window stays off.",
+            MIN_CONTEXT_KEY,
+            spec.min_context,
+            max_model_len,
+        )
+        return False
+    return True
