@@ -10,7 +10,6 @@ from tests.testbed import use_triton_interpreter
 
 use_triton_interpreter()
 
-import json  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -79,38 +78,12 @@ def model_dir(tmp_path_factory):
     return tiny_model_dir(tmp_path_factory.mktemp("tiny-llama"))
 
 
-# A tiny DeepSeek-V2 (MLA) config: vLLM 0.33's MLA metadata takes head size 576 only
-# (kv_lora_rank 512 + rope 64).
-TINY_MLA = {
-    "architectures": ["DeepseekV2ForCausalLM"],
-    "model_type": "deepseek_v2",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "moe_intermediate_size": 32,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 4,
-    "kv_lora_rank": 512,
-    "q_lora_rank": None,
-    "qk_nope_head_dim": 16,
-    "qk_rope_head_dim": 64,
-    "v_head_dim": 16,
-    "num_hidden_layers": 2,
-    "vocab_size": 256,
-    "max_position_embeddings": 8192,
-    "rms_norm_eps": 1e-5,
-    "torch_dtype": "float32",
-    "n_routed_experts": 4,
-    "num_experts_per_tok": 2,
-    "first_k_dense_replace": 2,
-}
-
-
 @pytest.fixture(scope="session")
 def mla_dir(tmp_path_factory):
     """A tiny MLA model config written locally (no weights), for vLLM's MLA builders."""
-    root = tmp_path_factory.mktemp("tiny-mla-576")
-    (root / "config.json").write_text(json.dumps(TINY_MLA))
-    return root
+    from tests.testbed.tiny_models import TINY_MLA_576, write_model_dir
+
+    return write_model_dir(tmp_path_factory.mktemp("tiny-mla-576"), TINY_MLA_576)
 
 
 @pytest.fixture
@@ -118,17 +91,10 @@ def vllm_log_records():
     """What reaches vLLM's "vllm" logger at INFO and above, as a server configures it."""
     import logging
 
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    vllm_logger = logging.getLogger("vllm")
-    level = vllm_logger.level
-    # setLevel, not the attribute: it also clears the loggers' cached isEnabledFor answers.
-    vllm_logger.setLevel(logging.INFO)
-    vllm_logger.addHandler(handler)
-    yield records
-    vllm_logger.removeHandler(handler)
-    vllm_logger.setLevel(level)
+    from tests.testbed.logs import recorded
+
+    with recorded("vllm", logging.INFO) as records:
+        yield records
 
 
 @pytest.fixture
@@ -137,17 +103,12 @@ def window_log():
     "warning"."""
     import logging
 
-    records = []
-    handler = logging.Handler()
-    handler.emit = lambda record: records.append((record.levelname.lower(), record.getMessage()))
-    logger = logging.getLogger("vllm.draft_window")
-    level = logger.level
-    # setLevel, not the attribute: it also clears the loggers' cached isEnabledFor answers.
-    logger.setLevel(logging.INFO)
-    logger.addHandler(handler)
-    yield records
-    logger.removeHandler(handler)
-    logger.setLevel(level)
+    from tests.testbed.logs import recorded
+
+    with recorded(
+        "vllm.draft_window", logging.INFO, lambda r: (r.levelname.lower(), r.getMessage())
+    ) as records:
+        yield records
 
 
 @pytest.fixture

@@ -173,6 +173,23 @@ def test_make_gpu_check_without_a_gpu_exits_non_zero():
     assert "make gpu-check needs a CUDA GPU" in result.stderr
 
 
+def test_make_gpu_check_without_torch_stops_with_one_line():
+    """A Python that cannot import torch (here: without its site-packages) is told what to
+    install, in one line, with exit code 2, before anything imports torch."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": f"{sys.executable} -S"}
+    result = subprocess.run(
+        ["make", "-s", "gpu-check"], cwd=ROOT, capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 2
+    # make adds its own "make: *** [...] Error 2" after the command's line.
+    ours = [line for line in result.stderr.splitlines() if not line.startswith("make: ***")]
+    assert ours == [
+        f"make gpu-check needs torch, which {sys.executable} cannot import: install a CUDA "
+        f"build of PyTorch (pip install torch), or run it with PYTHON=<a Python that has it>."
+    ]
+    assert result.stdout == ""
+
+
 def test_the_kernel_checks_need_no_vllm(tmp_path):
     """On a machine without vLLM the kernels are still checked; the attention part says it
     was skipped."""

@@ -183,3 +183,33 @@ def test_inspector_fails_when_the_window_is_wrong(capsys, monkeypatch):
     )
     out = capsys.readouterr().out
     assert code == 1 and "FAILED" in out
+
+
+def test_make_demo_shows_the_window_lines_and_none_of_vllms_cpu_warnings():
+    """``python -m tools.inspector`` (what ``make demo`` runs) prints the window's two
+    start-up lines, and none of the warnings vLLM logs about a CPU-only host."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_LOGGING_LEVEL"}
+    argv = ["--window", "256", "--seq-lens", "1000,5000", "--method", "dspark"]
+    result = subprocess.run(
+        [sys.executable, "-m", "tools.inspector", *argv],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    err = result.stderr
+    assert "INFO Draft KV window on for dspark: draft_window_size=256" in err
+    assert "INFO Draft KV window active: the first draft metadata build is windowed." in err
+    for warning in ("Failed to import from vllm._C", "Pinned memory", "Reset SSM cache type"):
+        assert warning not in err
+    # The window's lines sit above the progress bar, each on a line of its own.
+    lines = [line for line in err.splitlines() if "Draft KV window" in line]
+    assert len(lines) == 2 and all(line.startswith("INFO Draft KV window") for line in lines)

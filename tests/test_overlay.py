@@ -8,6 +8,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "vllm_ascend/worker/v2/spec_decode/draft_window/"
 PARENTS = [
@@ -43,8 +45,58 @@ def test_parent_folders_have_no_init_file():
         assert not (ROOT / parent / "__init__.py").exists(), parent
 
 
-def test_wheel_installs_only_the_draft_window_package_and_declares_the_entry_point(tmp_path):
-    wheel = build_wheel(tmp_path)
+# What a server runs, and nothing else: the settings, the window arithmetic, the group and
+# refusal policy, the window, the hooks (one room per speculator family), the path check, the
+# fused kernel and its start-up check, the supported releases, the plugin. The inspector, the
+# GPU check and the CPU test bed live in tools/ and tests/; a module added here is a
+# deliberate change to what a host installs.
+SERVING_MODULES = {
+    "__init__.py",
+    "backends.py",
+    "config.py",
+    "dcp.py",
+    "fused.py",
+    "fused_check.py",
+    "fused_kernel.py",
+    "groups.py",
+    "install.py",
+    "log.py",
+    "methods.py",
+    "mrv2.py",
+    "patches.py",
+    "path_check.py",
+    "plan.py",
+    "plugin.py",
+    "policy.py",
+    "releases.py",
+    "views.py",
+    "window.py",
+    "hooks/__init__.py",
+    "hooks/common.py",
+    "hooks/speculator.py",
+    "hooks/dflash.py",
+    "hooks/autoregressive.py",
+    "hooks/autoregressive_prefill.py",
+    "hooks/ascend/__init__.py",
+    "hooks/ascend/autoregressive.py",
+    "hooks/ascend/dspark.py",
+}
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+def test_the_wheel_ships_only_what_a_server_runs(wheel):
+    with zipfile.ZipFile(wheel) as zf:
+        shipped = {n.removeprefix(PACKAGE) for n in zf.namelist() if n.startswith(PACKAGE)}
+    assert shipped == SERVING_MODULES
+    for tool in ("inspector", "gpu_check", "testbed", "test_"):
+        assert not [n for n in shipped if tool in n], tool
+
+
+def test_wheel_installs_only_the_draft_window_package_and_declares_the_entry_point(wheel):
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         dist_info = {n.split("/")[0] for n in names if ".dist-info/" in n}
@@ -62,13 +114,12 @@ def test_wheel_installs_only_the_draft_window_package_and_declares_the_entry_poi
     )
 
 
-def test_the_declared_vllm_admits_both_supported_lines_and_no_other(tmp_path):
+def test_the_declared_vllm_admits_both_supported_lines_and_no_other(wheel):
     """A plain `pip install .` on a host of either line keeps the host's vLLM."""
     from packaging.requirements import Requirement
 
     from vllm_ascend.worker.v2.spec_decode.draft_window import releases
 
-    wheel = build_wheel(tmp_path)
     with zipfile.ZipFile(wheel) as zf:
         (metadata,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
         requires = [

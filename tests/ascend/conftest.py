@@ -8,14 +8,13 @@ out (``VLLM_PLUGINS``): the NPU platform needs the NPU runtime, and these tests 
 CPU platform, as the 0.33 tests do.
 """
 
-import json
 import os
 import sys
 from importlib.metadata import entry_points
 
 import pytest
 
-from tests.ascend.npu_testbed.tiny_models import TINY_LLAMA, TINY_MLA
+from tests.testbed.tiny_models import TINY_LLAMA, TINY_MLA, write_model_dir
 
 # First, before anything imports vLLM (vllm-ascend's package __init__ files do): vLLM's and
 # vllm-ascend's Triton kernels run under Triton's interpreter, set up as
@@ -58,17 +57,13 @@ apply_cpu_shims()
 @pytest.fixture(scope="session")
 def mla_model_dir(tmp_path_factory):
     """A tiny MLA model config written locally (no weights)."""
-    root = tmp_path_factory.mktemp("tiny-mla")
-    (root / "config.json").write_text(json.dumps(TINY_MLA))
-    return root
+    return write_model_dir(tmp_path_factory.mktemp("tiny-mla"), TINY_MLA)
 
 
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory):
     """A tiny model config written locally (no weights)."""
-    root = tmp_path_factory.mktemp("tiny-llama")
-    (root / "config.json").write_text(json.dumps(TINY_LLAMA))
-    return root
+    return write_model_dir(tmp_path_factory.mktemp("tiny-llama"), TINY_LLAMA)
 
 
 @pytest.fixture(scope="session")
@@ -81,21 +76,12 @@ def loaded_plugins():
     import vllm.plugins
 
     from tests.ascend.npu_testbed.pairing import hooked_methods
+    from tests.testbed.logs import recorded
 
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    logger = logging.getLogger("vllm.draft_window")
-    level = logger.level
-    logger.setLevel(logging.DEBUG)
-    logger.addHandler(handler)
-    before = hooked_methods()
-    try:
+    with recorded("vllm.draft_window", logging.DEBUG, lambda r: r.getMessage()) as lines:
+        before = hooked_methods()
         vllm.plugins.load_general_plugins()
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-    return {"before": before, "after": hooked_methods(), "lines": [r.getMessage() for r in records]}
+    return {"before": before, "after": hooked_methods(), "lines": lines}
 
 
 @pytest.fixture

@@ -47,7 +47,7 @@ def _draft_dir(tmp_path_factory, config: dict):
 @pytest.fixture(scope="session")
 def draft_dir(tmp_path_factory):
     """A tiny draft config that DFlash and DSpark drafts accept (a mask token)."""
-    from tests.ascend.npu_testbed.tiny_models import TINY_LLAMA
+    from tests.testbed.tiny_models import TINY_LLAMA
 
     return _draft_dir(tmp_path_factory, TINY_LLAMA)
 
@@ -55,7 +55,7 @@ def draft_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def mla_draft_dir(tmp_path_factory):
     """The same on a tiny MLA model (DeepSeek-V2 layout)."""
-    from tests.ascend.npu_testbed.tiny_models import TINY_MLA
+    from tests.testbed.tiny_models import TINY_MLA
 
     return _draft_dir(tmp_path_factory, TINY_MLA)
 

@@ -8,7 +8,6 @@ are vLLM's real `TritonAttentionMetadataBuilder` (its `build` is plain Python an
 CPU), made from a VllmConfig of a tiny model config written locally.
 """
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 import vllm.v1.worker.gpu.spec_decode.speculator as speculator_module
-from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig, VllmConfig
+from vllm.config import VllmConfig
 from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 from vllm.v1.worker.gpu.attn_utils import get_attn_cg_support
@@ -27,41 +26,19 @@ from vllm.v1.worker.gpu.spec_decode.mtp.speculator import MTPSpeculator
 from vllm.v1.worker.utils import AttentionGroup
 
 from tests.testbed.buffers import CPU, Mrv2Batch
-
-NUM_KV_HEADS, HEAD_SIZE = 2, 16
-TINY_LLAMA = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": NUM_KV_HEADS,
-    "head_dim": HEAD_SIZE,
-    "num_hidden_layers": 2,
-    "vocab_size": 256,
-    "max_position_embeddings": 8192,
-    "rms_norm_eps": 1e-5,
-    "torch_dtype": "float32",
-}
+from tests.testbed.configs import speculative_vllm_config, tiny_model_config
+from tests.testbed.tiny_models import HEAD_SIZE, NUM_KV_HEADS, TINY_LLAMA, write_model_dir
 
 
 def tiny_model_dir(root: Path, max_position_embeddings: int = 8192) -> Path:
     """A tiny Llama config (no weights): enough for vLLM's configs and builders."""
-    root.mkdir(parents=True, exist_ok=True)
-    config = {**TINY_LLAMA, "max_position_embeddings": max_position_embeddings}
-    (root / "config.json").write_text(json.dumps(config))
-    return root
+    return write_model_dir(root, TINY_LLAMA, max_position_embeddings=max_position_embeddings)
 
 
 def make_vllm_config(
     model_dir: Path, max_model_len: int, max_num_seqs: int, additional_config: dict | None
 ) -> VllmConfig:
-    model_config = ModelConfig(
-        model=str(model_dir),
-        skip_tokenizer_init=True,
-        dtype="float32",
-        max_model_len=max_model_len,
-    )
+    model_config = tiny_model_config(model_dir, max_model_len)
     config = VllmConfig(model_config=model_config, additional_config=additional_config or {})
     config.scheduler_config.max_num_seqs = max_num_seqs
     return config
@@ -72,26 +49,7 @@ def make_speculative_vllm_config(
 ) -> VllmConfig:
     """A real VllmConfig with a speculative config (the tiny model drafts for itself, as
     EAGLE3 by default): what the engine builds at start-up, ``__post_init__`` included."""
-    model_config = ModelConfig(
-        model=str(model_dir),
-        skip_tokenizer_init=True,
-        dtype="float32",
-        max_model_len=max_model_len,
-    )
-    parallel_config = ParallelConfig()
-    speculative_config = SpeculativeConfig(
-        method=method,
-        model=str(model_dir),
-        num_speculative_tokens=2,
-        target_model_config=model_config,
-        target_parallel_config=parallel_config,
-    )
-    return VllmConfig(
-        model_config=model_config,
-        parallel_config=parallel_config,
-        speculative_config=speculative_config,
-        additional_config=additional_config or {},
-    )
+    return speculative_vllm_config(model_dir, max_model_len, 2, method, additional_config)
 
 
 @dataclass

@@ -19,10 +19,7 @@ import numpy as np
 import torch
 from vllm.config import (
     CompilationConfig,
-    ModelConfig,
-    ParallelConfig,
     SchedulerConfig,
-    SpeculativeConfig,
     VllmConfig,
     set_current_vllm_config,
 )
@@ -35,6 +32,7 @@ from tests.testbed.buffers import (
     fill_slot_mappings,
     make_mrv2_batch,
 )
+from tests.testbed.configs import set_method, speculative_vllm_config
 from tests.testbed.reference import PagedKVCache
 from tests.testbed.speculators import (
     HEAD_SIZE,
@@ -159,21 +157,11 @@ def host_config(
     graphs.platform_with_graphs(monkeypatch)
     query_len = num_spec if method == "dspark" else num_spec + 1
     sizes = sorted({r * q for r in GRAPH_REQS for q in (1, query_len)})
-    model = ModelConfig(
-        model=str(model_dir), skip_tokenizer_init=True, dtype="float32", max_model_len=MAX_MODEL_LEN
-    )
-    parallel = ParallelConfig()
-    speculative = SpeculativeConfig(
-        method="draft_model",
-        model=str(model_dir),
-        num_speculative_tokens=num_spec,
-        target_model_config=model,
-        target_parallel_config=parallel,
-    )
-    config = VllmConfig(
-        model_config=model,
-        parallel_config=parallel,
-        speculative_config=speculative,
+    config = speculative_vllm_config(
+        model_dir,
+        MAX_MODEL_LEN,
+        num_spec,
+        "draft_model",
         compilation_config=CompilationConfig(
             mode=CompilationMode.NONE,
             cudagraph_mode=cudagraph_mode.without_piecewise(),
@@ -183,10 +171,8 @@ def host_config(
             max_num_seqs=MAX_NUM_REQS, max_model_len=MAX_MODEL_LEN, is_encoder_decoder=False
         ),
     )
-    object.__setattr__(speculative, "method", method)
+    set_method(config, method, parallel_drafting=method not in EAGLE)
     config.additional_config = additional
-    if method not in EAGLE:
-        object.__setattr__(speculative, "parallel_drafting", True)
     return config
 
 

@@ -24,11 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tools.inspector.inspector import (
-    CHECK_HEAD_DIM,
-    CHECK_HEADS,
-    title,
-)
+from tools.inspector.common import CHECK_HEAD_DIM, CHECK_HEADS, query_len, title
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     KEY,
     MIN_CONTEXT_KEY,
@@ -93,61 +89,24 @@ class Built:
 def inspect_method(args, method: str, model_dir, progress) -> list[dict]:
     """Build every rank's draft metadata with the window on and off; check it; one row a
     request."""
-    import torch
 
     from tests.testbed.reference import positions_read
 
-    cp, k_spec = args.dcp, args.num_spec_tokens
+    k_spec = args.num_spec_tokens
     # DFlash/DSpark seq_lens count the whole query stretch; an EAGLE decode step, one token.
-    query = k_spec + 1 if method in ("dspark", "dflash") else 1
+    query = query_len(method, k_spec)
     seq_lens = [length + query for length in args.seq_lens]
     windowed, plain, spec, block_ids = _build_every_rank(args, method, model_dir, seq_lens, query)
     rows = []
     for i, length in enumerate(seq_lens):
         checks = []
         for g, b in enumerate(args.block_sizes):
-            read = windowed[0].seq_lens[g][i]
-            start, kept = positions_read(length, read, spec.sink_size)
-            engaged = length >= spec.min_context
-            # One window on every rank, its start whole columns of every rank's table.
-            checks.append(all(w.seq_lens[g][i] == read for w in windowed))
-            checks.append(start % spec.alignment == 0 and spec.alignment % (cp * b) == 0)
-            if engaged:
-                reach = spec.sink_size + args.window + spec.alignment
-                checks.append(min(length, spec.sink_size + args.window) <= read <= reach - 1)
-            else:
-                checks.append(read == length)
-            checks.append(all(p.seq_lens[g][i] == length for p in plain))
-            # Each rank's kernel is handed its share: of the window, of the whole context.
-            reads = [w.local_lens[g][i] for w in windowed]
-            fulls = [p.local_lens[g][i] for p in plain]
-            checks.append(reads == _shares(read, cp, args.dcp_interleave) and sum(reads) == read)
-            checks.append(fulls == _shares(length, cp, args.dcp_interleave))
-            # Slots stay vLLM's own: the rank's local slot of a token it holds, PAD elsewhere.
-            ids = block_ids[g][i]
-            positions = torch.arange(length - query, length)
-            for r in range(cp):
-                truth = _local_slots(positions, ids, cp, r, args.dcp_interleave, b)
-                checks.append(windowed[r].slots[g][i * query : (i + 1) * query] == truth)
-                checks.append(plain[r].slots[g][i * query : (i + 1) * query] == truth)
-            tables = [w.tables[g][i] for w in windowed]
-            checks.append(
-                _reference_check(
-                    ids,
-                    b,
-                    cp,
-                    args.dcp_interleave,
-                    i,
-                    length,
-                    start,
-                    spec.sink_size,
-                    kept,
-                    query,
-                    tables,
-                    reads,
-                )
-            )
+            built = (windowed, plain, spec, block_ids[g][i])
+            checks += _group_checks(args, built, g, b, i, length, query)
             progress.update(1)
+        read = windowed[0].seq_lens[0][i]
+        start, _ = positions_read(length, read, spec.sink_size)
+        engaged = length >= spec.min_context
         b0 = args.block_sizes[0]
         per_token = 2 * args.draft_layers * args.kv_heads * args.head_dim * args.dtype_bytes
         # Local tokens depend on the layout only, not on the group: the first group's.
@@ -173,6 +132,42 @@ def inspect_method(args, method: str, model_dir, progress) -> list[dict]:
             }
         )
     return rows
+
+
+def _group_checks(args, built, g: int, b: int, i: int, length: int, query: int) -> list[bool]:
+    """Request ``i``'s checks in group ``g`` on every rank."""
+    import torch
+
+    from tests.testbed.reference import positions_read
+
+    windowed, plain, spec, ids = built
+    cp = args.dcp
+    checks = []
+    read = windowed[0].seq_lens[g][i]
+    start, kept = positions_read(length, read, spec.sink_size)
+    # One window on every rank, its start whole columns of every rank's table.
+    checks.append(all(w.seq_lens[g][i] == read for w in windowed))
+    checks.append(start % spec.alignment == 0 and spec.alignment % (cp * b) == 0)
+    if length >= spec.min_context:
+        checks.append(min(length, spec.sink_size + args.window) <= read < spec.reach)
+    else:
+        checks.append(read == length)
+    checks.append(all(p.seq_lens[g][i] == length for p in plain))
+    # Each rank's kernel is handed its share: of the window, of the whole context.
+    reads = [w.local_lens[g][i] for w in windowed]
+    fulls = [p.local_lens[g][i] for p in plain]
+    checks.append(reads == _shares(read, cp, args.dcp_interleave) and sum(reads) == read)
+    checks.append(fulls == _shares(length, cp, args.dcp_interleave))
+    # Slots stay vLLM's own: the rank's local slot of a token it holds, PAD elsewhere.
+    positions = torch.arange(length - query, length)
+    for r in range(cp):
+        truth = _local_slots(positions, ids, cp, r, args.dcp_interleave, b)
+        checks.append(windowed[r].slots[g][i * query : (i + 1) * query] == truth)
+        checks.append(plain[r].slots[g][i * query : (i + 1) * query] == truth)
+    tables = [w.tables[g][i] for w in windowed]
+    where = (ids, b, cp, args.dcp_interleave, i, length, start, spec.sink_size, kept, query)
+    checks.append(_reference_check(*where, tables, reads))
+    return checks
 
 
 def _build_every_rank(args, method: str, model_dir, seq_lens: list[int], query: int):

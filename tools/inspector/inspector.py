@@ -11,8 +11,8 @@ draft reads against the full context, whether the window engaged (with --min-con
 shorter context reads whole), and the checks it ran: slot mappings identical with and
 without the window, and the reference paged attention through the windowed metadata equal
 to dense attention over exactly the window (and the attention sinks, with --sinks). With
---dcp N (decode context parallelism, ``inspector_dcp.py``): every rank's build, and per rank
-the tokens it reads of the window and of the context.
+--dcp N (decode context parallelism, ``dcp.py``): every rank's build, and per rank the
+tokens it reads of the window and of the context.
 """
 
 from __future__ import annotations
@@ -24,6 +24,15 @@ from pathlib import Path
 
 import numpy as np
 
+from tools.inspector.common import (
+    CHECK_HEAD_DIM,
+    CHECK_HEADS,
+    DEFAULT_METHODS,
+    METHODS,
+    query_len,
+    show_window_lines,
+    title,
+)
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     KEY,
     MIN_CONTEXT_KEY,
@@ -33,9 +42,6 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import ceil_div
 
 DEFAULT_SEQ_LENS = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
-METHODS = ("dspark", "dflash", "eagle3", "eagle")
-# The reference check's head shape: small, since it checks positions, not numerics.
-CHECK_HEADS, CHECK_HEAD_DIM = 1, 8
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -104,7 +110,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             )
     except ValueError as error:
         parser.error(str(error))
-    args.method = args.method or ["dspark", "eagle3"]
+    args.method = args.method or DEFAULT_METHODS
     return args
 
 
@@ -122,17 +128,37 @@ def _positive_ints(flag: str, text: str) -> list[int]:
 
 def inspect_method(args, method: str, model_dir: Path, progress) -> list[dict]:
     """Build the draft metadata with the window on and off; check it; one row a request."""
+    from tests.testbed.buffers import make_mrv2_batch
+
+    query = query_len(method, args.num_spec_tokens)
+    seq_lens = [length + query for length in args.seq_lens]
+    max_model_len = ceil_div(max(seq_lens) + args.num_spec_tokens + 1, 1024) * 1024
+    rng = np.random.default_rng(0)
+    n = len(seq_lens)
+    batch = make_mrv2_batch(
+        args.block_sizes,
+        seq_lens,
+        query,
+        n,
+        n,
+        max_model_len,
+        rng,
+        lookahead_tokens=args.num_spec_tokens,
+    )
+    windowed = _build(args, method, model_dir, batch, max_model_len, args.window)
+    plain = _build(args, method, model_dir, batch, max_model_len, None)
+    return [
+        _request_row(args, batch, windowed, plain, i, length, query, progress)
+        for i, length in enumerate(batch.seq_lens.tolist())
+    ]
+
+
+def _build(args, method: str, model_dir: Path, batch, max_model_len: int, window: int | None):
+    """One speculator wired to ``batch`` through the real build: (wired, metadata)."""
     import torch
     from vllm.config.compilation import CUDAGraphMode
     from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
-    from vllm.v1.worker.gpu.input_batch import InputBuffers
 
-    from tests.testbed.buffers import make_mrv2_batch
-    from tests.testbed.reference import (
-        PagedKVCache,
-        dense_attention,
-        positions_read,
-    )
     from tests.testbed.speculators import (
         SPECULATOR_CLASSES,
         GroupLayout,
@@ -140,150 +166,107 @@ def inspect_method(args, method: str, model_dir: Path, progress) -> list[dict]:
         wire_speculator,
     )
 
-    k_spec = args.num_spec_tokens
-    parallel = method in ("dspark", "dflash")
-    # DFlash/DSpark seq_lens count the whole query stretch; an EAGLE decode step, one token.
-    query = k_spec + 1 if parallel else 1
-    seq_lens = [length + query for length in args.seq_lens]
-    n = len(seq_lens)
-    max_model_len = ceil_div(max(seq_lens) + k_spec + 1, 1024) * 1024
+    n, k_spec = len(args.seq_lens), args.num_spec_tokens
+    query = query_len(method, k_spec)
+    additional = {}
+    if window:
+        additional = {KEY: window, SINKS_KEY: args.sinks, MIN_CONTEXT_KEY: args.min_context}
+    config = make_vllm_config(model_dir, max_model_len, n, additional)
+    # An EAGLE decode step reads its own buffers, laid out one token per request.
+    draft_buffers = batch.input_buffers if query == 1 else None
     layouts = [GroupLayout(b) for b in args.block_sizes]
-    rng = np.random.default_rng(0)
-    batch = make_mrv2_batch(
-        args.block_sizes, seq_lens, query, n, n, max_model_len, rng, lookahead_tokens=k_spec
+    wired = wire_speculator(
+        SPECULATOR_CLASSES[method],
+        batch,
+        layouts,
+        config,
+        method,
+        k_spec,
+        draft_input_buffers=draft_buffers,
     )
-    cls = SPECULATOR_CLASSES[method]
+    desc = BatchExecutionDescriptor(cg_mode=CUDAGraphMode.NONE, num_tokens=n * query, num_reqs=None)
+    bound = torch.tensor(batch.seq_lens - query, dtype=torch.int32)
+    metadata = wired.speculator._build_uniform_attn_metadata(
+        batch_desc=desc,
+        num_reqs=n,
+        num_query_per_req=query,
+        seq_lens_cpu_upper_bound=bound,
+        step=query,
+    )
+    return wired, metadata
 
-    def build(window: int | None):
-        additional = {}
-        if window:
-            additional = {KEY: window, SINKS_KEY: args.sinks, MIN_CONTEXT_KEY: args.min_context}
-        config = make_vllm_config(model_dir, max_model_len, n, additional)
-        draft_buffers = None if parallel else batch.input_buffers
-        wired = wire_speculator(
-            cls, batch, layouts, config, method, k_spec, draft_input_buffers=draft_buffers
-        )
-        desc = BatchExecutionDescriptor(
-            cg_mode=CUDAGraphMode.NONE, num_tokens=n * query, num_reqs=None
-        )
-        bound = torch.tensor(batch.seq_lens - query, dtype=torch.int32)
-        metadata = wired.speculator._build_uniform_attn_metadata(
-            batch_desc=desc,
-            num_reqs=n,
-            num_query_per_req=query,
-            seq_lens_cpu_upper_bound=bound,
-            step=query,
-        )
-        return wired, metadata
 
-    if not parallel:
-        # An EAGLE decode step reads its own buffers, laid out one token per request.
-        assert isinstance(batch.input_buffers, InputBuffers)
-    windowed_wired, windowed = build(args.window)
-    plain_wired, plain = build(None)
+def _request_row(args, batch, windowed, plain, i: int, length: int, query: int, progress) -> dict:
+    """Request ``i``'s row: what it reads with the window, and whether every check holds."""
+    from tests.testbed.reference import positions_read
+
+    (windowed_wired, windowed_metadata), (plain_wired, plain_metadata) = windowed, plain
     spec = windowed_wired.speculator.draft_window.spec
-    positions = batch.input_buffers.positions
-    qsl = batch.query_start_loc_np
-    rows = []
-    for i, length in enumerate(batch.seq_lens.tolist()):
-        checks = []
-        for g, b in enumerate(args.block_sizes):
-            name = f"draft.{g}"
-            # Slots stay absolute: each query token's slot is its block (in the request's
-            # full block list) times b plus its offset, window on or off.
-            ids = batch.req_block_ids[g][i]
-            truth = [ids[int(p) // b] * b + int(p) % b for p in positions[qsl[i] : qsl[i + 1]]]
-            for wired in (windowed_wired, plain_wired):
-                slots = wired.received[g][-1].slot_mapping[qsl[i] : qsl[i + 1]]
-                checks.append(slots.tolist() == truth)
-            read = int(windowed[name].seq_lens[i])
-            # What the read covers: the sinks, then [start, L); everything if nothing is
-            # left out.
-            start, kept = positions_read(length, read, spec.sink_size)
-            # Below the threshold the whole context; from it the window's own bounds:
-            # block-aligned start, at least min(L, S + W) tokens, at most S + W + a - 1
-            # (DFlash/DSpark: the query stretch is within W).
-            engaged = length >= spec.min_context
-            checks.append(start % spec.alignment == 0)
-            if engaged:
-                reach = spec.sink_size + args.window + spec.alignment
-                checks.append(min(length, spec.sink_size + args.window) <= read <= reach - 1)
-            else:
-                checks.append(read == length)
-            checks.append(
-                _reference_check(
-                    batch,
-                    g,
-                    b,
-                    i,
-                    length,
-                    start,
-                    spec.sink_size,
-                    kept,
-                    query,
-                    windowed[name].block_table[i],
-                    PagedKVCache,
-                    dense_attention,
-                )
-            )
-            checks.append(int(plain[name].seq_lens[i]) == length)
-            progress.update(1)
-        b0 = args.block_sizes[0]
-        per_token = 2 * args.draft_layers * args.kv_heads * args.head_dim * args.dtype_bytes
-        rows.append(
-            {
-                "context": length - query,
-                "seq_len": length,
-                "start": start,
-                "windowed": read,
-                "blocks": ceil_div(read, b0) if read else 0,
-                "full_blocks": ceil_div(length, b0),
-                "kv_bytes": read * per_token,
-                "full_kv_bytes": length * per_token,
-                "ok": all(checks),
-                "alignment": spec.alignment,
-                "sinks": spec.sink_size,
-                "engaged": engaged,
-                "min_context": spec.min_context,
-            }
-        )
-    return rows
+    positions, qsl = batch.input_buffers.positions, batch.query_start_loc_np
+    engaged = length >= spec.min_context
+    checks = []
+    for g, b in enumerate(args.block_sizes):
+        name = f"draft.{g}"
+        # Slots stay absolute: each query token's slot is its block (in the request's
+        # full block list) times b plus its offset, window on or off.
+        ids = batch.req_block_ids[g][i]
+        truth = [ids[int(p) // b] * b + int(p) % b for p in positions[qsl[i] : qsl[i + 1]]]
+        for wired in (windowed_wired, plain_wired):
+            slots = wired.received[g][-1].slot_mapping[qsl[i] : qsl[i + 1]]
+            checks.append(slots.tolist() == truth)
+        read = int(windowed_metadata[name].seq_lens[i])
+        # What the read covers: the sinks, then [start, L); everything if nothing is
+        # left out.
+        start, kept = positions_read(length, read, spec.sink_size)
+        # Below the threshold the whole context; from it the window's own bounds:
+        # block-aligned start, at least min(L, S + W) tokens, at most S + W + a - 1
+        # (DFlash/DSpark: the query stretch is within W).
+        checks.append(start % spec.alignment == 0)
+        if engaged:
+            checks.append(min(length, spec.sink_size + args.window) <= read < spec.reach)
+        else:
+            checks.append(read == length)
+        table = windowed_metadata[name].block_table[i]
+        checks.append(_reference_check(batch, g, b, i, length, start, spec, kept, query, table))
+        checks.append(int(plain_metadata[name].seq_lens[i]) == length)
+        progress.update(1)
+    b0 = args.block_sizes[0]
+    per_token = 2 * args.draft_layers * args.kv_heads * args.head_dim * args.dtype_bytes
+    return {
+        "context": length - query,
+        "seq_len": length,
+        "start": start,
+        "windowed": read,
+        "blocks": ceil_div(read, b0) if read else 0,
+        "full_blocks": ceil_div(length, b0),
+        "kv_bytes": read * per_token,
+        "full_kv_bytes": length * per_token,
+        "ok": all(checks),
+        "alignment": spec.alignment,
+        "sinks": spec.sink_size,
+        "engaged": engaged,
+        "min_context": spec.min_context,
+    }
 
 
-def _reference_check(
-    batch, g, b, i, length, start, sinks, kept, query, table, cache_cls, dense
-) -> bool:
+def _reference_check(batch, g, b, i, length, start, spec, kept, query, table) -> bool:
     """Reference paged attention through the windowed table equals dense attention over
     exactly the sinks and [start, length), and reads only their blocks."""
     import torch
+
+    from tests.testbed.reference import PagedKVCache, dense_attention
 
     gen = torch.Generator().manual_seed(i)
     shape = (length, CHECK_HEADS, CHECK_HEAD_DIM)
     k = torch.randn(shape, generator=gen, dtype=torch.float64)
     v = torch.randn(shape, generator=gen, dtype=torch.float64)
     ids = batch.req_block_ids[g][i]
-    cache = cache_cls(max(ids) + 1, b, CHECK_HEADS, CHECK_HEAD_DIM)
+    cache = PagedKVCache(max(ids) + 1, b, CHECK_HEADS, CHECK_HEAD_DIM)
     cache.write(torch.tensor(ids, dtype=torch.int32), torch.arange(length), k, v)
     q = k[length - query : length]
     got, touched = cache.read(q, table, len(kept))
-    expected = dense(q, k, v, start, length, sinks)
+    expected = dense_attention(q, k, v, start, length, spec.sink_size)
     return bool(torch.allclose(got, expected)) and touched == {ids[p // b] for p in kept.tolist()}
-
-
-def title(method: str, args, rows: list[dict]) -> str:
-    """A method's table title: what was built and the window's settings as applied."""
-    what = "its query pass" if method in ("dspark", "dflash") else "its first draft decode step"
-    sinks = rows[0]["sinks"]
-    with_sinks = f", attention sinks {sinks} ({SINKS_KEY}={args.sinks})" if sinks else ""
-    if rows[0]["min_context"]:
-        with_sinks += f", engaged from a context of {rows[0]['min_context']} ({MIN_CONTEXT_KEY})"
-    elif args.min_context:
-        with_sinks += f" ({MIN_CONTEXT_KEY}={args.min_context} changes nothing)"
-    return (
-        f"\n{method} ({what}): {KEY}={args.window}{with_sinks}, block sizes "
-        f"{args.block_sizes}, alignment {rows[0]['alignment']}, {args.num_spec_tokens} "
-        f"speculative tokens"
-    )
 
 
 def print_table(method: str, args, rows: list[dict]) -> None:
@@ -369,21 +352,12 @@ def plot(path: Path, method: str, args, rows: list[dict]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    import logging
-
     from tests.testbed import use_triton_interpreter
 
     use_triton_interpreter()  # before vLLM's first import, just below
-    # Show the window's start-up lines, which a server prints through vLLM's logging.
     from tests.testbed.shims import apply_cpu_shims
-    from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger as window_logger
 
-    if not window_logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("INFO %(message)s"))
-        window_logger.addHandler(handler)
-        window_logger.setLevel(logging.INFO)
-
+    show_window_lines()
     apply_cpu_shims()
     from tqdm import tqdm
 
@@ -392,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
 
     plugin.register()
-    # With --dcp N, every rank's build (inspector_dcp.py).
+    # With --dcp N, every rank's build (dcp.py).
     inspect, show = (
         (inspector_dcp.inspect_method, inspector_dcp.print_table)
         if args.dcp > 1

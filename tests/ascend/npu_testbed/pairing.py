@@ -11,37 +11,20 @@ VENV = Path(sys.prefix)
 def speculative_config(model_dir, additional_config, method="eagle3"):
     """A real VllmConfig with a speculative config (EAGLE3 by default), as the engine builds
     it."""
-    from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig, VllmConfig
+    from tests.testbed.configs import speculative_vllm_config
 
-    model = ModelConfig(
-        model=str(model_dir), skip_tokenizer_init=True, dtype="float32", max_model_len=512
-    )
-    parallel = ParallelConfig()
-    speculative = SpeculativeConfig(
-        method=method,
-        model=str(model_dir),
-        num_speculative_tokens=2,
-        target_model_config=model,
-        target_parallel_config=parallel,
-    )
-    return VllmConfig(
-        model_config=model,
-        parallel_config=parallel,
-        speculative_config=speculative,
-        additional_config=additional_config,
-    )
+    return speculative_vllm_config(model_dir, 512, 2, method, additional_config)
 
 
 def ascend_config(model_dir, additional_config):
     """vllm-ascend's own factory (its platform calls it at start-up) on a config without a
     draft."""
-    from vllm.config import ModelConfig, VllmConfig
+    from vllm.config import VllmConfig
 
+    from tests.testbed.configs import tiny_model_config
     from vllm_ascend.ascend_config import init_ascend_config
 
-    model = ModelConfig(
-        model=str(model_dir), skip_tokenizer_init=True, dtype="float32", max_model_len=512
-    )
+    model = tiny_model_config(model_dir, 512)
     return init_ascend_config(VllmConfig(model_config=model, additional_config=additional_config))
 
 

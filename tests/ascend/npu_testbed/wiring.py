@@ -12,10 +12,6 @@ from typing import Any
 import numpy as np
 import torch
 from vllm.config import (
-    ModelConfig,
-    ParallelConfig,
-    SpeculativeConfig,
-    VllmConfig,
     set_current_vllm_config,
 )
 from vllm.v1.kv_cache_interface import (
@@ -28,6 +24,7 @@ from vllm.v1.worker.gpu.input_batch import InputBuffers
 from vllm.v1.worker.utils import AttentionGroup
 
 from tests.testbed.buffers import verify_step
+from tests.testbed.configs import set_method, speculative_vllm_config
 from vllm_ascend.attention.attention_v1 import AscendAttentionBackend
 from vllm_ascend.attention.mla_v1 import AscendMLABackend
 from vllm_ascend.worker.v2.block_table import AscendBlockTables
@@ -86,23 +83,8 @@ def vllm_config(
     """A real VllmConfig (``configs``: more of its parts, such as ``compilation_config``); the
     speculative method is set after construction, as vLLM 0.30's config refuses
     DFlash/DSpark drafts without their draft model."""
-    model = ModelConfig(
-        model=str(model_dir), skip_tokenizer_init=True, dtype="float32", max_model_len=MAX_MODEL_LEN
-    )
-    parallel = ParallelConfig()
-    speculative = SpeculativeConfig(
-        method="draft_model",
-        model=str(model_dir),
-        num_speculative_tokens=num_spec,
-        target_model_config=model,
-        target_parallel_config=parallel,
-    )
-    config = VllmConfig(
-        model_config=model, parallel_config=parallel, speculative_config=speculative, **configs
-    )
-    object.__setattr__(speculative, "method", METHODS.get(method, method))
-    if parallel_drafting:
-        object.__setattr__(speculative, "parallel_drafting", True)
+    config = speculative_vllm_config(model_dir, MAX_MODEL_LEN, num_spec, "draft_model", **configs)
+    set_method(config, METHODS.get(method, method), parallel_drafting=parallel_drafting)
     config.additional_config = additional_config
     if model_type is not None:
         config.model_config.hf_text_config.model_type = model_type

@@ -25,6 +25,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     DraftWindowConfig,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
+from vllm_ascend.worker.v2.spec_decode.draft_window.methods import METHODS, Kind
 
 
 def register() -> None:
@@ -119,7 +120,7 @@ def _refuse_method_at_start_up(vllm_config, config: DraftWindowConfig) -> None:
     installed = install.installation()
     if method is None or installed is None:
         return
-    if releases.METHODS.get(method) is releases.Kind.SHARED_KV:
+    if METHODS.get(method) is Kind.SHARED_KV:
         return
     policy.refuse_method(method, installed.release, config.draft_window_size)
 

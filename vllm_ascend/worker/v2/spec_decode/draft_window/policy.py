@@ -15,13 +15,8 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.groups import (
     GroupDecision,
     describe_decisions,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.releases import (
-    METHODS,
-    SUPPORTED,
-    Kind,
-    Release,
-    dotted,
-)
+from vllm_ascend.worker.v2.spec_decode.draft_window.methods import METHODS, Kind
+from vllm_ascend.worker.v2.spec_decode.draft_window.releases import SUPPORTED, Release, dotted
 from vllm_ascend.worker.v2.spec_decode.draft_window.views import block_table_units
 
 

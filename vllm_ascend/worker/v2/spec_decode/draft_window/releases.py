@@ -19,28 +19,6 @@ from typing import Any
 from vllm_ascend.worker.v2.spec_decode.draft_window import backends
 
 
-class Kind(enum.Enum):
-    """How a speculative method's draft reads its KV cache."""
-
-    # One pass of K + 1 query tokens per request over the draft's own KV (DFlash, DSpark).
-    PARALLEL = "parallel"
-    # A draft prefill over the target's batch (any query length), then decode steps of one
-    # token per request (EAGLE, EAGLE3).
-    AUTOREGRESSIVE = "autoregressive"
-    # Draft layers that read the target's own KV cache: a draft-only window does not apply.
-    SHARED_KV = "shared_kv"
-
-
-# Every speculative method the window knows, by vLLM's method name.
-METHODS = {
-    "dflash": Kind.PARALLEL,
-    "dspark": Kind.PARALLEL,
-    "eagle": Kind.AUTOREGRESSIVE,
-    "eagle3": Kind.AUTOREGRESSIVE,
-    "mtp": Kind.SHARED_KV,
-}
-
-
 class Room(enum.Enum):
     """The speculator family a hook belongs to: the module of ``hooks/`` holding its wrapper
     (``hooks.room``), named after the anchors' ``spec_decode/`` folders."""
@@ -154,102 +132,76 @@ class Release:
         return bool(getattr(importlib.import_module(module), function)(hf_config))
 
 
+def _on(room: Room, module: str, cls: str) -> Any:
+    """The hooks of one class: ``hook(method, *parameters, **fields)``."""
+
+    def hook(method: str, *parameters: str, **fields: Any) -> Hook:
+        return Hook(room, module, cls, method, parameters, **fields)
+
+    return hook
+
+
 _SD = "vllm.v1.worker.gpu.spec_decode"
+_draft = _on(Room.SPECULATOR, f"{_SD}.speculator", "DraftModelSpeculator")
 # Hooked alike on both releases.
-_SET_ATTN = Hook(
-    Room.SPECULATOR,
-    f"{_SD}.speculator",
-    "DraftModelSpeculator",
+_SET_ATTN = _draft(
     "set_attn",
-    (
-        "model_state",
-        "kv_cache_config",
-        "block_tables",
-        "target_input_buffers",
-        "target_attn_groups",
-    ),
+    *("model_state", "kv_cache_config", "block_tables", "target_input_buffers"),
+    "target_attn_groups",
 )
-_BUILD_ATTN_METADATA = Hook(
-    Room.SPECULATOR,
-    f"{_SD}.speculator",
-    "DraftModelSpeculator",
+_BUILD_ATTN_METADATA = _draft(
     "_build_attn_metadata",
-    ("num_reqs", "batch_desc", "query_start_loc_np", "seq_lens_cpu_upper_bound", "step"),
+    *("num_reqs", "batch_desc", "query_start_loc_np", "seq_lens_cpu_upper_bound", "step"),
 )
 _DFLASH_CAPTURE = Hook(Room.DFLASH, f"{_SD}.dflash.speculator", "DFlashSpeculator", "capture")
 # Called, not wrapped: the EAGLE draft prefill builds through it.
-_PREPARE_ATTN = Hook(
-    Room.AUTOREGRESSIVE,
-    "vllm.v1.worker.gpu.model_states.interface",
-    "ModelState",
+_PREPARE_ATTN = _on(Room.AUTOREGRESSIVE, "vllm.v1.worker.gpu.model_states.interface", "ModelState")(
     "prepare_attn",
-    (
-        "input_batch",
-        "cudagraph_mode",
-        "block_tables",
-        "slot_mappings",
-        "attn_groups",
-        "kv_cache_config",
-    ),
+    *("input_batch", "cudagraph_mode", "block_tables", "slot_mappings", "attn_groups"),
+    "kv_cache_config",
     wrapped=False,
 )
 
 
-def _autoregressive(package: str, cls: str) -> tuple[Hook, ...]:
+def _autoregressive(package: str, cls: str, graph_manager_module: str, graph_manager: str):
     """vLLM's EAGLE speculator hooks, alike on both releases but for where the speculator and
-    its graph manager live."""
-    module = f"{package}.speculator"
-    room = Room.AUTOREGRESSIVE
+    its decode graph manager live."""
+    speculator = _on(Room.AUTOREGRESSIVE, f"{package}.speculator", cls)
+    manager = _on(Room.AUTOREGRESSIVE, graph_manager_module, graph_manager)
     return (
-        Hook(room, module, cls, "propose", ("input_batch", "attn_metadata")),
-        Hook(room, module, cls, "_prefill", ("num_reqs", "num_tokens", "attn_metadata")),
-        Hook(room, module, cls, "init_cudagraph_manager", ("cudagraph_mode",)),
+        speculator("propose", "input_batch", "attn_metadata"),
+        speculator("_prefill", "num_reqs", "num_tokens", "attn_metadata"),
+        speculator("init_cudagraph_manager", "cudagraph_mode"),
         # Called, not wrapped: the graph manager class the speculator module names (which
         # init_cudagraph_manager makes; vllm-ascend replaces the name with its own class).
-        Hook(
-            room,
-            module,
-            "SpeculatorCudaGraphManager",
+        _on(Room.AUTOREGRESSIVE, f"{package}.speculator", "SpeculatorCudaGraphManager")(
             "__init__",
-            ("vllm_config", "device", "cudagraph_mode", "decode_query_len"),
+            *("vllm_config", "device", "cudagraph_mode", "decode_query_len"),
             wrapped=False,
         ),
+        # The decode graph manager's capture: a class of its own, its own wrapper.
+        manager("capture", "input_buffers", "block_tables", wrapper="manager_capture"),
     )
 
 
-def _graph_manager_capture(module: str, cls: str) -> Hook:
-    """The EAGLE decode graph manager's capture (a class of its own: its own wrapper)."""
-    parameters = ("input_buffers", "block_tables")
-    return Hook(Room.AUTOREGRESSIVE, module, cls, "capture", parameters, wrapper="manager_capture")
-
-
 _AR_0_33 = f"{_SD}.target_dependent_ar"
+_ar_0_33 = _on(Room.AUTOREGRESSIVE, f"{_AR_0_33}.speculator", "TargetDependentARSpeculator")
 VLLM_0_33 = Release(
     name="vLLM 0.33.x",
     vllm_minor=(0, 33),
     hooks=(
         _SET_ATTN,
         _BUILD_ATTN_METADATA,
-        Hook(
-            Room.SPECULATOR,
-            f"{_SD}.speculator",
-            "DraftModelSpeculator",
-            "_update_draft_decode_metadata",
-            ("attn_metadata", "num_reqs"),
-        ),
+        _draft("_update_draft_decode_metadata", "attn_metadata", "num_reqs"),
         _DFLASH_CAPTURE,
-        *_autoregressive(_AR_0_33, "TargetDependentARSpeculator"),
-        Hook(
-            Room.AUTOREGRESSIVE, f"{_AR_0_33}.speculator", "TargetDependentARSpeculator", "capture"
-        ),
-        Hook(
-            Room.AUTOREGRESSIVE,
-            f"{_AR_0_33}.speculator",
+        *_autoregressive(
+            _AR_0_33,
             "TargetDependentARSpeculator",
-            "_fused_multi_step_decode",
-            ("num_speculative_steps",),
+            f"{_AR_0_33}.cudagraph_utils",
+            "SpeculatorCudaGraphManager",
         ),
-        _graph_manager_capture(f"{_AR_0_33}.cudagraph_utils", "SpeculatorCudaGraphManager"),
+        _ar_0_33("capture"),
+        _ar_0_33("_fused_multi_step_decode", "num_speculative_steps"),
         _PREPARE_ATTN,
     ),
     methods=("dflash", "dspark", "eagle", "eagle3"),
@@ -275,8 +227,10 @@ VLLM_0_33 = Release(
 # DSpark on MLA: its exact host copy of the device lengths
 # (_prepare_draft_dcp_metadata_inputs, taken before any hook) is windowed.
 _ASCEND_SD = "vllm_ascend.worker.v2.spec_decode"
-_ASCEND_AR = f"{_ASCEND_SD}.autoregressive.speculator"
-_ASCEND_AR_CLASS = "AscendAutoRegressiveSpeculator"
+_ASCEND_AR = f"{_ASCEND_SD}.autoregressive"
+_ascend_ar = _on(
+    Room.ASCEND_AUTOREGRESSIVE, f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator"
+)
 VLLM_0_30_ASCEND = Release(
     name="vLLM 0.30.x with vllm-ascend 0.30.0rc2",
     vllm_minor=(0, 30),
@@ -284,39 +238,25 @@ VLLM_0_30_ASCEND = Release(
         _SET_ATTN,
         _BUILD_ATTN_METADATA,
         _DFLASH_CAPTURE,
-        *_autoregressive(f"{_SD}.autoregressive", "AutoRegressiveSpeculator"),
+        *_autoregressive(
+            f"{_SD}.autoregressive",
+            "AutoRegressiveSpeculator",
+            f"{_ASCEND_AR}.aclgraph",
+            "AutoRegressiveAclGraphManager",
+        ),
         # vllm-ascend reimplements capture without super(): vLLM's capture wrapper serves it.
-        Hook(Room.AUTOREGRESSIVE, _ASCEND_AR, _ASCEND_AR_CLASS, "capture"),
-        Hook(
-            Room.ASCEND_AUTOREGRESSIVE,
-            _ASCEND_AR,
-            _ASCEND_AR_CLASS,
-            "_calc_next_seq_lens_cpu",
-            ("seq_lens_cpu", "num_reqs", "num_reqs_padded", "step"),
+        _on(Room.AUTOREGRESSIVE, f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator")(
+            "capture"
         ),
-        Hook(
-            Room.ASCEND_AUTOREGRESSIVE,
-            _ASCEND_AR,
-            _ASCEND_AR_CLASS,
-            "build_fia_params",
-            ("num_reqs_padded", "draft_attn_metadata", "is_draft_model_prefill"),
+        _ascend_ar(
+            "_calc_next_seq_lens_cpu", "seq_lens_cpu", "num_reqs", "num_reqs_padded", "step"
         ),
-        Hook(
-            Room.ASCEND_AUTOREGRESSIVE,
-            _ASCEND_AR,
-            _ASCEND_AR_CLASS,
-            "_build_attn_metadata",
-            ("num_reqs", "batch_desc", "step"),
+        _ascend_ar(
+            "build_fia_params", "num_reqs_padded", "draft_attn_metadata", "is_draft_model_prefill"
         ),
-        _graph_manager_capture(
-            f"{_ASCEND_SD}.autoregressive.aclgraph", "AutoRegressiveAclGraphManager"
-        ),
-        Hook(
-            Room.ASCEND_DSPARK,
-            f"{_ASCEND_SD}.dspark.speculator",
-            "AscendDSparkSpeculator",
-            "_prepare_draft_dcp_metadata_inputs",
-            ("num_reqs", "num_reqs_padded", "step"),
+        _ascend_ar("_build_attn_metadata", "num_reqs", "batch_desc", "step"),
+        _on(Room.ASCEND_DSPARK, f"{_ASCEND_SD}.dspark.speculator", "AscendDSparkSpeculator")(
+            "_prepare_draft_dcp_metadata_inputs", "num_reqs", "num_reqs_padded", "step"
         ),
         _PREPARE_ATTN,
     ),
