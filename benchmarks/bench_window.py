@@ -93,14 +93,15 @@ def window_over(
     table: torch.Tensor,
     window_size: int = 0,
     block_tables: SimpleNamespace | None = None,
-    **kwargs,
+    **plan: int,
 ) -> Mrv2DraftWindow:
     """A window over these lengths and one group's table (``block_tables``: a layout of its
-    own, such as one DCP rank's), W = SINKS_WINDOW unless given."""
+    own, such as one DCP rank's), W = SINKS_WINDOW unless given; ``plan``: ``Plan.of``'s
+    ``sink_tokens`` or ``min_context``."""
     tables = block_tables or SimpleNamespace(block_sizes=[BLOCK_SIZE], input_block_tables=[table])
     lengths = SimpleNamespace(seq_lens=seq_lens)
     return Mrv2DraftWindow(
-        Plan.of(window_size or SINKS_WINDOW, tables, [0]),
+        Plan.of(window_size or SINKS_WINDOW, tables, [0], **plan),
         lengths,
         tables,
         seq_lens.shape[0],
@@ -348,7 +349,7 @@ def bench_sinks_cost(rounds: int, iters: int) -> list[dict]:
             bound = seq_lens.clone()
             plain = window_over(seq_lens, table)
             for sinks in SINKS:
-                with_sinks = window_over(seq_lens, table, attention_sinks=sinks)
+                with_sinks = window_over(seq_lens, table, sink_tokens=sinks)
                 # A plain window as wide as sinks + window: same table width, no sink op.
                 size = with_sinks.spec.sink_size
                 wide = window_over(seq_lens, table, SINKS_WINDOW + size)
@@ -643,7 +644,7 @@ def bench_whole_build(rounds: int, iters: int) -> list[dict]:
         rows.append(row)
         print(
             f"  batch {batch:>4}: vLLM {row['plain']:.1f} us, windowed {row['ours']:.1f} us "
-            f"(x{row['ours'] / row['plain']:.2f}); proof "
+            f"(x{row['ours'] / row['plain']:.2f}); path check "
             f"{row['watched'] - row['unwatched']:+.1f} us"
         )
     return rows
@@ -928,11 +929,11 @@ def write_results(
         "contexts near 32k), median microseconds per build, interleaved. Windowed: the "
         "wrapper (signature bind, view swaps, path name), the refresh, the host bound, and "
         "the path check's builder watchers after their one check; against vLLM's own "
-        "build without the plugin. Proof: the same windowed build with the watchers "
+        "build without the plugin. Path check: the same windowed build with the watchers "
         "removed from the builders. On CPU every device op of the refresh runs eagerly "
         "(section 1 measures it alone); the rest of the difference is the wrapper's Python.",
         "",
-        "| batch | vLLM build us | windowed build us | ratio | proof's share us |",
+        "| batch | vLLM build us | windowed build us | ratio | path check's share us |",
         "|---:|---:|---:|---:|---:|",
         *[
             f"| {r['batch']} | {r['plain']:.1f} | {r['ours']:.1f} | {r['ours'] / r['plain']:.2f} "
@@ -996,7 +997,9 @@ MMAP_THRESHOLD = str(1 << 30)
 def main() -> None:
     if os.environ.get("MALLOC_MMAP_THRESHOLD_") != MMAP_THRESHOLD:
         env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": MMAP_THRESHOLD}
-        os.execve(sys.executable, [sys.executable, *sys.argv], env)
+        # Run again as this module (python -m benchmarks.bench_window, from the checkout).
+        os.chdir(ROOT)
+        os.execve(sys.executable, [sys.executable, "-m", __spec__.name, *sys.argv[1:]], env)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds per point")

@@ -491,7 +491,7 @@ def install(device: str) -> None:
 
 
 def check_pairing(method: str) -> None:
-    """Before any server: the host's vLLM (and vllm-ascend) must be a line the window
+    """Before any server: the host's vLLM (and vllm-ascend) must be a release the window
     supports, and serve the scenario's method there (the installed package's own table)."""
     probe = [sys.executable, "-c", PAIRING_PROBE, method]
     result = subprocess.run(probe, capture_output=True, text=True)
@@ -501,7 +501,7 @@ def check_pairing(method: str) -> None:
 
 
 PAIRING_LINE = (
-    "# check: the host's vLLM pairing is a line the draft window supports, serving {method}; "
+    "# check: the host's vLLM pairing is a release the draft window supports, serving {method}; "
     "else stop"
 )
 # Run in the host's Python after the install: the versions and the supported releases.
@@ -513,7 +513,7 @@ line = releases.release_for(versions["vllm"])
 print(f"host: {releases.describe_versions()}; supported: {releases.SUPPORTED}")
 problem = None
 if line is None:
-    problem = f"vLLM {versions['vllm']} is not a line the draft window supports"
+    problem = f"vLLM {versions['vllm']} is not a release the draft window supports"
 else:
     problem = releases.requirement_problem(line)
     if problem is None and sys.argv[1] not in line.methods:

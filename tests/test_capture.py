@@ -136,7 +136,7 @@ def test_flash_attention_captures_and_replays_read_the_window(method, drafts, mo
 
 
 def test_a_draft_backend_defined_outside_vllm_is_refused_at_start_up(drafts, monkeypatch):
-    """This line's table lists no backends: vLLM's own are served, and a platform plugin's
+    """This release's table lists no backends: vLLM's own are served, and a platform plugin's
     (which may tell its kernel host lengths of its own) stops start-up by name, with the
     fix."""
     import types

@@ -6,8 +6,8 @@ installs it on an Ascend host.
 
 On this pairing the plugin installs the hooks of its vLLM 0.30 line (DFlash, DSpark, EAGLE
 and EAGLE3 through vllm-ascend's GQA backend): a user without the window sees vLLM and
-vllm-ascend build as without the package, a method the line does not serve stops start-up
-with the line named, and vllm-ascend's own Model Runner V1 window still takes the key.
+vllm-ascend build as without the package, a method the release does not serve stops start-up
+with the release named, and vllm-ascend's own Model Runner V1 window still takes the key.
 """
 
 import hashlib
@@ -72,7 +72,7 @@ def test_vllms_plugin_loading_with_vllm_ascends_plugins_installs_the_ascend_line
     assert state == install.Status(installed=True, release="vLLM 0.30.x with vllm-ascend 0.30.0rc2")
     before, after = loaded_plugins["before"], loaded_plugins["after"]
     changed = {key for key in before if after[key] is not before[key]}
-    # Exactly the line's hooks, each wrapping the method it replaced; nothing else (vLLM's
+    # Exactly the release's hooks, each wrapping the method it replaced; nothing else (vLLM's
     # SpeculatorCudaGraphManager, vllm-ascend's DFlash and EAGLE subclasses) changed.
     assert changed == {
         (DraftModelSpeculator, "set_attn"),
@@ -111,7 +111,7 @@ def test_eagle3_with_the_window_builds_on_model_runner_v2_and_other_methods_stop
 
     assert speculative_config(model_dir, {"draft_window_size": 512}).use_v2_model_runner
     # Every other Model Runner V2 method of vLLM 0.30 but MTP (which keeps its warning) is
-    # one the line does not serve, e.g. extract_hidden_states.
+    # one the release does not serve, e.g. extract_hidden_states.
     with pytest.raises(ValueError) as error:
         policy.refuse_method("extract_hidden_states", install.installation().release, 512)
     assert (

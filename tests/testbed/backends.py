@@ -44,7 +44,7 @@ def mla_config(mla_dir, method: str, monkeypatch, additional: dict | None = None
     """A real VllmConfig with a speculative config of NUM_SPEC tokens, as the builders'
     decode thresholds read it. Validated with an n-gram method, which needs no draft
     checkpoint (these tiny configs have none); the method and the window's keys are set
-    after, as on the Ascend line's tests. Model Runner V2, as a host runs these speculators."""
+    after, as on the Ascend pairing's tests. Model Runner V2, as a host runs these speculators."""
     model = ModelConfig(
         model=str(mla_dir), skip_tokenizer_init=True, dtype="float32", max_model_len=MAX_MODEL_LEN
     )

@@ -140,7 +140,7 @@ def process_groups_on_cpu(monkeypatch: Any) -> None:
 
 
 def cuda_graphs_on_cpu(monkeypatch: Any) -> None:
-    """vLLM's CUDA graph capture and replay on CPU (the upstream line): ``CpuGraph`` as
+    """vLLM's CUDA graph capture and replay on CPU (the upstream release): ``CpuGraph`` as
     ``torch.cuda.CUDAGraph``, ``graph_context`` as ``torch.cuda.graph``, and
     ``process_groups_on_cpu``."""
     import torch

@@ -26,7 +26,7 @@ def windowed_prefill_metadata(
     Built by vLLM's own ``ModelState.prepare_attn`` with the draft's attention groups, as
     the target runner builds the target's (eager/PIECEWISE sizes), from the windowed
     ``seq_lens`` of the target's lengths and the cropped tables. ``host_mirror``: the name
-    of the batch's exact host mirror of its lengths, where the line's batches keep one.
+    of the batch's exact host mirror of its lengths, where the release's batches keep one.
     """
     n = batch.num_reqs
     window.refresh(n, seq_lens=batch.seq_lens, query_start_loc=batch.query_start_loc)
@@ -57,7 +57,7 @@ def windowed_prefill_metadata(
         changes["prompt_lens"] = None
     mirror = getattr(batch, host_mirror, None) if host_mirror else None
     if mirror is not None:
-        # The exact host mirror of the target's lengths, which the line's kernel takes as
+        # The exact host mirror of the target's lengths, which the release's kernel takes as
         # the exact lengths: windowed by the device's arithmetic (the mirror is exact).
         exact = torch.from_numpy(np.ascontiguousarray(mirror[:n], dtype=np.int32))
         changes[host_mirror] = _window_exact(window, exact, query_lens_cpu).numpy()
