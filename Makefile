@@ -48,8 +48,11 @@ $(VLLM_ASCEND_WHEEL_STAMP): | $(STAMP)
 	$(PIP) download -q --no-deps -d $(WHEEL_DIR) vllm-ascend==$(VLLM_ASCEND_VERSION)
 	touch $@
 
-$(STAMP030): requirements/cpu.txt requirements/cpu-030.txt requirements/test.txt tools/setup_ascend030.sh tests/ascend/npu_testbed/stand_ins.py
-	PYTHON=$(PYTHON) tools/setup_ascend030.sh $(VENV030)
+ASCEND_SETUP := requirements/cpu.txt requirements/cpu-ascend.txt requirements/test.txt tools/setup_ascend.sh tests/ascend/npu_testbed/stand_ins.py
+
+# vllm-ascend 0.30.0rc2, and rc1 beside it (the same code, compared by a test).
+$(STAMP030): $(ASCEND_SETUP)
+	PYTHON=$(PYTHON) tools/setup_ascend.sh $(VENV030) 0.30.0rc2 0.30.0rc1
 	touch $@
 
 $(OVERLAY030): $(STAMP030) pyproject.toml $(PACKAGE_FILES)

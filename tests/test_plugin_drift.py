@@ -165,7 +165,7 @@ def test_with_the_window_building_the_config_stops_with_the_reason(
     ) in message
     versions = releases.installed_versions()
     assert f"vLLM {versions['vllm']}, vllm-ascend not installed" in message
-    assert "supported: vLLM 0.33.x, vLLM 0.30.x with vllm-ascend 0.30.0rc2" in message
+    assert f"supported: {releases.SUPPORTED}" in message
     assert problem in message
     # No Model Runner V1 window to offer without vllm-ascend.
     assert ". Install a supported vLLM or remove draft_window_size from additional_config. " in (
@@ -224,8 +224,8 @@ def test_with_vllm_ascend_the_error_offers_its_model_runner_v1_window(model_dir,
     )
     message = refusal(model_dir, monkeypatch, {"draft_window_size": 512})
     assert (
-        "could not hook this vLLM (vLLM 0.31.0, vllm-ascend 0.31.0rc1; supported: vLLM "
-        "0.33.x, vLLM 0.30.x with vllm-ascend 0.30.0rc2): vLLM 0.31.0 is not a supported "
+        "could not hook this vLLM (vLLM 0.31.0, vllm-ascend 0.31.0rc1; supported: "
+        f"{releases.SUPPORTED}): vLLM 0.31.0 is not a supported "
         "release. Install a supported vLLM, run Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0), "
         "whose draft window is vllm-ascend's own, or remove draft_window_size from "
         "additional_config."
@@ -238,8 +238,8 @@ def test_vllm_0_30_without_vllm_ascend_is_not_the_ascend_line(model_dir, monkeyp
     )
     message = refusal(model_dir, monkeypatch, {"draft_window_size": 512})
     assert (
-        "vLLM 0.30.x with vllm-ascend 0.30.0rc2 needs vllm-ascend 0.30.0rc2, installed: "
-        "not installed"
+        "vLLM 0.30.x with vllm-ascend 0.30.0rc1 or 0.30.0rc2 needs vllm-ascend 0.30.0rc1 or "
+        "0.30.0rc2, installed: not installed"
     ) in message
 
 

@@ -15,6 +15,7 @@ vllm-ascend's ``AscendModelState.prepare_attn`` and must leave the model state a
 """
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -33,6 +34,7 @@ from tests.ascend.npu_testbed.eagle import (
     refused,
     setup_decode,
 )
+from tests.ascend.npu_testbed.pairing import installed_release
 from tests.ascend.npu_testbed.wiring import (
     HEAD_SIZE,
     MAX_MODEL_LEN,
@@ -292,7 +294,7 @@ def test_eagle_layouts_the_actual_lengths_cannot_serve_stop_at_start_up(model_di
     d.s.replicated_pcp = True
     refused(
         d,
-        r"not supported on vLLM 0.30.x with vllm-ascend 0.30.0rc2 with vllm-ascend.s "
+        rf"not supported on {re.escape(installed_release().name)} with vllm-ascend.s "
         r"replicated draft under prefill_context_parallel_size > 1",
     )
     d.s.replicated_pcp = False

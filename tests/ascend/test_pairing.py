@@ -22,14 +22,17 @@ import vllm_ascend
 from tests.ascend.npu_testbed.pairing import (
     VENV,
     ascend_config,
+    installed_release,
     speculative_config,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window import install
 
 
-def test_the_environment_is_the_ascend_pairing():
-    assert vllm.__version__ == "0.30.0"
-    assert metadata.version("vllm-ascend") == "0.30.0rc2"
+def test_the_environment_is_a_supported_ascend_release():
+    release = installed_release()
+    assert release is not None and release.requires is not None
+    assert vllm.__version__.startswith("{}.{}.".format(*release.vllm_minor))
+    assert metadata.version("vllm-ascend") in release.requires[1]
     import torch_npu
 
     assert type(torch_npu).__name__ == "StandIn"  # no NPU here
@@ -69,7 +72,7 @@ def test_vllms_plugin_loading_with_vllm_ascends_plugins_installs_the_ascend_line
     names = {p.name for p in metadata.entry_points(group="vllm.general_plugins")}
     assert {"draft_window", "ascend_model", "ascend_kv_connector", "ascend_model_loader"} <= names
     state = install.status()
-    assert state == install.Status(installed=True, release="vLLM 0.30.x with vllm-ascend 0.30.0rc2")
+    assert state == install.Status(installed=True, release=installed_release().name)
     before, after = loaded_plugins["before"], loaded_plugins["after"]
     changed = {key for key in before if after[key] is not before[key]}
     # Exactly the release's hooks, each wrapping the method it replaced; nothing else (vLLM's
@@ -116,7 +119,7 @@ def test_eagle3_with_the_window_builds_on_model_runner_v2_and_other_methods_stop
         policy.refuse_method("extract_hidden_states", install.installation().release, 512)
     assert (
         "draft_window_size=512 is not supported on Model Runner V2 for speculative method "
-        "'extract_hidden_states' on vLLM 0.30.x with vllm-ascend 0.30.0rc2; supported there: "
+        f"'extract_hidden_states' on {installed_release().name}; supported there: "
         "dflash, dspark, eagle, eagle3. Remove draft_window_size from additional_config or "
         "use one of those methods."
     ) in str(error.value)
@@ -146,3 +149,43 @@ def test_vllm_ascends_strict_ascend_config_takes_the_sinks_key_only_with_the_plu
     plugin.unregister()
     with pytest.raises(ValueError, match="draft_attention_sinks"):
         ascend_config(model_dir, keys)
+
+
+def test_every_release_served_as_this_one_runs_exactly_its_code():
+    """vllm-ascend 0.30.0rc1 is served as rc2 is: every file of its Python package but the
+    version stamp is byte for byte the installed release's (the sdists' trees, fetched by
+    ``make setup``). A release whose code ever differed would fail here, not on a host."""
+    same_code = (VENV / "vllm-ascend-same-code.txt").read_text().split()
+    release = installed_release()
+    assert same_code and set(same_code) <= set(release.requires[1])
+    installed = {}
+    for line in (VENV / "vllm-ascend-files.sha256").read_text().splitlines():
+        digest, path = line.split(maxsplit=1)
+        installed[path] = digest
+    # What the setup wrote beside the package, and the version stamp: not vllm-ascend's code.
+    not_code = {"vllm_ascend/_build_info.py", "vllm_ascend/_version.py"}
+    checkout = Path(__file__).resolve().parents[2]
+    for version in same_code:
+        tree = checkout / ".cache" / f"vllm-ascend-{version}" / f"vllm_ascend-{version}"
+        theirs = {
+            str(p.relative_to(tree)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in (tree / "vllm_ascend").rglob("*")
+            if p.is_file()
+        }
+        ours = {p: d for p, d in installed.items() if p not in not_code}
+        assert {p: d for p, d in theirs.items() if p not in not_code} == ours, version
+
+
+def test_vllm_ascend_0_30_0rc1_installs_the_same_hooks(monkeypatch):
+    from vllm_ascend.worker.v2.spec_decode.draft_window import releases
+
+    release = installed_release()
+    for version in release.requires[1]:
+        versions = {"vllm": vllm.__version__, "vllm-ascend": version}
+        monkeypatch.setattr(releases, "installed_versions", lambda v=versions: v)
+        assert releases.requirement_problem(release) is None
+        assert releases.release_for(vllm.__version__) is release
+    monkeypatch.setattr(
+        releases, "installed_versions", lambda: {"vllm": vllm.__version__, "vllm-ascend": "0.31.0"}
+    )
+    assert "installed: 0.31.0" in releases.requirement_problem(release)

@@ -8,6 +8,15 @@ from pathlib import Path
 VENV = Path(sys.prefix)
 
 
+def installed_release():
+    """The supported release this environment is (its vLLM's minor version)."""
+    import vllm
+
+    from vllm_ascend.worker.v2.spec_decode.draft_window import releases
+
+    return releases.release_for(vllm.__version__)
+
+
 def speculative_config(model_dir, additional_config, method="eagle3"):
     """A real VllmConfig with a speculative config (EAGLE3 by default), as the engine builds
     it."""

@@ -8,7 +8,7 @@ stand-in module is a ``MagicMock``: the tests never run an NPU kernel, they driv
 Python code (configs, plugins, speculators' metadata paths) and its Triton kernels (under
 Triton's interpreter) on CPU. triton-ascend's CANN extension module gets plain functions
 instead, each raising if called (``TRITON_ASCEND_OPS``). Installed into the test
-environment's site-packages by ``tools/setup_ascend030.sh`` and loaded by a ``.pth`` file in
+environment's site-packages by ``tools/setup_ascend.sh`` and loaded by a ``.pth`` file in
 every Python process there (vLLM inspects models in subprocesses): .venv-030 is an Ascend
 host without an NPU.
 """

@@ -63,8 +63,9 @@ class Release:
     hooks: tuple[Hook, ...]
     # Speculative methods the window serves on this release.
     methods: tuple[str, ...]
-    # (distribution, version prefix) that must be installed beside vLLM, or None.
-    requires: tuple[str, str] | None = None
+    # (distribution, its releases whose code the hooks are proven on) that must be installed
+    # beside vLLM, or None. A local build of one (``0.30.0rc2+g1234``) is that release.
+    requires: tuple[str, tuple[str, ...]] | None = None
     # Per speculative method, the attention backend class names the window is proven for on
     # the draft's groups (a method not listed: any backend of ``backend_module``); a draft
     # whose kernel takes host lengths the window does not set is refused, with the reason
@@ -216,7 +217,7 @@ VLLM_0_33 = Release(
     bound_as_exact_rows=("num_decodes", "num_prefills"),
 )
 
-# vllm-ascend 0.30.0rc2 on vLLM 0.30.0 (design doc, section 8.2). DFlash and DSpark: FIA
+# vllm-ascend 0.30.0rc1/rc2 on vLLM 0.30.0 (design doc, section 8.2). DFlash and DSpark: FIA
 # takes the device lengths the window sets (the per-propose build, the ACL graph replay
 # build and the capture all go through the build hook). EAGLE/EAGLE3: vLLM 0.30's
 # AutoRegressiveSpeculator runs the draft prefill and the per-step decode builds;
@@ -232,7 +233,7 @@ _ascend_ar = _on(
     Room.ASCEND_AUTOREGRESSIVE, f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator"
 )
 VLLM_0_30_ASCEND = Release(
-    name="vLLM 0.30.x with vllm-ascend 0.30.0rc2",
+    name="vLLM 0.30.x with vllm-ascend 0.30.0rc1 or 0.30.0rc2",
     vllm_minor=(0, 30),
     hooks=(
         _SET_ATTN,
@@ -261,7 +262,9 @@ VLLM_0_30_ASCEND = Release(
         _PREPARE_ATTN,
     ),
     methods=("dflash", "dspark", "eagle", "eagle3"),
-    requires=("vllm-ascend", "0.30.0rc2"),
+    # rc2 is rc1 with new Dockerfiles: the Python package differs only in _version.py (a test
+    # compares the two trees).
+    requires=("vllm-ascend", ("0.30.0rc1", "0.30.0rc2")),
     backends=(
         ("dflash", ("AscendAttentionBackend", "AscendMLABackend")),
         ("dspark", ("AscendAttentionBackend", "AscendMLABackend")),
@@ -314,10 +317,10 @@ def requirement_problem(release: Release) -> str | None:
     """Why the release's companion distribution does not fit, or None."""
     if release.requires is None:
         return None
-    dist, version = release.requires
+    dist, versions = release.requires
     installed = installed_versions()[dist]
-    if installed == "not installed" or not installed.startswith(version):
-        return f"{release.name} needs {dist} {version}, installed: {installed}"
+    if installed.split("+")[0] not in versions:
+        return f"{release.name} needs {dist} {' or '.join(versions)}, installed: {installed}"
     return None
 
 

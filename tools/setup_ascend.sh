@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
+#
+# Builds the test environment of one supported vllm-ascend release (make setup):
+#   tools/setup_ascend.sh VENV VERSION [SAME_CODE_VERSION ...]
+# vLLM of the release's pairing on CPU torch, the Python package of vllm-ascend VERSION from
+# its pinned source distribution (nothing is compiled), and the test-only torch_npu
+# stand-ins. SAME_CODE_VERSION: releases the window serves as VERSION (the same code): their
+# source distributions are fetched and unpacked too, for the test that compares the trees.
+# This project itself is installed by `make test` (pip install --no-deps ., as on a host).
+set -euo pipefail
+VENV=$1
+VERSION=$2
+shift 2
+PYTHON=${PYTHON:-python3}
+
+# Every vllm-ascend release the tests run, its sdist's sha256, the vLLM it pairs with (its
+# Dockerfile's VLLM_TAG), and the extra pure-Python packages they import (requirements/).
+sha256_of() {
+  case $1 in
+    0.30.0rc2) echo 05cb51448c0cd174ea338b16ebbfc8e215f44b373ea2a0d65f1314523a01152f ;;
+    0.30.0rc1) echo 62466241beb151652e95ae47f1d1f5cb7bf66367d6e5c14c74d6b72c0f026ebe ;;
+    0.29.0rc1) echo 680f58f98b8a8a4d92380f77a5d3949107da6db0b7cfc17834898d32fdfcdfd1 ;;
+    *) echo "tools/setup_ascend.sh: no pinned sdist for vllm-ascend $1" >&2; exit 2 ;;
+  esac
+}
+vllm_of() {
+  case $1 in
+    0.30.0*) echo 0.30.0 ;;
+    0.29.0*) echo 0.29.0 ;;
+  esac
+}
+
+test -x "$VENV/bin/python" || "$PYTHON" -m venv "$VENV"
+SITE=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+# The stand-ins load torch in every process: off while this script installs.
+rm -f "$SITE/_draft_window_npu_stand_ins.pth"
+PIP="$VENV/bin/python -m pip"
+# CPU torch: this exact version is the CPU build; a range would pull a CUDA build.
+$PIP install -q torch==2.13.0
+# The test tools first, resolved with their own dependencies: installed after vLLM, pip
+# would check vLLM's full (GPU) requirements and print every one it lacks.
+$PIP install -q -r requirements/test.txt setuptools-scm==10.3.4
+$PIP install -q --no-deps "vllm==$(vllm_of "$VERSION")"
+$PIP install -q --no-deps -r requirements/cpu-ascend.txt
+
+# The sdist only, unpacked into .cache/vllm-ascend-V/: its metadata step wants setuptools_scm
+# and a SOC_VERSION, no build.
+fetch() {
+  local version=$1 cache=.cache/vllm-ascend-$1 sha
+  sha=$(sha256_of "$version")
+  mkdir -p "$cache"
+  if ! echo "$sha  $cache/vllm_ascend-$version.tar.gz" | sha256sum -c --status 2>/dev/null; then
+    SOC_VERSION=ascend910b1 COMPILE_CUSTOM_KERNELS=0 $PIP download -q --no-deps \
+      --no-build-isolation "vllm-ascend==$version" -d "$cache"
+    echo "$sha  $cache/vllm_ascend-$version.tar.gz" | sha256sum -c --quiet
+  fi
+  test -d "$cache/vllm_ascend-$version" || tar -xzf "$cache/vllm_ascend-$version.tar.gz" -C "$cache"
+}
+fetch "$VERSION"
+for same in "$@"; do fetch "$same"; done
+
+CACHE=.cache/vllm-ascend-$VERSION
+rm -rf "$SITE/vllm_ascend" "$SITE"/vllm_ascend-*.dist-info
+cp -r "$CACHE/vllm_ascend-$VERSION/vllm_ascend" "$SITE/"
+# What vllm-ascend's build writes beside its Python package (setup.py, gen_build_info), for
+# the SOC the sdist is fetched for (ascend910b1: an A2 device).
+printf "# Auto-generated file\n__device_type__ = 'A2'\n" > "$SITE/vllm_ascend/_build_info.py"
+# A dist-info with the sdist's entry points: vLLM discovers vllm-ascend's plugins as on a host.
+DIST="$SITE/vllm_ascend-$VERSION.dist-info"
+mkdir -p "$DIST"
+printf 'Metadata-Version: 2.1\nName: vllm-ascend\nVersion: %s\n' "$VERSION" > "$DIST/METADATA"
+cp "$CACHE/vllm_ascend-$VERSION/vllm_ascend.egg-info/entry_points.txt" "$DIST/"
+# Every file vllm-ascend ships, with its sha256: the overlay test checks none is replaced.
+(cd "$SITE" && find vllm_ascend -type f -print0 | sort -z | xargs -0 sha256sum) \
+  > "$VENV/vllm-ascend-files.sha256"
+# The releases served as this one, for the test that compares their trees with it.
+printf '%s\n' "$@" > "$VENV/vllm-ascend-same-code.txt"
+
+# Test-only stand-ins for torch_npu and the other NPU-only modules, loaded by every Python
+# process of this environment (vLLM inspects models in subprocesses): an Ascend host without
+# an NPU.
+cp tests/ascend/npu_testbed/stand_ins.py "$SITE/_draft_window_npu_stand_ins.py"
+echo 'import _draft_window_npu_stand_ins; _draft_window_npu_stand_ins.install()' \
+  > "$SITE/_draft_window_npu_stand_ins.pth"
