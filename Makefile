@@ -1,8 +1,9 @@
 # Draft KV sliding window for vLLM Model Runner V2: developer entry points.
-# `make setup` builds .venv once (CPU torch, vLLM 0.33.0 without its GPU deps,
-# test tools, the released vllm-ascend wheel for MRV1 parity) and .venv-030, the Ascend
-# pairing (vLLM 0.30.0 + vllm-ascend 0.30.0rc2's Python package, torch_npu stand-ins);
-# `make test` needs both, `make demo` and `make lint` only .venv.
+# `make setup` builds .venv once (CPU torch, vLLM 0.33.0 without its GPU deps, test tools,
+# the released vllm-ascend wheel for MRV1 parity) and one environment per supported
+# vllm-ascend release (vLLM of its pairing + vllm-ascend's Python package, torch_npu
+# stand-ins): .venv-030 (0.30.0rc2; rc1 is the same code), .venv-029 (0.29.0rc1).
+# `make test` needs them all, `make demo` and `make lint` only .venv.
 
 PYTHON ?= python3
 VENV := .venv
@@ -12,20 +13,18 @@ STAMP := $(VENV)/.setup-done
 WHEEL_DIR := .cache/wheels
 VLLM_ASCEND_VERSION := 0.26.0rc1
 VLLM_ASCEND_WHEEL_STAMP := $(WHEEL_DIR)/.vllm-ascend-$(VLLM_ASCEND_VERSION)
-VENV030 := .venv-030
-PY030 := $(VENV030)/bin/python
-STAMP030 := $(VENV030)/.setup-done
-# This project installed into .venv-030 as on an Ascend host (a copy, not editable).
-OVERLAY030 := $(VENV030)/.overlay-installed
+# The Ascend releases' environments; this project is installed into each as on an Ascend
+# host (a copy, not editable: .overlay-installed).
+ASCEND_VENVS := .venv-030 .venv-029
 PACKAGE_FILES := $(shell find vllm_ascend -name '*.py' 2>/dev/null)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test lint demo bench gpu-check e2e-ascend clean
+.PHONY: help setup test test-033 test-030 test-029 lint demo bench gpu-check e2e-ascend clean
 
 help:  ## List the targets.
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-setup: $(STAMP) $(VLLM_ASCEND_WHEEL_STAMP) $(STAMP030)  ## Create .venv and .venv-030 (idempotent).
+setup: $(STAMP) $(VLLM_ASCEND_WHEEL_STAMP) $(ASCEND_VENVS:%=%/.setup-done)  ## Create .venv and the Ascend environments (idempotent).
 
 $(STAMP): pyproject.toml requirements/cpu.txt requirements/test.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -51,20 +50,42 @@ $(VLLM_ASCEND_WHEEL_STAMP): | $(STAMP)
 ASCEND_SETUP := requirements/cpu.txt requirements/cpu-ascend.txt requirements/test.txt tools/setup_ascend.sh tests/ascend/npu_testbed/stand_ins.py
 
 # vllm-ascend 0.30.0rc2, and rc1 beside it (the same code, compared by a test).
-$(STAMP030): $(ASCEND_SETUP)
-	PYTHON=$(PYTHON) tools/setup_ascend.sh $(VENV030) 0.30.0rc2 0.30.0rc1
+.venv-030/.setup-done: $(ASCEND_SETUP)
+	PYTHON=$(PYTHON) tools/setup_ascend.sh .venv-030 0.30.0rc2 0.30.0rc1
 	touch $@
 
-$(OVERLAY030): $(STAMP030) pyproject.toml $(PACKAGE_FILES)
-	$(PY030) -m pip install -q --no-deps --no-build-isolation --force-reinstall .
+.venv-029/.setup-done: $(ASCEND_SETUP)
+	PYTHON=$(PYTHON) tools/setup_ascend.sh .venv-029 0.29.0rc1
+	touch $@
+
+# One install at a time: pip builds the project in its source tree.
+.venv-030/.overlay-installed: .venv-030/.setup-done pyproject.toml $(PACKAGE_FILES)
+	.venv-030/bin/python -m pip install -q --no-deps --no-build-isolation --force-reinstall .
 	rm -rf build
 	touch $@
 
-test: setup $(OVERLAY030)  ## Run the test suite on CPU: vLLM 0.33 (.venv), then the Ascend pairing (.venv-030).
-	@echo "== vLLM 0.33.0 upstream line (.venv) =="
+.venv-029/.overlay-installed: .venv-029/.setup-done pyproject.toml $(PACKAGE_FILES) | .venv-030/.overlay-installed
+	.venv-029/bin/python -m pip install -q --no-deps --no-build-isolation --force-reinstall .
+	rm -rf build
+	touch $@
+
+ASCEND_PYTEST := -m pytest tests/ascend --confcutdir=tests/ascend -p no:cacheprovider
+
+# The suites run side by side on two cores; each prints its output when it ends.
+test: setup $(ASCEND_VENVS:%=%/.overlay-installed)  ## Run the test suites on CPU: vLLM 0.33 (.venv), then each Ascend release.
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-033 test-030 test-029
+
+test-033: setup  ## The vLLM 0.33.0 upstream suite (.venv).
+	@echo "== vLLM 0.33.0 upstream (.venv) =="
 	$(PY) -m pytest
-	@echo "== Ascend pairing: vLLM 0.30.0 + vllm-ascend 0.30.0rc2 (.venv-030) =="
-	$(PY030) -m pytest tests/ascend --confcutdir=tests/ascend -p no:cacheprovider
+
+test-030: .venv-030/.overlay-installed  ## The Ascend suite on vLLM 0.30.0 + vllm-ascend 0.30.0rc2 (.venv-030).
+	@echo "== vLLM 0.30.0 + vllm-ascend 0.30.0rc2 (.venv-030) =="
+	.venv-030/bin/python $(ASCEND_PYTEST)
+
+test-029: .venv-029/.overlay-installed  ## The Ascend suite on vLLM 0.29.0 + vllm-ascend 0.29.0rc1 (.venv-029).
+	@echo "== vLLM 0.29.0 + vllm-ascend 0.29.0rc1 (.venv-029) =="
+	.venv-029/bin/python $(ASCEND_PYTEST)
 
 lint: $(STAMP)  ## ruff check and format check.
 	$(VENV)/bin/ruff check .
@@ -85,4 +106,4 @@ e2e-ascend:  ## End to end with vllm serve on Ascend NPUs (DRY_RUN=1, DEVICE=cud
 	$(PYTHON) e2e/e2e.py
 
 clean:  ## Remove .venv, caches and build output.
-	rm -rf $(VENV) $(VENV030) .cache build dist *.egg-info .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(ASCEND_VENVS) .cache build dist *.egg-info .pytest_cache .ruff_cache .hypothesis

@@ -68,6 +68,7 @@ SERVING_MODULES = {
     "plan.py",
     "plugin.py",
     "policy.py",
+    "release.py",
     "releases.py",
     "views.py",
     "window.py",

@@ -218,14 +218,21 @@ def test_on_a_supported_vllm_the_config_is_accepted(model_dir, monkeypatch):
     assert config.use_v2_model_runner
 
 
-def test_with_vllm_ascend_the_error_offers_its_model_runner_v1_window(model_dir, monkeypatch):
-    monkeypatch.setattr(
-        releases, "installed_versions", lambda: {"vllm": "0.31.0", "vllm-ascend": "0.31.0rc1"}
-    )
+@pytest.mark.parametrize(
+    ("vllm_version", "ascend_version"),
+    # A release between two supported ones, and vllm-ascend 0.28.0rc1's pairing (its
+    # speculators lack build_fia_params and take other propose arguments).
+    [("0.31.0", "0.31.0rc1"), ("0.28.0", "0.28.0rc1")],
+)
+def test_with_vllm_ascend_the_error_offers_its_model_runner_v1_window(
+    vllm_version, ascend_version, model_dir, monkeypatch
+):
+    versions = {"vllm": vllm_version, "vllm-ascend": ascend_version}
+    monkeypatch.setattr(releases, "installed_versions", lambda: versions)
     message = refusal(model_dir, monkeypatch, {"draft_window_size": 512})
     assert (
-        "could not hook this vLLM (vLLM 0.31.0, vllm-ascend 0.31.0rc1; supported: "
-        f"{releases.SUPPORTED}): vLLM 0.31.0 is not a supported "
+        f"could not hook this vLLM (vLLM {vllm_version}, vllm-ascend {ascend_version}; "
+        f"supported: {releases.SUPPORTED}): vLLM {vllm_version} is not a supported "
         "release. Install a supported vLLM, run Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0), "
         "whose draft window is vllm-ascend's own, or remove draft_window_size from "
         "additional_config."

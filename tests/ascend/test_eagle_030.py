@@ -20,8 +20,10 @@ import re
 import numpy as np
 import pytest
 import torch
+from vllm.config import set_current_vllm_config
 from vllm.config.compilation import CUDAGraphMode
 
+from tests.ascend.npu_testbed.compat import fia_params_before_replay
 from tests.ascend.npu_testbed.eagle import (
     MAX_NUM_REQS,
     TARGET_LENS,
@@ -34,7 +36,7 @@ from tests.ascend.npu_testbed.eagle import (
     refused,
     setup_decode,
 )
-from tests.ascend.npu_testbed.pairing import installed_release
+from tests.ascend.npu_testbed.pairing import draft_build_path, installed_release
 from tests.ascend.npu_testbed.wiring import (
     HEAD_SIZE,
     MAX_MODEL_LEN,
@@ -101,12 +103,15 @@ def test_every_full_graph_replay_step_reads_the_window_of_what_fia_is_told(
     window = d.s.draft_window
     padded = MAX_NUM_REQS
     metadatas, fia = full_graph_params(d, padded)
-    for step, (params, per_step) in enumerate(zip(fia, metadatas, strict=True), start=1):
+    for step, params in enumerate(fia, start=1):
         at_step(d, step)
-        build(d, step, CUDAGraphMode.FULL, padded)  # the recorded build of this step
+        recorded = build(d, step, CUDAGraphMode.FULL, padded)  # the recorded build of this step
         table = params["block_table"]
         assert table.data_ptr() == window.windows[0].block_table.data_ptr()
-        assert params["actual_seq_lengths_kv"] == per_step["draft.0"].seq_lens_list
+        # What the step's eager build would tell FIA (vllm-ascend 0.30 builds the replay's
+        # metadata before it; 0.29 builds none).
+        per_step = recorded if metadatas is None else metadatas[step - 1]["draft.0"]
+        assert params["actual_seq_lengths_kv"] == per_step.seq_lens_list
         assert len(params["actual_seq_lengths_kv"]) == padded
         assert_fia_reads_the_window_of_the_told_length(
             d, step, params["actual_seq_lengths_kv"], table
@@ -120,9 +125,15 @@ def test_without_the_window_fia_is_told_the_target_length_plus_the_step(model_di
     assert d.s.draft_window is None
     at_step(d, 2)
     md = build(d, 2)
-    assert md.seq_lens_list[: len(TARGET_LENS)] == [min(t + 2, MAX_MODEL_LEN) for t in TARGET_LENS]
+    told = [min(t + 2, MAX_MODEL_LEN) for t in TARGET_LENS]
+    if installed_release().fia_table_from_target:
+        # vllm-ascend 0.29 hands the build one host length for every request, and writes
+        # the actual lengths after the step's forward (its _generate_draft).
+        assert len(set(md.seq_lens_list)) == 1
+        d.s._update_decode_attn_metadata({"draft.0": md}, 2, len(TARGET_LENS))
+    assert md.seq_lens_list[: len(TARGET_LENS)] == told
     assert md.block_tables.data_ptr() == d.s.block_tables.input_block_tables[0].data_ptr()
-    fia = d.s.build_fia_params(MAX_NUM_REQS, {"draft.0": md}, False)
+    fia = fia_params_before_replay(d.s, MAX_NUM_REQS)[1]
     assert fia[0]["actual_seq_lengths_kv"][: len(TARGET_LENS)] == [
         min(t + 1, MAX_MODEL_LEN) for t in TARGET_LENS
     ]
@@ -274,22 +285,28 @@ def test_eagle_layouts_the_actual_lengths_cannot_serve_stop_at_start_up(model_di
     from vllm.v1.kv_cache_interface import KVCacheGroupSpec, SlidingWindowSpec
     from vllm.v1.worker.utils import AttentionGroup
 
-    import vllm_ascend.worker.v2.spec_decode.autoregressive.sparse_kv_offload as offload
     from vllm_ascend.attention.attention_v1 import AscendAttentionBackend
-
-    d = setup_decode(model_dir, "eagle3", 16, 3)
-    # A CPU has no pinned memory for the offload's host buffers.
-    monkeypatch.setattr(offload, "is_pin_memory_available", lambda: False)
-    kept = d.s._sparse_kv_offload_metadata
-    d.s._sparse_kv_offload_metadata = offload.SparseKVOffloadMetadata(
-        enabled=True,
-        num_steps=3,
-        max_num_reqs=MAX_NUM_REQS,
-        max_num_tokens=64,
-        device=torch.device("cpu"),
+    from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.speculator import (
+        create_draft_window,
     )
-    refused(d, "with vllm-ascend's sparse_kv_offload_config enabled")
-    d.s._sparse_kv_offload_metadata = kept
+
+    release = installed_release()
+    d = setup_decode(model_dir, "eagle3", 16, 3)
+    if hasattr(d.s, "_sparse_kv_offload_metadata"):  # vllm-ascend 0.30's
+        import vllm_ascend.worker.v2.spec_decode.autoregressive.sparse_kv_offload as offload
+
+        # A CPU has no pinned memory for the offload's host buffers.
+        monkeypatch.setattr(offload, "is_pin_memory_available", lambda: False)
+        kept = d.s._sparse_kv_offload_metadata
+        d.s._sparse_kv_offload_metadata = offload.SparseKVOffloadMetadata(
+            enabled=True,
+            num_steps=3,
+            max_num_reqs=MAX_NUM_REQS,
+            max_num_tokens=64,
+            device=torch.device("cpu"),
+        )
+        refused(d, "with vllm-ascend's sparse_kv_offload_config enabled")
+        d.s._sparse_kv_offload_metadata = kept
 
     d.s.replicated_pcp = True
     refused(
@@ -301,7 +318,11 @@ def test_eagle_layouts_the_actual_lengths_cannot_serve_stop_at_start_up(model_di
 
     hf_config = d.s.vllm_config.model_config.hf_config
     monkeypatch.setattr(hf_config, "model_type", "deepseek_v41")
-    refused(d, "with a DeepSeek-V4.1 target: vllm-ascend does not sync its host lengths")
+    if release.unsynced_target is not None:
+        refused(d, "with a DeepSeek-V4.1 target: vllm-ascend does not sync its host lengths")
+    else:  # vllm-ascend 0.29's runner syncs every target's host lengths after rejection
+        with set_current_vllm_config(d.s.vllm_config):
+            assert create_draft_window(d.s, release) is not None
     monkeypatch.setattr(hf_config, "model_type", "llama")
 
     d.s.model_state.kvpp_runtime = object()
@@ -332,15 +353,35 @@ def test_a_build_handed_vllm_ascends_unwindowed_host_mirror_is_stopped(model_dir
 
     d = setup_decode(model_dir, "eagle3", 16, 3)
     mirror = d.s.target_input_buffers.seq_lens_cpu
-    monkeypatch.setattr(
-        attention_v1, "_select_seq_lens", lambda common, *args, **kwargs: mirror[: common.num_reqs]
-    )
+    if hasattr(attention_v1, "_select_seq_lens"):  # vllm-ascend 0.30's choice of lengths
+        monkeypatch.setattr(
+            attention_v1,
+            "_select_seq_lens",
+            lambda common, *args, **kwargs: mirror[: common.num_reqs],
+        )
+    else:  # vllm-ascend 0.29 takes the host lengths it is handed: hand it the mirror
+        from vllm_ascend.attention.attention_v1 import AscendAttentionMetadataBuilder
+
+        real = AscendAttentionMetadataBuilder.build
+
+        def build_from_mirror(self, common_prefix_len, common_attn_metadata, *args, **kwargs):
+            host = mirror[: common_attn_metadata.num_reqs]
+            cm = dataclasses.replace(common_attn_metadata, seq_lens_cpu=host, _seq_lens_cpu=host)
+            return real(self, common_prefix_len, cm, *args, **kwargs)
+
+        monkeypatch.setattr(AscendAttentionMetadataBuilder, "build", build_from_mirror)
+        d = setup_decode(model_dir, "eagle3", 16, 3)  # its builders wrapped by the window
     at_step(d, 1)
-    with pytest.raises(
-        WindowNotInPathError,
-        match="the built metadata's seq_lens is not the window's windowed seq_lens",
-    ):
+    with pytest.raises(WindowNotInPathError) as error:
         build(d, 1)
+    message = str(error.value)
+    assert f"under the window's hooks {draft_build_path()}" in message
+    # 0.30 keeps the mirror itself as the built seq_lens; 0.29 a copy, whose list then reaches
+    # past the window.
+    assert (
+        "the built metadata's seq_lens is not the window's windowed seq_lens" in message
+        or "the built seq_lens_list reaches 2047, past the window's 143" in message
+    )
 
 
 @pytest.mark.parametrize("block_size", [16, 128])

@@ -46,7 +46,7 @@ def test_the_overlay_sits_in_vllm_ascends_own_tree_and_replaced_none_of_its_file
     assert Path(draft_window.__file__).is_relative_to(site / "vllm_ascend")
     assert Path(speculator.__file__).parent.parent == Path(draft_window.__file__).parent.parent
     recorded = (VENV / "vllm-ascend-files.sha256").read_text().splitlines()
-    assert len(recorded) > 700
+    assert len(recorded) > 500  # the whole package, not a few files
     for line in recorded:
         digest, name = line.split(maxsplit=1)
         assert hashlib.sha256((site / name).read_bytes()).hexdigest() == digest, name
@@ -77,9 +77,8 @@ def test_vllms_plugin_loading_with_vllm_ascends_plugins_installs_the_ascend_line
     changed = {key for key in before if after[key] is not before[key]}
     # Exactly the release's hooks, each wrapping the method it replaced; nothing else (vLLM's
     # SpeculatorCudaGraphManager, vllm-ascend's DFlash and EAGLE subclasses) changed.
-    assert changed == {
+    common = {
         (DraftModelSpeculator, "set_attn"),
-        (DraftModelSpeculator, "_build_attn_metadata"),
         (DFlashSpeculator, "capture"),
         (AutoRegressiveSpeculator, "propose"),
         (AutoRegressiveSpeculator, "_prefill"),
@@ -87,10 +86,22 @@ def test_vllms_plugin_loading_with_vllm_ascends_plugins_installs_the_ascend_line
         (AscendAutoRegressiveSpeculator, "capture"),
         (AscendAutoRegressiveSpeculator, "_calc_next_seq_lens_cpu"),
         (AscendAutoRegressiveSpeculator, "build_fia_params"),
-        (AscendAutoRegressiveSpeculator, "_build_attn_metadata"),
         (AutoRegressiveAclGraphManager, "capture"),
-        (AscendDSparkSpeculator, "_prepare_draft_dcp_metadata_inputs"),
     }
+    # Where the releases differ: the draft build's name (vLLM 0.29's
+    # _build_draft_attn_metadata), and vllm-ascend 0.30's DCP and DSpark MLA host lengths.
+    by_release = {
+        (0, 30): {
+            (DraftModelSpeculator, "_build_attn_metadata"),
+            (AscendAutoRegressiveSpeculator, "_build_attn_metadata"),
+            (AscendDSparkSpeculator, "_prepare_draft_dcp_metadata_inputs"),
+        },
+        (0, 29): {
+            (DraftModelSpeculator, "_build_draft_attn_metadata"),
+            (AscendAutoRegressiveSpeculator, "_build_draft_attn_metadata"),
+        },
+    }
+    assert changed == common | by_release[installed_release().vllm_minor]
     assert all(after[key].__wrapped__ is before[key] for key in changed)
     assert not [m for m in loaded_plugins["lines"] if "draft window" in m]
 
@@ -157,7 +168,8 @@ def test_every_release_served_as_this_one_runs_exactly_its_code():
     ``make setup``). A release whose code ever differed would fail here, not on a host."""
     same_code = (VENV / "vllm-ascend-same-code.txt").read_text().split()
     release = installed_release()
-    assert same_code and set(same_code) <= set(release.requires[1])
+    # Every other release the table serves as this one was fetched (none beside 0.29.0rc1).
+    assert set(same_code) == set(release.requires[1]) - {metadata.version("vllm-ascend")}
     installed = {}
     for line in (VENV / "vllm-ascend-files.sha256").read_text().splitlines():
         digest, path = line.split(maxsplit=1)

@@ -8,9 +8,12 @@ real in ``test_capture_030.py``. What FIA would receive (``seq_lens_list`` as
 must equal dense attention over exactly the window. Paths the window does not serve there
 yet stop at start-up with their name."""
 
+import dataclasses
+
 import pytest
 import torch
 
+from tests.ascend.npu_testbed.dcp_ranks import dcp_builders  # noqa: F401 (a fixture)
 from tests.ascend.npu_testbed.dflash import (
     BLOCK,
     EAGER,
@@ -24,13 +27,14 @@ from tests.ascend.npu_testbed.dflash import (
     window_config,
     wired,
 )
-from tests.ascend.npu_testbed.pairing import installed_release
+from tests.ascend.npu_testbed.pairing import draft_build_path, installed_release
 from tests.ascend.npu_testbed.wiring import (
     Q,
     fill,
     make_batch,
     vllm_config,
 )
+from tests.ascend.npu_testbed.wiring import speculator as make_speculator
 from vllm_ascend.worker.v2.spec_decode.draft_window import install, plugin
 
 pytestmark = pytest.mark.usefixtures("registered")
@@ -90,8 +94,16 @@ def test_dspark_on_a_glm_family_target_reads_the_window_of_what_fia_is_told(
     s.input_buffers.seq_lens[:n] = actual - rejected
     md = build(s)
     window = s.draft_window
-    assert window.actual is not None and window.actual.from_bound
     assert md.block_tables.data_ptr() == window.windows[0].block_table.data_ptr()
+    if "glm" not in installed_release().dspark_host_length_targets:
+        # vllm-ascend 0.29 has no GLM branch: FIA takes the draft's own device lengths, as
+        # for any DSpark target, and the window starts from them.
+        assert window.actual is None
+        own = dataclasses.replace(batch, seq_lens=(actual - rejected).tolist())
+        # (The query's slots are those of the actual lengths: not checked against these.)
+        assert_fia_reads_exactly_the_window(s, own, md.seq_lens_list, md.block_tables, False)
+        return
+    assert window.actual is not None and window.actual.from_bound
     assert_fia_reads_exactly_the_window(s, batch, md.seq_lens_list, md.block_tables)
     for i in range(n):
         start = int(actual[i]) - md.seq_lens_list[i]
@@ -117,11 +129,21 @@ def test_mla_drafts_read_the_window_of_the_host_lengths_mla_takes(
     (`_prepare_draft_dcp_metadata_inputs`): windowed like the device. DFlash hands it the
     host bound plus the query stretch, which counts rejected tokens: windowed as a told
     length, with the start on both sides from it. Either way MLA reads exactly the window of
-    what it is told, through the cropped table, and the device length shares its start."""
+    what it is told, through the cropped table, and the device length shares its start.
+    A release whose MLA builder hands every request one host length (vllm-ascend 0.29's
+    draft_max_seq_len) refuses the draft by name instead."""
     from tests.ascend.npu_testbed.wiring import speculator as make
     from vllm_ascend.attention.mla_v1 import AscendMLABackend
 
     config = vllm_config(mla_model_dir, method, window_config(min_context))
+    if "AscendMLABackend" not in installed_release().backends_for(method):
+        with pytest.raises(
+            ValueError,
+            match=r"on attention backend AscendMLABackend: its "
+            r"builder hands the kernel one host length for every request",
+        ):
+            make(config, method, BLOCK, MAX_NUM_REQS, backend=AscendMLABackend)
+        return
     s = make(config, method, BLOCK, MAX_NUM_REQS, backend=AscendMLABackend)
     batch = make_batch(SEQ_LENS, BLOCK, MAX_NUM_REQS)
     fill(s, batch)
@@ -155,7 +177,8 @@ def test_an_eagle_draft_on_mla_stops_at_start_up(mla_model_dir):
         ValueError,
         match=r"for eagle3 with group 0 \(MLAAttentionSpec, block "
         r"size 128\) on attention backend AscendMLABackend: "
-        r"its kernel takes host lengths",
+        # 0.30: EAGLE's decode state on MLA is not windowed; 0.29: one host length for all.
+        r"its (kernel takes host lengths|builder hands the kernel one host length)",
     ):
         eagle_speculator(config, BLOCK, MAX_NUM_REQS, 3, backend=AscendMLABackend)
     assert install.installation().release is installed_release()
@@ -164,19 +187,26 @@ def test_an_eagle_draft_on_mla_stops_at_start_up(mla_model_dir):
 def test_fia_lengths_that_escape_the_window_are_stopped_with_the_path(model_dir, monkeypatch):
     """If vllm-ascend's builder took its FIA lengths from elsewhere (its GLM branch keeps a
     host copy, the MLA path a copy taken before any hook), the path check stops it: here
-    the builder is made to take vLLM's own, unwindowed device lengths."""
-    import vllm_ascend.attention.attention_v1 as attention_v1
+    the builder is made to take vLLM's own, unwindowed device lengths after the check of
+    what it was handed."""
+    from vllm_ascend.attention.attention_v1 import AscendAttentionMetadataBuilder
     from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import WindowNotInPathError
 
+    vllms = {}
+    real = AscendAttentionMetadataBuilder.build
+
+    def build_from_vllms_lengths(self, common_prefix_len, common_attn_metadata, *args, **kwargs):
+        cm = common_attn_metadata
+        cm = dataclasses.replace(cm, seq_lens=vllms["seq_lens"][: cm.num_reqs])
+        return real(self, common_prefix_len, cm, *args, **kwargs)
+
+    monkeypatch.setattr(AscendAttentionMetadataBuilder, "build", build_from_vllms_lengths)
     s, _ = wired(model_dir, "dspark")
-    vllms = s.input_buffers.seq_lens
-    monkeypatch.setattr(
-        attention_v1, "_select_seq_lens", lambda common, *args, **kwargs: vllms[: common.num_reqs]
-    )
+    vllms["seq_lens"] = s.input_buffers.seq_lens
     with pytest.raises(WindowNotInPathError) as error:
         per_propose_build(s)
     message = str(error.value)
-    assert "under the window's hooks DraftModelSpeculator._build_attn_metadata" in message
+    assert f"under the window's hooks {draft_build_path()}" in message
     assert "the built metadata's seq_lens is not the window's windowed seq_lens" in message
     assert "the built seq_lens_list reaches 2000, past the window's 255" in message
 
@@ -206,3 +236,28 @@ def test_fia_inputs_equal_vllm_ascends_own_model_runner_v1_window(method, model_
     assert torch.equal(
         pad(ours, (0, width - ours.shape[1])), pad(theirs, (0, width - theirs.shape[1]))
     )
+
+
+@pytest.mark.parametrize("method", ["dflash", "dspark"])
+@pytest.mark.usefixtures("dcp_builders")
+def test_decode_context_parallelism_is_served_or_refused_by_name(method, model_dir, monkeypatch):
+    """Where the release's drafts have a DCP path (vllm-ascend 0.30), a rank's window is one
+    column of every rank (the DCP tests check its reads); where they have none (0.29), the
+    window stops start-up naming the layout and the reason."""
+    from tests.ascend.npu_testbed.dcp_ranks import on_rank
+    from tests.ascend.npu_testbed.wiring import with_dcp
+
+    on_rank(monkeypatch, 2, 0)
+    config = with_dcp(vllm_config(model_dir, method, {"draft_window_size": W}), 2, 1)
+    release = installed_release()
+    if release.dcp_unserved is not None:
+        with pytest.raises(ValueError) as error:
+            make_speculator(config, method, BLOCK, MAX_NUM_REQS, cp=(2, 0, 1))
+        assert (
+            f"draft_window_size={W} with decode_context_parallel_size=2 (rank 0), "
+            f"cp_kv_cache_interleave_size=1 is not supported on {release.name}: "
+            f"{release.dcp_unserved}. Use decode_context_parallel_size=1"
+        ) in str(error.value)
+        return
+    s = make_speculator(config, method, BLOCK, MAX_NUM_REQS, cp=(2, 0, 1))
+    assert s.draft_window.dcp.cp_size == 2 and s.draft_window.spec.alignment == 2 * BLOCK

@@ -14,12 +14,27 @@ def apply_cpu_shims() -> None:
     # UVA buffers and the staged host-to-device writes (BlockTables.apply_staged_writes)
     # want pinned memory, which a CPU-only torch cannot give; plain tensors do here.
     buffer_utils.is_uva_available = lambda: False
+    if not hasattr(buffer_utils, "NonUvaBuffer"):
+        # vLLM 0.29's staged-write pools take UVA buffers only: here the device view of
+        # the host buffer is the host tensor itself.
+        buffer_utils.UvaBuffer = _HostUvaBuffer
     torch_utils.PIN_MEMORY = False
     # vLLM's MLA builders bound the flag at their import.
     import vllm.model_executor.layers.attention.mla_attention as mla_attention
 
     mla_attention.PIN_MEMORY = False
     _label_interpreter_comparisons_int1()
+
+
+class _HostUvaBuffer:
+    """A UVA buffer on a CPU-only host (vLLM 0.29): host memory, and its device view."""
+
+    def __init__(self, size, dtype) -> None:
+        import torch
+
+        self.cpu = torch.zeros(size, dtype=dtype)
+        self.np = self.cpu.numpy()
+        self.uva = self.cpu
 
 
 def _label_interpreter_comparisons_int1() -> None:

@@ -4,9 +4,8 @@
 per-propose and graph-replay builds, and the check that FIA reads exactly the window."""
 
 import torch
-from vllm.config.compilation import CUDAGraphMode
-from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
 
+from tests.ascend.npu_testbed.compat import draft_build
 from tests.ascend.npu_testbed.wiring import (
     HEAD_SIZE,
     MAX_MODEL_LEN,
@@ -51,15 +50,10 @@ def wired(model_dir, method, additional_config=None, seq_lens=SEQ_LENS, block=BL
 def per_propose_build(s):
     """The draft build of each propose (DFlash's inside vllm-ascend's build wrapper)."""
     n = s.input_batch.num_reqs
-    desc = BatchExecutionDescriptor(cg_mode=CUDAGraphMode.NONE, num_tokens=n * Q, num_reqs=None)
+    bound = s.input_batch.seq_lens_cpu_upper_bound
     with build_attn_metadata_wrapper():
-        return s._build_uniform_attn_metadata(
-            num_reqs=n,
-            batch_desc=desc,
-            num_query_per_req=Q,
-            seq_lens_cpu_upper_bound=s.input_batch.seq_lens_cpu_upper_bound,
-            step=Q,
-            causal=s._group_causal,
+        return draft_build(
+            s, n, None, n * Q, bound, Q, num_query_per_req=Q, causal=s._group_causal
         )["draft.0"]
 
 
@@ -71,7 +65,9 @@ def replay_build(s):
     ]
 
 
-def assert_fia_reads_exactly_the_window(s, batch, seq_lens_list, block_tables):
+def assert_fia_reads_exactly_the_window(s, batch, seq_lens_list, block_tables, check_slots=True):
+    """FIA's lengths and tables read exactly each request's window of ``batch.seq_lens``, and
+    (``check_slots``) the query's KV writes stay at the absolute positions of those lengths."""
     window = s.draft_window
     gen = torch.Generator().manual_seed(0)
     b = batch.block_size
@@ -96,6 +92,8 @@ def assert_fia_reads_exactly_the_window(s, batch, seq_lens_list, block_tables):
         assert touched == {batch.block_ids[i][p // b] for p in kept.tolist()}
         queries.append(q)
         expected_reads.append(expected)
+        if not check_slots:
+            continue
         # The query's KV writes (vllm-ascend's prepare kernel) stay at absolute positions.
         pos = torch.arange(length - Q, length)
         slots = s.block_tables.slot_mappings[0][i * Q : (i + 1) * Q]

@@ -4,13 +4,15 @@
 step's build and FULL-graph parameters, and the checks of what FIA is told."""
 
 import dataclasses
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from vllm.config.compilation import CUDAGraphMode
-from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
 
+from tests.ascend.npu_testbed.compat import draft_build, fia_params_before_replay
+from tests.ascend.npu_testbed.pairing import installed_release
 from tests.ascend.npu_testbed.wiring import (
     HEAD_SIZE,
     MAX_MODEL_LEN,
@@ -107,6 +109,11 @@ def setup_decode(
     tib.seq_lens_cpu.zero_()
     tib.seq_lens_cpu[:n] = target
     s.input_batch = InputBatchSeen(n, np.zeros(n, dtype=bool), tib.seq_lens_np[:n], target.clone())
+    if installed_release().fia_table_from_target:
+        # What the target runner leaves in the model state for the draft layers (vllm-ascend
+        # 0.29 takes a FULL replay's block table from it): the full table of this step.
+        full = s.block_tables.input_block_tables[0]
+        s.model_state.attn_metadata = {"draft.0": SimpleNamespace(block_tables=full)}
     return Decode(s, target, rejected, block_ids, cache, k, v, block_size)
 
 
@@ -156,15 +163,9 @@ def build(d: Decode, step: int, cg_mode=CUDAGraphMode.NONE, num_reqs_padded=None
     vllm-ascend's build wrapper, which its propose and capture set)."""
     n = len(TARGET_LENS)
     padded = num_reqs_padded or n
-    desc = BatchExecutionDescriptor(cg_mode=cg_mode, num_tokens=padded, num_reqs=padded)
+    bound = d.s.input_batch.seq_lens_cpu_upper_bound
     with build_attn_metadata_wrapper():
-        return d.s._build_uniform_attn_metadata(
-            batch_desc=desc,
-            num_reqs=n,
-            num_query_per_req=1,
-            seq_lens_cpu_upper_bound=d.s.input_batch.seq_lens_cpu_upper_bound,
-            step=step,
-        )["draft.0"]
+        return draft_build(d.s, n, padded, padded, bound, step, cg_mode=cg_mode)["draft.0"]
 
 
 def assert_fia_reads_the_window_of_the_told_length(d: Decode, step, actual_lens, table):
@@ -202,10 +203,9 @@ def full_graph_params(d: Decode, padded: int) -> tuple[list, list]:
     """What vllm-ascend hands a FULL ACL graph replay, made before it: every step's metadata
     (built once at step 1) and each step's FIA parameters (``build_fia_params``)."""
     at_step(d, 1)
-    with build_attn_metadata_wrapper():
-        metadatas = d.s.build_draft_attn_metadatas(padded, padded, False)
-    fia = d.s.build_fia_params(padded, metadatas[0], False)
-    assert len(fia) == len(metadatas) == d.s.num_speculative_steps - 1
+    metadatas, fia = fia_params_before_replay(d.s, padded)
+    assert len(fia) == d.s.num_speculative_steps - 1
+    assert metadatas is None or len(metadatas) == len(fia)
     return metadatas, fia
 
 

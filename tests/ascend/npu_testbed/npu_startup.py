@@ -25,6 +25,7 @@ from vllm.config import (
 from vllm.config.compilation import CompilationMode, CUDAGraphMode
 
 from tests.ascend.npu_testbed.acl_graphs import DraftModel, FiaKernel
+from tests.ascend.npu_testbed.compat import without_piecewise
 from tests.ascend.npu_testbed.wiring import ascend_model_state, load_tables, vllm_config
 from tests.testbed.graphs import platform_with_graphs
 from tests.testbed.reference import PagedKVCache
@@ -152,7 +153,7 @@ def started(
     sizes = sorted({r * q for r in GRAPH_REQS for q in (1, query_len)})
     compilation = CompilationConfig(
         mode=CompilationMode.NONE,
-        cudagraph_mode=cudagraph_mode.without_piecewise(),
+        cudagraph_mode=without_piecewise(cudagraph_mode),
         cudagraph_capture_sizes=sizes,
     )
     scheduler = SchedulerConfig(
@@ -167,7 +168,9 @@ def started(
         parallel_drafting=method not in ("eagle", "eagle3"),
         compilation_config=compilation,
         scheduler_config=scheduler,
-        cache_config=CacheConfig(block_size=BLOCK),
+        # Half-precision KV, as a host runs (vllm-ascend 0.29's GQA layers refuse any other
+        # unquantized KV dtype).
+        cache_config=CacheConfig(block_size=BLOCK, cache_dtype="bfloat16"),
     )
     # A host runs these speculators with VLLM_USE_V2_MODEL_RUNNER=1; set after the config
     # above, whose placeholder method vLLM 0.30 refuses on V2, and before the configs the

@@ -17,6 +17,14 @@ def installed_release():
     return releases.release_for(vllm.__version__)
 
 
+def draft_build_path() -> str:
+    """The draft build every path goes through on this release, as the path check names it
+    (``DraftModelSpeculator._build_attn_metadata``; ``_build_draft_attn_metadata`` on 0.29)."""
+    return next(
+        h.name for h in installed_release().hooks if h.wrapper_name == "build_attn_metadata"
+    )
+
+
 def speculative_config(model_dir, additional_config, method="eagle3"):
     """A real VllmConfig with a speculative config (EAGLE3 by default), as the engine builds
     it."""

@@ -9,8 +9,8 @@ Python code (configs, plugins, speculators' metadata paths) and its Triton kerne
 Triton's interpreter) on CPU. triton-ascend's CANN extension module gets plain functions
 instead, each raising if called (``TRITON_ASCEND_OPS``). Installed into the test
 environment's site-packages by ``tools/setup_ascend.sh`` and loaded by a ``.pth`` file in
-every Python process there (vLLM inspects models in subprocesses): .venv-030 is an Ascend
-host without an NPU.
+every Python process there (vLLM inspects models in subprocesses): each Ascend environment
+(.venv-030, .venv-029) is an Ascend host without an NPU.
 """
 
 import contextlib
@@ -74,7 +74,22 @@ def _triton_ascend_op(name: str):
     return op
 
 
+class _OpsBeforeWorker:
+    """Stand-in for the NPU platform plugin's import order. On a host, vLLM resolves its
+    platform (vllm-ascend's, which needs the NPU runtime and is left out here) before it
+    loads general plugins, and that imports ``vllm_ascend.ops``; vllm-ascend 0.29's worker
+    and device modules import ``ops`` and each other in a cycle that only resolves in that
+    order. So the first import of ``vllm_ascend.worker`` here imports ``ops`` first."""
+
+    def find_spec(self, name: str, path, target=None):
+        if name != "vllm_ascend.worker" or "vllm_ascend.ops" in sys.modules:
+            return None
+        importlib.import_module("vllm_ascend.ops")
+        return None  # the worker package itself is imported as usual
+
+
 def install() -> None:
+    sys.meta_path.insert(0, _OpsBeforeWorker())
     for name in NPU_ONLY_MODULES:
         _module(name)
     cann = types.ModuleType("triton.language.extra.cann")

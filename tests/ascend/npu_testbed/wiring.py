@@ -191,16 +191,18 @@ def speculator(
     s.target_input_buffers = target_buffers(max_num_reqs, max_tokens, CPU)
     s.block_tables = block_tables(block_size, max_num_reqs, max_tokens, cp)
     s.attn_groups = [[group]]
+    s.draft_attn_layer_names = set(names)
     s.kv_cache_config = KVCacheConfig(
         num_blocks=1, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(names, spec)]
     )
     s.arange_np = np.arange(max_num_reqs + 1, dtype=np.int32)
+    s.arange = torch.from_numpy(s.arange_np)  # vLLM 0.29's query layout reads this one
     s.draft_is_prefilling = torch.zeros(max_num_reqs, dtype=torch.bool)
     s._group_causal, s.requires_non_causal = False, True
     if method == "dspark":
         s.attn_architecture = "MLA" if backend is AscendMLABackend else "GQA"
         s.use_dcp, s.dcp_manager = False, None
-        if cp is not None:
+        if cp is not None and hasattr(s, "_init_dcp"):  # 0.29's drafts have no DCP manager
             with set_current_vllm_config(config):
                 s._init_dcp()  # vllm-ascend's own: its DCP manager for this rank
     with set_current_vllm_config(config):
@@ -260,7 +262,7 @@ def fill(s, batch: Batch, seed: int = 0, cp: tuple[int, int, int] | None = None)
     tokens (``verify_step``): lengths counting the query stretch (``batch.seq_lens``), query
     layout, positions and the query slot mappings; padded rows zero. The host bound is the
     exact length kept after rejection. ``cp``: (ranks, this rank, interleave) under DCP."""
-    from vllm_ascend.worker.v2.spec_decode.dflash.speculator import prepare_dflash_inputs
+    from tests.ascend.npu_testbed.compat import prepare_dflash_inputs
 
     rng = np.random.default_rng(seed)
     cp_size, rank, interleave = cp or (1, 0, 1)
@@ -268,7 +270,7 @@ def fill(s, batch: Batch, seed: int = 0, cp: tuple[int, int, int] | None = None)
     idx_mapping = load_tables(s, batch.block_ids, batch.num_reqs_padded, rng)
     target, rejected = verify_step(np.asarray(batch.seq_lens), Q, idx_mapping.numpy(), rng)
     i64 = lambda size: torch.zeros(size, dtype=torch.int64)  # noqa: E731
-    prepare_dflash_inputs(
+    prepare_dflash_inputs(batch.block_size)(
         s.input_buffers,
         s.block_tables.slot_mappings[0],
         i64(tokens),
@@ -296,7 +298,6 @@ def fill(s, batch: Batch, seed: int = 0, cp: tuple[int, int, int] | None = None)
         m,
         tokens,
         MAX_MODEL_LEN,
-        kv_cache_block_size=batch.block_size,
     )
     # The kernel's lengths are the batch's (a check of this setup, not of the window).
     assert s.input_buffers.seq_lens[:n].tolist() == list(batch.seq_lens)
@@ -339,9 +340,6 @@ def eagle_speculator(
     the ``set_attn`` hook makes it (``set_attn`` itself needs the draft model's layers).
     ``cp``: as for ``speculator``; the rank's tables and vllm-ascend's own DCP manager."""
     from vllm_ascend.worker.v2.input_batch import AscendInputBuffers
-    from vllm_ascend.worker.v2.spec_decode.autoregressive.sparse_kv_offload import (
-        SparseKVOffloadMetadata,
-    )
     from vllm_ascend.worker.v2.spec_decode.eagle.speculator import AscendEagleSpeculator
 
     group = draft_group(config, backend, block_size)
@@ -375,13 +373,21 @@ def eagle_speculator(
             s._init_dcp()  # vllm-ascend's own: its DCP manager for this rank
     s.use_fused_multi_step_decode = False
     s.model_state = ascend_model_state(config)
-    s._sparse_kv_offload_metadata = SparseKVOffloadMetadata(
-        enabled=False,
-        num_steps=num_spec,
-        max_num_reqs=max_num_reqs,
-        max_num_tokens=max_tokens,
-        device=CPU,
-    )
+    s.arange = torch.from_numpy(s.arange_np)  # vLLM 0.29's query layout reads this one
+    try:  # vllm-ascend 0.30's sparse KV offload state (off), which its builds read
+        from vllm_ascend.worker.v2.spec_decode.autoregressive.sparse_kv_offload import (
+            SparseKVOffloadMetadata,
+        )
+    except ImportError:
+        pass
+    else:
+        s._sparse_kv_offload_metadata = SparseKVOffloadMetadata(
+            enabled=False,
+            num_steps=num_spec,
+            max_num_reqs=max_num_reqs,
+            max_num_tokens=max_tokens,
+            device=CPU,
+        )
     with set_current_vllm_config(config):
         s.draft_window = window_as_set_attn_makes_it(s)
     return s

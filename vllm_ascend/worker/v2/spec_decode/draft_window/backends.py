@@ -92,3 +92,15 @@ UNSERVED_STATE_ASCEND = (
         "Disable the offload",
     ),
 )
+
+# vllm-ascend 0.29.0rc1: its draft builds hand the kernel no per-request host lengths.
+_ONE_HOST_LENGTH_029 = (
+    "its builder hands the kernel one host length for every request of a draft build (the "
+    "batch's draft_max_seq_len), which it takes as exact; no per-request window can be set "
+    "there"
+)
+NOTES_ASCEND_0_29 = (("AscendMLABackend", _ONE_HOST_LENGTH_029),)
+DCP_UNSERVED_ASCEND_0_29 = (
+    "vllm-ascend 0.29.0rc1's drafts have no decode-context-parallel path (no draft DCP "
+    "manager: its DCP builders split one batch-wide host length per rank)"
+)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import patches, releases
+from vllm_ascend.worker.v2.spec_decode.draft_window.release import Hook, Release
 
 
 @dataclass(frozen=True)
@@ -119,12 +120,12 @@ def _vllm_version() -> str:
 class Resolved:
     """A hook found on the installed vLLM: the class that defines it, and the method."""
 
-    hook: releases.Hook
+    hook: Hook
     owner: type
     method: object
 
 
-def resolve(release: releases.Release) -> tuple[list[Resolved], list[str]]:
+def resolve(release: Release) -> tuple[list[Resolved], list[str]]:
     """Find every hook of ``release`` on the installed vLLM: (found, problems). Imports and
     inspects only; it never raises because of what the installed vLLM looks like.
 

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """Every speculative method the window knows, by vLLM's method name, and how its draft reads
-its KV cache: the one table of method names (``releases.Release.methods`` says which of them
+its KV cache: the one table of method names (``release.Release.methods`` says which of them
 each release serves)."""
 
 import enum

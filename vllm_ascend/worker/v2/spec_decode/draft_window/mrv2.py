@@ -51,7 +51,7 @@ class Mrv2DraftWindow:
     ) -> None:
         """``attn_groups``: the speculator's, split here by ``plan.decisions`` (the groups
         not windowed keep vLLM's own inputs). ``host_mirror``: the names of the exact host
-        mirror of ``seq_lens`` the release's input buffers keep (``releases.Release``)."""
+        mirror of ``seq_lens`` the release's input buffers keep (``release.Release``)."""
         self.plan = plan
         self.spec = plan.spec
         # Per windowed draft group: a request's tokens per table column.

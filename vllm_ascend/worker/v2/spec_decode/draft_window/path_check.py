@@ -43,7 +43,7 @@ from typing import Any
 
 import torch
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.releases import Release, dotted
+from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release, dotted
 
 # The builder methods a kernel's metadata comes from.
 _BUILDS = ("build", "build_for_cudagraph_capture")
@@ -73,7 +73,7 @@ class PathCheck:
         # keep them), as dotted attribute paths.
         self.built_host_lengths = release.built_host_lengths
         # The built metadata's (decode rows, prefill rows) counts, where a prefill path takes
-        # the host bound as exact (releases.Release.bound_as_exact_rows).
+        # the host bound as exact (release.Release.bound_as_exact_rows).
         self.bound_as_exact_rows = release.bound_as_exact_rows
         # The release's host mirrors of the unwindowed lengths (draft's and target's), which a
         # built host seq_lens must never be.

@@ -30,7 +30,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.groups import (
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
 from vllm_ascend.worker.v2.spec_decode.draft_window.methods import METHODS, Kind
-from vllm_ascend.worker.v2.spec_decode.draft_window.releases import Release
+from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec
 
 

@@ -16,7 +16,8 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.groups import (
     describe_decisions,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.methods import METHODS, Kind
-from vllm_ascend.worker.v2.spec_decode.draft_window.releases import SUPPORTED, Release, dotted
+from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release, dotted
+from vllm_ascend.worker.v2.spec_decode.draft_window.releases import SUPPORTED
 from vllm_ascend.worker.v2.spec_decode.draft_window.views import block_table_units
 
 
@@ -68,8 +69,14 @@ def refuse_dcp(
     rank), or where the release names a backend whose DCP build takes a host bound as exact."""
     if layout is None:
         return
-    units = block_table_units(speculator.block_tables)
     where = f"{KEY}={window_size} with {layout.describe()}"
+    if release.dcp_unserved is not None:
+        raise ValueError(
+            f"{where} is not supported on {release.name}: {release.dcp_unserved}. Use "
+            f"decode_context_parallel_size=1, a release that serves it ({SUPPORTED}), or "
+            f"remove {KEY}."
+        )
+    units = block_table_units(speculator.block_tables)
     notes = {
         name: why
         for name, why, interleaved_only in release.dcp_backend_notes

@@ -10,127 +10,11 @@ speculator family (``Room``).
 
 from __future__ import annotations
 
-import enum
-import importlib
 import importlib.metadata
-from dataclasses import dataclass
 from typing import Any
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import backends
-
-
-class Room(enum.Enum):
-    """The speculator family a hook belongs to: the module of ``hooks/`` holding its wrapper
-    (``hooks.room``), named after the anchors' ``spec_decode/`` folders."""
-
-    SPECULATOR = "speculator"  # vLLM's DraftModelSpeculator, the base of every family
-    DFLASH = "dflash"  # vLLM's DFlashSpeculator (DSpark is a DFlash)
-    AUTOREGRESSIVE = "autoregressive"  # vLLM's EAGLE family and its graph manager
-    ASCEND_AUTOREGRESSIVE = "ascend.autoregressive"  # what vllm-ascend adds to EAGLE
-    ASCEND_DSPARK = "ascend.dspark"  # what vllm-ascend adds to DSpark
-
-
-@dataclass(frozen=True)
-class Hook:
-    """One method the window wraps (``wrapper``: the function of that name in the room's
-    module; by default the method's name without leading underscores), or only calls
-    (``wrapped`` False; it may then be inherited), with the parameters it relies on."""
-
-    room: Room
-    module: str
-    cls: str
-    method: str
-    parameters: tuple[str, ...] = ()
-    wrapped: bool = True
-    wrapper: str | None = None
-
-    @property
-    def name(self) -> str:
-        return f"{self.cls}.{self.method}"
-
-    @property
-    def wrapper_name(self) -> str:
-        return self.wrapper or self.method.lstrip("_")
-
-
-@dataclass(frozen=True)
-class Release:
-    """A supported vLLM release (``major.minor``), with vllm-ascend where it pairs with one:
-    its hooks, and what the window is proven for there."""
-
-    name: str
-    vllm_minor: tuple[int, int]
-    hooks: tuple[Hook, ...]
-    # Speculative methods the window serves on this release.
-    methods: tuple[str, ...]
-    # (distribution, its releases whose code the hooks are proven on) that must be installed
-    # beside vLLM, or None. A local build of one (``0.30.0rc2+g1234``) is that release.
-    requires: tuple[str, tuple[str, ...]] | None = None
-    # Per speculative method, the attention backend class names the window is proven for on
-    # the draft's groups (a method not listed: any backend of ``backend_module``); a draft
-    # whose kernel takes host lengths the window does not set is refused, with the reason
-    # ``backend_notes`` gives for a known one.
-    backends: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    backend_notes: tuple[tuple[str, str], ...] = ()
-    # Where the served backends are defined (a module prefix, and the project's name): one
-    # defined elsewhere (a platform plugin's) may hand its kernel host lengths of its own.
-    backend_module: tuple[str, str] = ("vllm.", "vLLM")
-    # Under DCP: backends whose build takes a host bound as exact (why; only when the
-    # interleave is above 1?), and the methods whose kernel takes the host bound plus the
-    # query stretch as its actual lengths.
-    dcp_backend_notes: tuple[tuple[str, str, bool], ...] = ()
-    dcp_actual_from_bound: tuple[str, ...] = ()
-    # The built metadata's (decode rows, prefill rows) counts where a builder's prefill path
-    # takes the host bound as the exact length of its rows (vLLM's MLA: context = bound - q):
-    # the path check makes sure, at every build, that the window made those rows exact.
-    bound_as_exact_rows: tuple[str, str] | None = None
-    # Where the kernel takes actual lengths computed on the host (vllm-ascend; window.py),
-    # the window's start comes from them, on the host and the device:
-    # - per method, the backends whose kernel takes the builder's host bound plus the query
-    #   stretch as its actual lengths (DFlash on MLA);
-    actual_from_bound_backends: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    # - targets (a substring of their model_type) for whose DSpark drafts the same holds,
-    #   except on the backends handed an exact host copy (below);
-    dspark_host_length_targets: tuple[str, ...] = ()
-    # - per method, the backends handed an exact host copy of the draft's device lengths,
-    #   windowed by the device's arithmetic (DSpark on MLA);
-    exact_copy_backends: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    # - whether an EAGLE decode step's kernel takes the target's length plus the step (the
-    #   rejected tokens included) rather than the draft's own length.
-    ar_actual_from_target: bool = False
-    # The exact host mirror of seq_lens the release's input buffers keep (torch and numpy
-    # names, one memory), and the built metadata's host length lists its kernels take
-    # (dotted paths): the path check checks both.
-    host_mirror: tuple[str, str] | None = None
-    built_host_lengths: tuple[str, ...] = ()
-    # (module, function) telling whether a target's host lengths are not synced after
-    # rejection, so that the kernel's actual lengths and the device's differ.
-    unsynced_target: tuple[str, str] | None = None
-    # Speculator attributes that, when set, name a layout the window does not serve here:
-    # (attribute path, the layout, why, the fix).
-    unserved_state: tuple[tuple[str, str, str, str], ...] = ()
-    # Model-state attributes of per-step state a draft prefill rebuild would run twice.
-    prefill_state: tuple[str, ...] = ()
-
-    def backends_for(self, method: str) -> tuple[str, ...] | None:
-        """The backends proven for ``method`` on this release, or None (any)."""
-        return dict(self.backends).get(method)
-
-    def actual_from_bound(self, method: str, backends: set[str], model_type: str) -> bool:
-        """Whether the draft's kernel takes the host bound plus the query stretch as its
-        actual lengths, for ``method`` on ``backends`` with a target of ``model_type``."""
-        if backends & set(dict(self.actual_from_bound_backends).get(method, ())):
-            return True
-        exact_copy = backends & set(dict(self.exact_copy_backends).get(method, ()))
-        family = any(f in model_type.lower() for f in self.dspark_host_length_targets)
-        return method == "dspark" and family and not exact_copy
-
-    def target_unsynced(self, hf_config: Any) -> bool:
-        """Whether the target's host lengths are not synced after rejection."""
-        if self.unsynced_target is None or hf_config is None:
-            return False
-        module, function = self.unsynced_target
-        return bool(getattr(importlib.import_module(module), function)(hf_config))
+from vllm_ascend.worker.v2.spec_decode.draft_window.release import Hook, Release, Room
 
 
 def _on(room: Room, module: str, cls: str) -> Any:
@@ -286,7 +170,73 @@ VLLM_0_30_ASCEND = Release(
     prefill_state=("kvpp_runtime", "device_metadata"),
 )
 
-RELEASES = (VLLM_0_33, VLLM_0_30_ASCEND)
+# vllm-ascend 0.29.0rc1 on vLLM 0.29.0 (design doc, section 8.3): the builds go through
+# vLLM's _build_draft_attn_metadata (no batch_desc; DFlash, DSpark and vllm-ascend's
+# overrides all reach it through super()). Its draft builders hand every request one host
+# length, the batch's draft_max_seq_len: FIA on GQA reads the device lengths for DFlash and
+# DSpark (exact, the window's), and the EAGLE decode's host lengths are set from the target's
+# length plus the step (_calc_next_seq_lens_cpu) only after each step's forward, so the
+# window sets them before it; MLA drafts, which take that one host length as exact, are
+# refused. An EAGLE FULL decode replay takes its block table from the target's metadata
+# (fia_table_from_target). Its drafts have no DCP path, and its runner always syncs the
+# target's host lengths after rejection (no unsynced targets).
+_ascend_ar_029 = _on(
+    Room.ASCEND_AUTOREGRESSIVE, f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator"
+)
+VLLM_0_29_ASCEND = Release(
+    name="vLLM 0.29.x with vllm-ascend 0.29.0rc1",
+    vllm_minor=(0, 29),
+    hooks=(
+        _SET_ATTN,
+        _draft(
+            "_build_draft_attn_metadata",
+            *("num_reqs", "num_reqs_padded", "num_tokens_padded", "seq_lens_cpu_upper_bound"),
+            "step",
+            wrapper="build_attn_metadata",
+        ),
+        _DFLASH_CAPTURE,
+        *_autoregressive(
+            f"{_SD}.autoregressive",
+            "AutoRegressiveSpeculator",
+            f"{_ASCEND_AR}.aclgraph",
+            "AutoRegressiveAclGraphManager",
+        ),
+        # vllm-ascend reimplements capture without super(): vLLM's capture wrapper serves it.
+        _on(Room.AUTOREGRESSIVE, f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator")(
+            "capture"
+        ),
+        _ascend_ar_029(
+            "_calc_next_seq_lens_cpu", "seq_lens_cpu", "num_reqs", "num_reqs_padded", "step"
+        ),
+        _ascend_ar_029("build_fia_params", "num_reqs_padded", "is_draft_model_prefill"),
+        _ascend_ar_029(
+            "_build_draft_attn_metadata",
+            "num_reqs",
+            "step",
+            wrapper="build_draft_attn_metadata",
+        ),
+        _PREPARE_ATTN,
+    ),
+    methods=("dflash", "dspark", "eagle", "eagle3"),
+    requires=("vllm-ascend", ("0.29.0rc1",)),
+    backends=(
+        ("dflash", ("AscendAttentionBackend",)),
+        ("dspark", ("AscendAttentionBackend",)),
+        ("eagle", ("AscendAttentionBackend",)),
+        ("eagle3", ("AscendAttentionBackend",)),
+    ),
+    backend_notes=backends.NOTES_ASCEND_0_29,
+    dcp_unserved=backends.DCP_UNSERVED_ASCEND_0_29,
+    ar_actual_from_target=True,
+    backend_module=("vllm_ascend.", "vllm-ascend"),
+    host_mirror=("seq_lens_cpu", "seq_lens_np"),
+    built_host_lengths=("seq_lens_list", "decode.seq_lens_list"),
+    unserved_state=backends.UNSERVED_STATE_ASCEND[:1],
+    prefill_state=("kvpp_runtime", "device_metadata"),
+    fia_table_from_target=True,
+)
+
+RELEASES = (VLLM_0_33, VLLM_0_30_ASCEND, VLLM_0_29_ASCEND)
 # vllm-ascend's config of additional_config's keys (module, class), which later releases
 # validate strictly: the window's own keys are let through it (plugin.accept_own_keys).
 STRICT_CONFIG = ("vllm_ascend.ascend_config", "AscendConfig")
@@ -329,10 +279,3 @@ def _version_of(dist: str) -> str:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return "not installed"
-
-
-def dotted(obj: Any, path: str) -> Any:
-    """``obj.a.b`` for ``path`` ``"a.b"`` (attribute paths a release names), None if absent."""
-    for name in path.split("."):
-        obj = getattr(obj, name, None)
-    return obj

@@ -25,7 +25,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import (
     Installed,
     window_of,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.releases import Hook, Room
+from vllm_ascend.worker.v2.spec_decode.draft_window.release import Hook, Room
 
 
 def room(family: Room) -> ModuleType:

@@ -13,7 +13,7 @@ from typing import Any
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY, DraftWindowConfig
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
 from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import not_in_path
-from vllm_ascend.worker.v2.spec_decode.draft_window.releases import Release
+from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
 
 WINDOW_ATTR = "draft_window"
 STATE_ATTR = "_draft_window_propose"

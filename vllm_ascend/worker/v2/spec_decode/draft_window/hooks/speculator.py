@@ -5,9 +5,9 @@ base every family builds through:
 
 - ``set_attn`` makes each speculator's window once, before any graph capture:
   settings -> plan -> window -> path check (``create_draft_window``);
-- ``_build_attn_metadata``: the choke point every draft metadata build goes through
-  (``_build_uniform_attn_metadata`` forwards to it), an EAGLE decode step's build too:
-  windows the inputs, then builds;
+- ``_build_attn_metadata`` (``_build_draft_attn_metadata`` on vLLM 0.29): the choke point
+  every draft metadata build goes through (``_build_uniform_attn_metadata`` forwards to it),
+  an EAGLE decode step's build too: windows the inputs, then builds;
 - ``_update_draft_decode_metadata`` (vLLM 0.33): the in-place update a FULL graph records;
   the window's refresh (device ops into persistent buffers) is recorded with it.
 """
@@ -37,7 +37,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import (
 from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
 from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import UPDATE_PATH, PathCheck
-from vllm_ascend.worker.v2.spec_decode.draft_window.releases import Release
+from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
 
 
 def create_draft_window(speculator: Any, release: Release) -> Mrv2DraftWindow | None:
@@ -130,7 +130,8 @@ def set_attn(original: Callable, installed: Installed) -> Callable:
 
 
 def build_attn_metadata(original: Callable, installed: Installed) -> Callable:
-    """``DraftModelSpeculator._build_attn_metadata``: the window refreshed (its start from the
+    """``DraftModelSpeculator._build_attn_metadata`` (``_build_draft_attn_metadata`` on vLLM
+    0.29): the window refreshed (its start from the
     kernel's actual lengths, where the release computes them on the host), the host bound
     windowed, then vLLM's build through the windowed views; the groups not windowed get
     vLLM's own build."""
@@ -145,10 +146,11 @@ def build_attn_metadata(original: Callable, installed: Installed) -> Callable:
         bound = signature.bind(self, *args, **kwargs)
         arguments = bound.arguments
         num_reqs, step = arguments["num_reqs"], arguments["step"]
+        # The padded batch: vLLM 0.30 and later pass a batch descriptor, 0.29 the count.
+        desc = arguments.get("batch_desc")
+        num_reqs_padded = (desc.num_reqs or num_reqs) if desc else arguments["num_reqs_padded"]
         actual = window.actual is not None and step > 0
-        window.refresh(
-            arguments["batch_desc"].num_reqs or num_reqs, actual_step=step if actual else None
-        )
+        window.refresh(num_reqs_padded, actual_step=step if actual else None)
         host_bound = arguments["seq_lens_cpu_upper_bound"]
         if window.actual is not None and window.actual.from_bound:
             host_bound = window.actual_host_bound(host_bound, num_reqs, step)

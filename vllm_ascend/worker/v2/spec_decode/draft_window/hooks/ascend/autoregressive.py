@@ -6,7 +6,11 @@ device's arithmetic from the same start as the device's lengths and cropped tabl
 
 - each decode step's ``_calc_next_seq_lens_cpu`` (``seq_lens_list``, ``seq_lens_cpu``):
   the target's length plus the step, windowed like the device side of the same step;
-- ``build_fia_params``, a FULL-graph replay's ``actual_seq_lengths_kv`` per recorded step;
+- ``build_fia_params``, a FULL-graph replay's ``actual_seq_lengths_kv`` per recorded step
+  (and, where the release takes its block table from the target's metadata, the cropped
+  table the recorded refresh rewrites at every step);
+- ``_build_draft_attn_metadata`` (0.29): each decode step's host lengths set before its
+  forward, where vllm-ascend sets them only after it;
 - under decode context parallelism, the lengths its DCP manager hands each build
   (``_build_attn_metadata``), which vllm-ascend then splits per rank: windowed before the
   split, so that every rank gets its share of the window (a window start is whole rounds
@@ -51,7 +55,8 @@ def build_fia_params(original: Callable, installed: Installed) -> Callable:
     def windowed(
         self: Any, window: Mrv2DraftWindow, params: list, *args: Any, **kwargs: Any
     ) -> list:
-        if signature.bind(self, *args, **kwargs).arguments["is_draft_model_prefill"]:
+        arguments = signature.bind(self, *args, **kwargs).arguments
+        if arguments["is_draft_model_prefill"]:
             # Only a FULL draft-prefill graph replays with these; the window runs the draft
             # prefill without one (init_cudagraph_manager).
             raise not_in_path(
@@ -59,6 +64,8 @@ def build_fia_params(original: Callable, installed: Installed) -> Callable:
                 f"graph, which reads the target's unwindowed metadata; the window runs the "
                 f"draft prefill without FULL graphs"
             )
+        if installed.release.fia_table_from_target:
+            _cropped_tables(self, window, params, arguments["num_reqs_padded"])
         if window.dcp is not None:
             return _dcp_shares(self, window, params)
         # Every layer of a step gets the same list: window each list once (the entry keeps
@@ -73,6 +80,28 @@ def build_fia_params(original: Callable, installed: Installed) -> Callable:
         return params
 
     return after(original, installed, windowed)
+
+
+def _cropped_tables(
+    speculator: Any, window: Mrv2DraftWindow, params: list, num_reqs_padded: int
+) -> None:
+    """Each layer's ``block_table`` the window's cropped table of its group: the table the
+    graph recorded (through the window's views), which the recorded refresh of every step
+    rewrites. The release hands the target's table, which the window does not crop."""
+    groups = {
+        name: g
+        for g, attn_groups in enumerate(speculator.attn_groups)
+        for group in attn_groups
+        for name in group.layer_names
+    }
+    for param in params:
+        g = groups.get(param["layer_name"])
+        if g not in window.windows:
+            raise not_in_path(
+                f"{type(speculator).__name__}.build_fia_params names layer "
+                f"{param['layer_name']}, which no windowed draft KV-cache group holds"
+            )
+        param["block_table"] = window.windows[g].block_table[:num_reqs_padded]
 
 
 def _dcp_shares(speculator: Any, window: Mrv2DraftWindow, params: list) -> list:
@@ -128,3 +157,20 @@ def build_attn_metadata(original: Callable, installed: Installed) -> Callable:
             del manager.prepare_draft_dcp_metadata_inputs
 
     return around(original, installed, body)
+
+
+def build_draft_attn_metadata(original: Callable, installed: Installed) -> Callable:
+    """``AscendAutoRegressiveSpeculator._build_draft_attn_metadata`` (0.29): vllm-ascend sets
+    a decode step's host lengths (``_update_decode_attn_metadata``, through
+    ``_calc_next_seq_lens_cpu``) only after the step's forward, which until then reads the
+    one batch-wide host length every draft build is handed; the window sets them for the
+    step before it, as vllm-ascend 0.30 does in this build."""
+    signature = inspect.signature(original)
+
+    def windowed(self: Any, window: Mrv2DraftWindow, metadata: Any, *args: Any, **kwargs: Any):
+        arguments = signature.bind(self, *args, **kwargs).arguments
+        if metadata is not None and arguments["step"] > 0:
+            self._update_decode_attn_metadata(metadata, arguments["step"], arguments["num_reqs"])
+        return metadata
+
+    return after(original, installed, windowed)
