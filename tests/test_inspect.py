@@ -2,10 +2,17 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The window inspector (`make demo`): its table, its checks and its errors."""
 
+import shlex
+
 import pytest
 
 from tools.inspector import inspector
 from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
+
+
+def inspect(flags: str) -> int:
+    """The inspector's command line, ``flags`` as typed (without the progress bar)."""
+    return inspector.main([*shlex.split(flags), "--no-progress"])
 
 
 @pytest.fixture(autouse=True)
@@ -15,20 +22,9 @@ def uninstall_after():
 
 
 def test_inspector_prints_a_checked_row_per_request(capsys):
-    code = inspector.main(
-        [
-            "--window",
-            "256",
-            "--seq-lens",
-            "100,256,1000,5000",
-            "--block-sizes",
-            "16,32",
-            "--method",
-            "dspark",
-            "--method",
-            "eagle3",
-            "--no-progress",
-        ]
+    code = inspect(
+        "--window 256 --seq-lens 100,256,1000,5000 --block-sizes 16,32 --method "
+        "dspark --method eagle3"
     )
     out = capsys.readouterr().out
     assert code == 0
@@ -42,22 +38,9 @@ def test_inspector_prints_a_checked_row_per_request(capsys):
 
 
 def test_inspector_checks_sinks_beside_the_window(capsys):
-    code = inspector.main(
-        [
-            "--window",
-            "256",
-            "--sinks",
-            "20",
-            "--seq-lens",
-            "100,300,1000,5000",
-            "--block-sizes",
-            "32",
-            "--method",
-            "dspark",
-            "--method",
-            "eagle3",
-            "--no-progress",
-        ]
+    code = inspect(
+        "--window 256 --sinks 20 --seq-lens 100,300,1000,5000 --block-sizes 32 "
+        "--method dspark --method eagle3"
     )
     out = capsys.readouterr().out
     assert code == 0
@@ -71,22 +54,9 @@ def test_inspector_checks_sinks_beside_the_window(capsys):
 
 
 def test_inspector_shows_which_rows_engaged_the_window(capsys):
-    code = inspector.main(
-        [
-            "--window",
-            "256",
-            "--min-context",
-            "1000",
-            "--seq-lens",
-            "100,995,996,2000",
-            "--block-sizes",
-            "32",
-            "--method",
-            "dspark",
-            "--method",
-            "eagle3",
-            "--no-progress",
-        ]
+    code = inspect(
+        "--window 256 --min-context 1000 --seq-lens 100,995,996,2000 --block-sizes 32 "
+        "--method dspark --method eagle3"
     )
     out = capsys.readouterr().out
     assert code == 0
@@ -105,20 +75,8 @@ def test_inspector_shows_which_rows_engaged_the_window(capsys):
 
 
 def test_inspector_says_when_a_threshold_changes_nothing(capsys):
-    code = inspector.main(
-        [
-            "--window",
-            "256",
-            "--min-context",
-            "288",
-            "--seq-lens",
-            "100,5000",
-            "--block-sizes",
-            "32",
-            "--method",
-            "dspark",
-            "--no-progress",
-        ]
+    code = inspect(
+        "--window 256 --min-context 288 --seq-lens 100,5000 --block-sizes 32 --method dspark"
     )
     out = capsys.readouterr().out
     assert code == 0 and "(draft_window_min_context=288 changes nothing)" in out
@@ -178,9 +136,7 @@ def test_inspector_fails_when_the_window_is_wrong(capsys, monkeypatch):
     monkeypatch.setattr(
         WindowSpec, "derive", classmethod(lambda cls, window_size, *args: real(100, *args))
     )
-    code = inspector.main(
-        ["--window", "256", "--seq-lens", "1000,5000", "--method", "dspark", "--no-progress"]
-    )
+    code = inspect("--window 256 --seq-lens 1000,5000 --method dspark")
     out = capsys.readouterr().out
     assert code == 1 and "FAILED" in out
 

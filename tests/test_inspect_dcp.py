@@ -3,12 +3,19 @@
 """The window inspector under decode context parallelism (`--dcp N`): every rank's build,
 its per-rank columns, its checks and its errors."""
 
+import shlex
+
 import pytest
 import torch
 
 from tools.inspector import dcp as inspector_dcp
 from tools.inspector import inspector
 from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
+
+
+def inspect(flags: str) -> int:
+    """The inspector's command line, ``flags`` as typed (without the progress bar)."""
+    return inspector.main([*shlex.split(flags), "--no-progress"])
 
 
 @pytest.fixture(autouse=True)
@@ -76,22 +83,8 @@ def test_every_rank_reads_its_share_of_the_window(cp, interleave, capsys):
 
 
 def test_the_ranks_read_the_sinks_beside_the_window(capsys):
-    code = inspector.main(
-        [
-            "--window",
-            "256",
-            "--sinks",
-            "20",
-            "--seq-lens",
-            "300,5000",
-            "--block-sizes",
-            "16",
-            "--method",
-            "dspark",
-            "--dcp",
-            "2",
-            "--no-progress",
-        ]
+    code = inspect(
+        "--window 256 --sinks 20 --seq-lens 300,5000 --block-sizes 16 --method dspark --dcp 2"
     )
     out = capsys.readouterr().out
     assert code == 0
@@ -106,22 +99,8 @@ def test_the_ranks_read_the_sinks_beside_the_window(capsys):
 
 def test_the_rank_that_reads_the_most_is_shown_per_rank(capsys):
     """blocks/rank and KV MiB/rank are rank 0's, which holds the first chunk of each round."""
-    code = inspector.main(
-        [
-            "--window",
-            "256",
-            "--seq-lens",
-            "1000",
-            "--block-sizes",
-            "16",
-            "--method",
-            "eagle3",
-            "--dcp",
-            "2",
-            "--draft-layers",
-            "64",
-            "--no-progress",
-        ]
+    code = inspect(
+        "--window 256 --seq-lens 1000 --block-sizes 16 --method eagle3 --dcp 2 --draft-layers 64"
     )
     out = capsys.readouterr().out
     assert code == 0
@@ -145,21 +124,7 @@ def test_a_window_that_ignores_dcp_is_caught(capsys, monkeypatch):
         "column_tokens",
         lambda tables, group_ids, layout: {g: int(block_table_units(tables)[g]) for g in group_ids},
     )
-    code = inspector.main(
-        [
-            "--window",
-            "256",
-            "--seq-lens",
-            "1000,5000",
-            "--block-sizes",
-            "16",
-            "--method",
-            "dspark",
-            "--dcp",
-            "2",
-            "--no-progress",
-        ]
-    )
+    code = inspect("--window 256 --seq-lens 1000,5000 --block-sizes 16 --method dspark --dcp 2")
     out = capsys.readouterr().out
     assert code == 1
     assert [row[-1] for row in table_rows(out)] == ["FAILED", "FAILED"]
