@@ -19,12 +19,15 @@ ASCEND_VENVS := .venv-030 .venv-029
 PACKAGE_FILES := $(shell find vllm_ascend -name '*.py' 2>/dev/null)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-033 test-030 test-029 lint demo bench gpu-check e2e-ascend clean
+.PHONY: help setup environments test test-033 test-030 test-029 lint demo bench gpu-check e2e-ascend clean
 
 help:  ## List the targets.
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-setup: $(STAMP) $(VLLM_ASCEND_WHEEL_STAMP) $(ASCEND_VENVS:%=%/.setup-done)  ## Create .venv and the Ascend environments (idempotent).
+setup:  ## Create .venv and the Ascend environments (idempotent), two at a time.
+	@$(MAKE) --no-print-directory -j2 environments
+
+environments: $(STAMP) $(VLLM_ASCEND_WHEEL_STAMP) $(ASCEND_VENVS:%=%/.setup-done)
 
 $(STAMP): pyproject.toml requirements/cpu.txt requirements/test.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -75,7 +78,7 @@ ASCEND_PYTEST := -m pytest tests/ascend --confcutdir=tests/ascend -p no:cachepro
 test: setup $(ASCEND_VENVS:%=%/.overlay-installed)  ## Run the test suites on CPU: vLLM 0.33 (.venv), then each Ascend release.
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-033 test-030 test-029
 
-test-033: setup  ## The vLLM 0.33.0 upstream suite (.venv).
+test-033: $(STAMP) $(VLLM_ASCEND_WHEEL_STAMP)  ## The vLLM 0.33.0 upstream suite (.venv).
 	@echo "== vLLM 0.33.0 upstream (.venv) =="
 	$(PY) -m pytest
 

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""The Ascend pairing on CPU: vLLM 0.30.0 with vllm-ascend 0.30.0rc2's real Python package
-and this project installed into its tree (``make test`` runs this folder in .venv-030).
+"""The Ascend pairings on CPU: a supported vllm-ascend release's real Python package on its
+vLLM, and this project installed into its tree (``make test`` runs this folder in each of
+.venv-030 and .venv-029).
 
 vllm-ascend's general plugins are loaded as vLLM loads them; its platform plugin is left
 out (``VLLM_PLUGINS``): the NPU platform needs the NPU runtime, and these tests run vLLM's
@@ -24,7 +25,8 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 if type(sys.modules.get("torch_npu")).__name__ != "StandIn":
     raise pytest.UsageError(
-        "tests/ascend runs in .venv-030 (an Ascend host without an NPU): use `make test`"
+        "tests/ascend runs in .venv-030 or .venv-029 (an Ascend host without an NPU): "
+        "use `make test`"
     )
 
 os.environ["VLLM_PLUGINS"] = ",".join(p.name for p in entry_points(group="vllm.general_plugins"))
@@ -40,7 +42,7 @@ from tests.testbed.shims import (
 
 # Test modules of what only some releases have (vllm-ascend 0.30's draft DCP path, by vLLM
 # minor version): the releases without it refuse it by name (test_pairing.py).
-_ONLY_ON = {"test_dcp_eagle_030.py": (0, 30), "test_dcp_window_030.py": (0, 30)}
+_ONLY_ON = {"test_ascend_dcp_eagle.py": (0, 30), "test_ascend_dcp_window.py": (0, 30)}
 _MINOR = tuple(int(x) for x in version("vllm").split(".")[:2])
 collect_ignore = [name for name, minor in _ONLY_ON.items() if minor != _MINOR]
 

@@ -1,10 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""What Ascend users run, on CPU: vLLM 0.30.0, vllm-ascend 0.30.0rc2's real Python package
+"""What Ascend users run, on CPU: a supported vllm-ascend release's real Python package on its vLLM,
 with its plugins, and this project installed into its tree as `pip install --no-deps .`
 installs it on an Ascend host.
 
-On this pairing the plugin installs the hooks of its vLLM 0.30 line (DFlash, DSpark, EAGLE
+On each pairing the plugin installs the hooks of its release (DFlash, DSpark, EAGLE
 and EAGLE3 through vllm-ascend's GQA backend): a user without the window sees vLLM and
 vllm-ascend build as without the package, a method the release does not serve stops start-up
 with the release named, and vllm-ascend's own Model Runner V1 window still takes the key.
@@ -150,7 +150,7 @@ def test_with_the_window_on_model_runner_v1_vllm_ascends_own_window_takes_the_ke
 def test_vllm_ascends_strict_ascend_config_takes_the_sinks_key_only_with_the_plugin(
     registered, model_dir
 ):
-    """vllm-ascend 0.30.0rc2's AscendConfig forbids unknown keys and has no sinks field."""
+    """vllm-ascend's AscendConfig forbids unknown keys and has no sinks field."""
     from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
 
     keys = {"draft_window_size": "512", "draft_attention_sinks": 64}

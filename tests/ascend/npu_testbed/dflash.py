@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""DFlash and DSpark on vllm-ascend 0.30.0rc2 on CPU: speculators wired to its builders, its
-per-propose and graph-replay builds, and the check that FIA reads exactly the window."""
+"""DFlash and DSpark on the installed vllm-ascend release on CPU: speculators wired to its
+builders, its per-propose and graph-replay builds, and the check that FIA reads exactly the
+window."""
 
 import torch
 

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""EAGLE/EAGLE3 on vllm-ascend 0.30.0rc2 on CPU: a decode set up through its speculator, each
-step's build and FULL-graph parameters, and the checks of what FIA is told."""
+"""EAGLE/EAGLE3 on the installed vllm-ascend release on CPU: a decode set up through its
+speculator, each step's build and FULL-graph parameters, and the checks of what FIA is told."""
 
 import dataclasses
 from types import SimpleNamespace

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""vllm-ascend 0.30.0rc2's speculators started as a host starts them, on CPU: a config
+"""The installed vllm-ascend release's speculators started as a host starts them, on CPU: a config
 validated with graphs on, the speculator's own ``__init__``, real vLLM attention layers
 (target and draft) on vllm-ascend's GQA backend, the target runner's attention groups from
 vLLM's ``init_attn_backend``, the speculator's own ``set_attn`` (through the window's hook),

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""vllm-ascend 0.30.0rc2's own DFlash and DSpark speculators on CPU, wired to vllm-ascend's
-real GQA attention metadata builder (``AscendAttentionMetadataBuilder``, the FIA path) and
-its ``AscendBlockTables``, as vllm-ascend's own unit tests build such objects
+"""The installed vllm-ascend release's own DFlash and DSpark speculators on CPU, wired to
+vllm-ascend's real GQA attention metadata builder (``AscendAttentionMetadataBuilder``, the FIA
+path) and its ``AscendBlockTables``, as vllm-ascend's own unit tests build such objects
 (``object.__new__`` plus the state the metadata paths read)."""
 
 from dataclasses import dataclass

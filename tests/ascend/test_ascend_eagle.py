@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""EAGLE and EAGLE3 on the Ascend pairing: vllm-ascend 0.30.0rc2's own
-``AscendEagleSpeculator`` on vLLM 0.30's ``AutoRegressiveSpeculator``, through vllm-ascend's
+"""EAGLE and EAGLE3 on the Ascend pairing: the installed vllm-ascend release's own
+``AscendEagleSpeculator`` on its vLLM's ``AutoRegressiveSpeculator``, through vllm-ascend's
 real GQA metadata builder and its own host-length code.
 
 For a draft decode step vllm-ascend tells FIA the target's length plus the step
@@ -232,12 +232,12 @@ def test_the_draft_prefill_reads_the_window_and_leaves_vllm_ascends_model_state_
 def test_final_step_equals_vllm_ascends_mrv1_window_and_earlier_steps_avoid_its_defect(
     num_spec, model_dir
 ):
-    """vllm-ascend 0.30.0rc2's own MRV1 `SlidingWindowAdapter`, with the future offset its V1
-    proposer uses for EAGLE (num_speculative_tokens), windows context-only lengths once and
-    reuses the table for every step. Without rejections, its last step has the MRV2 window's
-    start and length at the last step; but its table keeps only the context's columns, so a
-    step whose newest tokens cross a block reads the null block, which the MRV2 window, one
-    window per step, never does."""
+    """The installed vllm-ascend release's own MRV1 `SlidingWindowAdapter`, with the future
+    offset its V1 proposer uses for EAGLE (num_speculative_tokens), windows context-only
+    lengths once and reuses the table for every step. Without rejections, its last step has
+    the MRV2 window's start and length at the last step; but its table keeps only the
+    context's columns, so a step whose newest tokens cross a block reads the null block, which
+    the MRV2 window, one window per step, never does."""
     from types import SimpleNamespace
 
     from vllm_ascend.spec_decode.utils import SlidingWindowAdapter

@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""The window on the Ascend pairing: vllm-ascend 0.30.0rc2's own DFlash and DSpark
+"""The window on the Ascend pairing: the installed vllm-ascend release's own DFlash and DSpark
 speculators, through vllm-ascend's real GQA metadata builder, at the per-propose build and
 the ACL graph replay build (``build_draft_attn_metadatas``); their graph captures run for
-real in ``test_capture_030.py``. What FIA would receive (``seq_lens_list`` as
+real in ``test_ascend_capture.py``. What FIA would receive (``seq_lens_list`` as
 ``actual_seq_lengths_kv``, ``block_tables``) is read by the reference paged attention and
 must equal dense attention over exactly the window. Paths the window does not serve there
 yet stop at start-up with their name."""
@@ -213,9 +213,9 @@ def test_fia_lengths_that_escape_the_window_are_stopped_with_the_path(model_dir,
 
 @pytest.mark.parametrize("method", ["dflash", "dspark"])
 def test_fia_inputs_equal_vllm_ascends_own_model_runner_v1_window(method, model_dir):
-    """The same batch through vllm-ascend 0.30.0rc2's own MRV1 `SlidingWindowAdapter` (future
-    offset 0, as its V1 proposer uses for DFlash and DSpark) and through the MRV2 window: the
-    same lengths and the same columns."""
+    """The same batch through the installed vllm-ascend release's own MRV1
+    `SlidingWindowAdapter` (future offset 0, as its V1 proposer uses for DFlash and DSpark) and
+    through the MRV2 window: the same lengths and the same columns."""
     from types import SimpleNamespace
 
     from vllm_ascend.spec_decode.utils import SlidingWindowAdapter
