@@ -116,6 +116,21 @@ _ASCEND_AR = f"{_ASCEND_SD}.autoregressive"
 _ascend_ar = _on(
     Room.ASCEND_AUTOREGRESSIVE, f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator"
 )
+# vLLM's EAGLE hooks with vllm-ascend's graph manager and capture, and the host lengths its
+# subclass computes for each decode step: alike on every vllm-ascend release.
+_ASCEND_AUTOREGRESSIVE = (
+    *_autoregressive(
+        f"{_SD}.autoregressive",
+        "AutoRegressiveSpeculator",
+        f"{_ASCEND_AR}.aclgraph",
+        "AutoRegressiveAclGraphManager",
+    ),
+    # vllm-ascend reimplements capture without super(): vLLM's capture wrapper serves it.
+    _on(Room.AUTOREGRESSIVE, f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator")(
+        "capture"
+    ),
+    _ascend_ar("_calc_next_seq_lens_cpu", "seq_lens_cpu", "num_reqs", "num_reqs_padded", "step"),
+)
 VLLM_0_30_ASCEND = Release(
     name="vLLM 0.30.x with vllm-ascend 0.30.0rc1 or 0.30.0rc2",
     vllm_minor=(0, 30),
@@ -123,19 +138,7 @@ VLLM_0_30_ASCEND = Release(
         _SET_ATTN,
         _BUILD_ATTN_METADATA,
         _DFLASH_CAPTURE,
-        *_autoregressive(
-            f"{_SD}.autoregressive",
-            "AutoRegressiveSpeculator",
-            f"{_ASCEND_AR}.aclgraph",
-            "AutoRegressiveAclGraphManager",
-        ),
-        # vllm-ascend reimplements capture without super(): vLLM's capture wrapper serves it.
-        _on(Room.AUTOREGRESSIVE, f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator")(
-            "capture"
-        ),
-        _ascend_ar(
-            "_calc_next_seq_lens_cpu", "seq_lens_cpu", "num_reqs", "num_reqs_padded", "step"
-        ),
+        *_ASCEND_AUTOREGRESSIVE,
         _ascend_ar(
             "build_fia_params", "num_reqs_padded", "draft_attn_metadata", "is_draft_model_prefill"
         ),
@@ -180,9 +183,6 @@ VLLM_0_30_ASCEND = Release(
 # refused. An EAGLE FULL decode replay takes its block table from the target's metadata
 # (fia_table_from_target). Its drafts have no DCP path, and its runner always syncs the
 # target's host lengths after rejection (no unsynced targets).
-_ascend_ar_029 = _on(
-    Room.ASCEND_AUTOREGRESSIVE, f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator"
-)
 VLLM_0_29_ASCEND = Release(
     name="vLLM 0.29.x with vllm-ascend 0.29.0rc1",
     vllm_minor=(0, 29),
@@ -195,21 +195,9 @@ VLLM_0_29_ASCEND = Release(
             wrapper="build_attn_metadata",
         ),
         _DFLASH_CAPTURE,
-        *_autoregressive(
-            f"{_SD}.autoregressive",
-            "AutoRegressiveSpeculator",
-            f"{_ASCEND_AR}.aclgraph",
-            "AutoRegressiveAclGraphManager",
-        ),
-        # vllm-ascend reimplements capture without super(): vLLM's capture wrapper serves it.
-        _on(Room.AUTOREGRESSIVE, f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator")(
-            "capture"
-        ),
-        _ascend_ar_029(
-            "_calc_next_seq_lens_cpu", "seq_lens_cpu", "num_reqs", "num_reqs_padded", "step"
-        ),
-        _ascend_ar_029("build_fia_params", "num_reqs_padded", "is_draft_model_prefill"),
-        _ascend_ar_029(
+        *_ASCEND_AUTOREGRESSIVE,
+        _ascend_ar("build_fia_params", "num_reqs_padded", "is_draft_model_prefill"),
+        _ascend_ar(
             "_build_draft_attn_metadata",
             "num_reqs",
             "step",
