@@ -79,6 +79,14 @@ def model_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def drafts(tmp_path_factory):
+    """A tiny draft config every MRV2 draft family here accepts (``startup.draft_dir``)."""
+    from tests.testbed.startup import draft_dir
+
+    return draft_dir(tmp_path_factory.mktemp("tiny-draft"))
+
+
+@pytest.fixture(scope="session")
 def mla_dir(tmp_path_factory):
     """A tiny MLA model config written locally (no weights), for vLLM's MLA builders."""
     from tests.testbed.tiny_models import TINY_MLA_576, write_model_dir

@@ -11,11 +11,10 @@ import pytest
 from vllm.config.compilation import CUDAGraphMode
 
 from tests.testbed import graphs
-from tests.testbed.reference import assert_window_reads
 from tests.testbed.startup import (
     Verified,
+    assert_launch_reads,
     capture,
-    draft_dir,
     propose,
     replayed,
     started,
@@ -31,11 +30,6 @@ TARGET_LENS = [40, 79, 80, 81, 300, 900]
 GRAPH_MODES = [CUDAGraphMode.FULL_DECODE_ONLY, CUDAGraphMode.FULL, CUDAGraphMode.FULL_AND_PIECEWISE]
 
 
-@pytest.fixture(scope="module")
-def drafts(tmp_path_factory):
-    return draft_dir(tmp_path_factory.mktemp("tiny-draft"))
-
-
 def run(drafts, method, num_spec, mode, additional, monkeypatch, backend=None):
     graphs.cuda_graphs_on_cpu(monkeypatch)
     st = started(drafts, method, num_spec, mode, additional, monkeypatch, backend=backend)
@@ -49,22 +43,7 @@ def run(drafts, method, num_spec, mode, additional, monkeypatch, backend=None):
 
 
 def assert_reads(t: Verified, launch, ends: list[int], num_queries: int, window) -> None:
-    """What a launch reads (its lengths over its table, as they were when it ran) is, for
-    each request, exactly the window of ``ends[i]`` (all of it without a window); the graph's
-    padded rows read only the null block."""
-    spec = None if window is None else window.spec
-    assert_window_reads(
-        t.cache,
-        t.k,
-        t.v,
-        t.block_ids,
-        launch.seq_lens.tolist(),
-        launch.table,
-        ends,
-        num_queries,
-        spec,
-    )
-    assert not launch.table[len(ends) :].any()
+    assert_launch_reads(t, launch, ends, num_queries, None if window is None else window.spec)
 
 
 @pytest.mark.parametrize("mode", GRAPH_MODES)

@@ -7,6 +7,10 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from vllm.v1.worker.gpu.spec_decode.gemma4.speculator import Gemma4Speculator
+from vllm.v1.worker.gpu.spec_decode.multi_module_mtp.speculator import (
+    MultiModuleMTPSpeculator,
+)
 
 from tests.testbed.buffers import make_mrv2_batch
 from tests.testbed.speculators import (
@@ -163,6 +167,7 @@ def start(
     sinks=None,
     min_context=None,
     cp=(1, 0, 1),
+    cls=None,
 ):
     batch = make_mrv2_batch(
         [g.block_size for g in layouts],
@@ -184,8 +189,8 @@ def start(
         config.model_config.hf_config.model_type = model_type
     for name, size in (parallel or {}).items():
         setattr(config.parallel_config, name, size)
-    # The decision reads only `method`; other methods borrow the DFlash class for wiring.
-    cls = SPECULATOR_CLASSES.get(method, SPECULATOR_CLASSES["dflash"])
+    # The decision reads `method` first; other methods borrow the DFlash class for wiring.
+    cls = cls or SPECULATOR_CLASSES.get(method, SPECULATOR_CLASSES["dflash"])
     wired = wire_speculator(cls, batch, list(layouts), config, method, num_spec)
     return wired.speculator
 
@@ -325,15 +330,32 @@ def test_mtp_ignores_the_window_with_one_warning(sinks, model_dir, monkeypatch, 
     s = start(model_dir, monkeypatch, 512, method="mtp", sinks=sinks)
     assert s.draft_window is None
     ((level, message),) = log.calls
-    assert level == "warning" and "ignored for method 'mtp'" in message
-    assert "share the target's KV cache" in message
+    assert level == "warning" and "ignored for method 'mtp' (MTPSpeculator)" in message
+    # vLLM's MTPSpeculator loads MTP layers with a KV cache of their own.
+    assert "its MTP layers keep a KV cache of their own" in message
+    assert "share the target's KV" not in message
     assert ("draft_attention_sinks=64" in message) == (sinks is not None)
 
 
+@pytest.mark.parametrize(
+    "cls, reason",
+    [
+        (Gemma4Speculator, "keep no KV cache of their own: they read the target's (KV sharing)"),
+        (MultiModuleMTPSpeculator, "its MTP modules each keep a KV cache of their own"),
+    ],
+)
+def test_each_mtp_speculator_of_vllm_says_its_own_reason(cls, reason, model_dir, monkeypatch, log):
+    s = start(model_dir, monkeypatch, 512, method="mtp", cls=cls)
+    assert s.draft_window is None
+    ((level, message),) = log.calls
+    assert level == "warning" and f"ignored for method 'mtp' ({cls.__name__}): " in message
+    assert reason in message
+
+
 def test_a_method_without_window_support_is_rejected(model_dir, monkeypatch, log):
-    refused = r"method 'draft_model' on vLLM 0\.33\.x; supported there: dflash, dspark, eagle"
+    refused = r"method 'ngram' on vLLM 0\.33\.x; supported there: dflash, dspark, eagle"
     with pytest.raises(ValueError, match=refused):
-        start(model_dir, monkeypatch, 512, method="draft_model")
+        start(model_dir, monkeypatch, 512, method="ngram")
 
 
 def test_dspark_with_a_deepseek_v4_target_warns_and_keeps_the_window(model_dir, monkeypatch, log):

@@ -306,6 +306,6 @@ def test_the_host_pairing_is_checked_against_the_supported_lines_before_any_serv
     with pytest.raises(
         SystemExit,
         match=r"the draft window does not serve method "
-        r"'draft_model' on vLLM 0\.33\.x",
+        r"'ngram' on vLLM 0\.33\.x",
     ):
-        e2e.check_pairing("draft_model")
+        e2e.check_pairing("ngram")

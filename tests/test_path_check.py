@@ -4,6 +4,7 @@
 checked once per path (and at every graph capture); a path that goes around the hooks
 stops with an error that names it."""
 
+import dataclasses
 import inspect
 
 import pytest
@@ -36,6 +37,7 @@ from tests.testbed.speculators import (
     make_vllm_config,
     wire_speculator,
 )
+from vllm_ascend.worker.v2.spec_decode.draft_window import install
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
 from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import (
     UPDATE_PATH,
@@ -48,10 +50,33 @@ LAYOUT = [*LAYOUTS["target_group_and_two_draft_groups"], *LAYOUTS["one_group"]]
 BUILD_PATH = DraftModelSpeculator._build_attn_metadata.__qualname__
 
 
-def wire_class(cls, model_dir, layouts=LAYOUT):
+def wire_class(cls, model_dir, layouts=LAYOUT, monkeypatch=None):
+    """``cls`` wired with the window; with ``monkeypatch``, the installed release also serves
+    ``cls`` for DSpark: a served class that goes around a hook (what a later vLLM's own
+    class could do), which only the path check can catch."""
+    if monkeypatch is not None:
+        installed = install.installation()
+        served = (("dspark", (*installed.release.speculators_for("dspark"), cls.__name__)),)
+        speculators = dict(installed.release.speculators) | dict(served)
+        release = dataclasses.replace(installed.release, speculators=tuple(speculators.items()))
+        monkeypatch.setattr(installed, "release", release)
     config = make_vllm_config(model_dir, MAX_MODEL_LEN, MAX_NUM_REQS, {"draft_window_size": W})
     return wire_speculator(
         cls, make_batch(layouts, num_reqs_padded=MAX_NUM_REQS), layouts, config, "dspark", NUM_SPEC
+    )
+
+
+def test_a_speculator_class_the_release_does_not_serve_is_refused_by_name(model_dir):
+    class NewDSparkFamily(DSparkSpeculator):
+        """A draft family the window has not been tested with (its own passes unread)."""
+
+    with pytest.raises(ValueError) as error:
+        wire_class(NewDSparkFamily, model_dir)
+    assert str(error.value) == (
+        "draft_window_size=64 is not supported on Model Runner V2 for speculative method "
+        "'dspark' with speculator NewDSparkFamily on vLLM 0.33.x: the window is tested there "
+        "with DSparkSpeculator only. Remove draft_window_size from additional_config, or use a "
+        "draft those speculators serve."
     )
 
 
@@ -91,13 +116,13 @@ def test_each_path_is_checked_once_and_every_capture_build_every_time(model_dir,
     assert_reads_exactly_the_window(wired, layouts, captured)
 
 
-def test_a_subclass_building_without_super_is_stopped_with_its_path(model_dir):
+def test_a_subclass_building_without_super_is_stopped_with_its_path(model_dir, monkeypatch):
     class OwnBuildDSpark(DSparkSpeculator):
         def _build_attn_metadata(self, *args, **kwargs):
             """Builds from the full inputs with vLLM's code, without super()."""
             return vllms(DraftModelSpeculator._build_attn_metadata)(self, *args, **kwargs)
 
-    wired = wire_class(OwnBuildDSpark, model_dir)
+    wired = wire_class(OwnBuildDSpark, model_dir, monkeypatch=monkeypatch)
     with pytest.raises(WindowNotInPathError) as error:
         build(wired)
     message = str(error.value)
@@ -138,7 +163,7 @@ def test_a_vllm_that_stops_forwarding_the_uniform_build_is_stopped(model_dir, mo
         build(wired)
 
 
-def test_a_capture_that_bypasses_the_hook_is_stopped_with_its_path(model_dir):
+def test_a_capture_that_bypasses_the_hook_is_stopped_with_its_path(model_dir, monkeypatch):
     class OwnCaptureDFlash(DFlashSpeculator):
         def capture(self):
             """Prepares its graphs' inputs itself, without super(): the shape of a capture
@@ -155,7 +180,7 @@ def test_a_capture_that_bypasses_the_hook_is_stopped_with_its_path(model_dir):
                 causal=True,
             )
 
-    wired = wire_class(OwnCaptureDFlash, model_dir)
+    wired = wire_class(OwnCaptureDFlash, model_dir, monkeypatch=monkeypatch)
     with pytest.raises(WindowNotInPathError) as error:
         wired.speculator.capture()
     message = str(error.value)

@@ -253,6 +253,6 @@ def test_vllm_0_30_without_vllm_ascend_is_not_the_ascend_line(model_dir, monkeyp
 def test_a_method_the_line_does_not_serve_stops_at_start_up(model_dir, monkeypatch):
     vllm.plugins.load_general_plugins()
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
-    with pytest.raises(ValueError, match=r"for speculative method 'draft_model' on vLLM 0\.33\.x"):
-        make_speculative_vllm_config(model_dir, {"draft_window_size": 512}, method="draft_model")
-    make_speculative_vllm_config(model_dir, {}, method="draft_model")  # no window: as before
+    with pytest.raises(ValueError, match=r"for speculative method 'ngram' on vLLM 0\.33\.x"):
+        make_speculative_vllm_config(model_dir, {"draft_window_size": 512}, method="ngram")
+    make_speculative_vllm_config(model_dir, {}, method="ngram")  # no window: as before

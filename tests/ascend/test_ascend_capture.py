@@ -267,3 +267,27 @@ def test_dflash_and_dspark_replays_read_whole_below_the_threshold(
     assert [length == end for length, end in zip(lengths, ends, strict=False)] == [
         end < min_context for end in ends
     ]
+
+
+@pytest.mark.parametrize("window", [W, None])
+def test_vllm_ascends_dflash2_reads_its_window_eagerly(window, draft_dir, monkeypatch):
+    """vllm-ascend's ``AscendDFlash2Speculator`` (method dflash, a DFlash2 draft), which
+    vllm-ascend runs eagerly only: its own ``__init__``, ``set_attn``,
+    ``init_cudagraph_manager`` (graphs off with ``enforce_eager``) and ``propose``. Its
+    query pass reads exactly the window; its candidate scoring and walk run after the draft
+    forward, where no forward context (no attention metadata) is set."""
+    from vllm_ascend.worker.v2.spec_decode.dflash2.speculator import AscendDFlash2Speculator
+
+    additional = {} if window is None else {"draft_window_size": window}
+    s, kernel, t = run(draft_dir, "dflash2", 3, CUDAGraphMode.NONE, additional, monkeypatch)
+    assert type(s) is AscendDFlash2Speculator
+    n = len(TARGET_LENS)
+    nq = s.num_query_per_req
+    ends = s.input_buffers.seq_lens[:n].tolist()
+    assert ends == [target - int(r) + nq for target, r in zip(TARGET_LENS, t.rejected, strict=True)]
+    (launch,) = kernel.launches
+    assert not launch.captured
+    assert_reads(t, launch.lengths, launch.table, ends, nq, s.draft_window)
+    heads = s.model.model.calls
+    assert {head for head, _ in heads} == {"compute_candidates", "candidate_selector"}
+    assert not any(in_forward for _, in_forward in heads)

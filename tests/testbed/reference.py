@@ -157,27 +157,31 @@ def assert_window_reads(
     lengths: list[int],
     table: torch.Tensor,
     ends: list[int],
-    num_queries: int,
+    num_queries: int | list[int],
     spec=None,
 ) -> None:
     """A kernel told ``lengths`` over ``table`` reads, for each request ``i``, exactly the
     window of the length ``ends[i]`` it should read (all of it when ``spec`` is None, or
     when ``ends[i]`` is below ``spec.min_context``; the window's start, aligned and
-    ``W`` to ``W + a - 1`` tokens back, is the only one that fits the bounds): its
-    last ``num_queries`` queries over the reference paged read equal dense attention over
-    that window (of ``spec``: W, alignment), through exactly the blocks ``block_ids[i]`` that
-    hold it. ``k``/``v``: the true K/V of each request's positions."""
+    ``W`` to ``W + a - 1`` tokens back, is the only one that fits the bounds, and a query
+    chunk longer than the window is kept whole): its last ``num_queries`` (per request, or
+    one count for all) queries over the reference paged read equal dense attention over the
+    sinks and that window (of ``spec``: W, alignment, sinks), through exactly the blocks
+    ``block_ids[i]`` that hold them. ``k``/``v``: the true K/V of each request's positions."""
     b = cache.block_size
+    sinks = 0 if spec is None else spec.sink_size
     for i, end in enumerate(ends):
+        queries = num_queries if isinstance(num_queries, int) else num_queries[i]
         read = int(lengths[i])
-        start, kept = positions_read(end, read)
+        start, kept = positions_read(end, read, sinks)
         if spec is None or end < spec.min_context:
             assert read == end, (i, read, end)
         else:
-            reach = spec.sink_size + spec.window_size + spec.alignment
             assert start % spec.alignment == 0, (i, start)
-            assert min(end, spec.sink_size + spec.window_size) <= read <= reach - 1, (i, read, end)
-        q = k[i][end - num_queries : end] * 0.5
+            assert start <= end - queries, (i, start, end, queries)
+            cap = sinks + max(spec.window_size, queries) + spec.alignment - 1
+            assert min(end, sinks + spec.window_size) <= read <= cap, (i, read, end)
+        q = k[i][end - queries : end] * 0.5
         got, touched = cache.read(q, table[i], read)
-        torch.testing.assert_close(got, dense_attention(q, k[i], v[i], start, end))
+        torch.testing.assert_close(got, dense_attention(q, k[i], v[i], start, end, sinks))
         assert touched == {block_ids[i][p // b] for p in kept.tolist()}

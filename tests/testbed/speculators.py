@@ -8,6 +8,7 @@ are vLLM's real `TritonAttentionMetadataBuilder` (its `build` is plain Python an
 CPU), made from a VllmConfig of a tiny model config written locally.
 """
 
+import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,7 @@ def wire_speculator(
 
     s = object.__new__(cls)
     s.vllm_config = vllm_config
+    s.speculative_config = vllm_config.speculative_config
     s.method = method
     s.device = CPU
     s.num_speculative_steps = num_speculative_steps
@@ -180,6 +182,11 @@ SPECULATOR_CLASSES = {
     "eagle3": EagleSpeculator,
     "mtp": MTPSpeculator,
 }
+if importlib.util.find_spec("vllm.v1.worker.gpu.spec_decode.standalone_ar"):
+    # vLLM 0.33's draft-model speculator (the Ascend releases' vLLM has none).
+    from vllm.v1.worker.gpu.spec_decode.standalone_ar.speculator import StandaloneARSpeculator
+
+    SPECULATOR_CLASSES["draft_model"] = StandaloneARSpeculator
 
 
 def propose_after_verify(

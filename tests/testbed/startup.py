@@ -33,7 +33,8 @@ from tests.testbed.buffers import (
     make_mrv2_batch,
 )
 from tests.testbed.configs import set_method, speculative_vllm_config
-from tests.testbed.reference import PagedKVCache
+from tests.testbed.family_heads import FAMILY_TOP_K, FamilyHeads, candidates
+from tests.testbed.reference import PagedKVCache, assert_window_reads
 from tests.testbed.speculators import (
     HEAD_SIZE,
     NUM_KV_HEADS,
@@ -51,9 +52,15 @@ EAGLE = ("eagle", "eagle3")
 
 
 def draft_dir(root):
-    """A tiny draft config that EAGLE, DFlash and DSpark drafts accept (a mask token)."""
+    """A tiny draft config that EAGLE, DFlash, DSpark and the DFlash family accept (a mask
+    token; DFlash2's and LiLiCorr's candidate counts)."""
     root.mkdir(parents=True, exist_ok=True)
-    config = {**TINY_LLAMA, "dflash_config": {"mask_token_id": 250}}
+    dflash = {
+        "mask_token_id": 250,
+        "selector_top_k": FAMILY_TOP_K,
+        "lilicorr_candidate_topk": FAMILY_TOP_K,
+    }
+    config = {**TINY_LLAMA, "dflash_config": dflash}
     (root / "config.json").write_text(json.dumps(config))
     return root
 
@@ -71,17 +78,28 @@ class Launch:
     # The graph capturing or replaying this launch, if any.
     captured_in: object
     replayed_in: object
+    # The longest length the kernel is told it reads (its launch bound), where it has one.
+    max_seq_len: int | None = None
+    # Under DCP (flash attention): the rank's local lengths of the context it reads.
+    dcp_context_kv_lens: torch.Tensor | None = None
+
+
+def _cloned(tensor: torch.Tensor | None) -> torch.Tensor | None:
+    return None if tensor is None else tensor.clone()
 
 
 class DraftModel(torch.nn.Module):
     """Stand-in for the draft model (no weights on CPU): each draft layer's attention launch
     is recorded with what vLLM's Triton attention reads (``seq_lens``, ``block_table``)."""
 
-    def __init__(self, layer_names, hidden_size, vocab_size, pair: bool) -> None:
+    def __init__(self, layer_names, hidden_size, vocab_size, pair: bool, top_k: int = 4) -> None:
         super().__init__()
         self.layer_names, self.hidden_size, self.vocab_size = layer_names, hidden_size, vocab_size
         self.pair = pair
         self.launches: list[Launch] = []
+        # The DFlash family's own heads (XPress, DFlash2, LiLiCorr), called after the draft
+        # forward: ``model.model.<head>``.
+        self.model = FamilyHeads(hidden_size, top_k)
 
     def forward(self, input_ids=None, positions=None, **kwargs):
         from vllm.forward_context import get_forward_context
@@ -100,6 +118,8 @@ class DraftModel(torch.nn.Module):
                     md.block_table.clone(),
                     graphs.capturing(),
                     graphs.replaying(),
+                    getattr(md, "max_seq_len", None),
+                    _cloned(getattr(md, "dcp_context_kv_lens", None)),
                 )
             )
         out = torch.zeros(input_ids.shape[0], self.hidden_size)
@@ -110,7 +130,11 @@ class DraftModel(torch.nn.Module):
         return torch.zeros(hidden_states.shape[0], self.hidden_size)
 
     def compute_logits(self, hidden_states):
-        return torch.zeros(hidden_states.shape[0], self.vocab_size)
+        return torch.zeros(*hidden_states.shape[:-1], self.vocab_size)
+
+    def compute_candidates(self, hidden_states):
+        """DFlash2's and LiLiCorr's candidate tokens and their unary scores."""
+        return candidates(self, hidden_states)
 
     compute_draft_logits = compute_logits
 
@@ -131,12 +155,14 @@ def speculator_class(method: str) -> type:
     from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
     from vllm.v1.worker.gpu.spec_decode.dspark.speculator import DSparkSpeculator
     from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
+    from vllm.v1.worker.gpu.spec_decode.standalone_ar.speculator import StandaloneARSpeculator
 
     return {
         "eagle": EagleSpeculator,
         "eagle3": EagleSpeculator,
         "dflash": DFlashSpeculator,
         "dspark": DSparkSpeculator,
+        "draft_model": StandaloneARSpeculator,
     }[method]
 
 
@@ -171,7 +197,7 @@ def host_config(
             max_num_seqs=MAX_NUM_REQS, max_model_len=MAX_MODEL_LEN, is_encoder_decoder=False
         ),
     )
-    set_method(config, method, parallel_drafting=method not in EAGLE)
+    set_method(config, method, parallel_drafting=method in ("dflash", "dspark"))
     config.additional_config = additional
     return config
 
@@ -191,9 +217,13 @@ def started(
     additional,
     monkeypatch,
     backend: type | None = None,
+    cls: type | None = None,
+    cp: tuple[int, int] = (1, 0),
 ) -> Started:
-    """The speculator through ``set_attn``, beside the target runner's state; the layers on
-    ``backend`` (default: vLLM's Triton backend)."""
+    """The speculator (``cls``, default the method's own) through ``set_attn``, beside the
+    target runner's state; the layers on ``backend`` (default: vLLM's Triton backend);
+    ``cp``: one rank of decode context parallelism (ranks, rank; interleave 1), its process
+    group stood in (``tests.testbed.dcp``)."""
     from vllm.model_executor.layers.attention.attention import Attention
     from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
@@ -204,8 +234,14 @@ def started(
     from vllm.v1.worker.gpu.model_states.default import DefaultModelState
 
     config = host_config(model_dir, method, num_spec, cudagraph_mode, additional, monkeypatch)
+    cp_size, cp_rank = cp
+    if cp_size > 1:
+        from tests.testbed.dcp import dcp_group
+
+        dcp_group(monkeypatch, cp_size, cp_rank)
+        config.parallel_config.decode_context_parallel_size = cp_size
     with set_current_vllm_config(config):
-        s = speculator_class(method)(config, CPU)
+        s = (cls or speculator_class(method))(config, CPU)
         for name in ("target.0", "draft.0"):
             Attention(
                 4,
@@ -223,20 +259,27 @@ def started(
         kv_cache_tensors=[],
         kv_cache_groups=[KVCacheGroupSpec(["target.0", "draft.0"], spec)],
     )
-    max_blocks = get_block_table_width(-(-MAX_MODEL_LEN // BLOCK), BLOCK)
+    # Under DCP a column holds each rank's share of cp_size * BLOCK tokens.
+    max_blocks = get_block_table_width(-(-MAX_MODEL_LEN // (BLOCK * cp_size)), BLOCK)
     block_tables = BlockTables(
         block_sizes=[BLOCK],
         max_num_reqs=MAX_NUM_REQS,
         max_num_batched_tokens=s.max_num_tokens,
         max_num_blocks_per_group=[max_blocks],
         device=CPU,
+        cp_size=cp_size,
+        cp_rank=cp_rank,
     )
     with set_current_vllm_config(config):
         target_groups, _, _ = init_attn_backend(kv_cache_config, config, CPU)
     model_state = DefaultModelState(config, torch.nn.Module(), None, CPU)
     # What the model runner's load_model leaves: the draft's model and its own layers.
-    model = DraftModel(["draft.0"], s.hidden_size, s.vocab_size, pair=method in EAGLE)
+    model = DraftModel(
+        ["draft.0"], s.hidden_size, s.vocab_size, pair=method in EAGLE, top_k=FAMILY_TOP_K
+    )
     s.model = model
+    # What LiLiCorr's load_draft_model takes from the target: its input embedding.
+    s.target_embeddings = torch.nn.Embedding(s.vocab_size, s.hidden_size)
     s.draft_attn_layer_names = {"draft.0"}
     target_buffers = InputBuffers(MAX_NUM_REQS, s.max_num_tokens, CPU)
     with set_current_vllm_config(config):
@@ -269,18 +312,34 @@ class Verified:
         return self.batch.req_block_ids[0]
 
 
-def verify_step(st: Started, target_lens: list[int], seed: int = 0) -> Verified:
+def verify_step(
+    st: Started, target_lens: list[int], seed: int = 0, prompt_chunks: dict[int, int] | None = None
+) -> Verified:
     """Each request verifies num_spec + 1 tokens ending at its target length, with random
     rejected tokens: its tables through vLLM's staged writes, its lengths, positions and slot
-    mappings by vLLM's own kernels, and the target's metadata by the runner's model state."""
+    mappings by vLLM's own kernels, and the target's metadata by the runner's model state.
+    ``prompt_chunks``: requests that prefill a prompt chunk of that many tokens instead (none
+    rejected)."""
     from vllm.v1.worker.gpu.attn_utils import build_slot_mappings_by_layer
     from vllm.v1.worker.gpu.input_batch import InputBatch
 
     s = st.s
     rng = np.random.default_rng(seed)
     n, q = len(target_lens), s.num_speculative_steps + 1
+    chunks = prompt_chunks or {}
+    query_lens = [chunks.get(i, q) for i in range(n)]
+    bt = s.block_tables
     batch = make_mrv2_batch(
-        [BLOCK], target_lens, q, n, MAX_NUM_REQS, MAX_MODEL_LEN, rng, lookahead_tokens=q
+        [BLOCK],
+        target_lens,
+        q,
+        n,
+        MAX_NUM_REQS,
+        MAX_MODEL_LEN,
+        rng,
+        lookahead_tokens=q,
+        query_lens=query_lens,
+        cp=(bt.cp_size, bt.cp_rank, bt.cp_interleave),
     )
     # The speculator shares the runner's persistent tables; the batch's own are not read.
     batch.block_tables = s.block_tables
@@ -292,17 +351,17 @@ def verify_step(st: Started, target_lens: list[int], seed: int = 0) -> Verified:
     fill_query_inputs(batch)
     fill_slot_mappings(batch)
     target = torch.tensor(target_lens, dtype=torch.int32)
+    prefilling = np.array([i in chunks for i in range(n)])
     input_batch = dataclasses.replace(
         input_batch,
-        num_scheduled_tokens=np.full(n, q, dtype=np.int32),
+        num_scheduled_tokens=np.array(query_lens, dtype=np.int32),
         query_start_loc_np=batch.query_start_loc_np,
         seq_lens_cpu_upper_bound=target.clone(),
         idx_mapping_np=batch.idx_mapping,
         idx_mapping=idx_mapping.long(),
-        is_prefilling_np=np.zeros(n, dtype=bool),
-        has_prefill=False,
+        is_prefilling_np=prefilling,
+        has_prefill=bool(prefilling.any()),
     )
-    bt = s.block_tables
     metadata = st.model_state.prepare_attn(
         input_batch,
         CUDAGraphMode.NONE,
@@ -312,6 +371,7 @@ def verify_step(st: Started, target_lens: list[int], seed: int = 0) -> Verified:
         s.kv_cache_config,
     )
     rejected = torch.from_numpy(rng.integers(0, q, n).astype(np.int32))
+    rejected[list(chunks)] = 0
     gen = torch.Generator().manual_seed(seed)
     ends = [t + q for t in target_lens]
     cache = PagedKVCache(bt.block_tables[0].gpu.numel() + 1, BLOCK, NUM_KV_HEADS, HEAD_SIZE)
@@ -319,14 +379,27 @@ def verify_step(st: Started, target_lens: list[int], seed: int = 0) -> Verified:
     for i, e in enumerate(ends):
         k.append(torch.randn(e, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64))
         v.append(torch.randn(e, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64))
-        row = torch.tensor(batch.req_block_ids[0][i], dtype=torch.int32)
-        cache.write(row, torch.arange(e), k[i], v[i])
+        if bt.cp_size == 1:  # under DCP the test writes every rank's share (tests.testbed.dcp)
+            row = torch.tensor(batch.req_block_ids[0][i], dtype=torch.int32)
+            cache.write(row, torch.arange(e), k[i], v[i])
     by_layer = build_slot_mappings_by_layer(
         bt.slot_mappings[:, : batch.num_tokens], s.kv_cache_config
     )
     return Verified(
         list(target_lens), batch, input_batch, metadata, by_layer, rejected, cache, k, v
     )
+
+
+def assert_launch_reads(t: Verified, launch: Launch, ends: list[int], num_queries, spec) -> None:
+    """What a launch reads (its lengths over its table, as they were when it ran) is, for
+    each request, exactly the window (``spec``; all of it when None) of ``ends[i]`` for its
+    last ``num_queries`` (per request, or one count) queries; padded rows read only the null
+    block."""
+    lengths = launch.seq_lens.tolist()
+    assert_window_reads(
+        t.cache, t.k, t.v, t.block_ids, lengths, launch.table, ends, num_queries, spec
+    )
+    assert not launch.table[len(ends) :].any()
 
 
 def propose(s, t: Verified) -> None:

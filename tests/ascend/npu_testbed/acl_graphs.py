@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from tests.testbed.family_heads import FAMILY_TOP_K, FamilyHeads, candidates
 from tests.testbed.graphs import (
     capturing,
     graph_context,
@@ -101,6 +102,8 @@ class DraftModel(torch.nn.Module):
         self.vocab_size = vocab_size
         self.kernel = kernel
         self.pair = pair
+        # DFlash2's own heads, called after the draft forward: ``model.model.<head>``.
+        self.model = FamilyHeads(hidden_size, FAMILY_TOP_K)
 
     def forward(self, input_ids=None, positions=None, hidden_states=None, **kwargs):
         from vllm.forward_context import get_forward_context
@@ -170,6 +173,10 @@ class DraftModel(torch.nn.Module):
         return torch.zeros(hidden_states.shape[0], self.vocab_size)
 
     compute_draft_logits = compute_logits
+
+    def compute_candidates(self, hidden_states: torch.Tensor):
+        """DFlash2's candidate tokens and their unary scores."""
+        return candidates(self, hidden_states)
 
     def markov_embed(self, token_ids: torch.Tensor) -> torch.Tensor:
         return torch.zeros(token_ids.shape[0], self.hidden_size)

@@ -27,6 +27,7 @@ from vllm.config.compilation import CompilationMode, CUDAGraphMode
 from tests.ascend.npu_testbed.acl_graphs import DraftModel, FiaKernel
 from tests.ascend.npu_testbed.compat import without_piecewise
 from tests.ascend.npu_testbed.wiring import ascend_model_state, load_tables, vllm_config
+from tests.testbed.family_heads import FAMILY_TOP_K
 from tests.testbed.graphs import platform_with_graphs
 from tests.testbed.reference import PagedKVCache
 from tests.testbed.speculators import propose_after_verify
@@ -38,12 +39,14 @@ MAX_NUM_REQS = 8
 MAX_MODEL_LEN = 2048
 # Requests per captured graph (sized down for a CPU).
 GRAPH_REQS = (4, MAX_NUM_REQS)
-# The tiny draft's config: a DFlash/DSpark draft names its mask token.
-DRAFT_EXTRA = {"dflash_config": {"mask_token_id": 250}}
+# The tiny draft's config: a DFlash/DSpark draft names its mask token, a DFlash2 draft its
+# candidates per position.
+DRAFT_EXTRA = {"dflash_config": {"mask_token_id": 250, "selector_top_k": FAMILY_TOP_K}}
 
 
 def speculator_class(method: str) -> type:
     from vllm_ascend.worker.v2.spec_decode.dflash.speculator import AscendDFlashSpeculator
+    from vllm_ascend.worker.v2.spec_decode.dflash2.speculator import AscendDFlash2Speculator
     from vllm_ascend.worker.v2.spec_decode.dspark.speculator import AscendDSparkSpeculator
     from vllm_ascend.worker.v2.spec_decode.eagle.speculator import AscendEagleSpeculator
 
@@ -51,6 +54,8 @@ def speculator_class(method: str) -> type:
         "eagle": AscendEagleSpeculator,
         "eagle3": AscendEagleSpeculator,
         "dflash": AscendDFlashSpeculator,
+        # vllm-ascend's DFlash2 (method dflash, a DFlash2 draft's architecture).
+        "dflash2": AscendDFlash2Speculator,
         "dspark": AscendDSparkSpeculator,
     }[method]
 
@@ -176,6 +181,9 @@ def started(
     # above, whose placeholder method vLLM 0.30 refuses on V2, and before the configs the
     # speculator derives from it (which check the window's keys against the runner).
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    if method == "dflash2":
+        # vllm-ascend runs its DFlash2 draft eagerly only (its init_cudagraph_manager).
+        object.__setattr__(config.speculative_config, "enforce_eager", True)
     init_ascend_config(config)
     with set_current_vllm_config(config):
         s = speculator_class(method)(config, CPU)

@@ -54,6 +54,17 @@ NOTES_0_33 = (
     ),
 )
 
+# Per method, why its draft is served on fewer of vLLM 0.33's backends.
+METHOD_NOTES_0_33 = (
+    (
+        "draft_model",
+        "vLLM's draft-model prefill hands the builder the target's host bound, one token "
+        "short of the expanded prefill (one correction token per request) it reads, and an "
+        "MLA builder's prefill path takes that bound as the exact context length; only "
+        "builders that take host lengths as bounds are served for it",
+    ),
+)
+
 # Under DCP an MLA builder without varlen DCP support gets multi-token queries on its prefill
 # path (``_init_reorder_batch_threshold``), which takes the host bound as exact.
 _DCP_NO_VARLEN = (

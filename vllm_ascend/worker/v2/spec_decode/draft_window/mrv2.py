@@ -86,6 +86,9 @@ class Mrv2DraftWindow:
         self.unwindowed_attn_groups: list[list[Any]] | None = None
         if plan.unwindowed_group_ids:
             self._keep_unwindowed_groups(attn_groups, plan.unwindowed_group_ids)
+        # The slot mapping handed to the build in progress, where its caller passes one (a
+        # draft model's prefill writes through a buffer of its own): vLLM's, never windowed.
+        self.build_slot_mappings: torch.Tensor | None = None
         # The run-time check of the speculator's builders (set by its creator, if any).
         self.path_check: PathCheck | None = None
 
@@ -302,15 +305,20 @@ class Mrv2DraftWindow:
 
     @contextmanager
     def swapped_into(
-        self, speculator: Any, path: str, attn_groups: list[list[Any]] | None = None
+        self,
+        speculator: Any,
+        path: str,
+        attn_groups: list[list[Any]] | None = None,
+        max_query_len: int = 1,
     ) -> Iterator[None]:
         """Let the speculator's own code read the windowed views on ``path`` (the hook
-        running), and ``attn_groups`` instead of its own if given; restore on exit."""
+        running), and ``attn_groups`` instead of its own if given; restore on exit. The
+        draft's longest read is that of passes of up to ``max_query_len`` query tokens."""
         saved = (speculator.input_buffers, speculator.block_tables, speculator.draft_max_seq_len)
         saved_groups = speculator.attn_groups
         speculator.input_buffers = self.input_buffers
         speculator.block_tables = self.block_tables
-        speculator.draft_max_seq_len = min(saved[2], self.spec.max_read_len)
+        speculator.draft_max_seq_len = min(saved[2], self.spec.read_cap(max_query_len))
         if attn_groups is not None:
             speculator.attn_groups = attn_groups
         self.path.append(path)

@@ -159,8 +159,8 @@ class PathCheck:
         local = getattr(cm, "dcp_local_seq_lens", None)
         if local is not None and not any(_same_start(local, b) for b in window.dcp_local_buffers):
             problems.append("its DCP-local seq_lens are not computed from the window's lengths")
-        slot_mappings = window.block_tables.base.slot_mappings
-        if not _same_storage(cm.slot_mapping, slot_mappings):
+        vllms = (window.block_tables.base.slot_mappings, window.build_slot_mappings)
+        if not any(b is not None and _same_storage(cm.slot_mapping, b) for b in vllms):
             problems.append("its slot_mapping is not vLLM's own (a windowed slot mapping?)")
         return problems
 

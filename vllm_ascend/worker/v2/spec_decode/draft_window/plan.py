@@ -29,7 +29,12 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.groups import (
     describe_decisions,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
-from vllm_ascend.worker.v2.spec_decode.draft_window.methods import METHODS, Kind
+from vllm_ascend.worker.v2.spec_decode.draft_window.methods import (
+    METHODS,
+    MTP_REASON,
+    MTP_REASONS,
+    Kind,
+)
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec
 
@@ -99,18 +104,21 @@ def plan(speculator: Any, config: DraftWindowConfig, release: Release) -> Plan |
     once)."""
     window_size, method = config.draft_window_size, speculator.method
     kind = METHODS.get(method)
-    if kind is Kind.SHARED_KV:
+    if kind is Kind.MTP:
         sinks = f" with {SINKS_KEY}={config.draft_attention_sinks}"
+        owner = type(speculator).__name__
         logger.warning(
-            "%s=%d%s is ignored for method %r: its draft layers share the target's KV "
-            "cache and attention, which the window must not crop.",
+            "%s=%d%s is ignored for method %r (%s): %s.",
             KEY,
             window_size,
             sinks if config.draft_attention_sinks else "",
             method,
+            owner,
+            MTP_REASONS.get(owner, MTP_REASON),
         )
         return None
     policy.refuse_method(method, release, window_size)
+    policy.refuse_speculator(speculator, release, window_size)
     query_stretch = speculator.num_speculative_steps + 1
     policy.refuse_shape(method, window_size, query_stretch, speculator.vllm_config)
     decisions = decide_groups(speculator.kv_cache_config, speculator.attn_groups)
@@ -143,13 +151,16 @@ def plan(speculator: Any, config: DraftWindowConfig, release: Release) -> Plan |
         lengths = speculator.target_input_buffers.seq_lens
         from_bound = source == policy.FROM_HOST_BOUND
         actual = ActualSeqLens(lengths, speculator.max_model_len, from_bound=from_bound)
-    ar = kind is Kind.AUTOREGRESSIVE
+    # EAGLE and a draft model: one query token per decode step, and a prefill over the
+    # target's chunks (a draft model's with one correction token per request more).
+    one_token_steps = kind in (Kind.AUTOREGRESSIVE, Kind.DRAFT_MODEL)
+    chunk = speculator.max_num_tokens + getattr(speculator, "num_extra_query_per_req", 0)
     return Plan(
         spec,
         units,
         layout,
-        max_query_len=1 if ar else query_stretch,
-        max_chunk_len=speculator.max_num_tokens if ar else None,
+        max_query_len=1 if one_token_steps else query_stretch,
+        max_chunk_len=chunk if one_token_steps else None,
         actual=actual,
         decisions=tuple(decisions),
         sink_tokens=config.draft_attention_sinks,

@@ -113,14 +113,14 @@ def _check_window_config(vllm_config) -> None:
 
 def _refuse_method_at_start_up(vllm_config, config: DraftWindowConfig) -> None:
     """A method the installed release does not serve stops here, before workers start (MTP
-    keeps its warning at set_attn: its draft shares the target's KV)."""
+    keeps its warning at set_attn, whose reason depends on the speculator class)."""
     from vllm_ascend.worker.v2.spec_decode.draft_window import policy
 
     method = getattr(vllm_config.speculative_config, "method", None)
     installed = install.installation()
     if method is None or installed is None:
         return
-    if METHODS.get(method) is Kind.SHARED_KV:
+    if METHODS.get(method) is Kind.MTP:
         return
     policy.refuse_method(method, installed.release, config.draft_window_size)
 

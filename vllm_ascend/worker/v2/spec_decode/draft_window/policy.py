@@ -32,6 +32,22 @@ def refuse_method(method: str, release: Release, window_size: int) -> None:
     )
 
 
+def refuse_speculator(speculator: Any, release: Release, window_size: int) -> None:
+    """Stop on a speculator class the window is not tested with for its method on the
+    installed release (a draft family whose own passes the window has not been checked
+    against)."""
+    served = release.speculators_for(speculator.method)
+    owner = type(speculator).__name__
+    if owner in served:
+        return
+    raise ValueError(
+        f"{KEY}={window_size} is not supported on Model Runner V2 for speculative method "
+        f"{speculator.method!r} with speculator {owner} on {release.name}: the window is "
+        f"tested there with {', '.join(served) or 'no speculator of that method'} only. "
+        f"Remove {KEY} from additional_config, or use a draft those speculators serve."
+    )
+
+
 def refuse_shape(method: str, window_size: int, query_stretch: int, vllm_config: Any) -> None:
     """Stop where one block-aligned window per request cannot hold the draft: a window
     smaller than the draft's own queries, prefix-LM targets, prefill context parallelism."""
@@ -114,6 +130,7 @@ def refuse_backends(
     method = speculator.method
     backends = release.backends_for(method)
     notes = dict(release.backend_notes)
+    method_note = dict(release.method_notes).get(method)
     for decision in decisions:
         if not decision.windowed:
             continue
@@ -135,7 +152,9 @@ def refuse_backends(
                     f"(VLLM_USE_V2_MODEL_RUNNER=0), or remove {KEY}."
                 )
             if backends is not None and name not in backends:
-                why = notes.get(name, "its kernel takes host lengths the window does not set yet")
+                why = method_note or notes.get(
+                    name, "its kernel takes host lengths the window does not set yet"
+                )
                 raise ValueError(
                     f"{where}: {why} (supported for {method} on this release: "
                     f"{', '.join(backends)}). Use one of those attention backends, or remove "

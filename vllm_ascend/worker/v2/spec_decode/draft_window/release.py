@@ -56,6 +56,10 @@ class Release:
     hooks: tuple[Hook, ...]
     # Speculative methods the window serves on this release.
     methods: tuple[str, ...]
+    # Per served method, the speculator classes (by name) vLLM or vllm-ascend makes for it
+    # that the window is tested with on this release: any other class (a new draft family,
+    # a subclass that reads more) is refused by name, never windowed untested.
+    speculators: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # (distribution, its releases whose code the hooks are proven on) that must be installed
     # beside vLLM, or None. A local build of one (``0.30.0rc2+g1234``) is that release.
     requires: tuple[str, tuple[str, ...]] | None = None
@@ -65,6 +69,8 @@ class Release:
     # ``backend_notes`` gives for a known one.
     backends: tuple[tuple[str, tuple[str, ...]], ...] = ()
     backend_notes: tuple[tuple[str, str], ...] = ()
+    # Per method, why a backend it is not proven for is refused (before ``backend_notes``).
+    method_notes: tuple[tuple[str, str], ...] = ()
     # Where the served backends are defined (a module prefix, and the project's name): one
     # defined elsewhere (a platform plugin's) may hand its kernel host lengths of its own.
     backend_module: tuple[str, str] = ("vllm.", "vLLM")
@@ -110,6 +116,10 @@ class Release:
     # block table from the target's metadata rather than the draft's: the window hands them
     # the cropped table its recorded refresh rewrites at every step.
     fia_table_from_target: bool = False
+
+    def speculators_for(self, method: str) -> tuple[str, ...]:
+        """The speculator classes the window is tested with for ``method`` on this release."""
+        return dict(self.speculators).get(method, ())
 
     def backends_for(self, method: str) -> tuple[str, ...] | None:
         """The backends proven for ``method`` on this release, or None (any)."""

@@ -89,14 +89,28 @@ VLLM_0_33 = Release(
         _ar_0_33("_fused_multi_step_decode", "num_speculative_steps"),
         _PREPARE_ATTN,
     ),
-    methods=("dflash", "dspark", "eagle", "eagle3"),
+    methods=("dflash", "dspark", "eagle", "eagle3", "draft_model"),
+    # vLLM's init_speculator: method "dflash" makes a DFlash, or by the draft's architecture
+    # one of the DFlash family (their own passes read only hidden states and token ids).
+    speculators=(
+        (
+            "dflash",
+            ("DFlashSpeculator", "XPressSpeculator", "DFlash2Speculator", "LiLiCorrSpeculator"),
+        ),
+        ("dspark", ("DSparkSpeculator",)),
+        ("eagle", ("EagleSpeculator",)),
+        ("eagle3", ("EagleSpeculator",)),
+        ("draft_model", ("StandaloneARSpeculator",)),
+    ),
     backends=(
         ("dflash", backends.GQA_0_33 + backends.MLA_QUERY_PASS_0_33),
         ("dspark", backends.GQA_0_33 + backends.MLA_QUERY_PASS_0_33),
         ("eagle", backends.GQA_0_33 + backends.MLA_VARLEN_0_33),
         ("eagle3", backends.GQA_0_33 + backends.MLA_VARLEN_0_33),
+        ("draft_model", backends.GQA_0_33),
     ),
     backend_notes=backends.NOTES_0_33,
+    method_notes=backends.METHOD_NOTES_0_33,
     dcp_backend_notes=backends.DCP_NOTES_0_33,
     bound_as_exact_rows=("num_decodes", "num_prefills"),
 )
@@ -131,6 +145,14 @@ _ASCEND_AUTOREGRESSIVE = (
     ),
     _ascend_ar("_calc_next_seq_lens_cpu", "seq_lens_cpu", "num_reqs", "num_reqs_padded", "step"),
 )
+# vllm-ascend's init_speculator: its own subclass of each of vLLM's (DFlash2 by the draft's
+# architecture; eager only there).
+_ASCEND_SPECULATORS = (
+    ("dflash", ("AscendDFlashSpeculator", "AscendDFlash2Speculator")),
+    ("dspark", ("AscendDSparkSpeculator",)),
+    ("eagle", ("AscendEagleSpeculator",)),
+    ("eagle3", ("AscendEagleSpeculator",)),
+)
 VLLM_0_30_ASCEND = Release(
     name="vLLM 0.30.x with vllm-ascend 0.30.0rc1 or 0.30.0rc2",
     vllm_minor=(0, 30),
@@ -149,6 +171,7 @@ VLLM_0_30_ASCEND = Release(
         _PREPARE_ATTN,
     ),
     methods=("dflash", "dspark", "eagle", "eagle3"),
+    speculators=_ASCEND_SPECULATORS,
     # rc2 is rc1 with new Dockerfiles: the Python package differs only in _version.py (a test
     # compares the two trees).
     requires=("vllm-ascend", ("0.30.0rc1", "0.30.0rc2")),
@@ -206,6 +229,7 @@ VLLM_0_29_ASCEND = Release(
         _PREPARE_ATTN,
     ),
     methods=("dflash", "dspark", "eagle", "eagle3"),
+    speculators=_ASCEND_SPECULATORS,
     requires=("vllm-ascend", ("0.29.0rc1",)),
     backends=(
         ("dflash", ("AscendAttentionBackend",)),

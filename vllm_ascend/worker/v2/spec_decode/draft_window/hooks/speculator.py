@@ -19,6 +19,9 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+import torch
+
 from vllm_ascend.worker.v2.spec_decode.draft_window import plan as planning
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     KEY,
@@ -149,18 +152,35 @@ def build_attn_metadata(original: Callable, installed: Installed) -> Callable:
         # The padded batch: vLLM 0.30 and later pass a batch descriptor, 0.29 the count.
         desc = arguments.get("batch_desc")
         num_reqs_padded = (desc.num_reqs or num_reqs) if desc else arguments["num_reqs_padded"]
-        actual = window.actual is not None and step > 0
-        window.refresh(num_reqs_padded, actual_step=step if actual else None)
         host_bound = arguments["seq_lens_cpu_upper_bound"]
-        if window.actual is not None and window.actual.from_bound:
-            host_bound = window.actual_host_bound(host_bound, num_reqs, step)
+        chunk = _chunk_query_lens(window, arguments.get("query_start_loc_np"), num_reqs)
+        if chunk is not None:
+            # A pass over query chunks (a draft model's prefill): each chunk stays whole in
+            # its window, read through the wider tables.
+            window.refresh(num_reqs_padded, query_start_loc=self.input_buffers.query_start_loc)
+            host_bound = window.host_upper_bound(host_bound, num_reqs, step, chunk)
         else:
-            host_bound = window.host_upper_bound(
-                host_bound, num_reqs, step, extra_steps=state.extra_steps
-            )
+            actual = window.actual is not None and step > 0
+            window.refresh(num_reqs_padded, actual_step=step if actual else None)
+            if window.actual is not None and window.actual.from_bound:
+                host_bound = window.actual_host_bound(host_bound, num_reqs, step)
+            else:
+                host_bound = window.host_upper_bound(
+                    host_bound, num_reqs, step, extra_steps=state.extra_steps
+                )
         arguments["seq_lens_cpu_upper_bound"] = host_bound
-        with window.swapped_into(self, path, window.windowed_attn_groups):
-            metadata = original(*bound.args, **bound.kwargs)
+        max_query_len = 1 if chunk is None else int(chunk.max())
+        # The slot mapping the caller hands the build (vLLM's own): the path check's reference.
+        window.build_slot_mappings = arguments.get("slot_mappings")
+        try:
+            # A pass over chunks is a path of its own (its own tables), checked on its own.
+            label = path if chunk is None else f"{path} (over query chunks)"
+            with window.swapped_into(self, label, window.windowed_attn_groups, max_query_len):
+                metadata = original(*bound.args, **bound.kwargs)
+        finally:
+            window.build_slot_mappings = None
+            # Everything after a chunk pass (decode builds, captures) reads the per-step tables.
+            window.block_tables.windows = window.windows
         if window.unwindowed_attn_groups is None:
             return metadata
         # The groups not windowed: vLLM's own build from vLLM's own inputs.
@@ -172,6 +192,17 @@ def build_attn_metadata(original: Callable, installed: Installed) -> Callable:
         return metadata
 
     return around(original, installed, body)
+
+
+def _chunk_query_lens(window: Mrv2DraftWindow, query_start_loc_np: Any, num_reqs: int) -> Any:
+    """The host query lengths of a build whose queries are longer than the window's per-step
+    passes (``plan.max_query_len``), where the plan has tables for such chunks; else None."""
+    if query_start_loc_np is None or window.chunk_windows is window.windows:
+        return None
+    lengths = torch.from_numpy(np.diff(query_start_loc_np[: num_reqs + 1]).astype(np.int32))
+    if not num_reqs or int(lengths.max()) <= window.plan.max_query_len:
+        return None
+    return lengths
 
 
 def update_draft_decode_metadata(original: Callable, installed: Installed) -> Callable:
