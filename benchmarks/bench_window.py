@@ -190,27 +190,39 @@ def launches(fn, host: tuple[torch.Tensor, ...] = ()) -> int:
 def bench_launches(mrv1, rounds: int, iters: int) -> list[dict]:
     """Device kernel launches and CPU time per propose: MRV1's one apply, the MRV2 torch
     path (one refresh per build), and the fused refresh (one launch per refresh by
-    construction). DFlash/DSpark build once per propose; an EAGLE propose refreshes for its
-    prefill (a query chunk per request) and once per later draft step (K - 1)."""
+    construction). DFlash/DSpark build once per propose; an EAGLE or draft-model propose
+    refreshes for its prefill (a query chunk per request; a draft model's has one correction
+    token more) and once per later draft step (K - 1)."""
     w, context = 2048, 32 * 1024
     rows = []
     for batch in [1, 64, 256, 1024]:
         seq_lens, table = make_inputs(batch, context)
         bound = seq_lens.clone()
         qsl = torch.arange(batch + 1, dtype=torch.int32) * 4
-        for method, k in (("dflash/dspark", 0), ("eagle", 3), ("eagle", 5), ("eagle", 7)):
+        methods = (
+            ("dflash/dspark", 0),
+            ("eagle", 3),
+            ("eagle", 5),
+            ("eagle", 7),
+            ("draft_model", 5),
+        )
+        for method, k in methods:
             base_ib = SimpleNamespace(seq_lens=seq_lens)
             base_bt = SimpleNamespace(block_sizes=[BLOCK_SIZE], input_block_tables=[table])
+            # A draft model's prefill: the verify chunk and one correction token per request.
+            chunk = k + 2 if method == "draft_model" else 4
             window = Mrv2DraftWindow(
-                Plan.of(w, base_bt, [0], max_chunk_len=4 if k else None),
+                Plan.of(w, base_bt, [0], max_chunk_len=chunk if k else None),
                 base_ib,
                 base_bt,
                 batch,
                 torch.device("cpu"),
             )
+            # MRV1 has no draft-model window: its EAGLE apply (future offset K) stands beside.
             adapter = mrv1.SlidingWindowAdapter(w, BLOCK_SIZE, batch, k, torch.device("cpu"))
+            chunks = torch.arange(batch + 1, dtype=torch.int32) * chunk
 
-            def ours(window=window, k=k, batch=batch, bound=bound, qsl=qsl):
+            def ours(window=window, k=k, batch=batch, bound=bound, qsl=chunks):
                 if k:  # the draft prefill over the verify chunk, then K - 1 decode steps
                     window.refresh(
                         batch, seq_lens=window.input_buffers.base.seq_lens, query_start_loc=qsl
@@ -235,7 +247,7 @@ def bench_launches(mrv1, rounds: int, iters: int) -> list[dict]:
                 "mrv1_us": t_theirs,
                 "torch_us": t_ours,
             }
-            if k:
+            if method == "eagle":
                 row.update(
                     fixed_start_cost(k, batch, w, seq_lens, table, bound, qsl, ours, rounds, iters)
                 )
@@ -247,7 +259,7 @@ def bench_launches(mrv1, rounds: int, iters: int) -> list[dict]:
                 + (
                     f";  fixed start: torch {row['fixed_torch']} launches {row['fixed_us']:7.1f}"
                     f" us, fused {row['fixed_fused']}"
-                    if k
+                    if method == "eagle"
                     else ""
                 ),
                 flush=True,
@@ -744,7 +756,8 @@ def machine() -> str:
 def launch_lines(rows: list[dict]) -> list[str]:
     big = [r for r in rows if r["batch"] >= 256]
     parallel = [r for r in rows if not r["k"]]
-    eagle = [r for r in rows if r["k"]]
+    eagle = [r for r in rows if r["method"] == "eagle"]
+    draft_model = [r for r in rows if r["method"] == "draft_model"]
     cpu_ratios = [r["torch_us"] / r["mrv1_us"] for r in big]
     lines = [
         "## Device launches and CPU time per propose",
@@ -754,7 +767,9 @@ def launch_lines(rows: list[dict]) -> list[str]:
         "MRV1: the released `SlidingWindowAdapter.apply`, once per propose (future offset K "
         "for EAGLE, 0 for DFlash/DSpark). MRV2 torch path: `Mrv2DraftWindow.refresh` and the "
         "host bound per build; an EAGLE propose builds for its prefill (a 4-token verify chunk "
-        "per request) and for each of its K - 1 later steps. Fused: the window's Triton "
+        "per request) and for each of its K - 1 later steps, a draft model's (`draft_model`) "
+        "the same with K + 2 tokens per request in its prefill (MRV1 has no draft-model "
+        "window: its EAGLE apply stands beside it). Fused: the window's Triton "
         "kernel, one launch per refresh by construction, not counted (`fused.py`; used on a "
         "device after its "
         "start-up self-check). One KV-cache group of 128-token blocks, W = 2048, contexts up "
@@ -782,6 +797,9 @@ def launch_lines(rows: list[dict]) -> list[str]:
         "what keeps every step's table and length describing the same tokens (MRV1's "
         "needed-columns defect) and what vllm-ascend's FULL graphs record per step. Below "
         "0.1x would need the refresh fused into vLLM's own per-step kernels.",
+        f"- Draft-model launches: fused {max(r['fused'] / r['mrv1'] for r in draft_model):.2f}x "
+        "MRV1's EAGLE apply (K = 5): the same shape as an EAGLE propose, one refresh per "
+        "build (its prefill and K - 1 decode steps).",
         "",
         "EAGLE, one window start per propose instead of one per step (the first decode step "
         "windows the last step's length, `L + K - 2`, so that its table covers the later "

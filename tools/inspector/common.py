@@ -14,8 +14,8 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY, MIN_CONTE
 from vllm_ascend.worker.v2.spec_decode.draft_window.methods import METHODS as KINDS
 from vllm_ascend.worker.v2.spec_decode.draft_window.methods import Kind
 
-# The methods whose draft reads a KV cache of its own, from the package's one table.
-METHODS = tuple(m for m, kind in KINDS.items() if kind is not Kind.SHARED_KV)
+# The methods the window serves somewhere, from the package's one table (MTP is left alone).
+METHODS = tuple(m for m, kind in KINDS.items() if kind is not Kind.MTP)
 DEFAULT_METHODS = ["dspark", "eagle3"]
 # The reference check's head shape: small, since it checks positions, not numerics.
 CHECK_HEADS, CHECK_HEAD_DIM = 1, 8
@@ -28,7 +28,7 @@ def is_parallel(method: str) -> bool:
 
 def query_len(method: str, num_spec_tokens: int) -> int:
     """The query tokens per request of the pass the inspector builds: DFlash/DSpark seq_lens
-    count the whole query stretch; an EAGLE decode step, one token."""
+    count the whole query stretch; an EAGLE or draft-model decode step, one token."""
     return num_spec_tokens + 1 if is_parallel(method) else 1
 
 

@@ -162,6 +162,7 @@ def _build(args, method: str, model_dir: Path, batch, max_model_len: int, window
     from tests.testbed.speculators import (
         SPECULATOR_CLASSES,
         GroupLayout,
+        make_speculative_vllm_config,
         make_vllm_config,
         wire_speculator,
     )
@@ -171,7 +172,12 @@ def _build(args, method: str, model_dir: Path, batch, max_model_len: int, window
     additional = {}
     if window:
         additional = {KEY: window, SINKS_KEY: args.sinks, MIN_CONTEXT_KEY: args.min_context}
-    config = make_vllm_config(model_dir, max_model_len, n, additional)
+    if method == "draft_model":
+        # Its speculator reads its speculative config when it builds (the draft's KV dtype).
+        config = make_speculative_vllm_config(model_dir, additional, max_model_len, method)
+        config.scheduler_config.max_num_seqs = n
+    else:
+        config = make_vllm_config(model_dir, max_model_len, n, additional)
     # An EAGLE decode step reads its own buffers, laid out one token per request.
     draft_buffers = batch.input_buffers if query == 1 else None
     layouts = [GroupLayout(b) for b in args.block_sizes]
