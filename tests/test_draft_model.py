@@ -213,3 +213,19 @@ def test_under_dcp_every_rank_reads_its_share_of_each_window(cp_size, drafts, mo
             num_queries=queries,
             new_tokens=queries,
         )
+
+
+def test_a_draft_model_says_its_window_once_at_start_up_and_once_at_its_first_build(
+    drafts, monkeypatch, window_log
+):
+    run(drafts, SETTINGS["sinks"], monkeypatch)
+    assert window_log == [
+        (
+            "info",
+            "Draft KV window on for draft_model: draft_window_size=64 with the first 16 tokens "
+            "as attention sinks, the draft reads at most 95 tokens per request (a draft "
+            "prefill chunk longer than the window: the chunk and at most 31 more); block sizes "
+            "per KV-cache group {0: 16}, alignment 16.",
+        ),
+        ("info", "Draft KV window active: the first draft metadata build is windowed."),
+    ]
