@@ -54,12 +54,11 @@ class Release:
     name: str
     vllm_minor: tuple[int, int]
     hooks: tuple[Hook, ...]
-    # Speculative methods the window serves on this release.
-    methods: tuple[str, ...]
-    # Per served method, the speculator classes (by name) vLLM or vllm-ascend makes for it
-    # that the window is tested with on this release: any other class (a new draft family,
-    # a subclass that reads more) is refused by name, never windowed untested.
-    speculators: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # Per speculative method the window serves on this release, the speculator classes (by
+    # name) vLLM or vllm-ascend makes for it that the window is tested with: any other class
+    # (a new draft family, a subclass that reads more) is refused by name, never windowed
+    # untested.
+    speculators: tuple[tuple[str, tuple[str, ...]], ...]
     # (distribution, its releases whose code the hooks are proven on) that must be installed
     # beside vLLM, or None. A local build of one (``0.30.0rc2+g1234``) is that release.
     requires: tuple[str, tuple[str, ...]] | None = None
@@ -116,6 +115,11 @@ class Release:
     # block table from the target's metadata rather than the draft's: the window hands them
     # the cropped table its recorded refresh rewrites at every step.
     fia_table_from_target: bool = False
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        """The speculative methods the window serves on this release."""
+        return tuple(method for method, _ in self.speculators)
 
     def speculators_for(self, method: str) -> tuple[str, ...]:
         """The speculator classes the window is tested with for ``method`` on this release."""

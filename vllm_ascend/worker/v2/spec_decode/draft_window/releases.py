@@ -89,7 +89,6 @@ VLLM_0_33 = Release(
         _ar_0_33("_fused_multi_step_decode", "num_speculative_steps"),
         _PREPARE_ATTN,
     ),
-    methods=("dflash", "dspark", "eagle", "eagle3", "draft_model"),
     # vLLM's init_speculator: method "dflash" makes a DFlash, or by the draft's architecture
     # one of the DFlash family (their own passes read only hidden states and token ids).
     speculators=(
@@ -170,7 +169,6 @@ VLLM_0_30_ASCEND = Release(
         ),
         _PREPARE_ATTN,
     ),
-    methods=("dflash", "dspark", "eagle", "eagle3"),
     speculators=_ASCEND_SPECULATORS,
     # rc2 is rc1 with new Dockerfiles: the Python package differs only in _version.py (a test
     # compares the two trees).
@@ -228,7 +226,6 @@ VLLM_0_29_ASCEND = Release(
         ),
         _PREPARE_ATTN,
     ),
-    methods=("dflash", "dspark", "eagle", "eagle3"),
     speculators=_ASCEND_SPECULATORS,
     requires=("vllm-ascend", ("0.29.0rc1",)),
     backends=(
