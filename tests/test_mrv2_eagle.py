@@ -46,7 +46,7 @@ from tests.testbed.speculators import (
     make_vllm_config,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
-from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import propose_state
+from vllm_ascend.worker.v2.spec_decode.draft_window.speculator import propose_state
 
 # Every test here runs with the plugin installed, as vLLM loads it.
 pytestmark = pytest.mark.usefixtures("window_hooks")

@@ -286,7 +286,7 @@ def test_eagle_layouts_the_actual_lengths_cannot_serve_stop_at_start_up(model_di
     from vllm.v1.worker.utils import AttentionGroup
 
     from vllm_ascend.attention.attention_v1 import AscendAttentionBackend
-    from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.speculator import (
+    from vllm_ascend.worker.v2.spec_decode.draft_window.speculator import (
         create_draft_window,
     )
 

@@ -41,7 +41,7 @@ from tests.testbed.speculators import (
     make_vllm_config,
     wire_speculator,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import propose_state
+from vllm_ascend.worker.v2.spec_decode.draft_window.speculator import propose_state
 
 W = 64
 MAX_MODEL_LEN = 1024

@@ -30,7 +30,7 @@ from tests.testbed.reference import (
     positions_read,
 )
 from vllm_ascend.worker.v2.attn_utils import build_attn_metadata_wrapper
-from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import propose_state
+from vllm_ascend.worker.v2.spec_decode.draft_window.speculator import propose_state
 
 W = 128
 MAX_NUM_REQS = 12
@@ -238,7 +238,7 @@ def refused(d: Decode, match: str) -> None:
     from vllm.config import set_current_vllm_config
 
     from vllm_ascend.worker.v2.spec_decode.draft_window import install
-    from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.speculator import (
+    from vllm_ascend.worker.v2.spec_decode.draft_window.speculator import (
         create_draft_window,
     )
 

@@ -31,7 +31,7 @@ from vllm_ascend.worker.v2.block_table import AscendBlockTables
 from vllm_ascend.worker.v2.spec_decode.dflash.speculator import AscendDFlashSpeculator
 from vllm_ascend.worker.v2.spec_decode.dflash2.speculator import AscendDFlash2Speculator
 from vllm_ascend.worker.v2.spec_decode.draft_window import install
-from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.speculator import create_draft_window
+from vllm_ascend.worker.v2.spec_decode.draft_window.speculator import create_draft_window
 from vllm_ascend.worker.v2.spec_decode.dspark.speculator import AscendDSparkSpeculator
 
 CPU = torch.device("cpu")

@@ -16,7 +16,7 @@ vLLM's.
 import functools
 import importlib
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import install, patches, releases
+from vllm_ascend.worker.v2.spec_decode.draft_window import install, patches, policy, releases
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     KEY,
     MIN_CONTEXT_KEY,
@@ -25,7 +25,6 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     DraftWindowConfig,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
-from vllm_ascend.worker.v2.spec_decode.draft_window.methods import METHODS, Kind
 
 
 def register() -> None:
@@ -92,37 +91,12 @@ def _check_window_config(vllm_config) -> None:
     config = DraftWindowConfig.from_additional_config(additional)
     if vllm_config.speculative_config is None or not config.enabled:
         return
-    if _runs_model_runner_v2(vllm_config):
-        state = install.status()
-        if not state.installed:
-            raise ValueError(_unserved_message(config, state))
-        _refuse_method_at_start_up(vllm_config, config)
-    elif config.draft_attention_sinks > 0:
-        raise ValueError(
-            f"{SINKS_KEY}={config.draft_attention_sinks} needs Model Runner V2 "
-            "(VLLM_USE_V2_MODEL_RUNNER=1): vllm-ascend's Model Runner V1 draft window has no "
-            f"attention sinks. Set VLLM_USE_V2_MODEL_RUNNER=1 or remove {SINKS_KEY}."
-        )
-    elif config.draft_window_min_context > 0:
-        raise ValueError(
-            f"{MIN_CONTEXT_KEY}={config.draft_window_min_context} needs Model Runner V2 "
-            "(VLLM_USE_V2_MODEL_RUNNER=1): vllm-ascend's Model Runner V1 draft window windows "
-            f"every context. Set VLLM_USE_V2_MODEL_RUNNER=1 or remove {MIN_CONTEXT_KEY}."
-        )
-
-
-def _refuse_method_at_start_up(vllm_config, config: DraftWindowConfig) -> None:
-    """A method the installed release does not serve stops here, before workers start (MTP
-    keeps its warning at set_attn, whose reason depends on the speculator class)."""
-    from vllm_ascend.worker.v2.spec_decode.draft_window import policy
-
-    method = getattr(vllm_config.speculative_config, "method", None)
+    model_runner_v2 = _runs_model_runner_v2(vllm_config)
+    if model_runner_v2 and not install.status().installed:
+        raise ValueError(_unserved_message(config, install.status()))
     installed = install.installation()
-    if method is None or installed is None:
-        return
-    if METHODS.get(method) is Kind.MTP:
-        return
-    policy.refuse_method(method, installed.release, config.draft_window_size)
+    release = installed.release if installed is not None else None
+    policy.check_start_up(vllm_config, config, release, model_runner_v2)
 
 
 def _runs_model_runner_v2(vllm_config) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY
+from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY, MIN_CONTEXT_KEY, SINKS_KEY
 from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import DcpLayout
 from vllm_ascend.worker.v2.spec_decode.draft_window.groups import (
     GroupDecision,
@@ -19,6 +19,33 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.methods import METHODS, Kind
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release, dotted
 from vllm_ascend.worker.v2.spec_decode.draft_window.releases import SUPPORTED
 from vllm_ascend.worker.v2.spec_decode.draft_window.views import block_table_units
+
+
+def check_start_up(
+    vllm_config: Any, config: Any, release: Release | None, model_runner_v2: bool
+) -> None:
+    """The start-up check of a complete config asking for the window (``config``: its
+    ``DraftWindowConfig``) with a draft, once the runner is known. On Model Runner V2, a
+    method ``release`` does not serve stops here, before workers start (MTP keeps its
+    warning at ``set_attn``, whose reason depends on the speculator class). On Model Runner
+    V1, sinks and a threshold stop: only the MRV2 window applies them (vllm-ascend's V1
+    window has neither)."""
+    if model_runner_v2:
+        method = getattr(vllm_config.speculative_config, "method", None)
+        if method is not None and release is not None and METHODS.get(method) is not Kind.MTP:
+            refuse_method(method, release, config.draft_window_size)
+    elif config.draft_attention_sinks > 0:
+        raise ValueError(
+            f"{SINKS_KEY}={config.draft_attention_sinks} needs Model Runner V2 "
+            "(VLLM_USE_V2_MODEL_RUNNER=1): vllm-ascend's Model Runner V1 draft window has no "
+            f"attention sinks. Set VLLM_USE_V2_MODEL_RUNNER=1 or remove {SINKS_KEY}."
+        )
+    elif config.draft_window_min_context > 0:
+        raise ValueError(
+            f"{MIN_CONTEXT_KEY}={config.draft_window_min_context} needs Model Runner V2 "
+            "(VLLM_USE_V2_MODEL_RUNNER=1): vllm-ascend's Model Runner V1 draft window windows "
+            f"every context. Set VLLM_USE_V2_MODEL_RUNNER=1 or remove {MIN_CONTEXT_KEY}."
+        )
 
 
 def refuse_method(method: str, release: Release, window_size: int) -> None:

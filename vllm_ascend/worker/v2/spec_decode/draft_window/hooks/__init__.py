@@ -6,8 +6,7 @@ speculator family, arranged as the anchors' ``spec_decode/`` folders are:
 - ``speculator.py``: ``DraftModelSpeculator``, the base every family builds through
   (``set_attn`` makes the window; every draft metadata build and in-place update);
 - ``dflash.py``: ``DFlashSpeculator`` (DSpark is a DFlash): its graph capture;
-- ``autoregressive.py`` (with ``autoregressive_prefill.py``): the EAGLE family's propose,
-  draft prefill and graphs;
+- ``autoregressive.py``: the EAGLE family's propose, draft prefill and graphs;
 - ``ascend/autoregressive.py`` and ``ascend/dspark.py``: what vllm-ascend adds to each, the
   actual lengths it computes on the host for its kernels.
 
@@ -20,11 +19,7 @@ when they did not. With the window off each wrapper costs one attribute check.
 from collections.abc import Callable
 from types import ModuleType
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import (
-    WINDOW_ATTR,
-    Installed,
-    window_of,
-)
+from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import Installed, window_of
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Hook, Room
 
 
@@ -55,4 +50,4 @@ def wrapper_factory(hook: Hook) -> Callable:
     return getattr(room(hook.room), hook.wrapper_name)
 
 
-__all__ = ["WINDOW_ATTR", "Installed", "room", "window_of", "wrapper_factory"]
+__all__ = ["Installed", "room", "window_of", "wrapper_factory"]

@@ -3,17 +3,16 @@
 """vLLM's autoregressive (EAGLE/EAGLE3) family: ``TargetDependentARSpeculator`` (0.33;
 ``AutoRegressiveSpeculator`` in 0.30, whose ``capture`` vllm-ascend reimplements) and its
 graph managers. Each decode step builds through the draft build hook (``speculator.py``);
-these serve the rest of a propose:
+these serve the rest of a propose, each through the function of ``autoregressive.py`` that
+vllm-ascend's explicit calls call:
 
-- ``propose`` and ``_prefill``: the draft prefill reuses the target's metadata dict; the
-  draft layers' entries are replaced by metadata built for the window through the draft's
-  own builders (``autoregressive_prefill.py``; the target's objects are never touched).
-- ``capture``: names the capture, the one place a draft prefill runs outside ``propose``
-  (on the target's dummy metadata; its graphs are PIECEWISE at most).
-- ``init_cudagraph_manager``: a FULL prefill graph would read the target's captured
-  buffers, so the draft prefill's manager is made without FULL graphs; the decode graph
-  manager is marked so that its capture goes through the windowed views.
-- the decode graph manager's ``capture``: the windowed views handed to the capture.
+- ``propose`` hands the target's batch to the draft prefill and checks that the prefill
+  went through the window; ``_prefill`` replaces the draft layers' entries
+  (``prefill_attn_metadata``);
+- ``capture`` names the capture (``capturing``);
+- ``init_cudagraph_manager``: the draft prefill's manager made without FULL graphs
+  (``prefill_cudagraph_mode``); the decode graph manager marked so that its capture goes
+  through the windowed views (``decode_capture``);
 - ``_fused_multi_step_decode`` (0.33): its metadata serves every later draft step
   (refreshed in place each step), so its host bound covers them all.
 """
@@ -27,22 +26,16 @@ from collections.abc import Callable
 from typing import Any
 
 from vllm.config.compilation import CUDAGraphMode
-from vllm.v1.attention.backends.utils import PAD_SLOT_ID
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY
-from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.autoregressive_prefill import (
-    windowed_prefill_metadata,
-)
+from vllm_ascend.worker.v2.spec_decode.draft_window import autoregressive
 from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import (
-    WINDOW_ATTR,
     Installed,
     around,
-    propose_state,
     window_of,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
 from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import not_in_path
+from vllm_ascend.worker.v2.spec_decode.draft_window.speculator import WINDOW_ATTR, propose_state
 
 
 def propose(original: Callable, installed: Installed) -> Callable:
@@ -97,18 +90,14 @@ def prefill(original: Callable, installed: Installed) -> Callable:
                     f"so the draft prefill would read the target's unwindowed metadata"
                 )
             return original(*bound.args, **bound.kwargs)
-        state.prefill_windowed = True
-        batch = state.prefill_batch
-        host_mirror = installed.release.host_mirror
-        draft_metadata = windowed_prefill_metadata(
-            self, window, batch, path, host_mirror and host_mirror[1]
-        )
-        bound.arguments["attn_metadata"] = {**target_metadata, **draft_metadata}
-        # Without FULL prefill graphs a PIECEWISE prefill may pad past the target's padded
-        # token count; those slots must write nowhere (a graph may record the KV write).
-        slot_mappings = self.block_tables.slot_mappings
-        slot_mappings[:, batch.num_tokens_after_padding : bound.arguments["num_tokens"]].fill_(
-            PAD_SLOT_ID
+        bound.arguments["attn_metadata"] = autoregressive.prefill_attn_metadata(
+            self,
+            window,
+            state.prefill_batch,
+            target_metadata,
+            bound.arguments["num_tokens"],
+            path,
+            installed.release,
         )
         return original(*bound.args, **bound.kwargs)
 
@@ -121,13 +110,8 @@ def capture(original: Callable, installed: Installed) -> Callable:
     path = original.__qualname__
 
     def body(self: Any, window: Mrv2DraftWindow) -> None:
-        state = propose_state(self)
-        state.capturing = True
-        try:
-            with window.on_path(path):
-                return original(self)
-        finally:
-            state.capturing = False
+        with autoregressive.capturing(self, window, path):
+            return original(self)
 
     return around(original, installed, body)
 
@@ -147,8 +131,7 @@ def init_cudagraph_manager(original: Callable, installed: Installed) -> Callable
         if window is None or not cudagraph_mode.has_full_cudagraphs():
             original(self, cudagraph_mode)
         else:
-            piecewise = cudagraph_mode.has_piecewise_cudagraphs()
-            prefill_mode = CUDAGraphMode.PIECEWISE if piecewise else CUDAGraphMode.NONE
+            prefill_mode = autoregressive.prefill_cudagraph_mode(cudagraph_mode)
             manager_cls = module.SpeculatorCudaGraphManager
             signature = inspect.signature(manager_cls)
 
@@ -163,13 +146,6 @@ def init_cudagraph_manager(original: Callable, installed: Installed) -> Callable
                 original(self, cudagraph_mode)
             finally:
                 module.SpeculatorCudaGraphManager = manager_cls
-            logger.info(
-                "%s: the draft prefill runs with cudagraph mode %s instead of %s, so "
-                "that its metadata is built for the window at every step.",
-                KEY,
-                prefill_mode.name,
-                cudagraph_mode.name,
-            )
         if window is not None and self.decode_cudagraph_manager is not None:
             setattr(self.decode_cudagraph_manager, WINDOW_ATTR, window)
 
@@ -190,8 +166,7 @@ def manager_capture(original: Callable, installed: Installed) -> Callable:
         bound = signature.bind(self, *args, **kwargs)
         bound.arguments["input_buffers"] = window.input_buffers
         bound.arguments["block_tables"] = window.block_tables
-        window.path_check.capture_on(path)
-        with window.on_path(path):
+        with autoregressive.decode_capture(window, path):
             return original(*bound.args, **bound.kwargs)
 
     return wrapper

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""What every room of hooks shares: the installation they serve, a speculator's window, the
-per-speculator state of a propose, and the two shapes of wrapper."""
+"""What every room of hooks shares: the installation they serve, a speculator's window, and
+the two shapes of wrapper."""
 
 from __future__ import annotations
 
@@ -14,9 +14,8 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY, DraftWind
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
 from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import not_in_path
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
+from vllm_ascend.worker.v2.spec_decode.draft_window.speculator import WINDOW_ATTR
 
-WINDOW_ATTR = "draft_window"
-STATE_ATTR = "_draft_window_propose"
 # A speculator whose set_attn never ran through the hook has no window attribute at all.
 _UNSET = object()
 
@@ -36,29 +35,6 @@ class Installed:
     def hooked(self, method: str) -> str:
         """``Class.method`` of the hooked ``method`` (the classes, where several are)."""
         return " and ".join(self.names.get(method, [method]))
-
-
-@dataclass
-class ProposeState:
-    """A speculator's state within one propose (the autoregressive hooks): the target's
-    batch its draft prefill reads, whether that prefill went through the window, whether a
-    graph capture is running, and how many later decode steps reuse the metadata being
-    built."""
-
-    prefill_batch: Any = None
-    prefill_windowed: bool = False
-    capturing: bool = False
-    extra_steps: int = 0
-    # Windowed builds so far (the first one is said once).
-    num_builds: int = 0
-
-
-def propose_state(speculator: Any) -> ProposeState:
-    state = vars(speculator).get(STATE_ATTR)
-    if state is None:
-        state = ProposeState()
-        setattr(speculator, STATE_ATTR, state)
-    return state
 
 
 def window_of(speculator: Any, installed: Installed) -> Mrv2DraftWindow | None:

@@ -1,20 +1,38 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""The EAGLE draft prefill's metadata, built for the window: the target's batch read through
-the window by vLLM's own ``ModelState.prepare_attn`` with the draft's attention groups
-(``autoregressive.py``'s ``_prefill`` hook hands it over)."""
+"""The autoregressive (EAGLE/EAGLE3) family's calls with the window, which both forms call
+(the overlay's ``hooks/autoregressive.py``, vllm-ascend's explicit calls):
+
+- ``prefill_attn_metadata`` (``_prefill``): the draft prefill reuses the target's metadata
+  dict; the draft layers' entries are replaced by metadata built for the window through the
+  draft's own builders (``windowed_prefill_metadata``; the target's objects are never
+  touched);
+- ``capturing`` (``capture``): the one place a draft prefill runs outside ``propose`` (on
+  the target's dummy metadata; its graphs are PIECEWISE at most);
+- ``prefill_cudagraph_mode`` (``init_cudagraph_manager``): a FULL prefill graph would read
+  the target's captured buffers, so the draft prefill's manager is made without FULL graphs;
+- ``decode_capture`` (the decode graph manager's ``capture``): the graphs record the
+  persistent windowed buffers.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import torch
 from vllm.config.compilation import CUDAGraphMode
+from vllm.v1.attention.backends.utils import PAD_SLOT_ID
 
+from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY
 from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import dcp_local_lengths
+from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
+from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
+from vllm_ascend.worker.v2.spec_decode.draft_window.speculator import propose_state
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import window_seq_lens
 
 
@@ -103,3 +121,70 @@ def _window_exact(window: Mrv2DraftWindow, exact: torch.Tensor, query_lens: torc
         query_lens=query_lens.to(exact.dtype),
     )
     return windowed
+
+
+def prefill_attn_metadata(
+    speculator: Any,
+    window: Mrv2DraftWindow,
+    batch: Any,
+    target_metadata: dict[str, Any],
+    num_tokens: int,
+    path: str,
+    release: Release,
+) -> dict[str, Any]:
+    """The draft prefill's metadata dict: the target's, with the draft layers' entries built
+    for the window from the target's ``batch`` (``windowed_prefill_metadata``). The prefill
+    runs ``num_tokens`` tokens: without FULL prefill graphs a PIECEWISE prefill may pad past
+    the target's padded token count, and those slots must write nowhere (a graph may record
+    the KV write)."""
+    propose_state(speculator).prefill_windowed = True
+    host_mirror = release.host_mirror[1] if release.host_mirror else None
+    draft_metadata = windowed_prefill_metadata(speculator, window, batch, path, host_mirror)
+    slot_mappings = speculator.block_tables.slot_mappings
+    slot_mappings[:, batch.num_tokens_after_padding : num_tokens].fill_(PAD_SLOT_ID)
+    return {**target_metadata, **draft_metadata}
+
+
+@contextmanager
+def capturing(speculator: Any, window: Mrv2DraftWindow | None, path: str) -> Iterator[None]:
+    """The speculator's ``capture`` running on ``path``: its draft prefill (outside propose)
+    may read the target's dummy metadata, since its graphs are PIECEWISE at most."""
+    if window is None:
+        yield
+        return
+    state = propose_state(speculator)
+    state.capturing = True
+    try:
+        with window.on_path(path):
+            yield
+    finally:
+        state.capturing = False
+
+
+def prefill_cudagraph_mode(cudagraph_mode: CUDAGraphMode) -> CUDAGraphMode:
+    """The draft prefill's graph mode with the window on: ``cudagraph_mode`` without FULL
+    graphs (a FULL prefill graph would read the target's captured metadata), said once."""
+    if not cudagraph_mode.has_full_cudagraphs():
+        return cudagraph_mode
+    piecewise = cudagraph_mode.has_piecewise_cudagraphs()
+    prefill_mode = CUDAGraphMode.PIECEWISE if piecewise else CUDAGraphMode.NONE
+    logger.info(
+        "%s: the draft prefill runs with cudagraph mode %s instead of %s, so that its "
+        "metadata is built for the window at every step.",
+        KEY,
+        prefill_mode.name,
+        cudagraph_mode.name,
+    )
+    return prefill_mode
+
+
+@contextmanager
+def decode_capture(window: Mrv2DraftWindow | None, path: str) -> Iterator[None]:
+    """The decode graph manager's ``capture`` on ``path``, handed ``window.input_buffers``
+    and ``window.block_tables`` by the caller: every build under it is checked."""
+    if window is None:
+        yield
+        return
+    window.path_check.capture_on(path)
+    with window.on_path(path):
+        yield

@@ -1,0 +1,228 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
+"""What a draft speculator's calls do with its window, for every family: the functions both
+forms of the window call, the overlay's hooks (``hooks/``) and, inside vllm-ascend, its
+speculators' explicit calls (``design/upstream.md``).
+
+- ``create_draft_window`` (from ``set_attn``): settings -> plan -> window -> path check,
+  once per speculator, before any graph capture;
+- ``build_attn_metadata`` (around vLLM's ``_build_attn_metadata``): the choke point every
+  draft metadata build goes through, an EAGLE decode step's too: windows the inputs, then
+  builds through the windowed views;
+- ``capture_query_pass`` (around a DFlash-family ``capture``): the graphs captured through
+  the windowed views;
+- ``ProposeState``: what a speculator's calls within one propose tell each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from vllm_ascend.worker.v2.spec_decode.draft_window import plan as planning
+from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
+    KEY,
+    MIN_CONTEXT_KEY,
+    SINKS_KEY,
+    DraftWindowConfig,
+)
+from vllm_ascend.worker.v2.spec_decode.draft_window.fused_check import enable_if_trusted
+from vllm_ascend.worker.v2.spec_decode.draft_window.groups import describe_decisions
+from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
+from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
+from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import PathCheck
+from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
+
+# The speculator attribute holding its window (None: off).
+WINDOW_ATTR = "draft_window"
+_STATE_ATTR = "_draft_window_propose"
+
+
+@dataclass
+class ProposeState:
+    """A speculator's state within one propose: the target's batch its draft prefill reads,
+    whether that prefill went through the window, whether a graph capture is running, and
+    how many later decode steps reuse the metadata being built."""
+
+    prefill_batch: Any = None
+    prefill_windowed: bool = False
+    capturing: bool = False
+    extra_steps: int = 0
+    # Windowed builds so far (the first one is said once).
+    num_builds: int = 0
+
+
+def propose_state(speculator: Any) -> ProposeState:
+    state = vars(speculator).get(_STATE_ATTR)
+    if state is None:
+        state = ProposeState()
+        setattr(speculator, _STATE_ATTR, state)
+    return state
+
+
+def create_draft_window(speculator: Any, release: Release) -> Mrv2DraftWindow | None:
+    """The speculator's window on ``release``, or None (off): the settings validated, the
+    plan made against the speculator, the window built from it, its builders watched."""
+    config = DraftWindowConfig.from_additional_config(speculator.vllm_config.additional_config)
+    if not config.enabled:
+        return None
+    plan = planning.plan(speculator, config, release)
+    if plan is None:
+        return None
+    window = Mrv2DraftWindow(
+        plan,
+        speculator.input_buffers,
+        speculator.block_tables,
+        speculator.max_num_reqs,
+        speculator.device,
+        attn_groups=speculator.attn_groups,
+        host_mirror=release.host_mirror,
+    )
+    window.path_check = PathCheck(window, speculator, release)
+    _say_on(speculator.method, window)
+    enable_if_trusted(window, logger, KEY)
+    return window
+
+
+def _say_on(method: str, window: Mrv2DraftWindow) -> None:
+    """The one start-up line: what the window will do."""
+    spec, plan = window.spec, window.plan
+    sinks = ""
+    if spec.sink_size:
+        sinks = f" with the first {spec.sink_size} tokens as attention sinks"
+        if spec.sink_size != plan.sink_tokens:
+            sinks += (
+                f" ({SINKS_KEY}={plan.sink_tokens} rounded up to the alignment {spec.alignment})"
+            )
+    # A draft prefill keeps a whole query chunk longer than the window (window.py).
+    chunk = ""
+    if plan.max_chunk_len is not None:
+        chunk = (
+            f" (a draft prefill chunk longer than the window: the chunk and at most "
+            f"{spec.sink_size + spec.alignment - 1} more)"
+        )
+    engaged = ""
+    if spec.min_context:
+        engaged = (
+            f", from a context of {spec.min_context} tokens on ({MIN_CONTEXT_KEY}; "
+            f"shorter contexts read whole)"
+        )
+    groups = ""
+    if plan.unwindowed_group_ids:
+        groups = f"; {describe_decisions(plan.decisions)}"
+    per_rank, units = "", "block sizes"
+    if window.dcp is not None:
+        # A rank reads its share of the window: at most this, the first rank's share.
+        per_rank = (
+            f", about {spec.max_read_len // window.dcp.cp_size} per rank (at most "
+            f"{window.dcp.local_len(spec.max_read_len)} on one rank of "
+            f"{window.dcp.describe()})"
+        )
+        units = "tokens per table column (a sharded table's column spans every rank)"
+    logger.info(
+        "Draft KV window on for %s: %s=%d%s%s, the draft reads at most %d tokens "
+        "per request%s%s; %s per KV-cache group %s, alignment %d%s.",
+        method,
+        KEY,
+        spec.window_size,
+        sinks,
+        engaged,
+        spec.max_read_len,
+        per_rank,
+        chunk,
+        units,
+        window.group_block_sizes,
+        spec.alignment,
+        groups,
+    )
+
+
+def build_attn_metadata(
+    speculator: Any,
+    window: Mrv2DraftWindow | None,
+    build: Callable[..., Any],
+    arguments: dict[str, Any],
+    path: str,
+) -> Any:
+    """vLLM's draft metadata build, ``build(**arguments)`` (``_build_attn_metadata``;
+    ``_build_draft_attn_metadata`` on vLLM 0.29), for the window: the window refreshed (its
+    start from the kernel's actual lengths, where the release computes them on the host),
+    the host bound windowed, then the build through the windowed views; the groups not
+    windowed get vLLM's own build from vLLM's own inputs. ``path`` names the call."""
+    if window is None:
+        return build(**arguments)
+    state = propose_state(speculator)
+    state.num_builds += 1
+    if state.num_builds == 1:
+        logger.info("Draft KV window active: the first draft metadata build is windowed.")
+    windowed = dict(arguments)
+    num_reqs, step = arguments["num_reqs"], arguments["step"]
+    # The padded batch: vLLM 0.30 and later pass a batch descriptor, 0.29 the count.
+    desc = arguments.get("batch_desc")
+    num_reqs_padded = (desc.num_reqs or num_reqs) if desc else arguments["num_reqs_padded"]
+    host_bound = arguments["seq_lens_cpu_upper_bound"]
+    chunk = _chunk_query_lens(window, arguments.get("query_start_loc_np"), num_reqs)
+    if chunk is not None:
+        # A pass over query chunks (a draft model's prefill): each chunk stays whole in its
+        # window, read through the wider tables.
+        window.refresh(num_reqs_padded, query_start_loc=speculator.input_buffers.query_start_loc)
+        host_bound = window.host_upper_bound(host_bound, num_reqs, step, chunk)
+    else:
+        actual = window.actual is not None and step > 0
+        window.refresh(num_reqs_padded, actual_step=step if actual else None)
+        if window.actual is not None and window.actual.from_bound:
+            host_bound = window.actual_host_bound(host_bound, num_reqs, step)
+        else:
+            host_bound = window.host_upper_bound(
+                host_bound, num_reqs, step, extra_steps=state.extra_steps
+            )
+    windowed["seq_lens_cpu_upper_bound"] = host_bound
+    max_query_len = 1 if chunk is None else int(chunk.max())
+    # The slot mapping the caller hands the build (vLLM's own): the path check's reference.
+    window.build_slot_mappings = arguments.get("slot_mappings")
+    try:
+        # A pass over chunks is a path of its own (its own tables), checked on its own.
+        label = path if chunk is None else f"{path} (over query chunks)"
+        with window.swapped_into(speculator, label, window.windowed_attn_groups, max_query_len):
+            metadata = build(**windowed)
+    finally:
+        window.build_slot_mappings = None
+        # Everything after a chunk pass (decode builds, captures) reads the per-step tables.
+        window.block_tables.windows = window.windows
+    if window.unwindowed_attn_groups is None:
+        return metadata
+    # The groups not windowed: vLLM's own build from vLLM's own inputs.
+    with window.unwindowed_only(speculator):
+        unwindowed = build(**arguments)
+    if metadata is None:
+        return unwindowed
+    metadata.update(unwindowed or {})
+    return metadata
+
+
+def _chunk_query_lens(window: Mrv2DraftWindow, query_start_loc_np: Any, num_reqs: int) -> Any:
+    """The host query lengths of a build whose queries are longer than the window's per-step
+    passes (``plan.max_query_len``), where the plan has tables for such chunks; else None."""
+    if query_start_loc_np is None or window.chunk_windows is window.windows:
+        return None
+    lengths = torch.from_numpy(np.diff(query_start_loc_np[: num_reqs + 1]).astype(np.int32))
+    if not num_reqs or int(lengths.max()) <= window.plan.max_query_len:
+        return None
+    return lengths
+
+
+def capture_query_pass(
+    speculator: Any, window: Mrv2DraftWindow | None, capture: Callable[[], None], path: str
+) -> None:
+    """A DFlash-family ``capture`` (DSpark is a DFlash), ``capture()``: its graphs captured
+    through the windowed views, so that they read the persistent windowed buffers every
+    build refreshes (and every build under the capture checked by the path check)."""
+    if window is None:
+        return capture()
+    window.path_check.capture_on(path)
+    with window.swapped_into(speculator, path):
+        return capture()
