@@ -19,7 +19,7 @@ ASCEND_VENVS := .venv-030 .venv-029
 PACKAGE_FILES := $(shell find vllm_ascend -name '*.py' 2>/dev/null)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup environments test test-033 test-030 test-029 lint demo bench gpu-check e2e-ascend clean
+.PHONY: help setup environments test test-033 test-030 test-029 test-upstream upstream-patch lint demo bench gpu-check e2e-ascend clean
 
 help:  ## List the targets.
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -27,7 +27,7 @@ help:  ## List the targets.
 setup:  ## Create .venv and the Ascend environments (idempotent), two at a time.
 	@$(MAKE) --no-print-directory -j2 environments
 
-environments: $(STAMP) $(VLLM_ASCEND_WHEEL_STAMP) $(ASCEND_VENVS:%=%/.setup-done)
+environments: $(STAMP) $(VLLM_ASCEND_WHEEL_STAMP) $(ASCEND_VENVS:%=%/.setup-done) .venv-030/.ut-extra
 
 $(STAMP): pyproject.toml requirements/cpu.txt requirements/test.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,12 @@ ASCEND_SETUP := requirements/cpu.txt requirements/cpu-ascend.txt requirements/te
 	PYTHON=$(PYTHON) tools/setup_ascend.sh .venv-030 0.30.0rc2 0.30.0rc1
 	touch $@
 
+# What vllm-ascend's own unit tests import beyond the window's tests (its requirements name
+# torchvision), beside .venv-030 rather than in it (tests/ascend/npu_testbed/vllm_ascend_ut.py).
+.venv-030/.ut-extra: .venv-030/.setup-done
+	.venv-030/bin/python -m pip install -q --no-deps --target .venv-030/vllm-ascend-ut-extra torchvision==0.28.0
+	touch $@
+
 .venv-029/.setup-done: $(ASCEND_SETUP)
 	PYTHON=$(PYTHON) tools/setup_ascend.sh .venv-029 0.29.0rc1
 	touch $@
@@ -75,20 +81,32 @@ ASCEND_SETUP := requirements/cpu.txt requirements/cpu-ascend.txt requirements/te
 ASCEND_PYTEST := -m pytest tests/ascend --confcutdir=tests/ascend -p no:cacheprovider
 
 # The suites run side by side on two cores; each prints its output when it ends.
-test: setup $(ASCEND_VENVS:%=%/.overlay-installed)  ## Run the test suites on CPU: vLLM 0.33 (.venv), then each Ascend release.
-	@$(MAKE) --no-print-directory -j2 --output-sync=target test-033 test-030 test-029
+test: setup $(ASCEND_VENVS:%=%/.overlay-installed)  ## Run the test suites on CPU: vLLM 0.33 (.venv), each Ascend release, the upstream patch's tree.
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-033 test-030 test-029 test-upstream
 
 test-033: $(STAMP) $(VLLM_ASCEND_WHEEL_STAMP)  ## The vLLM 0.33.0 upstream suite (.venv).
 	@echo "== vLLM 0.33.0 upstream (.venv) =="
 	$(PY) -m pytest
 
-test-030: .venv-030/.overlay-installed  ## The Ascend suite on vLLM 0.30.0 + vllm-ascend 0.30.0rc2 (.venv-030).
+test-030: .venv-030/.overlay-installed .venv-030/.ut-extra  ## The Ascend suite on vLLM 0.30.0 + vllm-ascend 0.30.0rc2 (.venv-030).
 	@echo "== vLLM 0.30.0 + vllm-ascend 0.30.0rc2 (.venv-030) =="
 	.venv-030/bin/python $(ASCEND_PYTEST)
 
 test-029: .venv-029/.overlay-installed  ## The Ascend suite on vLLM 0.29.0 + vllm-ascend 0.29.0rc1 (.venv-029).
 	@echo "== vLLM 0.29.0 + vllm-ascend 0.29.0rc1 (.venv-029) =="
 	.venv-029/bin/python $(ASCEND_PYTEST)
+
+UPSTREAM_TREE := .cache/upstream/vllm_ascend-0.30.0rc2-patched
+
+upstream-patch: $(STAMP) .venv-030/.setup-done  ## The window as a patch to vllm-ascend 0.30.0rc2 (dist/vllm-ascend-0.30.0rc2-draft-window.patch).
+	$(PY) -m tools.upstream patch
+
+# The window's Ascend tests against vllm-ascend's tree with the patch applied, the plugin
+# absent (the tests of the overlay itself deselected: -m "not overlay").
+test-upstream: .venv-030/.overlay-installed  ## The Ascend window tests against the patched vllm-ascend 0.30.0rc2 tree.
+	@echo "== vllm-ascend 0.30.0rc2 with the upstream patch, no plugin (.venv-030) =="
+	.venv-030/bin/python -m tools.upstream tree $(UPSTREAM_TREE)
+	DRAFT_WINDOW_IN_TREE=1 PYTHONPATH=$(CURDIR)/$(UPSTREAM_TREE) .venv-030/bin/python $(ASCEND_PYTEST) -m "not overlay"
 
 lint: $(STAMP)  ## ruff check and format check.
 	$(VENV)/bin/ruff check .

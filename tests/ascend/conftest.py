@@ -7,6 +7,12 @@ vLLM, and this project installed into its tree (``make test`` runs this folder i
 vllm-ascend's general plugins are loaded as vLLM loads them; its platform plugin is left
 out (``VLLM_PLUGINS``): the NPU platform needs the NPU runtime, and these tests run vLLM's
 CPU platform, as the 0.33 tests do.
+
+With ``DRAFT_WINDOW_IN_TREE=1`` (``make test-upstream``) the window tests run against the
+second form instead: vllm-ascend's tree with the upstream patch applied (first on
+``PYTHONPATH``), the window made and called by vllm-ascend's own speculators, this
+project's plugin absent. The tests of the plugin itself (``test_pairing.py``) are the
+overlay's and are not collected there.
 """
 
 import os
@@ -15,6 +21,7 @@ from importlib.metadata import entry_points, version
 
 import pytest
 
+from tests.ascend.npu_testbed.pairing import IN_TREE, check_in_tree
 from tests.testbed.tiny_models import TINY_LLAMA, TINY_MLA, write_model_dir
 
 # First, before anything imports vLLM (vllm-ascend's package __init__ files do): vLLM's and
@@ -29,7 +36,11 @@ if type(sys.modules.get("torch_npu")).__name__ != "StandIn":
         "use `make test`"
     )
 
-os.environ["VLLM_PLUGINS"] = ",".join(p.name for p in entry_points(group="vllm.general_plugins"))
+os.environ["VLLM_PLUGINS"] = ",".join(
+    p.name
+    for p in entry_points(group="vllm.general_plugins")
+    if not (IN_TREE and p.value.startswith("vllm_ascend.worker.v2.spec_decode.draft_window"))
+)
 
 import torch
 from vllm.triton_utils import HAS_TRITON
@@ -42,9 +53,17 @@ from tests.testbed.shims import (
 
 # Test modules of what only some releases have (vllm-ascend 0.30's draft DCP path, by vLLM
 # minor version): the releases without it refuse it by name (test_pairing.py).
-_ONLY_ON = {"test_ascend_dcp_eagle.py": (0, 30), "test_ascend_dcp_window.py": (0, 30)}
+_ONLY_ON = {
+    "test_ascend_dcp_eagle.py": (0, 30),
+    "test_ascend_dcp_window.py": (0, 30),
+    # The upstream patch is made for vllm-ascend 0.30.0rc2.
+    "test_upstream_patch.py": (0, 30),
+}
 _MINOR = tuple(int(x) for x in version("vllm").split(".")[:2])
 collect_ignore = [name for name, minor in _ONLY_ON.items() if minor != _MINOR]
+if IN_TREE:
+    check_in_tree()
+    collect_ignore += ["test_pairing.py", "test_upstream_patch.py"]
 
 # Stand-in for the NPU's graph object (tests.testbed.graphs), set before vllm-ascend's
 # UpdatableGraph subclasses it, so that UpdatableGraph is a real class here.
@@ -95,7 +114,10 @@ def loaded_plugins():
 @pytest.fixture
 def registered(loaded_plugins):
     """The draft window as vLLM's plugin loading left it; registered again after a test
-    that unregistered it."""
+    that unregistered it. In the tree form there is nothing to register."""
+    if IN_TREE:
+        yield
+        return
     from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
 
     yield

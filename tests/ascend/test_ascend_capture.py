@@ -9,6 +9,8 @@ only the device boundary stood in (``graphs.py``, ``startup.py``). Then the spec
 the graph-task update gives it, must read exactly its window: the window of the length FIA
 is told, from the same start as the table it reads."""
 
+import inspect
+
 import pytest
 import torch
 from vllm.config.compilation import CUDAGraphMode
@@ -25,7 +27,7 @@ from tests.ascend.npu_testbed.npu_startup import (
     started,
     verify_step,
 )
-from tests.ascend.npu_testbed.pairing import draft_build_path, installed_release
+from tests.ascend.npu_testbed.pairing import IN_TREE, draft_build_method, installed_release
 from tests.testbed.reference import assert_window_reads
 
 pytestmark = pytest.mark.usefixtures("registered")
@@ -184,8 +186,8 @@ def test_a_capture_that_goes_around_the_build_hook_stops_start_up_naming_the_pat
     from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import WindowNotInPathError
     from vllm_ascend.worker.v2.spec_decode.eagle.speculator import AscendEagleSpeculator
 
-    build = draft_build_path().split(".")[1]  # _build_attn_metadata; 0.29: _build_draft_...
-    vllms_build = getattr(DraftModelSpeculator, build).__wrapped__
+    build = draft_build_method()  # _build_attn_metadata; 0.29: _build_draft_attn_metadata
+    vllms_build = inspect.unwrap(getattr(DraftModelSpeculator, build))
 
     def build_without_super(self, *args, **kwargs):
         return vllms_build(self, *args, **kwargs)
@@ -193,11 +195,13 @@ def test_a_capture_that_goes_around_the_build_hook_stops_start_up_naming_the_pat
     mode = CUDAGraphMode.FULL_DECODE_ONLY
     s, kernel = started(draft_dir, "eagle3", 3, mode, {"draft_window_size": W}, monkeypatch)
     monkeypatch.setattr(AscendEagleSpeculator, build, build_without_super, raising=False)
-    path = (
-        "under the window's hooks AscendAutoRegressiveSpeculator.capture -> "
-        "AutoRegressiveAclGraphManager.capture, and its device seq_lens is not the "
-        "window's windowed seq_lens"
+    # The decode capture: the graph manager's hooked capture, or vllm-ascend's call.
+    decode = (
+        "AscendAutoRegressiveSpeculator.capture (decode)"
+        if IN_TREE
+        else "AscendAutoRegressiveSpeculator.capture -> AutoRegressiveAclGraphManager.capture"
     )
+    path = f"under the window's hooks {decode}, and its device seq_lens is not the window's"
     with acl_graphs_on_cpu(monkeypatch, kernel), pytest.raises(WindowNotInPathError) as error:
         capture(s, mode)
     assert path in str(error.value)

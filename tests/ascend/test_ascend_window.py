@@ -27,7 +27,7 @@ from tests.ascend.npu_testbed.dflash import (
     window_config,
     wired,
 )
-from tests.ascend.npu_testbed.pairing import draft_build_path, installed_release
+from tests.ascend.npu_testbed.pairing import IN_TREE, draft_build_path, installed_release
 from tests.ascend.npu_testbed.wiring import (
     Q,
     fill,
@@ -35,7 +35,6 @@ from tests.ascend.npu_testbed.wiring import (
     vllm_config,
 )
 from tests.ascend.npu_testbed.wiring import speculator as make_speculator
-from vllm_ascend.worker.v2.spec_decode.draft_window import install, plugin
 
 pytestmark = pytest.mark.usefixtures("registered")
 
@@ -51,7 +50,10 @@ def test_fia_inputs_read_exactly_the_window(method, build, block, min_context, m
     assert_fia_reads_exactly_the_window(s, batch, md.seq_lens_list, md.block_tables)
 
 
+@pytest.mark.overlay
 def test_without_the_window_builders_get_what_vllm_ascend_gives_them(model_dir):
+    from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
+
     s, batch = wired(model_dir, "dspark", additional_config={})
     assert s.draft_window is None
     ours = per_propose_build(s)
@@ -181,7 +183,10 @@ def test_an_eagle_draft_on_mla_stops_at_start_up(mla_model_dir):
         r"its (kernel takes host lengths|builder hands the kernel one host length)",
     ):
         eagle_speculator(config, BLOCK, MAX_NUM_REQS, 3, backend=AscendMLABackend)
-    assert install.installation().release is installed_release()
+    if not IN_TREE:
+        from vllm_ascend.worker.v2.spec_decode.draft_window import install
+
+        assert install.installation().release is installed_release()
 
 
 def test_fia_lengths_that_escape_the_window_are_stopped_with_the_path(model_dir, monkeypatch):
@@ -206,7 +211,7 @@ def test_fia_lengths_that_escape_the_window_are_stopped_with_the_path(model_dir,
     with pytest.raises(WindowNotInPathError) as error:
         per_propose_build(s)
     message = str(error.value)
-    assert f"under the window's hooks {draft_build_path()}" in message
+    assert f"under the window's hooks {draft_build_path(s)}" in message
     assert "the built metadata's seq_lens is not the window's windowed seq_lens" in message
     assert "the built seq_lens_list reaches 2000, past the window's 255" in message
 

@@ -210,9 +210,9 @@ def full_graph_params(d: Decode, padded: int) -> tuple[list, list]:
 
 
 def draft_prefill_seen(s, batch, n: int, num_tokens: int, target_metadata: dict) -> dict:
-    """vLLM's ``_prefill`` as ``propose`` runs it (the propose hook has stashed the target's
-    batch); returns what the draft layers are handed (no draft weights on CPU: the forward
-    stops there)."""
+    """vLLM's ``_prefill`` as ``propose`` runs it (vllm-ascend's propose keeps the target's
+    batch as ``input_batch``, the propose hook stashes it too); returns what the draft layers
+    are handed (no draft weights on CPU: the forward stops there)."""
     seen = {}
 
     class Stop(Exception):
@@ -225,22 +225,23 @@ def draft_prefill_seen(s, batch, n: int, num_tokens: int, target_metadata: dict)
     s._run_model = run_model
     s.last_token_indices = torch.zeros(MAX_NUM_REQS, dtype=torch.int64)
     s.idx_mapping = torch.zeros(MAX_NUM_REQS, dtype=torch.int64)
-    propose_state(s).prefill_batch = batch
+    kept = s.input_batch
+    s.input_batch = propose_state(s).prefill_batch = batch
     try:
         with pytest.raises(Stop):
             s._prefill(n, num_tokens, target_metadata, None, num_tokens_across_dp=None)
     finally:
         propose_state(s).prefill_batch = None
+        s.input_batch = kept
     return seen
 
 
 def refused(d: Decode, match: str) -> None:
     from vllm.config import set_current_vllm_config
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window import install
     from vllm_ascend.worker.v2.spec_decode.draft_window.speculator import (
         create_draft_window,
     )
 
     with set_current_vllm_config(d.s.vllm_config), pytest.raises(ValueError, match=match):
-        create_draft_window(d.s, install.installation().release)
+        create_draft_window(d.s, installed_release())

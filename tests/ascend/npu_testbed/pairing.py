@@ -2,10 +2,28 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The Ascend pairing's configs as a host builds them, and the methods the window hooks there."""
 
+import importlib.util
+import os
 import sys
+import sysconfig
 from pathlib import Path
 
 VENV = Path(sys.prefix)
+# The second form (tests/ascend/conftest.py): vllm-ascend's tree with the upstream patch.
+IN_TREE = os.environ.get("DRAFT_WINDOW_IN_TREE") == "1"
+_PACKAGE = "vllm_ascend.worker.v2.spec_decode.draft_window"
+
+
+def check_in_tree() -> None:
+    """The tree form's premises: vllm-ascend imported from the patched tree, not the
+    environment's site-packages, and nothing of the overlay importable there."""
+    import vllm_ascend
+
+    site = Path(sysconfig.get_paths()["purelib"])
+    origin = Path(vllm_ascend.__file__).resolve()
+    assert site not in origin.parents, f"vllm_ascend imported from {origin}, not the tree"
+    for overlay_only in ("plugin", "install", "patches", "hooks"):
+        assert importlib.util.find_spec(f"{_PACKAGE}.{overlay_only}") is None, overlay_only
 
 
 def installed_release():
@@ -17,12 +35,22 @@ def installed_release():
     return releases.release_for(vllm.__version__)
 
 
-def draft_build_path() -> str:
+def draft_build_path(speculator) -> str:
     """The draft build every path goes through on this release, as the path check names it
-    (``DraftModelSpeculator._build_attn_metadata``; ``_build_draft_attn_metadata`` on 0.29)."""
+    (``DraftModelSpeculator._build_attn_metadata``; ``_build_draft_attn_metadata`` on 0.29).
+    In the tree form: the vllm-ascend class whose ``_build_attn_metadata`` calls the window."""
+    if IN_TREE:
+        cls = next(c for c in type(speculator).__mro__ if "_build_attn_metadata" in vars(c))
+        return f"{cls.__name__}._build_attn_metadata"
     return next(
         h.name for h in installed_release().hooks if h.wrapper_name == "build_attn_metadata"
     )
+
+
+def draft_build_method() -> str:
+    """The name of the draft build method (``_build_attn_metadata``; 0.29:
+    ``_build_draft_attn_metadata``); the tree form is 0.30's."""
+    return "_build_attn_metadata" if IN_TREE else draft_build_path(None).split(".")[1]
 
 
 def speculative_config(model_dir, additional_config, method="eagle3"):

@@ -30,7 +30,6 @@ from vllm_ascend.attention.mla_v1 import AscendMLABackend
 from vllm_ascend.worker.v2.block_table import AscendBlockTables
 from vllm_ascend.worker.v2.spec_decode.dflash.speculator import AscendDFlashSpeculator
 from vllm_ascend.worker.v2.spec_decode.dflash2.speculator import AscendDFlash2Speculator
-from vllm_ascend.worker.v2.spec_decode.draft_window import install
 from vllm_ascend.worker.v2.spec_decode.draft_window.speculator import create_draft_window
 from vllm_ascend.worker.v2.spec_decode.dspark.speculator import AscendDSparkSpeculator
 
@@ -406,6 +405,13 @@ def ascend_model_state(config) -> Any:
 
 
 def window_as_set_attn_makes_it(s) -> Any:
-    """The speculator's window as the ``set_attn`` hook makes it (none while uninstalled)."""
+    """The speculator's window as ``set_attn`` makes it: through the hook (none while
+    uninstalled), or in the tree form vllm-ascend's own call."""
+    from tests.ascend.npu_testbed.pairing import IN_TREE, installed_release
+
+    if IN_TREE:
+        return create_draft_window(s, installed_release())
+    from vllm_ascend.worker.v2.spec_decode.draft_window import install
+
     installed = install.installation()
     return create_draft_window(s, installed.release) if installed is not None else None

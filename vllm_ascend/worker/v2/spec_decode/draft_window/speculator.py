@@ -67,7 +67,9 @@ def propose_state(speculator: Any) -> ProposeState:
 def create_draft_window(speculator: Any, release: Release) -> Mrv2DraftWindow | None:
     """The speculator's window on ``release``, or None (off): the settings validated, the
     plan made against the speculator, the window built from it, its builders watched."""
-    config = DraftWindowConfig.from_additional_config(speculator.vllm_config.additional_config)
+    # A config without additional_config (a stand-in) asks for no window.
+    additional = getattr(speculator.vllm_config, "additional_config", None)
+    config = DraftWindowConfig.from_additional_config(additional)
     if not config.enabled:
         return None
     plan = planning.plan(speculator, config, release)

@@ -1,0 +1,95 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
+"""The upstream patch (``make upstream-patch``, ``tools/upstream``): the second form of the
+window, generated from the package, applied to vllm-ascend 0.30.0rc2's pristine source
+distribution.
+
+- it applies there (``git apply --check``) and touches only the call-site files and new ones;
+- its new modules are the package's serving modules, byte for byte (one source);
+- vllm-ascend's own unit tests give the same outcome for every test on the patched tree as
+  on the pristine one (the window off: none of them sets it), and the patch's own unit tests
+  pass there, on vllm-ascend's conftest stand-ins.
+
+The window's own tests run against the patched tree in ``make test-upstream``
+(``DRAFT_WINDOW_IN_TREE=1``).
+"""
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from tests.ascend.npu_testbed import vllm_ascend_ut
+from tools.upstream import patch as upstream
+
+pytestmark = pytest.mark.overlay
+
+
+@pytest.fixture(scope="module")
+def made() -> tuple[str, str]:
+    return upstream.make_patch()
+
+
+def _touched(patch: str) -> tuple[set[str], set[str]]:
+    """(changed files, new files) of a git patch."""
+    changed, new = set(), set()
+    for block in re.split(r"^diff --git ", patch, flags=re.M)[1:]:
+        path = block.split("\n", 1)[0].split(" b/", 1)[1]
+        (new if "\nnew file mode" in block.split("@@", 1)[0] else changed).add(path)
+    return changed, new
+
+
+def test_the_patch_applies_to_the_pristine_sdist(made, tmp_path):
+    patch, _ = made
+    for name in upstream.CHANGED:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(upstream.PRISTINE / name, tmp_path / name)
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    check = subprocess.run(
+        ["git", "apply", "--check", "--whitespace=error-all", "-"],
+        input=patch,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert check.returncode == 0, check.stderr
+    # and not twice: the call sites are not there yet in the pristine tree
+    assert "draft_window" not in (tmp_path / upstream.CHANGED[1]).read_text()
+
+
+def test_the_patch_touches_the_call_site_files_and_adds_only_new_ones(made):
+    changed, new = _touched(made[0])
+    assert changed == set(upstream.CHANGED)
+    package = str(upstream.PACKAGE)
+    assert {p for p in new if not p.startswith(f"{package}/")} == {
+        "tests/ut/spec_decode/test_draft_window.py"
+    }
+    # Nothing of the overlay's: no plugin, hook installer, patch-by-identity or wrappers.
+    shipped = {p.removeprefix(f"{package}/") for p in new if p.startswith(package)}
+    assert not {p for p in shipped if p.split("/")[0] in upstream.OVERLAY_ONLY}
+    assert {"speculator.py", "autoregressive.py", "ascend.py", "window.py"} <= shipped
+
+
+def test_the_new_modules_are_the_packages_own(made, tmp_path):
+    """One source: every new file of the patch is the package's file as it is."""
+    tree = upstream.patched_tree(tmp_path / "tree")
+    for target, source in upstream.new_files().items():
+        assert (tree / target).read_bytes() == source.read_bytes(), target
+    for name in upstream.OVERLAY_ONLY:
+        assert not (tree / upstream.PACKAGE / name).exists(), name
+
+
+def test_vllm_ascends_own_unit_tests_keep_every_outcome_and_the_patchs_own_pass(tmp_path):
+    pristine = upstream.patched_tree(tmp_path / "pristine", apply=False)
+    patched = upstream.patched_tree(tmp_path / "patched")
+    before = vllm_ascend_ut.run(pristine, tmp_path)
+    after = vllm_ascend_ut.run(patched, tmp_path / "patched-run")
+    assert len(before) > 900
+    assert not [name for name, outcome in before.items() if outcome in ("failed", "error")]
+    assert {name: after.get(name) for name in before} == before
+    added = {name: outcome for name, outcome in after.items() if name not in before}
+    assert added and all(
+        name.startswith("tests.ut.spec_decode.test_draft_window") for name in added
+    )
+    assert set(added.values()) == {"passed"}, added

@@ -1,0 +1,120 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
+"""Making the patch from the package, and applying it to a pristine vllm-ascend tree."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RELEASE = "0.30.0rc2"
+HERE = Path(__file__).resolve().parent / f"vllm-ascend-{RELEASE}"
+# The pristine source distribution `make setup` fetches (sha256-pinned) and unpacks.
+PRISTINE = ROOT / ".cache" / f"vllm-ascend-{RELEASE}" / f"vllm_ascend-{RELEASE}"
+PACKAGE = Path("vllm_ascend/worker/v2/spec_decode/draft_window")
+# What only the overlay needs: the entry point, the hook installer, patch-by-identity, and
+# the wrappers (inside vllm-ascend the speculators call the package's functions).
+OVERLAY_ONLY = ("plugin.py", "install.py", "patches.py", "hooks")
+# vllm-ascend's files the call sites change (call_sites.diff).
+CHANGED = (
+    "vllm_ascend/ascend_config.py",
+    "vllm_ascend/worker/v2/spec_decode/autoregressive/speculator.py",
+    "vllm_ascend/worker/v2/spec_decode/dflash/speculator.py",
+    "vllm_ascend/worker/v2/spec_decode/dspark/speculator.py",
+)
+OUT = ROOT / "dist" / f"vllm-ascend-{RELEASE}-draft-window.patch"
+
+
+def new_files() -> dict[Path, Path]:
+    """The patch's new files (path in vllm-ascend's tree -> source here): the package's
+    serving modules, less the overlay's, and the patch's own unit tests."""
+    files = {}
+    for source in sorted((ROOT / PACKAGE).rglob("*.py")):
+        relative = source.relative_to(ROOT / PACKAGE)
+        if relative.parts[0] in OVERLAY_ONLY:
+            continue
+        files[PACKAGE / relative] = source
+    tests = HERE / "tests"
+    for source in sorted(tests.rglob("*.py")):
+        files[Path("tests") / source.relative_to(tests)] = source
+    return files
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-c", "user.name=draft-window", "-c", "user.email=draft-window@localhost", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+
+
+def _pristine() -> Path:
+    if not (PRISTINE / "vllm_ascend").is_dir():
+        raise SystemExit(
+            f"no pristine vllm-ascend {RELEASE} source tree at {PRISTINE}: run `make setup`"
+        )
+    return PRISTINE
+
+
+def make_patch() -> tuple[str, str]:
+    """(the patch, its ``git diff --stat``), made in a scratch git tree holding the changed
+    files as the pristine sdist has them."""
+    pristine = _pristine()
+    with tempfile.TemporaryDirectory() as scratch:
+        tree = Path(scratch)
+        for name in CHANGED:
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(pristine / name, tree / name)
+        _git(tree, "init", "-q")
+        _git(tree, "add", "-A")
+        _git(tree, "commit", "-q", "-m", f"vllm-ascend {RELEASE}")
+        _git(tree, "apply", str(HERE / "call_sites.diff"))
+        for target, source in new_files().items():
+            (tree / target).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, tree / target)
+        _git(tree, "add", "-A")
+        return _git(tree, "diff", "--cached"), _git(tree, "diff", "--cached", "--stat=100")
+
+
+def write_patch(out: Path = OUT) -> tuple[Path, str]:
+    patch, stat = make_patch()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(patch)
+    return out, stat
+
+
+def patched_tree(directory: Path, apply: bool = True) -> Path:
+    """A vllm-ascend source tree at ``directory``: the pristine sdist's ``vllm_ascend`` and
+    ``tests`` (and the files at its root), with the patch applied by ``git apply`` unless
+    ``apply`` is False; plus the ``_build_info.py`` vllm-ascend's build writes (an A2 SOC, as
+    the Ascend environments have it)."""
+    pristine = _pristine()
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
+    for entry in pristine.iterdir():
+        if entry.is_dir() and entry.name not in ("vllm_ascend", "tests"):
+            continue
+        copy = shutil.copytree if entry.is_dir() else shutil.copy2
+        copy(entry, directory / entry.name)
+    if apply:
+        patch, _ = make_patch()
+        # Its own repository: git apply inside another one's work tree (this project's
+        # .cache) would skip every path.
+        _git(directory, "init", "-q")
+        subprocess.run(
+            ["git", "apply", "--whitespace=error-all", "-"],
+            input=patch,
+            cwd=directory,
+            check=True,
+            text=True,
+        )
+    (directory / "vllm_ascend" / "_build_info.py").write_text(
+        "# Auto-generated file\n__device_type__ = 'A2'\n"
+    )
+    return directory

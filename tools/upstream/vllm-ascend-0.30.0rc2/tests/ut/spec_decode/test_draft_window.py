@@ -1,0 +1,823 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
+"""Unit tests for the MRV2 draft KV window (``draft_window_size``) in vllm-ascend's speculators.
+
+The window's arithmetic is checked against the property it promises, not against its own
+formula: a draft pass reads ``[start, L)`` of a request of ``L`` tokens, which holds at least
+the last ``draft_window_size`` tokens (the whole context when shorter), starts on a block
+boundary, and starts as late as that allows. Each call site in the EAGLE, DFlash and DSpark
+speculators is checked to hand its callee the window's buffers and windowed lengths, and to
+behave as before when the window is off; the config keys are checked through
+``init_ascend_config``.
+"""
+
+from contextlib import nullcontext
+from types import SimpleNamespace
+from unittest.mock import MagicMock, patch
+
+import numpy as np
+import pytest
+import torch
+import vllm.v1.worker.gpu.buffer_utils as buffer_utils
+from vllm.config import VllmConfig
+from vllm.config.compilation import CUDAGraphMode
+from vllm.v1.worker.gpu.block_table import BlockTables
+from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
+from vllm.v1.worker.gpu.input_batch import InputBuffers
+from vllm.v1.worker.gpu.spec_decode.autoregressive import speculator as vllm_ar_speculator
+from vllm.v1.worker.gpu.spec_decode.autoregressive.speculator import AutoRegressiveSpeculator
+from vllm.v1.worker.gpu.spec_decode.dflash import speculator as vllm_dflash_speculator
+from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
+from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+import vllm_ascend.worker.v2.spec_decode.autoregressive.speculator as ar_module
+import vllm_ascend.worker.v2.spec_decode.dspark.speculator as dspark_module
+from vllm_ascend.ascend_config import clear_ascend_config, init_ascend_config
+from vllm_ascend.attention.attention_v1 import AscendAttentionBackend, AscendAttentionState
+from vllm_ascend.attention.mla_v1 import AscendMLABackend
+from vllm_ascend.worker.v2.input_batch import AscendInputBuffers
+from vllm_ascend.worker.v2.spec_decode.autoregressive.speculator import (
+    AscendAutoRegressiveSpeculator,
+)
+from vllm_ascend.worker.v2.spec_decode.dflash.speculator import AscendDFlashSpeculator
+from vllm_ascend.worker.v2.spec_decode.draft_window import autoregressive as draft_window_ar
+from vllm_ascend.worker.v2.spec_decode.draft_window import speculator as draft_window
+from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
+from vllm_ascend.worker.v2.spec_decode.draft_window.plan import Plan
+from vllm_ascend.worker.v2.spec_decode.draft_window.releases import VLLM_0_30_ASCEND
+from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec, window_seq_lens
+from vllm_ascend.worker.v2.spec_decode.dspark.speculator import AscendDSparkSpeculator
+
+CPU = torch.device("cpu")
+BLOCK_SIZE = 16
+# Not a multiple of the block size: the window start is rounded down to a block boundary.
+WINDOW = 50
+MAX_NUM_REQS = 4
+MAX_NUM_TOKENS = 64
+MAX_MODEL_LEN = 1024
+# One request far past the window, one inside it.
+TARGET_LENS = [301, 21]
+
+
+class _HostBuffer:
+    """vLLM's staging buffer without pinned memory, which needs an accelerator."""
+
+    def __init__(self, size, dtype):
+        self.cpu = torch.zeros(size, dtype=dtype)
+        self.np = self.cpu.numpy()
+
+    def uva(self, n=None):
+        return self.cpu if n is None else self.cpu[:n]
+
+
+@pytest.fixture(autouse=True)
+def _host_block_tables(monkeypatch):
+    # vLLM's BlockTables stages its writes through UVA buffers; plain host tensors here.
+    monkeypatch.setattr(buffer_utils, "is_uva_available", lambda: False)
+    monkeypatch.setattr(buffer_utils, "NonUvaBuffer", _HostBuffer)
+
+
+def _block_tables(max_num_reqs: int = MAX_NUM_REQS) -> BlockTables:
+    """vLLM's block tables of one group; request ``i``'s column ``c`` holds block ``1000 i + c``."""
+    block_tables = BlockTables(
+        block_sizes=[BLOCK_SIZE],
+        max_num_reqs=max_num_reqs,
+        max_num_batched_tokens=MAX_NUM_TOKENS,
+        max_num_blocks_per_group=[MAX_MODEL_LEN // BLOCK_SIZE],
+        device=CPU,
+        kernel_block_sizes=[BLOCK_SIZE],
+    )
+    table = block_tables.input_block_tables[0]
+    rows = torch.arange(max_num_reqs, dtype=torch.int32).unsqueeze(1) * 1000
+    table.copy_(rows + torch.arange(table.shape[1], dtype=torch.int32))
+    return block_tables
+
+
+def _window(
+    input_buffers=None, max_num_reqs: int = MAX_NUM_REQS, max_query_len: int = 1
+) -> Mrv2DraftWindow:
+    """A window of ``WINDOW`` tokens over vLLM's real block tables and input buffers."""
+    block_tables = _block_tables(max_num_reqs)
+    if input_buffers is None:
+        input_buffers = AscendInputBuffers(max_num_reqs, MAX_NUM_TOKENS, CPU)
+    window = Mrv2DraftWindow(
+        Plan.of(WINDOW, block_tables, [0], max_query_len=max_query_len),
+        input_buffers,
+        block_tables,
+        max_num_reqs,
+        CPU,
+        host_mirror=VLLM_0_30_ASCEND.host_mirror,
+    )
+    # create_draft_window attaches the run-time check of the builders; record its calls.
+    window.path_check = MagicMock()
+    return window
+
+
+def _assert_windowed(lengths, windowed, window_size=WINDOW, alignment=BLOCK_SIZE, sinks=0):
+    """Each ``windowed[i]`` is what a pass reads of ``lengths[i]`` tokens: the sinks
+    ``[0, sinks)`` and ``[start, L)``, where ``start`` is a multiple of ``alignment``, the
+    read holds at least the last ``window_size`` tokens (all of them when ``L <= sinks +
+    window_size``), and ``start`` is the latest such multiple."""
+    lengths, windowed = [int(x) for x in lengths], [int(x) for x in windowed]
+    for length, read in zip(lengths, windowed, strict=True):
+        skipped = length - read  # the tokens between the sinks and the window
+        start = sinks + skipped
+        assert 0 <= skipped <= length, (length, read)
+        assert skipped % alignment == 0, (length, read)
+        if length <= sinks + window_size:
+            assert skipped == 0, (length, read)
+        elif skipped:
+            assert length - start >= window_size, (length, read)
+            assert start + alignment > length - window_size, (length, read)
+        else:
+            # Nothing skipped: a start one block later would cut into the window.
+            assert sinks + alignment > length - window_size, (length, read)
+
+
+# ---- the window's arithmetic ----
+
+
+@pytest.mark.parametrize(
+    "window_size,alignment", [(WINDOW, BLOCK_SIZE), (64, 16), (128, 128), (1, 1), (100, 48)]
+)
+def test_window_seq_lens_reads_the_last_window_tokens_from_a_block_boundary(window_size, alignment):
+    lengths = torch.arange(0, 400, dtype=torch.int32)
+    skip = torch.empty_like(lengths)
+    out = torch.empty_like(lengths)
+
+    window_seq_lens(lengths, WindowSpec(window_size, alignment), skip_out=skip, out=out)
+
+    _assert_windowed(lengths, out, window_size, alignment)
+    # Without sinks the tokens left out are the window start.
+    assert torch.equal(skip, lengths - out)
+    assert out[0] == 0
+
+
+def test_window_seq_lens_keeps_the_attention_sinks():
+    lengths = torch.arange(0, 400, dtype=torch.int32)
+    out = torch.empty_like(lengths)
+    spec = WindowSpec(WINDOW, BLOCK_SIZE, sink_size=32)
+
+    window_seq_lens(lengths, spec, skip_out=torch.empty_like(lengths), out=out)
+
+    _assert_windowed(lengths, out, sinks=32)
+    assert int(out[-1]) > 32 + WINDOW  # past the window, the sinks are still read
+
+
+def test_window_actual_seq_lens_windows_in_place_and_keeps_padded_rows_zero():
+    window = _window(max_num_reqs=512)
+    lengths = torch.arange(0, 400, dtype=torch.int32)
+    lengths[::7] = 0  # padded rows
+    expected_zero = lengths == 0
+    original = lengths.clone()
+
+    result = window.window_actual_seq_lens(lengths)
+
+    assert result is lengths
+    _assert_windowed(original, lengths)
+    assert torch.equal(lengths == 0, expected_zero)
+    assert window.spec.alignment == BLOCK_SIZE
+
+
+# ---- AscendAutoRegressiveSpeculator (EAGLE/EAGLE3) ----
+
+
+def _ar_speculator(window) -> AscendAutoRegressiveSpeculator:
+    spec = object.__new__(AscendAutoRegressiveSpeculator)
+    spec.draft_window = window
+    spec.max_model_len = MAX_MODEL_LEN
+    spec.replicated_pcp = False
+    return spec
+
+
+def _record_build(seen: dict):
+    """vLLM's DraftModelSpeculator._build_attn_metadata, recording what it reads."""
+
+    def build(
+        self,
+        num_reqs,
+        batch_desc,
+        query_start_loc_np,
+        seq_lens_cpu_upper_bound,
+        step,
+        causal=True,
+        dcp_local_seq_lens=None,
+    ):
+        seen["input_buffers"] = self.input_buffers
+        seen["seq_lens"] = self.input_buffers.seq_lens
+        seen["seq_lens_values"] = self.input_buffers.seq_lens[:num_reqs].clone()
+        seen["block_tables"] = self.block_tables
+        seen["table"] = self.block_tables.input_block_tables[0][:num_reqs].clone()
+        seen["upper_bound_values"] = seq_lens_cpu_upper_bound[:num_reqs].clone()
+        return {"draft.0": SimpleNamespace()}
+
+    return build
+
+
+def _ar_build_speculator(monkeypatch, window, seen: dict, use_dcp=False):
+    """A speculator whose _build_attn_metadata runs with vLLM's build recorded."""
+    input_buffers = window.input_buffers.base if window else AscendInputBuffers(4, 64, CPU)
+    block_tables = window.block_tables.base if window else _block_tables()
+    input_buffers.seq_lens[:2] = torch.tensor(TARGET_LENS, dtype=torch.int32)
+    spec = _ar_speculator(window)
+    spec.input_buffers = input_buffers
+    spec.block_tables = block_tables
+    spec.draft_max_seq_len = MAX_MODEL_LEN
+    spec.attn_groups = [[]]
+    spec.input_batch = SimpleNamespace(is_prefilling_np=np.zeros(2, dtype=bool))
+    spec.model_state = object()
+    spec.use_dcp = use_dcp
+    spec.draft_vllm_config = SimpleNamespace(parallel_config=None)
+    spec._sparse_kv_offload_metadata = SimpleNamespace(build_kwargs=lambda *args: None)
+    spec._update_decode_attn_metadata = MagicMock()
+
+    def factory(*args, **kwargs):
+        seen["factory_seq_lens_cpu"] = kwargs["seq_lens_cpu"]
+        return nullcontext()
+
+    monkeypatch.setattr(ar_module, "build_attn_metadata_factory", factory)
+    monkeypatch.setattr(DraftModelSpeculator, "_build_attn_metadata", _record_build(seen))
+    return spec
+
+
+def _build(spec, step=1, num_reqs=2, query_per_req=1, cg_mode=CUDAGraphMode.NONE):
+    return spec._build_attn_metadata(
+        num_reqs=num_reqs,
+        batch_desc=BatchExecutionDescriptor(
+            cg_mode=cg_mode, num_tokens=num_reqs * query_per_req, num_reqs=num_reqs
+        ),
+        query_start_loc_np=np.arange(num_reqs + 1, dtype=np.int32) * query_per_req,
+        seq_lens_cpu_upper_bound=torch.tensor(TARGET_LENS, dtype=torch.int32),
+        step=step,
+    )
+
+
+def _assert_built_through_the_window(seen: dict, window: Mrv2DraftWindow, step: int):
+    """vLLM's build read the window's persistent buffers and a windowed host bound."""
+    assert seen["input_buffers"] is window.input_buffers
+    assert seen["seq_lens"] is window.seq_lens
+    _assert_windowed(TARGET_LENS, seen["seq_lens_values"])
+    assert seen["block_tables"] is window.block_tables
+    # The cropped table starts at each request's window start.
+    starts = [
+        length - int(read)
+        for length, read in zip(TARGET_LENS, seen["seq_lens_values"], strict=True)
+    ]
+    assert seen["table"][:, 0].tolist() == [
+        1000 * i + s // BLOCK_SIZE for i, s in enumerate(starts)
+    ]
+    bound = seen["upper_bound_values"]
+    # At most the window's longest read once vLLM adds the step, and still a bound.
+    assert int(bound.max()) <= window.spec.max_read_len - step
+    assert bool((bound + step >= seen["seq_lens_values"]).all())
+    # The long request's bound is cut from the target's; the short one's is the target's.
+    assert int(bound[0]) < TARGET_LENS[0]
+    assert int(bound[1]) == TARGET_LENS[1]
+
+
+def test_ar_set_attn_creates_and_stores_the_draft_window(monkeypatch):
+    spec = _ar_speculator(None)
+    spec.vllm_config = SimpleNamespace()
+    spec.attn_groups = [[]]
+    created = object()
+    create = MagicMock(return_value=created)
+    monkeypatch.setattr(AutoRegressiveSpeculator, "set_attn", lambda self, *args: None)
+    monkeypatch.setattr(ar_module, "set_current_vllm_config", lambda config: nullcontext())
+    monkeypatch.setattr(
+        ar_module, "_get_graph_update_backend", lambda groups: AscendAttentionBackend
+    )
+    monkeypatch.setattr(draft_window, "create_draft_window", create)
+
+    spec.set_attn(object(), object(), object(), object(), [[]])
+
+    create.assert_called_once_with(spec, VLLM_0_30_ASCEND)
+    assert spec.draft_window is created
+    assert spec.attn_architecture == "GQA"
+
+
+class _Manager:
+    def __init__(self, vllm_config, device, cudagraph_mode, *args, **kwargs):
+        self.cudagraph_mode = cudagraph_mode
+
+
+def _ar_graph_speculator(monkeypatch, window) -> AscendAutoRegressiveSpeculator:
+    monkeypatch.setattr(vllm_ar_speculator, "SpeculatorCudaGraphManager", _Manager)
+    spec = _ar_speculator(window)
+    spec.speculative_config = SimpleNamespace(enforce_eager=False)
+    spec.vllm_config = SimpleNamespace()
+    spec.device = CPU
+    spec.num_speculative_steps = 3
+    spec.update_stream = object()
+    return spec
+
+
+@pytest.mark.parametrize(
+    "mode,prefill_mode",
+    [
+        (CUDAGraphMode.FULL_AND_PIECEWISE, CUDAGraphMode.PIECEWISE),
+        (CUDAGraphMode.FULL_DECODE_ONLY, CUDAGraphMode.NONE),
+    ],
+)
+def test_ar_init_cudagraph_manager_drops_full_graphs_from_the_prefill_only(
+    monkeypatch, mode, prefill_mode
+):
+    spec = _ar_graph_speculator(monkeypatch, _window())
+
+    spec.init_cudagraph_manager(mode)
+
+    assert spec.prefill_cudagraph_manager.cudagraph_mode == prefill_mode
+    assert spec.decode_cudagraph_manager.cudagraph_mode == CUDAGraphMode.FULL_DECODE_ONLY
+    assert spec.prefill_cudagraph_manager.speculator is spec
+    assert spec.decode_cudagraph_manager.speculator is spec
+
+
+def _ar_capture_speculator(monkeypatch, window, seen: dict) -> AscendAutoRegressiveSpeculator:
+    spec = _ar_speculator(window)
+    spec.input_buffers = window.input_buffers.base if window else AscendInputBuffers(4, 64, CPU)
+    spec.block_tables = window.block_tables.base if window else _block_tables()
+    spec.target_input_buffers = AscendInputBuffers(MAX_NUM_REQS, MAX_NUM_TOKENS, CPU)
+    spec.last_token_indices = torch.ones(MAX_NUM_REQS, dtype=torch.int64)
+    spec.num_speculative_steps = 3
+    spec.model_state = object()
+    spec.attn_groups = spec.target_attn_groups = [[]]
+    spec.kv_cache_config = object()
+    monkeypatch.setattr(
+        ar_module, "disable_target_pcp_for_replicated_draft", lambda s: nullcontext()
+    )
+    monkeypatch.setattr(ar_module, "build_attn_metadata_wrapper", nullcontext)
+
+    def capture_prefill(fn, model_state, input_buffers, block_tables, *args, **kwargs):
+        seen["prefill_capturing"] = draft_window.propose_state(spec).capturing
+        seen["prefill_input_buffers"] = input_buffers
+
+    def capture_decode(fn, model_state, input_buffers, block_tables, *args, **kwargs):
+        seen["decode_input_buffers"] = input_buffers
+        seen["decode_block_tables"] = block_tables
+        seen["decode_path"] = list(window.path) if window else None
+
+    spec.prefill_cudagraph_manager = SimpleNamespace(
+        use_breakable_cg=False, capture=capture_prefill
+    )
+    spec.decode_cudagraph_manager = SimpleNamespace(capture=capture_decode)
+    return spec
+
+
+def test_ar_capture_records_the_decode_graphs_on_the_window_buffers(monkeypatch):
+    window, seen = _window(), {}
+    spec = _ar_capture_speculator(monkeypatch, window, seen)
+
+    spec.capture()
+
+    decode = "AscendAutoRegressiveSpeculator.capture (decode)"
+    assert seen["decode_input_buffers"] is window.input_buffers
+    assert seen["decode_block_tables"] is window.block_tables
+    assert seen["decode_path"] == [decode]
+    window.path_check.capture_on.assert_called_once_with(decode)
+    # The prefill graphs are captured on the target's buffers, with the prefill marked as
+    # a capture's (its metadata is the target's dummy one).
+    assert seen["prefill_capturing"] is True
+    assert seen["prefill_input_buffers"] is spec.target_input_buffers
+    assert draft_window.propose_state(spec).capturing is False
+
+
+def _ar_prefill_speculator(monkeypatch, window, received: dict):
+    spec = _ar_speculator(window)
+    spec.input_batch = SimpleNamespace(num_reqs=2)
+    spec.draft_attn_layer_names = {"draft.0"}
+
+    def prefill(self, num_reqs, num_tokens, attn_metadata, *args, **kwargs):
+        received["attn_metadata"] = attn_metadata
+
+    monkeypatch.setattr(AutoRegressiveSpeculator, "_prefill", prefill)
+    return spec
+
+
+def test_ar_prefill_hands_upstream_the_windowed_metadata(monkeypatch):
+    window, received = _window(), {}
+    spec = _ar_prefill_speculator(monkeypatch, window, received)
+    draft_metadata, target_only = object(), object()
+    windowed = {"draft.0": object()}
+    prefill_attn_metadata = MagicMock(return_value=windowed)
+    monkeypatch.setattr(draft_window_ar, "prefill_attn_metadata", prefill_attn_metadata)
+
+    spec._prefill(2, 16, {"draft.0": draft_metadata, "target.0": target_only}, None, None)
+
+    prefill_attn_metadata.assert_called_once_with(
+        spec,
+        window,
+        spec.input_batch,
+        {"draft.0": draft_metadata},
+        16,
+        "AscendAutoRegressiveSpeculator._prefill",
+        VLLM_0_30_ASCEND,
+    )
+    assert received["attn_metadata"] is windowed
+
+
+def test_ar_prefill_during_capture_keeps_the_target_metadata(monkeypatch):
+    window, received = _window(), {}
+    spec = _ar_prefill_speculator(monkeypatch, window, received)
+    prefill_attn_metadata = MagicMock()
+    monkeypatch.setattr(draft_window_ar, "prefill_attn_metadata", prefill_attn_metadata)
+    draft_metadata = object()
+    draft_window.propose_state(spec).capturing = True
+
+    spec._prefill(2, 16, {"draft.0": draft_metadata, "target.0": object()}, None, None)
+
+    prefill_attn_metadata.assert_not_called()
+    assert received["attn_metadata"] == {"draft.0": draft_metadata}
+
+
+@pytest.mark.parametrize("step", [1, 2])
+def test_ar_build_attn_metadata_builds_through_the_window(monkeypatch, step):
+    window, seen = _window(), {}
+    spec = _ar_build_speculator(monkeypatch, window, seen)
+
+    metadata = _build(spec, step=step)
+
+    _assert_built_through_the_window(seen, window, step)
+    assert metadata["draft.0"].attn_state == AscendAttentionState.DecodeOnly
+    # The speculator's own buffers are back once the build is done.
+    assert spec.input_buffers is window.input_buffers.base
+    assert spec.block_tables is window.block_tables.base
+
+
+def test_ar_build_attn_metadata_windows_the_dcp_lengths(monkeypatch):
+    window, seen = _window(), {}
+    spec = _ar_build_speculator(monkeypatch, window, seen, use_dcp=True)
+    spec.target_input_buffers = AscendInputBuffers(MAX_NUM_REQS, MAX_NUM_TOKENS, CPU)
+    # The DCP manager's global lengths of the step: the target's plus the step.
+    actual = torch.tensor([length + 1 for length in TARGET_LENS] + [0, 0], dtype=torch.int32)
+    prepare = MagicMock(return_value=(actual.clone(), torch.zeros(4, dtype=torch.bool)))
+    spec.dcp_manager = SimpleNamespace(prepare_draft_dcp_metadata_inputs=prepare)
+
+    _build(spec, step=1)
+
+    handed = seen["factory_seq_lens_cpu"]
+    _assert_windowed(actual, handed)
+    assert int(handed[0]) < int(actual[0])
+    assert handed[2:].tolist() == [0, 0]
+
+
+def test_ar_calc_next_seq_lens_cpu_is_windowed():
+    spec = _ar_speculator(_window())
+    spec.max_model_len = 300
+    seq_lens_cpu = torch.tensor([299, 150, 20, 77], dtype=torch.int32)
+
+    result = spec._calc_next_seq_lens_cpu(seq_lens_cpu, num_reqs=3, num_reqs_padded=4, step=2)
+
+    # Each request's next length (clamped at max_model_len), read through the window.
+    _assert_windowed([300, 152, 22], result[:3])
+    assert int(result[0]) < 300
+    assert int(result[3]) == 0
+    assert seq_lens_cpu.tolist() == [299, 150, 20, 77]
+
+
+def _fia_speculator(window) -> AscendAutoRegressiveSpeculator:
+    spec = _ar_speculator(window)
+    spec.use_dcp = False
+    spec.num_speculative_steps = 3
+    spec.input_batch = SimpleNamespace(num_reqs=2, seq_lens_np=np.array(TARGET_LENS))
+    spec.draft_attn_layer_names = ["draft.0", "draft.1"]
+    return spec
+
+
+def test_ar_build_fia_params_windows_each_decode_step():
+    spec = _fia_speculator(_window())
+    block_table = torch.zeros(4, 8, dtype=torch.int32)
+    metadata = {"draft.0": SimpleNamespace(block_tables=block_table)}
+
+    params = spec.build_fia_params(4, metadata, False)
+
+    # Steps 1 and 2 of the decode graph, each for both draft layers.
+    assert [p["layer_name"] for p in params] == ["draft.0", "draft.1"] * 2
+    for index, param in enumerate(params):
+        step = 1 + index // 2
+        lengths = param["actual_seq_lengths_kv"]
+        _assert_windowed([length + step for length in TARGET_LENS], lengths[:2])
+        assert lengths[0] < TARGET_LENS[0] + step
+        assert lengths[2:] == [0, 0]
+        assert param["block_table"] is block_table
+
+
+def test_ar_without_window_lengths_are_upstreams():
+    spec = _fia_speculator(None)
+    block_table = torch.zeros(4, 8, dtype=torch.int32)
+
+    params = spec.build_fia_params(4, {"draft.0": SimpleNamespace(block_tables=block_table)}, False)
+    next_lens = spec._calc_next_seq_lens_cpu(torch.tensor([299, 20, 5]), 2, 3, 2)
+
+    assert [p["actual_seq_lengths_kv"] for p in params] == [[302, 22, 0, 0]] * 2 + [
+        [303, 23, 0, 0]
+    ] * 2
+    assert next_lens.tolist() == [301, 22, 0]
+
+
+def test_ar_without_window_builds_and_graphs_are_upstreams(monkeypatch):
+    seen = {}
+    spec = _ar_build_speculator(monkeypatch, None, seen)
+    input_buffers, block_tables = spec.input_buffers, spec.block_tables
+
+    _build(spec, step=1)
+
+    assert seen["input_buffers"] is input_buffers
+    assert seen["block_tables"] is block_tables
+    assert seen["upper_bound_values"].tolist() == TARGET_LENS
+
+    graphs = _ar_graph_speculator(monkeypatch, None)
+    graphs.init_cudagraph_manager(CUDAGraphMode.FULL_AND_PIECEWISE)
+    assert graphs.prefill_cudagraph_manager.cudagraph_mode == CUDAGraphMode.FULL_AND_PIECEWISE
+    assert graphs.decode_cudagraph_manager.cudagraph_mode == CUDAGraphMode.FULL_DECODE_ONLY
+
+    captured = {}
+    capture = _ar_capture_speculator(monkeypatch, None, captured)
+    capture.capture()
+    assert captured["decode_input_buffers"] is capture.input_buffers
+    assert captured["decode_block_tables"] is capture.block_tables
+    assert captured["prefill_capturing"] is False
+
+    received = {}
+    prefill = _ar_prefill_speculator(monkeypatch, None, received)
+    prefill_attn_metadata = MagicMock()
+    monkeypatch.setattr(draft_window_ar, "prefill_attn_metadata", prefill_attn_metadata)
+    draft_metadata = object()
+    prefill._prefill(2, 16, {"draft.0": draft_metadata, "target.0": object()}, None, None)
+    prefill_attn_metadata.assert_not_called()
+    assert received["attn_metadata"] == {"draft.0": draft_metadata}
+
+
+# ---- AscendDFlashSpeculator and AscendDSparkSpeculator ----
+
+QUERY_PER_REQ = 4  # num_speculative_tokens + 1: the query stretch of every DFlash pass
+
+
+def _dflash_family(cls, window, seen: dict | None = None, monkeypatch=None):
+    """A DFlash-family speculator on the window's (or its own) vLLM buffers."""
+    spec = object.__new__(cls)
+    spec.draft_window = window
+    spec.input_buffers = window.input_buffers.base if window else InputBuffers(4, 64, CPU)
+    spec.block_tables = window.block_tables.base if window else _block_tables()
+    spec.input_buffers.seq_lens[:2] = torch.tensor(TARGET_LENS, dtype=torch.int32)
+    spec.draft_max_seq_len = spec.max_model_len = MAX_MODEL_LEN
+    spec.attn_groups = [[]]
+    spec.kv_cache_config = object()
+    spec._group_causal = False
+    spec.num_query_per_req = QUERY_PER_REQ
+    spec.sample_indices = torch.ones(MAX_NUM_REQS, dtype=torch.int64)
+    spec.sample_pos = torch.ones(MAX_NUM_REQS, dtype=torch.int64)
+    spec.sample_idx_mapping = torch.zeros(MAX_NUM_REQS, dtype=torch.int32)
+    if seen is not None:
+        monkeypatch.setattr(DraftModelSpeculator, "_build_attn_metadata", _record_build(seen))
+    return spec
+
+
+def _dflash_window() -> Mrv2DraftWindow:
+    return _window(InputBuffers(MAX_NUM_REQS, MAX_NUM_TOKENS, CPU), max_query_len=QUERY_PER_REQ)
+
+
+def _recording_query_graphs(spec, seen: dict):
+    """The query graph manager upstream's capture hands its buffers to."""
+
+    def capture(fn, input_buffers, block_tables, *args, **kwargs):
+        seen["input_buffers"] = input_buffers
+        seen["block_tables"] = block_tables
+        seen["seq_lens"] = input_buffers.seq_lens
+
+    spec.query_cudagraph_manager = SimpleNamespace(capture=capture)
+
+
+def _dflash_before_set_attn(monkeypatch) -> AscendDFlashSpeculator:
+    spec = object.__new__(AscendDFlashSpeculator)
+    spec.vllm_config = SimpleNamespace(cache_config=SimpleNamespace(block_size=BLOCK_SIZE))
+    spec.draft_kv_cache_group_ids = [0]
+    spec.max_num_tokens = MAX_NUM_TOKENS
+    spec.device = CPU
+    spec.draft_attn_layer_names = set()
+    return spec
+
+
+def _dspark_before_set_attn(monkeypatch) -> AscendDSparkSpeculator:
+    spec = object.__new__(AscendDSparkSpeculator)
+    spec.vllm_config = SimpleNamespace(cache_config=SimpleNamespace(block_size=BLOCK_SIZE))
+    spec._context_slot_mappings = torch.zeros(1, MAX_NUM_TOKENS, dtype=torch.int64)
+    spec.draft_attn_layer_names = set()
+    spec.attn_groups = [[]]
+    monkeypatch.setattr(
+        AscendDSparkSpeculator, "attn_vllm_config", property(lambda self: self.vllm_config)
+    )
+    monkeypatch.setattr(dspark_module, "set_current_vllm_config", lambda config: nullcontext())
+    monkeypatch.setattr(dspark_module, "_get_graph_update_backend", lambda groups: AscendMLABackend)
+    return spec
+
+
+@pytest.mark.parametrize("before_set_attn", [_dflash_before_set_attn, _dspark_before_set_attn])
+def test_dflash_family_set_attn_creates_and_stores_the_draft_window(before_set_attn, monkeypatch):
+    spec = before_set_attn(monkeypatch)
+    created = object()
+    create = MagicMock(return_value=created)
+    monkeypatch.setattr(DFlashSpeculator, "set_attn", lambda self, *args: None)
+    monkeypatch.setattr(draft_window, "create_draft_window", create)
+    # set_attn rebinds vLLM's module-level input prep; restored after the test.
+    monkeypatch.setattr(
+        vllm_dflash_speculator,
+        "prepare_dflash_inputs",
+        vllm_dflash_speculator.prepare_dflash_inputs,
+    )
+
+    spec.set_attn(object(), SimpleNamespace(kv_cache_groups=[]), object(), object(), [[]])
+
+    create.assert_called_once_with(spec, VLLM_0_30_ASCEND)
+    assert spec.draft_window is created
+
+
+def test_dflash_build_attn_metadata_builds_through_the_window(monkeypatch):
+    window, seen = _dflash_window(), {}
+    spec = _dflash_family(AscendDFlashSpeculator, window, seen, monkeypatch)
+
+    _build(spec, step=QUERY_PER_REQ, query_per_req=QUERY_PER_REQ)
+
+    _assert_built_through_the_window(seen, window, QUERY_PER_REQ)
+    assert spec.input_buffers is window.input_buffers.base
+
+
+def test_dflash_without_window_is_upstream(monkeypatch):
+    seen, captured = {}, {}
+    spec = _dflash_family(AscendDFlashSpeculator, None, seen, monkeypatch)
+    _recording_query_graphs(spec, captured)
+
+    _build(spec, step=QUERY_PER_REQ, query_per_req=QUERY_PER_REQ)
+    spec.capture()
+
+    assert seen["input_buffers"] is spec.input_buffers
+    assert seen["block_tables"] is spec.block_tables
+    assert seen["upper_bound_values"].tolist() == TARGET_LENS
+    assert captured["input_buffers"] is spec.input_buffers
+    assert captured["block_tables"] is spec.block_tables
+
+
+def _dspark(window, monkeypatch, seen: dict | None = None, architecture="MLA"):
+    spec = _dflash_family(AscendDSparkSpeculator, window, seen, monkeypatch)
+    spec.attn_architecture = architecture
+    spec.use_dcp = False
+    spec.vllm_config = SimpleNamespace(parallel_config=object())
+    monkeypatch.setattr(
+        AscendDSparkSpeculator, "attn_vllm_config", property(lambda self: self.vllm_config)
+    )
+    return spec
+
+
+@pytest.mark.parametrize("cls", [AscendDFlashSpeculator, AscendDSparkSpeculator])
+def test_dflash_family_capture_records_the_graphs_on_the_window_buffers(cls, monkeypatch):
+    window, seen = _dflash_window(), {}
+    if cls is AscendDSparkSpeculator:
+        spec = _dspark(window, monkeypatch)
+    else:
+        spec = _dflash_family(cls, window)
+    _recording_query_graphs(spec, seen)
+
+    spec.capture()
+
+    assert seen["input_buffers"] is window.input_buffers
+    assert seen["seq_lens"] is window.seq_lens
+    assert seen["block_tables"] is window.block_tables
+    window.path_check.capture_on.assert_called_once_with(f"{cls.__name__}.capture")
+    assert spec.input_buffers is window.input_buffers.base
+
+
+def test_dspark_mla_host_copy_of_the_lengths_is_windowed(monkeypatch):
+    window = _dflash_window()
+    spec = _dspark(window, monkeypatch)
+
+    seq_lens_cpu, _ = spec._prepare_draft_dcp_metadata_inputs(2, 4, QUERY_PER_REQ)
+
+    _assert_windowed(TARGET_LENS, seq_lens_cpu[:2])
+    assert int(seq_lens_cpu[0]) < TARGET_LENS[0]
+    assert seq_lens_cpu[2:].tolist() == [0, 0]
+    # The draft's own lengths are read, never written.
+    assert spec.input_buffers.seq_lens[:2].tolist() == TARGET_LENS
+
+
+def test_dspark_dcp_lengths_are_windowed(monkeypatch):
+    spec = _dspark(_dflash_window(), monkeypatch)
+    spec.use_dcp = True
+    spec.target_input_buffers = SimpleNamespace(seq_lens_cpu=object())
+    lengths = torch.tensor([*TARGET_LENS, 0, 0], dtype=torch.int32)
+    prepare = MagicMock(return_value=(lengths.clone(), torch.zeros(4, dtype=torch.bool)))
+    spec.dcp_manager = SimpleNamespace(prepare_draft_dcp_metadata_inputs=prepare)
+
+    seq_lens_cpu, _ = spec._prepare_draft_dcp_metadata_inputs(2, 4, QUERY_PER_REQ)
+
+    _assert_windowed(lengths, seq_lens_cpu)
+    assert int(seq_lens_cpu[0]) < TARGET_LENS[0]
+
+
+@pytest.mark.parametrize("architecture", ["MLA", "GQA", None])
+def test_dspark_build_attn_metadata_builds_through_the_window(monkeypatch, architecture):
+    window, seen = _dflash_window(), {}
+    spec = _dspark(window, monkeypatch, seen, architecture)
+    factory_seen = {}
+
+    def factory(*args, **kwargs):
+        factory_seen["seq_lens_cpu"] = kwargs["seq_lens_cpu"]
+        return nullcontext()
+
+    monkeypatch.setattr(dspark_module, "build_attn_metadata_wrapper", nullcontext)
+    monkeypatch.setattr(dspark_module, "build_attn_metadata_factory", factory)
+
+    _build(spec, step=QUERY_PER_REQ, query_per_req=QUERY_PER_REQ)
+
+    _assert_built_through_the_window(seen, window, QUERY_PER_REQ)
+    if architecture == "MLA":
+        # The exact host lengths handed to FIA are the device's windowed ones.
+        assert factory_seen["seq_lens_cpu"][:2].tolist() == seen["seq_lens_values"].tolist()
+
+
+def test_dspark_without_window_is_upstream(monkeypatch):
+    seen, captured = {}, {}
+    spec = _dspark(None, monkeypatch, seen)
+    _recording_query_graphs(spec, captured)
+    monkeypatch.setattr(dspark_module, "build_attn_metadata_wrapper", nullcontext)
+    monkeypatch.setattr(dspark_module, "build_attn_metadata_factory", lambda *a, **k: nullcontext())
+
+    seq_lens_cpu, _ = spec._prepare_draft_dcp_metadata_inputs(2, 4, QUERY_PER_REQ)
+    _build(spec, step=QUERY_PER_REQ, query_per_req=QUERY_PER_REQ)
+    spec.capture()
+
+    assert seq_lens_cpu.tolist() == [*TARGET_LENS, 0, 0]
+    assert seen["input_buffers"] is spec.input_buffers
+    assert seen["block_tables"] is spec.block_tables
+    assert seen["upper_bound_values"].tolist() == TARGET_LENS
+    assert captured["input_buffers"] is spec.input_buffers
+    assert captured["block_tables"] is spec.block_tables
+
+
+# ---- additional_config keys ----
+
+
+def _vllm_config(additional_config: dict, speculative: bool = False) -> VllmConfig:
+    """A bare config with the model metadata AscendConfig reads (as test_ascend_config.py)."""
+    with patch("vllm_ascend.platform.NPUPlatform.check_and_update_config"):
+        config = VllmConfig()
+    config.model_config = SimpleNamespace(
+        is_moe=False,
+        is_deepseek_mla=False,
+        use_mla=False,
+        enforce_eager=True,
+        architectures=[],
+        hf_text_config=SimpleNamespace(),
+        get_total_num_kv_heads=lambda: 0,
+        get_num_experts=lambda: 0,
+        get_hidden_size=lambda: 0,
+    )
+    if speculative:
+        config.speculative_config = SimpleNamespace(
+            method="eagle3", num_speculative_tokens=3, num_speculative_tokens_per_batch_size=None
+        )
+    config.additional_config = additional_config
+    return config
+
+
+@pytest.fixture
+def _clean_ascend_config():
+    yield
+    clear_ascend_config()
+
+
+@pytest.mark.usefixtures("_clean_ascend_config")
+def test_ascend_config_accepts_the_window_keys():
+    config = init_ascend_config(
+        _vllm_config(
+            {
+                "draft_window_size": 4096,
+                "draft_attention_sinks": 64,
+                "draft_window_min_context": "8192",
+            }
+        )
+    )
+
+    assert config.draft_window_size == 4096
+    assert config.draft_attention_sinks == 64
+    assert config.draft_window_min_context == 8192
+
+
+@pytest.mark.usefixtures("_clean_ascend_config")
+@pytest.mark.parametrize("key", ["draft_attention_sinks", "draft_window_min_context"])
+@pytest.mark.parametrize("value", [-1, "abc", True])
+def test_ascend_config_rejects_a_bad_window_key(key, value):
+    with pytest.raises(ValueError, match=key):
+        init_ascend_config(_vllm_config({"draft_window_size": 64, key: value}))
+
+
+@pytest.mark.usefixtures("_clean_ascend_config")
+@pytest.mark.parametrize("v2", [False, True])
+def test_attention_sinks_need_model_runner_v2(monkeypatch, v2):
+    config = _vllm_config({"draft_window_size": 64, "draft_attention_sinks": 32}, speculative=True)
+    # Read by VllmConfig.use_v2_model_runner (set once the config is built: MRV2 needs Triton).
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1" if v2 else "0")
+    assert config.use_v2_model_runner is v2
+
+    if v2:
+        assert init_ascend_config(config).draft_attention_sinks == 32
+    else:
+        with pytest.raises(ValueError, match="VLLM_USE_V2_MODEL_RUNNER"):
+            init_ascend_config(config)
