@@ -129,7 +129,7 @@ def test_a_subclass_building_without_super_is_stopped_with_its_path(model_dir, m
     assert message.startswith(
         "draft window not in the path: OwnBuildDSpark's draft attention "
         "builder for KV-cache group 1 got metadata (build) outside the "
-        "window's hooks, called from "
+        "window's calls, called from "
     )
     assert "OwnBuildDSpark._build_attn_metadata" in message
     assert "DraftModelSpeculator._build_uniform_attn_metadata" in message
@@ -157,7 +157,7 @@ def test_a_vllm_that_stops_forwarding_the_uniform_build_is_stopped(model_dir, mo
     wired = wire_class(DSparkSpeculator, model_dir)
     with pytest.raises(
         WindowNotInPathError,
-        match=r"outside the window's hooks, called from "
+        match=r"outside the window's calls, called from "
         r".*_build_uniform_attn_metadata",
     ):
         build(wired)
@@ -184,7 +184,7 @@ def test_a_capture_that_bypasses_the_hook_is_stopped_with_its_path(model_dir, mo
     with pytest.raises(WindowNotInPathError) as error:
         wired.speculator.capture()
     message = str(error.value)
-    assert "(build_for_cudagraph_capture) outside the window's hooks" in message
+    assert "(build_for_cudagraph_capture) outside the window's calls" in message
     assert "OwnCaptureDFlash.capture" in message
 
 
@@ -229,7 +229,7 @@ def test_host_lengths_past_the_window_are_stopped(model_dir, monkeypatch):
     with pytest.raises(WindowNotInPathError) as error:
         build(wired)
     message = str(error.value)
-    assert f"(build) under the window's hooks {BUILD_PATH}, and " in message
+    assert f"(build) under the window's calls {BUILD_PATH}, and " in message
     # Alignment lcm(16, 32, 16) = 32: at most 64 + 32 - 1 tokens; the longest context is 2000.
     assert "seq_lens_cpu_upper_bound reaches 2000, past the window's 95" in message
 

@@ -201,7 +201,7 @@ def test_a_capture_that_goes_around_the_build_hook_stops_start_up_naming_the_pat
         if IN_TREE
         else "AscendAutoRegressiveSpeculator.capture -> AutoRegressiveAclGraphManager.capture"
     )
-    path = f"under the window's hooks {decode}, and its device seq_lens is not the window's"
+    path = f"under the window's calls {decode}, and its device seq_lens is not the window's"
     with acl_graphs_on_cpu(monkeypatch, kernel), pytest.raises(WindowNotInPathError) as error:
         capture(s, mode)
     assert path in str(error.value)

@@ -375,7 +375,7 @@ def test_a_build_handed_vllm_ascends_unwindowed_host_mirror_is_stopped(model_dir
     with pytest.raises(WindowNotInPathError) as error:
         build(d, 1)
     message = str(error.value)
-    assert f"under the window's hooks {draft_build_path(d.s)}" in message
+    assert f"under the window's calls {draft_build_path(d.s)}" in message
     # 0.30 keeps the mirror itself as the built seq_lens; 0.29 a copy, whose list then reaches
     # past the window.
     assert (

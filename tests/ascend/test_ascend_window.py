@@ -211,7 +211,7 @@ def test_fia_lengths_that_escape_the_window_are_stopped_with_the_path(model_dir,
     with pytest.raises(WindowNotInPathError) as error:
         per_propose_build(s)
     message = str(error.value)
-    assert f"under the window's hooks {draft_build_path(s)}" in message
+    assert f"under the window's calls {draft_build_path(s)}" in message
     assert "the built metadata's seq_lens is not the window's windowed seq_lens" in message
     assert "the built seq_lens_list reaches 2000, past the window's 255" in message
 

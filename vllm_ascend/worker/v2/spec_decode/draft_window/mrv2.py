@@ -78,7 +78,8 @@ class Mrv2DraftWindow:
             input_buffers, self.seq_lens, host_mirror, self.seq_lens_cpu
         )
         self.block_tables = BlockTablesView(block_tables, self.windows)
-        # The window's hooks running now, outermost first: a build's path (path_check.py).
+        # The window's calls running now (hooks or explicit calls), outermost first: a
+        # build's path (path_check.py).
         self.path: list[str] = []
         # The speculator's attention groups split by the plan: an eager build runs vLLM's
         # own build once over each (None while every draft group is windowed).

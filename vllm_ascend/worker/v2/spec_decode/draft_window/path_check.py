@@ -275,13 +275,13 @@ class PathCheck:
     def _error(self, name: str, g: int, problems: list[str]) -> WindowNotInPathError:
         owner = type(self.speculator).__name__
         if self.window.path:
-            where = "under the window's hooks " + " -> ".join(self.window.path)
+            where = "under the window's calls " + " -> ".join(self.window.path)
         else:
-            where = "outside the window's hooks, called from " + self._callers()
+            where = "outside the window's calls, called from " + self._callers()
         return not_in_path(
             f"{owner}'s draft attention builder for KV-cache group {g} got metadata ({name}) "
             f"{where}, and " + "; ".join(problems) + ". The draft would read outside its "
-            "window. A method on that path overrides a hooked vLLM method without calling "
+            "window. A method on that path overrides one that calls the window without calling "
             "super(), or bypasses it"
         )
 
