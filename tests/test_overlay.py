@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""The wheel only adds files under draft_window/: installed beside vllm-ascend it never
-replaces one of vllm-ascend's files."""
+"""The wheel only adds files, under draft_window/ and one Triton kernel module beside
+vllm-ascend's own: installed beside vllm-ascend it never replaces one of vllm-ascend's files."""
 
 import subprocess
 import sys
@@ -12,11 +12,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "vllm_ascend/worker/v2/spec_decode/draft_window/"
+# The refresh kernel, where vllm-ascend keeps its Model Runner V2 spec-decode kernels.
+KERNEL = "vllm_ascend/ops/triton/v2/spec_decode/draft_window_refresh.py"
 PARENTS = [
     "vllm_ascend",
     "vllm_ascend/worker",
     "vllm_ascend/worker/v2",
     "vllm_ascend/worker/v2/spec_decode",
+    "vllm_ascend/ops",
+    "vllm_ascend/ops/triton",
+    "vllm_ascend/ops/triton/v2",
+    "vllm_ascend/ops/triton/v2/spec_decode",
 ]
 
 
@@ -47,9 +53,9 @@ def test_parent_folders_have_no_init_file():
 
 # What a server runs, and nothing else: the settings, the window arithmetic, the group and
 # refusal policy, the window, the hooks (one room per speculator family), the path check, the
-# fused kernel and its start-up check, the supported releases, the plugin. The inspector, the
-# GPU check and the CPU test bed live in tools/ and tests/; a module added here is a
-# deliberate change to what a host installs.
+# fused refresh and its start-up check (its kernel: KERNEL), the supported releases, the
+# plugin. The inspector, the GPU check and the CPU test bed live in tools/ and tests/; a
+# module added here is a deliberate change to what a host installs.
 SERVING_MODULES = {
     "__init__.py",
     "backends.py",
@@ -57,7 +63,6 @@ SERVING_MODULES = {
     "dcp.py",
     "fused.py",
     "fused_check.py",
-    "fused_kernel.py",
     "groups.py",
     "install.py",
     "log.py",
@@ -99,14 +104,14 @@ def test_the_wheel_ships_only_what_a_server_runs(wheel):
         assert not [n for n in shipped if tool in n], tool
 
 
-def test_wheel_installs_only_the_draft_window_package_and_declares_the_entry_point(wheel):
+def test_wheel_installs_only_the_draft_window_package_its_kernel_and_the_entry_point(wheel):
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         dist_info = {n.split("/")[0] for n in names if ".dist-info/" in n}
         assert len(dist_info) == 1
         (dist_info,) = dist_info
         outside = [n for n in names if not n.startswith((PACKAGE, dist_info + "/"))]
-        assert outside == []
+        assert outside == [KERNEL]
         assert PACKAGE + "__init__.py" in names
         assert PACKAGE + "window.py" in names
         entry_points = zf.read(f"{dist_info}/entry_points.txt").decode()

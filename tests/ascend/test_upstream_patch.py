@@ -63,8 +63,12 @@ def test_the_patch_touches_the_call_site_files_and_adds_only_new_ones(made):
     assert changed == set(upstream.CHANGED)
     package = str(upstream.PACKAGE)
     assert {p for p in new if not p.startswith(f"{package}/")} == {
-        "tests/ut/spec_decode/test_draft_window.py"
+        "tests/ut/spec_decode/test_draft_window.py",
+        # beside vllm-ascend's own Model Runner V2 spec-decode kernels, which it already has
+        str(upstream.KERNEL),
     }
+    assert (upstream.PRISTINE / upstream.KERNEL.parent / "prepare_dflash_inputs.py").is_file()
+    assert not (upstream.PRISTINE / upstream.KERNEL).exists()
     # Nothing of the overlay's: no plugin, hook installer, patch-by-identity or wrappers.
     shipped = {p.removeprefix(f"{package}/") for p in new if p.startswith(package)}
     assert not {p for p in shipped if p.split("/")[0] in upstream.OVERLAY_ONLY}

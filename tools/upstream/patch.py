@@ -15,6 +15,8 @@ HERE = Path(__file__).resolve().parent / f"vllm-ascend-{RELEASE}"
 # The pristine source distribution `make setup` fetches (sha256-pinned) and unpacks.
 PRISTINE = ROOT / ".cache" / f"vllm-ascend-{RELEASE}" / f"vllm_ascend-{RELEASE}"
 PACKAGE = Path("vllm_ascend/worker/v2/spec_decode/draft_window")
+# The window's Triton refresh, beside vllm-ascend's Model Runner V2 spec-decode kernels.
+KERNEL = Path("vllm_ascend/ops/triton/v2/spec_decode/draft_window_refresh.py")
 # What only the overlay needs: the entry point, the hook installer, patch-by-identity, and
 # the wrappers (inside vllm-ascend the speculators call the package's functions).
 OVERLAY_ONLY = ("plugin.py", "install.py", "patches.py", "hooks")
@@ -30,8 +32,8 @@ OUT = ROOT / "dist" / f"vllm-ascend-{RELEASE}-draft-window.patch"
 
 def new_files() -> dict[Path, Path]:
     """The patch's new files (path in vllm-ascend's tree -> source here): the package's
-    serving modules, less the overlay's, and the patch's own unit tests."""
-    files = {}
+    serving modules, less the overlay's, its Triton kernel, and the patch's own unit tests."""
+    files = {KERNEL: ROOT / KERNEL}
     for source in sorted((ROOT / PACKAGE).rglob("*.py")):
         relative = source.relative_to(ROOT / PACKAGE)
         if relative.parts[0] in OVERLAY_ONLY:

@@ -39,9 +39,11 @@ def _kernel() -> Any:
     """The Triton kernel, compiled on first use: this module imports without Triton."""
     global _KERNEL
     if _KERNEL is None:
-        from vllm_ascend.worker.v2.spec_decode.draft_window.fused_kernel import refresh_kernel
+        from vllm_ascend.ops.triton.v2.spec_decode.draft_window_refresh import (
+            draft_window_refresh_kernel,
+        )
 
-        _KERNEL = refresh_kernel
+        _KERNEL = draft_window_refresh_kernel
     return _KERNEL
 
 

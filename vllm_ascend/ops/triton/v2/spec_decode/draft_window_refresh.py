@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""The one-launch window refresh as a Triton kernel (``fused.py`` launches it): one program
-per (request row, KV-cache group) computes the row's windowed length and skip (window.py's
+"""The draft KV window's one-launch refresh as a Triton kernel, beside vllm-ascend's other
+Model Runner V2 spec-decode kernels (``draft_window/fused.py`` launches it): one program per
+(request row, KV-cache group) computes the row's windowed length and skip (``window.py``'s
 arithmetic) and writes the group's cropped table row. Imported only where Triton is."""
 
 import triton
@@ -9,7 +10,7 @@ import triton.language as tl
 
 
 @triton.jit
-def refresh_kernel(
+def draft_window_refresh_kernel(
     src_lens_ptr,  # [n] int32: the lengths windowed (the draft's own, or a prefill's)
     actual_ptr,  # [n] int32: the target's lengths the actual lengths start from (ACTUAL)
     qsl_ptr,  # [n + 1] int32: query_start_loc of a multi-token pass (QUERY)
