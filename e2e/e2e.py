@@ -40,6 +40,7 @@ import argparse
 import base64
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -216,18 +217,43 @@ class Run:
     min_context: int = 0
 
 
+# Asks the host's vLLM (this interpreter's) whether it still has Model Runner V1.
+V1_PROBE = (
+    "from vllm import envs; "
+    "print('VLLM_USE_V2_MODEL_RUNNER' in getattr(envs, 'environment_variables', {}))"
+)
+
+
+@functools.cache
+def host_has_model_runner_v1() -> bool:
+    """Whether the host's vLLM still has Model Runner V1 and ``VLLM_USE_V2_MODEL_RUNNER``:
+    vLLM 0.34 removed both (it refuses the variable unless 1, and warns that 1 is
+    redundant), so there every run is Model Runner V2 with nothing to set. Before vLLM is
+    importable (a dry run on a bare host), the releases that have V1 are assumed."""
+    probe = subprocess.run([sys.executable, "-c", V1_PROBE], capture_output=True, text=True)
+    return probe.returncode != 0 or probe.stdout.strip() != "False"
+
+
+def shell_line(env: dict[str, str], cmd: list[str]) -> str:
+    """A command with its environment, as a shell would show it."""
+    return " ".join([*(f"{k}={v}" for k, v in env.items()), shlex.join(cmd)])
+
+
 def runs(scenario: Scenario, device: str) -> list[Run]:
     out = [
         Run("v2_window", True, scenario.window, scenario.sinks, scenario.min_context),
         Run("v2_no_window", True, None),
     ]
-    if device == "ascend":
+    # vllm-ascend's own Model Runner V1 window: the floor V2's is compared with.
+    if device == "ascend" and host_has_model_runner_v1():
         out.append(Run("v1_window", False, scenario.window))
     return out
 
 
 def serve_command(scenario: Scenario, run: Run, port: int) -> tuple[dict[str, str], list[str]]:
-    env = {"VLLM_USE_V2_MODEL_RUNNER": "1" if run.v2 else "0"}
+    env = {}
+    if host_has_model_runner_v1():
+        env["VLLM_USE_V2_MODEL_RUNNER"] = "1" if run.v2 else "0"
     spec = {
         "method": scenario.method,
         "model": scenario.draft,
@@ -324,7 +350,7 @@ def plan(scenario: Scenario, device: str, port: int) -> list[str]:
     lines.append(PAIRING_LINE.format(method=scenario.method))
     for run in runs(scenario, device):
         env, cmd = serve_command(scenario, run, port)
-        lines.append(" ".join(f"{k}={v}" for k, v in env.items()) + " " + shlex.join(cmd))
+        lines.append(shell_line(env, cmd))
         lines.append(f"curl -sf http://127.0.0.1:{port}/health  # until healthy")
         _, more, short = prompts(scenario)
         endpoint = "completions" if scenario.token_prompts else "chat/completions"
@@ -549,7 +575,7 @@ def run_scenario(
     for run in runs(scenario, device):
         env, cmd = serve_command(scenario, run, port)
         print(
-            f"[e2e] {run.name}: {' '.join(f'{k}={v}' for k, v in env.items())} {shlex.join(cmd)}",
+            f"[e2e] {run.name}: {shell_line(env, cmd)}",
             flush=True,
         )
         with Server(env, cmd, out_dir / f"{run.name}.log", port) as server:
@@ -663,7 +689,7 @@ def study_plan(
     url = f"http://127.0.0.1:{port}"
     for run in runs(served, device):
         env, cmd = serve_command(served, run, port)
-        lines.append(" ".join(f"{k}={v}" for k, v in env.items()) + " " + shlex.join(cmd))
+        lines.append(shell_line(env, cmd))
         lines.append(f"curl -sf {url}/health  # until healthy")
         for ctx in settings.contexts:
             prompts_ = study.build_prompts(ctx, settings.prompts_per_context, counter, text)

@@ -36,6 +36,30 @@ from tests.testbed.mrv1_adapter import load_mrv1_adapter_module  # noqa: E402
 collect_ignore = ["ascend"]
 
 
+def pytest_collection_modifyitems(config, items):
+    """A test of what one vLLM line has and another lacks (its runner choice, a hooked
+    method) runs on the lines that have it, and is deselected on the others: the release
+    table of the installed vLLM says which."""
+    from tests.testbed.vllm_line import RELEASE
+
+    hooked = {hook.method for hook in RELEASE.hooks}
+    applies = {
+        "model_runner_v1": lambda marker: RELEASE.model_runner_v1,
+        "without_model_runner_v1": lambda marker: not RELEASE.model_runner_v1,
+        "hooks": lambda marker: set(marker.args) <= hooked,
+        "release": lambda marker: RELEASE.name in marker.args,
+    }
+    keep, drop = [], []
+    for item in items:
+        ok = all(
+            applies[marker.name](marker) for marker in item.iter_markers() if marker.name in applies
+        )
+        (keep if ok else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 @pytest.fixture
 def one_group_batch() -> Mrv2Batch:
     """Real InputBuffers and BlockTables, one KV-cache group of 16-token blocks."""

@@ -5,6 +5,8 @@ serves, driven through their real builders on CPU, read exactly the window; the 
 builders take the window's host bound as an exact length are refused by name at start-up,
 and the path check stops such a build if one is served anyway."""
 
+import re
+
 import pytest
 import torch
 from vllm.config.compilation import CUDAGraphMode
@@ -32,6 +34,7 @@ from tests.testbed.dflash import (
 from tests.testbed.speculators import (
     GroupLayout,
 )
+from tests.testbed.vllm_line import RELEASE
 from vllm_ascend.worker.v2.spec_decode.draft_window import policy
 from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import WindowNotInPathError
 
@@ -128,7 +131,7 @@ def test_mla_backends_that_take_the_bound_as_exact_are_refused_by_name(
 ):
     name = backend.__name__
     with refused(
-        rf"draft_window_size=64 is not supported on vLLM 0.33.x for {method} with "
+        rf"draft_window_size=64 is not supported on {re.escape(RELEASE.name)} for {method} with "
         rf"group 0 \(MLAAttentionSpec, block size 16\) on attention backend {name}: "
         rf"{why}.* \(supported for {method} on this release: .*\)\. Use one of those "
         rf"attention backends, or remove draft_window_size\."

@@ -270,17 +270,19 @@ def replay_full_decode(e, monkeypatch) -> list[dict]:
     from tests.testbed.buffers import (
         fill_input_block_tables,
     )
-    from tests.testbed.eagle import prepare_decode, update_inputs
+    from tests.testbed.eagle import DRAFT_STEP, prepare_decode, update_inputs
     from tests.testbed.graphs import cuda_graphs_on_cpu
 
     s, n = e.s, e.batch.num_reqs
     assert not s.supports_decode_metadata_update
     cuda_graphs_on_cpu(monkeypatch)
     compilation = s.vllm_config.compilation_config
-    monkeypatch.setattr(compilation, "cudagraph_capture_sizes", [MAX_NUM_REQS])
-    monkeypatch.setattr(compilation, "max_cudagraph_capture_size", MAX_NUM_REQS)
+    graphs.set_capture_sizes(monkeypatch, compilation, (MAX_NUM_REQS,), (1,))
     speculative = SimpleNamespace(
-        num_speculative_tokens=NUM_SPEC, uses_dynamic_speculative_decoding=lambda: False
+        num_speculative_tokens=NUM_SPEC,
+        uses_dynamic_speculative_decoding=lambda: False,
+        method="eagle3",
+        use_multi_module_mtp=lambda: False,
     )
     s.speculative_config = speculative
     monkeypatch.setattr(s.vllm_config, "speculative_config", speculative)
@@ -300,9 +302,11 @@ def replay_full_decode(e, monkeypatch) -> list[dict]:
             )
         update_inputs(e, NUM_SPEC)
 
-    s._generate_draft = generate_draft
+    setattr(s, DRAFT_STEP, generate_draft)
     s.capture()
-    (desc,) = list(s.decode_cudagraph_manager.graphs)
+    # vLLM 0.34 captures its own grid of request counts for draft decodes: the one of
+    # MAX_NUM_REQS, as configured on 0.33.
+    (desc,) = [d for d in s.decode_cudagraph_manager.graphs if d.num_reqs == MAX_NUM_REQS]
     fill_input_block_tables(e.batch)
     s.idx_mapping[:n] = torch.from_numpy(e.batch.idx_mapping)
     s.idx_mapping[n:] = -1

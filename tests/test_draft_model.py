@@ -1,20 +1,22 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""Draft models (method ``draft_model``, vLLM 0.33's ``StandaloneARSpeculator``): a separate
+"""Draft models (method ``draft_model``, vLLM's ``StandaloneARSpeculator``): a separate
 small LM with a KV cache of its own, started as a server starts it (``startup.py``: its own
 ``__init__``, ``set_attn`` through the window's hook, ``init_cudagraph_manager`` and
-``capture``, which it leaves eager), then a target verify step and its own ``propose``: a
+``capture``, eager here), then a target verify step and its own ``propose``: a
 prefill over the target's batch and one correction token per request, built through
 ``_build_attn_metadata`` with its own slot mappings, then a decode step per further draft
-token through ``_build_uniform_attn_metadata``. Every attention launch it makes must read
-exactly its window, against dense attention over the window and vLLM's Triton kernel, and
-its KV writes must stay where they are without the window."""
+token through ``_build_uniform_attn_metadata`` (on vLLM 0.34 built once, then updated in
+place at each step). Every attention launch it makes must read exactly its window, against
+dense attention over the window and vLLM's Triton kernel, and its KV writes must stay where
+they are without the window."""
 
 import pytest
 import torch
 from vllm.config.compilation import CUDAGraphMode
 from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
+from tests.testbed import graphs
 from tests.testbed.backends import wire_mla
 from tests.testbed.reference import (
     assert_kernel_reads,
@@ -25,10 +27,13 @@ from tests.testbed.startup import (
     BLOCK,
     assert_launch_reads,
     capture,
+    draft_model_decode_paths,
+    draft_model_is_autoregressive,
     propose,
     started,
     verify_step,
 )
+from tests.testbed.vllm_line import RELEASE
 
 pytestmark = pytest.mark.usefixtures("window_hooks")
 BUILD_PATH = DraftModelSpeculator._build_attn_metadata.__qualname__
@@ -86,11 +91,11 @@ def test_prefill_and_every_decode_step_read_exactly_the_window(setting, drafts, 
     window = st.s.draft_window
     assert window is not None
     assert_launches_read_their_windows(st, t, window.spec)
-    # Both paths went through the path check: the prefill (its own slot mappings, the wider
-    # tables) and the decode steps.
+    # Every path went through the path check: the prefill (its own slot mappings, the wider
+    # tables) and the decode steps (on vLLM 0.34 their in-place updates too).
     assert {path for path, _, _ in window.path_check.checked} == {
         (f"{BUILD_PATH} (over query chunks)",),
-        (BUILD_PATH,),
+        *draft_model_decode_paths(),
     }
 
 
@@ -98,6 +103,33 @@ def test_without_the_window_every_launch_reads_the_whole_context(drafts, monkeyp
     st, t = run(drafts, {}, monkeypatch)
     assert st.s.draft_window is None
     assert_launches_read_their_windows(st, t, None)
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [CUDAGraphMode.FULL_DECODE_ONLY, CUDAGraphMode.FULL, CUDAGraphMode.FULL_AND_PIECEWISE],
+    ids=str,
+)
+def test_with_graphs_on_every_launch_of_a_propose_reads_exactly_the_window(
+    mode, drafts, monkeypatch
+):
+    """Started with graphs on and captured as a server does (vLLM 0.34 captures a draft
+    model's decode steps, and its prefill without FULL graphs under the window; 0.33 runs it
+    eagerly): every launch of the propose after the capture, replayed or not, reads exactly
+    its window. On 0.34 the 7 requests replay the decode graph captured for 8."""
+    graphs.cuda_graphs_on_cpu(monkeypatch)
+    st = started(drafts, "draft_model", NUM_SPEC, mode, SETTINGS["sinks"], monkeypatch)
+    capture(st.s, mode)
+    num_captured = len(st.model.launches)
+    t = verify_step(st, [40, 64, 79, 80, 81, 300, 900])
+    propose(st.s, t)
+    launches = st.model.launches[num_captured:]
+    reads = expected_reads(t)
+    assert len(launches) == len(reads) == NUM_SPEC
+    replayed = [launch.replayed_in is not None for launch in launches]
+    assert replayed == [False] + [draft_model_is_autoregressive()] * (NUM_SPEC - 1)
+    for launch, (ends, queries) in zip(launches, reads, strict=True):
+        assert_launch_reads(t, launch, ends, queries, st.s.draft_window.spec)
 
 
 def test_a_prompt_chunk_longer_than_the_window_is_kept_whole(drafts, monkeypatch):
@@ -162,7 +194,7 @@ def test_a_draft_model_on_an_mla_backend_is_refused_by_name(mla_dir, monkeypatch
         wire_mla(mla_dir, "draft_model", TritonMLABackend, monkeypatch)
     message = str(error.value)
     assert message.startswith(
-        "draft_window_size=64 is not supported on vLLM 0.33.x for draft_model with group 0 "
+        f"draft_window_size=64 is not supported on {RELEASE.name} for draft_model with group 0 "
     )
     assert "on attention backend TritonMLABackend: vLLM's draft-model prefill hands" in message
     assert "(supported for draft_model on this release: FlashAttentionBackend, " in message

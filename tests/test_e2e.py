@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+# The same code on every vLLM line: run once, in .venv (design/testing.md).
+pytestmark = pytest.mark.release_independent
+
 ROOT = Path(__file__).resolve().parent.parent
 spec = importlib.util.spec_from_file_location("e2e_harness", ROOT / "e2e" / "e2e.py")
 e2e = importlib.util.module_from_spec(spec)
@@ -60,6 +63,25 @@ def test_default_plan_installs_then_runs_v2_with_and_without_the_window_and_v1(c
     assert sum("kill -INT" in line for line in lines) == 3
     assert sum("/metrics" in line for line in lines) == 9
     assert any("the golden prompt, longer than W=512" in line for line in lines)
+
+
+def test_the_host_vllm_says_whether_it_still_has_model_runner_v1():
+    """Asked of the host's vLLM (here 0.33.0, which has V1)."""
+    e2e.host_has_model_runner_v1.cache_clear()
+    assert e2e.host_has_model_runner_v1()
+
+
+@pytest.mark.parametrize("device", ["ascend", "cuda"])
+def test_without_model_runner_v1_every_run_is_v2_with_nothing_to_set(device, capsys, monkeypatch):
+    """On a vLLM without Model Runner V1 (0.34) no run sets VLLM_USE_V2_MODEL_RUNNER (0.34
+    refuses it unless 1 and warns it is redundant) and there is no V1 run to compare with."""
+    monkeypatch.setattr(e2e, "host_has_model_runner_v1", lambda: False)
+    lines = plan_lines(capsys, ["--dry-run", "--device", device], monkeypatch)
+    v2_window, v2_plain = serve_lines(lines)
+    assert v2_window.startswith(f"{sys.executable} -m vllm.entrypoints.cli.main serve ")
+    assert "draft_window_size" in v2_window and "--additional-config" not in v2_plain
+    assert not any("VLLM_USE_V2_MODEL_RUNNER" in line for line in lines)
+    assert sum("kill -INT" in line for line in lines) == 2
 
 
 def test_sinks_go_to_the_v2_window_run_only_and_have_their_own_golden(capsys, monkeypatch):
@@ -299,8 +321,10 @@ def test_server_is_stopped_and_leaves_no_process(tmp_path):
 
 def test_the_host_pairing_is_checked_against_the_supported_lines_before_any_server(capsys):
     """The probe runs in the host's Python (here the test environment, vLLM 0.33.0)."""
+    from vllm_ascend.worker.v2.spec_decode.draft_window import releases
+
     e2e.check_pairing("eagle3")
-    assert "host: vLLM 0.33.0, vllm-ascend not installed; supported: vLLM 0.33.x" in (
+    assert f"host: vLLM 0.33.0, vllm-ascend not installed; supported: {releases.SUPPORTED}" in (
         capsys.readouterr().out
     )
     with pytest.raises(

@@ -19,6 +19,9 @@ import study  # noqa: E402
 
 import e2e  # noqa: E402
 
+# The same code on every vLLM line: run once, in .venv (design/testing.md).
+pytestmark = pytest.mark.release_independent
+
 STUDY_ENV = (
     *("E2E_SCENARIO", "DEVICE", "DRY_RUN", "TARGET_MODEL", "DRAFT_MODEL", "TP", "SINKS"),
     *("MIN_CONTEXT", "DCP", "DCP_INTERLEAVE"),

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""The ground this project stands on: vLLM 0.33.0's Model Runner V2 as installed.
+"""The ground this project stands on: vLLM's Model Runner V2 as installed (0.33.0 in .venv,
+0.34.0 in .venv-034).
 
 These fail loudly when a vLLM upgrade moves something the window relies on.
 """
@@ -21,12 +22,14 @@ from vllm.v1.worker.gpu.spec_decode.mtp.speculator import MTPSpeculator
 from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
 from tests.testbed.buffers import Mrv2Batch
+from tests.testbed.vllm_line import RELEASE
 
 SPECULATORS = [DFlashSpeculator, DSparkSpeculator, EagleSpeculator, MTPSpeculator]
 
 
-def test_vllm_is_0_33_0():
-    assert vllm.__version__.startswith("0.33.0"), vllm.__version__
+def test_vllm_is_the_release_the_environment_is_built_for():
+    expected = {"vLLM 0.33.x": "0.33.0", "vLLM 0.34.x": "0.34.0"}[RELEASE.name]
+    assert vllm.__version__ == expected, vllm.__version__
 
 
 @pytest.mark.parametrize("cls", SPECULATORS, ids=lambda c: c.__name__)
@@ -98,7 +101,8 @@ def test_uniform_build_forwards_to_build_attn_metadata():
 
 
 def test_block_table_columns_are_kv_cache_manager_blocks():
-    """0.33.0 keeps one block size per group and no kernel block sizes in BlockTables."""
+    """0.33.0 (and 0.34.0, whose block_table.py is the same file) keep one block size per
+    group and no kernel block sizes in BlockTables."""
     params = inspect.signature(BlockTables.__init__).parameters
     assert "block_sizes" in params and "kernel_block_sizes" not in params
 

@@ -26,6 +26,9 @@ from vllm_ascend.worker.v2.spec_decode.draft_window import fused, fused_check
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
 from vllm_ascend.worker.v2.spec_decode.draft_window.plan import ActualSeqLens, Plan
 
+# The same code on every vLLM line: run once, in .venv (design/testing.md).
+pytestmark = pytest.mark.release_independent
+
 CASES = 24
 
 

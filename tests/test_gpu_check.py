@@ -19,6 +19,9 @@ from tools.gpu_check import cli as gpu_check
 from tools.gpu_check import measure as gpu_measure
 from vllm_ascend.worker.v2.spec_decode.draft_window import fused
 
+# The same code on every vLLM line: run once, in .venv (design/testing.md).
+pytestmark = pytest.mark.release_independent
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

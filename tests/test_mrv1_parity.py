@@ -19,6 +19,9 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
     window_seq_lens,
 )
 
+# The same code on every vLLM line: run once, in .venv (design/testing.md).
+pytestmark = pytest.mark.release_independent
+
 HOST_MIRRORS = ("seq_lens_cpu", "_seq_lens_cpu", "parallel_draft_seq_lens_cpu")
 
 

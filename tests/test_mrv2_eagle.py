@@ -19,6 +19,8 @@ from tests.testbed.buffers import (
     fill_input_block_tables,
 )
 from tests.testbed.eagle import (
+    DRAFT_STEP,
+    FUSED_DECODE,
     LAYOUTS,
     MAX_MODEL_LEN,
     MAX_NUM_REQS,
@@ -184,6 +186,7 @@ def test_draft_prefill_reads_the_window_and_leaves_the_target_metadata_alone(
         assert dummy.data_ptr() == window.windows[g].block_table.data_ptr()
 
 
+@pytest.mark.hooks("propose", "_prefill")
 def test_propose_hands_the_target_batch_to_the_prefill_and_forgets_it(model_dir, monkeypatch):
     import vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator as ar_module
 
@@ -224,6 +227,69 @@ def test_propose_hands_the_target_batch_to_the_prefill_and_forgets_it(model_dir,
         )
     assert seen == [e.input_batch]
     assert propose_state(e.s).prefill_batch is None
+
+
+@pytest.mark.hooks("_build_drafter_attn_metadata")
+def test_propose_hands_the_draft_prefill_the_window_through_vllms_own_method(
+    model_dir, monkeypatch
+):
+    """vLLM 0.34's ``propose`` takes the draft prefill's metadata from
+    ``_build_drafter_attn_metadata`` (the window's one hook of the EAGLE prefill): run for
+    real up to the draft prefill (its input kernel interpreted), the prefill gets the
+    window's metadata for the draft layers and the target's own for the target's, and
+    vLLM's slot mappings."""
+    e = setup_eagle(model_dir, monkeypatch, 3, LAYOUTS["one_group"])
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def prefill(self, num_reqs, num_tokens, attn_metadata, slot_mappings, *args, **kwargs):
+        seen.append((attn_metadata, slot_mappings))
+        raise Stop
+
+    monkeypatch.setattr(EagleSpeculator, "_prefill", prefill, raising=False)
+    s, n = e.s, e.batch.num_reqs
+    s.temperature = torch.zeros(MAX_NUM_REQS)
+    s.seeds = torch.zeros(MAX_NUM_REQS, dtype=torch.int64)
+    s.method = "eagle"
+    s.hidden_states = torch.zeros(e.batch.num_tokens + 8, 4)
+    s.model = SimpleNamespace()
+    s.eplb_state = None
+    s.prefill_cudagraph_manager = None  # eager (is_profile below)
+    s.dp_size, s.dp_rank = 1, 0
+    zeros = torch.zeros(n, dtype=torch.int64)
+    target_slot_mappings = {"target.0": torch.zeros(1), "draft.0": torch.zeros(1)}
+    with pytest.raises(Stop):
+        s.propose(
+            e.input_batch,
+            e.target_metadata,
+            target_slot_mappings,
+            torch.zeros(e.batch.num_tokens, 4),
+            None,
+            zeros,
+            zeros,
+            torch.zeros(MAX_NUM_REQS, dtype=torch.int64),
+            torch.zeros(MAX_NUM_REQS, dtype=torch.int32),
+            s.temperature,
+            s.seeds,
+            is_profile=True,  # no prefill graph manager on a wired speculator: eager
+        )
+    ((metadata, slot_mappings),) = seen
+    assert slot_mappings is target_slot_mappings
+    assert metadata["target.0"] is e.target_metadata["target.0"]
+    draft = metadata["draft.0"]
+    assert draft is not e.target_metadata["draft.0"]
+    window = s.draft_window
+    assert draft.seq_lens.data_ptr() == window.seq_lens.data_ptr()
+    assert draft.block_table.data_ptr() == window.chunk_windows[0].block_table.data_ptr()
+    spec = window.spec
+    query_lens = np.diff(e.batch.query_start_loc_np)
+    for i, length in enumerate(e.batch.seq_lens.tolist()):
+        read, q_len = int(draft.seq_lens[i]), int(query_lens[i])
+        assert min(length, W) <= read <= max(W, q_len) + spec.alignment - 1
+        start = positions_read(length, read, 0)[0]
+        assert start % spec.alignment == 0 and start <= length - q_len
 
 
 @pytest.mark.parametrize("num_spec", [2, 3, 4, 7])
@@ -302,11 +368,13 @@ def test_full_graphs_prefill_runs_without_them_and_decode_graphs_read_the_window
     s.supports_decode_metadata_update = True
     cuda_graphs_on_cpu(monkeypatch)
     compilation = s.vllm_config.compilation_config
-    monkeypatch.setattr(compilation, "cudagraph_capture_sizes", [4, MAX_NUM_REQS])
-    monkeypatch.setattr(compilation, "max_cudagraph_capture_size", MAX_NUM_REQS)
+    graphs.set_capture_sizes(monkeypatch, compilation, (4, MAX_NUM_REQS), (1,))
     # No speculative config in the tiny VllmConfig: a fixed number of speculative tokens.
     speculative = SimpleNamespace(
-        num_speculative_tokens=num_spec, uses_dynamic_speculative_decoding=lambda: False
+        num_speculative_tokens=num_spec,
+        uses_dynamic_speculative_decoding=lambda: False,
+        method="eagle3",
+        use_multi_module_mtp=lambda: False,
     )
     s.speculative_config = speculative
     monkeypatch.setattr(s.vllm_config, "speculative_config", speculative)
@@ -330,7 +398,7 @@ def test_full_graphs_prefill_runs_without_them_and_decode_graphs_read_the_window
             )
         update_inputs(e, num_spec)
 
-    s._generate_draft = generate_draft
+    setattr(s, DRAFT_STEP, generate_draft)
     s.capture()
     manager = s.decode_cudagraph_manager
     (desc,) = [d for d in manager.graphs if d.num_reqs == MAX_NUM_REQS]
@@ -343,9 +411,7 @@ def test_full_graphs_prefill_runs_without_them_and_decode_graphs_read_the_window
     s.idx_mapping[:n] = torch.from_numpy(e.batch.idx_mapping)
     s.idx_mapping[n:] = -1
     prepare_decode(e)
-    s._fused_multi_step_decode(
-        n, False, desc, None, e.input_batch.seq_lens_cpu_upper_bound, num_spec
-    )
+    getattr(s, FUSED_DECODE)(n, False, desc, None, e.input_batch.seq_lens_cpu_upper_bound, num_spec)
     assert len(steps) == num_spec - 1
     window = s.draft_window
     for record_ in steps:
@@ -416,15 +482,26 @@ def test_before_set_attn_there_is_no_window_yet_and_nothing_is_decided(model_dir
         model_dir, MAX_MODEL_LEN, MAX_NUM_REQS, {"draft_window_size": W}
     )
     calls = []
-    # vLLM's propose needs its Triton kernels; this stand-in only records the call.
-    propose = autoregressive.propose(
-        lambda self, batch, attn_metadata: calls.append(batch), install.installation()
-    )
-    propose(s, "dummy batch", None)
+    installed = install.installation()
+    if "propose" in installed.names:
+        # vLLM's propose needs its Triton kernels; this stand-in only records the call.
+        propose = autoregressive.propose(
+            lambda self, batch, attn_metadata: calls.append(batch), installed
+        )
+        propose(s, "dummy batch", None)
+    else:  # vLLM 0.34: the draft prefill's metadata comes from one method
+
+        def build(self, input_batch, attn_metadata, slot_mappings, cg_mode=None):
+            calls.append(input_batch)
+            return attn_metadata, slot_mappings
+
+        wrapped = autoregressive.build_drafter_attn_metadata(build, installed)
+        assert wrapped(s, "dummy batch", "metadata", "slots") == ("metadata", "slots")
     assert calls == ["dummy batch"] and "draft_window" not in vars(s)
     assert hooks.window_of(s, install.installation()) is None and "draft_window" not in vars(s)
 
 
+@pytest.mark.hooks("propose", "_prefill")
 def test_a_propose_whose_draft_prefill_skips_the_hook_is_stopped(model_dir, monkeypatch):
     from vllm_ascend.worker.v2.spec_decode.draft_window import install
     from vllm_ascend.worker.v2.spec_decode.draft_window.hooks import autoregressive
@@ -458,6 +535,7 @@ def test_a_propose_whose_draft_prefill_skips_the_hook_is_stopped(model_dir, monk
         propose(e.s, e.input_batch, e.target_metadata)
 
 
+@pytest.mark.hooks("propose", "_prefill")
 def test_a_draft_prefill_outside_propose_runs_only_in_a_graph_capture(model_dir, monkeypatch):
     from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import WindowNotInPathError
 

@@ -37,6 +37,7 @@ from tests.testbed.speculators import (
     make_vllm_config,
     wire_speculator,
 )
+from tests.testbed.vllm_line import RELEASE
 from vllm_ascend.worker.v2.spec_decode.draft_window import install
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
 from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import (
@@ -74,7 +75,7 @@ def test_a_speculator_class_the_release_does_not_serve_is_refused_by_name(model_
         wire_class(NewDSparkFamily, model_dir)
     assert str(error.value) == (
         "draft_window_size=64 is not supported on Model Runner V2 for speculative method "
-        "'dspark' with speculator NewDSparkFamily on vLLM 0.33.x: the window is tested there "
+        f"'dspark' with speculator NewDSparkFamily on {RELEASE.name}: the window is tested there "
         "with DSparkSpeculator only. Remove draft_window_size from additional_config, or use a "
         "draft those speculators serve."
     )

@@ -8,33 +8,60 @@ import inspect
 import re
 
 import pytest
-from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
-from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
-from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils import (
-    SpeculatorCudaGraphManager,
-)
-from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator import (
-    TargetDependentARSpeculator,
-)
 
 from tests.testbed.speculators import (
     make_speculative_vllm_config,
 )
+from tests.testbed.vllm_line import RELEASE
 from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
 
 ENTRY_POINT = "vllm_ascend.worker.v2.spec_decode.draft_window.plugin:register"
-HOOKED = [
-    (DraftModelSpeculator, "set_attn"),
-    (DraftModelSpeculator, "_build_attn_metadata"),
-    (DraftModelSpeculator, "_update_draft_decode_metadata"),
-    (DFlashSpeculator, "capture"),
-    (TargetDependentARSpeculator, "propose"),
-    (TargetDependentARSpeculator, "capture"),
-    (TargetDependentARSpeculator, "_prefill"),
-    (TargetDependentARSpeculator, "init_cudagraph_manager"),
-    (TargetDependentARSpeculator, "_fused_multi_step_decode"),
-    (SpeculatorCudaGraphManager, "capture"),
+_SD = "vllm.v1.worker.gpu.spec_decode"
+_BASE = [
+    (f"{_SD}.speculator", "DraftModelSpeculator", "set_attn"),
+    (f"{_SD}.speculator", "DraftModelSpeculator", "_build_attn_metadata"),
+    (f"{_SD}.speculator", "DraftModelSpeculator", "_update_draft_decode_metadata"),
+    (f"{_SD}.dflash.speculator", "DFlashSpeculator", "capture"),
 ]
+_AR_0_33 = f"{_SD}.target_dependent_ar"
+_AR_0_34 = f"{_SD}.autoregressive"
+# Every method the window wraps on each vLLM line, as written down here (not read from the
+# window's table).
+HOOKED_BY_RELEASE = {
+    "vLLM 0.33.x": [
+        *_BASE,
+        *(
+            (f"{_AR_0_33}.speculator", "TargetDependentARSpeculator", method)
+            for method in (
+                "propose",
+                "capture",
+                "_prefill",
+                "init_cudagraph_manager",
+                "_fused_multi_step_decode",
+            )
+        ),
+        (f"{_AR_0_33}.cudagraph_utils", "SpeculatorCudaGraphManager", "capture"),
+    ],
+    "vLLM 0.34.x": [
+        *_BASE,
+        (f"{_SD}.speculator", "DraftModelSpeculator", "_build_drafter_attn_metadata"),
+        (f"{_AR_0_34}.speculator", "AutoRegressiveSpeculator", "capture"),
+        (f"{_AR_0_34}.speculator", "AutoRegressiveSpeculator", "_run_fused_multi_step_decode"),
+        (
+            f"{_SD}.target_dependent_ar.speculator",
+            "TargetDependentARSpeculator",
+            "init_cudagraph_manager",
+        ),
+        (f"{_SD}.standalone_ar.speculator", "StandaloneARSpeculator", "init_cudagraph_manager"),
+        (f"{_AR_0_34}.cudagraph_utils", "SpeculatorCudaGraphManager", "capture"),
+    ],
+}
+HOOKED = [
+    (getattr(importlib.import_module(module), cls), method)
+    for module, cls, method in HOOKED_BY_RELEASE[RELEASE.name]
+]
+DraftModelSpeculator = HOOKED[0][0]
+DFlashSpeculator = HOOKED[3][0]
 
 
 @pytest.fixture(autouse=True)
@@ -82,13 +109,21 @@ def test_uninstall_restores_vllms_own_methods():
     assert installed_methods() == originals
 
 
+# What register() may wrap on VllmConfig: its completion, and (where the release still has
+# Model Runner V1) the runner choice, which it leaves to vLLM.
+CONFIG_NAMES = (
+    ("use_v2_model_runner", "__post_init__") if RELEASE.model_runner_v1 else ("__post_init__",)
+)
+
+
 @pytest.fixture
 def restore_runner_choice():
     from vllm.config import VllmConfig
 
-    saved = VllmConfig.__dict__["use_v2_model_runner"], VllmConfig.__dict__["__post_init__"]
+    saved = {name: VllmConfig.__dict__[name] for name in CONFIG_NAMES}
     yield VllmConfig
-    VllmConfig.use_v2_model_runner, VllmConfig.__post_init__ = saved
+    for name, value in saved.items():
+        setattr(VllmConfig, name, value)
 
 
 def config_for(model_dir, additional_config):
@@ -97,6 +132,7 @@ def config_for(model_dir, additional_config):
     return make_vllm_config(model_dir, 512, 4, additional_config)
 
 
+@pytest.mark.model_runner_v1
 @pytest.mark.parametrize("env", ["1", "0"])
 def test_runner_choice_is_unchanged_without_a_fallback(
     env, model_dir, restore_runner_choice, monkeypatch
@@ -119,6 +155,7 @@ SINKS_ON_V1 = (
 )
 
 
+@pytest.mark.model_runner_v1
 def test_attention_sinks_on_model_runner_v1_are_refused_with_the_fix(
     model_dir, restore_runner_choice, monkeypatch
 ):
@@ -133,6 +170,7 @@ def test_attention_sinks_on_model_runner_v1_are_refused_with_the_fix(
     assert speculative_config_for(model_dir, additional_config).use_v2_model_runner
 
 
+@pytest.mark.model_runner_v1
 def test_sinks_are_refused_on_v1_also_when_a_platform_patch_replaces_the_runner_choice(
     model_dir, restore_runner_choice, monkeypatch
 ):
@@ -146,6 +184,7 @@ def test_sinks_are_refused_on_v1_also_when_a_platform_patch_replaces_the_runner_
         speculative_config_for(model_dir, {"draft_window_size": 512, "draft_attention_sinks": 64})
 
 
+@pytest.mark.model_runner_v1
 @pytest.mark.parametrize(
     ("env", "speculative", "sinks", "expected"),
     [
@@ -165,6 +204,7 @@ def test_runner_choice_is_unchanged_unless_v1_would_ignore_sinks(
     assert config.use_v2_model_runner is expected
 
 
+@pytest.mark.model_runner_v1
 @pytest.mark.parametrize(
     ("additional_config", "error"),
     [
@@ -188,6 +228,7 @@ MIN_CONTEXT_ON_V1 = (
 )
 
 
+@pytest.mark.model_runner_v1
 @pytest.mark.parametrize(
     ("min_context", "refused"), [(8192, True), ("8192", True), (0, False), (None, False)]
 )
@@ -216,12 +257,13 @@ def test_a_threshold_on_model_runner_v1_is_refused_with_the_fix(
         ([8192], "got [8192] (list)"),
     ],
 )
-@pytest.mark.parametrize("env", ["0", "1"])
+@pytest.mark.parametrize("env", ["0", "1"] if RELEASE.model_runner_v1 else [None])
 def test_an_invalid_threshold_stops_start_up_naming_key_value_and_fix(
     value, error, env, model_dir, restore_runner_choice, monkeypatch
 ):
     plugin.register()
-    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", env)
+    if env is not None:
+        monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", env)
     message = (
         'additional_config["draft_window_min_context"] must be an integer number of tokens >= 0 '
         '(an integral string such as "8192" is accepted; 0 or null: every context); ' + error
@@ -317,9 +359,139 @@ def test_a_second_plugin_wrapping_before_ours_is_wrapped_and_restored(model_dir,
 def test_unregister_restores_the_config_check_and_leaves_the_runner_choice_to_vllm():
     from vllm.config import VllmConfig
 
-    choice, post_init = (VllmConfig.__dict__[n] for n in ("use_v2_model_runner", "__post_init__"))
+    before = {name: VllmConfig.__dict__[name] for name in CONFIG_NAMES}
     plugin.register()
-    assert VllmConfig.__dict__["use_v2_model_runner"] is choice
-    assert VllmConfig.__dict__["__post_init__"] is not post_init
+    assert VllmConfig.__dict__["__post_init__"] is not before["__post_init__"]
+    if RELEASE.model_runner_v1:
+        assert VllmConfig.__dict__["use_v2_model_runner"] is before["use_v2_model_runner"]
     plugin.unregister()
-    assert VllmConfig.__dict__["__post_init__"] is post_init
+    assert {name: VllmConfig.__dict__[name] for name in CONFIG_NAMES} == before
+
+
+@pytest.mark.without_model_runner_v1
+@pytest.mark.parametrize(
+    "additional_config",
+    [
+        {"draft_window_size": 512},
+        {"draft_window_size": 512, "draft_attention_sinks": 64},
+        {"draft_window_size": 512, "draft_window_min_context": 8192},
+    ],
+)
+def test_without_model_runner_v1_every_window_config_is_checked_as_model_runner_v2(
+    additional_config, model_dir, restore_runner_choice, monkeypatch, window_log
+):
+    """vLLM 0.34 has no runner choice (no VLLM_USE_V2_MODEL_RUNNER, no
+    ``use_v2_model_runner``): a config asking for the window, sinks and a threshold included,
+    is served as Model Runner V2 with nothing to set, and a method the window does not serve
+    stops start-up without suggesting Model Runner V1."""
+    from vllm import envs
+
+    assert "VLLM_USE_V2_MODEL_RUNNER" not in envs.environment_variables
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+    plugin.register()
+    config = speculative_config_for(model_dir, additional_config)
+    assert config.additional_config == additional_config
+    with pytest.raises(ValueError) as error:
+        make_speculative_vllm_config(model_dir, additional_config, method="ngram")
+    message = str(error.value)
+    assert "for speculative method 'ngram' on vLLM 0.34.x" in message
+    assert "Model Runner V1" not in message and "VLLM_USE_V2_MODEL_RUNNER" not in message
+
+
+def tp4_dcp2_config(model_dir, method, draft_dcp):
+    """A config of tensor parallel size 4 and decode context parallel size 2 (the tiny model
+    has 2 KV heads, which DCP needs TP to exceed), its draft at ``draft_dcp`` (None: vLLM's
+    default), with the window: the engine's validation, the window's start-up check included."""
+    from vllm.config import ParallelConfig, SpeculativeConfig, VllmConfig
+
+    from tests.testbed.configs import tiny_model_config
+
+    model = tiny_model_config(model_dir, 512)
+    parallel = ParallelConfig(tensor_parallel_size=4, decode_context_parallel_size=2)
+    speculative = SpeculativeConfig(
+        method=method,
+        model=str(model_dir),
+        num_speculative_tokens=2,
+        target_model_config=model,
+        target_parallel_config=parallel,
+        draft_decode_context_parallel_size=draft_dcp,
+    )
+    return VllmConfig(
+        model_config=model,
+        parallel_config=parallel,
+        speculative_config=speculative,
+        additional_config={"draft_window_size": 512},
+    )
+
+
+@pytest.mark.release("vLLM 0.34.x")
+@pytest.mark.parametrize(
+    ("method", "draft_dcp", "served"),
+    [("eagle3", None, 2), ("eagle3", 2, 2), ("eagle3", 1, 2), ("draft_model", 1, 2)],
+)
+def test_a_draft_at_a_decode_context_parallel_size_of_its_own_is_refused_by_name(
+    method, draft_dcp, served, model_dir, restore_runner_choice
+):
+    """vLLM 0.34 lets a draft run at a DCP size of its own (draft_decode_context_parallel_size).
+    The window serves each method at the size earlier releases gave it, the target's for
+    EAGLE and draft models (a replicated draft's prefill would read the target's DCP-sharded
+    metadata), and refuses another one at start-up."""
+    plugin.register()
+    if draft_dcp in (None, served):
+        config = tp4_dcp2_config(model_dir, method, draft_dcp)
+        assert config.speculative_config.draft_decode_context_parallel_size == served
+        return
+    message = (
+        f"draft_window_size=512 is not supported on vLLM 0.34.x with "
+        f"draft_decode_context_parallel_size={draft_dcp} under decode_context_parallel_size=2 "
+        f"for method {method!r}: the window is proven for that draft at "
+        f"draft_decode_context_parallel_size={served} only. Set "
+        f"draft_decode_context_parallel_size={served} (or leave it unset), or remove "
+        "draft_window_size."
+    )
+    with pytest.raises(ValueError, match=re.escape(message)):
+        tp4_dcp2_config(model_dir, method, draft_dcp)
+
+
+@pytest.mark.release("vLLM 0.34.x")
+@pytest.mark.parametrize(("use_mla", "draft_dcp", "refused"), [(False, 1, False), (False, 2, True)])
+def test_a_dflash_draft_is_served_at_the_dcp_size_vllm_gives_it_by_default(
+    use_mla, draft_dcp, refused, model_dir, restore_runner_choice
+):
+    """A DFlash-family draft without MLA runs replicated (DCP 1) under a DCP target, as on
+    vLLM 0.33: served; sharded, a layout no earlier release made: refused. (The method is
+    set after validation: a DFlash config validates against its draft checkpoint.)"""
+    from tests.testbed.configs import set_method
+    from vllm_ascend.worker.v2.spec_decode.draft_window import policy
+
+    config = set_method(tp4_dcp2_config(model_dir, "eagle3", None), "dflash")
+    assert not config.speculative_config.draft_model_config.use_mla
+    object.__setattr__(config.speculative_config, "draft_decode_context_parallel_size", draft_dcp)
+    if not refused:
+        policy.refuse_config(config, RELEASE, 512)
+        return
+    with pytest.raises(ValueError, match="for method 'dflash': the window is proven for that "):
+        policy.refuse_config(config, RELEASE, 512)
+
+
+@pytest.mark.release("vLLM 0.34.x")
+def test_dual_batch_overlap_is_refused_by_name(model_dir, restore_runner_choice):
+    """Dual-batch overlap makes vLLM 0.34 rebuild the draft prefill's metadata from the full
+    tables, a path the window is not proven on. (vLLM's CPU platform turns DBO off at
+    validation, a GPU platform keeps it: set after validation.)"""
+    from vllm_ascend.worker.v2.spec_decode.draft_window import policy
+    from vllm_ascend.worker.v2.spec_decode.draft_window.config import DraftWindowConfig
+
+    plugin.register()
+    config = speculative_config_for(model_dir, {"draft_window_size": 512})
+    object.__setattr__(config.parallel_config, "enable_dbo", True)
+    assert config.parallel_config.use_ubatching
+    window = DraftWindowConfig.from_additional_config(config.additional_config)
+    message = (
+        "draft_window_size=512 is not supported on vLLM 0.34.x with dual-batch overlap "
+        "(micro-batching): the target's forward builds metadata per micro-batch, so the draft "
+        "prefill rebuilds its own from the full block tables, a path the window is not proven "
+        "on. Disable dual-batch overlap, or remove draft_window_size."
+    )
+    with pytest.raises(ValueError, match=re.escape(message)):
+        policy.check_start_up(config, window, RELEASE, True)

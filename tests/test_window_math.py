@@ -22,6 +22,9 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
     window_seq_lens,
 )
 
+# The same code on every vLLM line: run once, in .venv (design/testing.md).
+pytestmark = pytest.mark.release_independent
+
 
 def apply_window(case: Case) -> tuple[WindowSpec, torch.Tensor, torch.Tensor, list[torch.Tensor]]:
     spec = WindowSpec(case.window_size, case.alignment, case.sink_size)

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from vllm.v1.worker.block_table import get_block_table_width
 from vllm.v1.worker.gpu.block_table import BlockTables
 from vllm.v1.worker.gpu.input_batch import InputBuffers
+
+from tests.testbed.vllm_line import get_block_table_width
 
 CPU = torch.device("cpu")
 

@@ -17,6 +17,7 @@ from tests.testbed.buffers import (
 from tests.testbed.graphs import (
     capturing,
     cuda_graphs_on_cpu,
+    set_capture_sizes,
 )
 from tests.testbed.reference import (
     PagedKVCache,
@@ -215,8 +216,7 @@ def capture_on_cpu(speculator, monkeypatch) -> dict:
     what the graph records; returns that dict (layer name -> metadata)."""
     cuda_graphs_on_cpu(monkeypatch)
     compilation = speculator.vllm_config.compilation_config
-    monkeypatch.setattr(compilation, "cudagraph_capture_sizes", [MAX_NUM_REQS * Q])
-    monkeypatch.setattr(compilation, "max_cudagraph_capture_size", MAX_NUM_REQS * Q)
+    set_capture_sizes(monkeypatch, compilation, (MAX_NUM_REQS,), (Q,))
     captured = {}
 
     def generate_draft(num_reqs, num_tokens, attn_metadata, *args, **kwargs):

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""EAGLE/EAGLE3 through vLLM 0.33's real speculator on CPU: a target verify step, the draft
-prefill and every decode step, and what each reads through the reference paged attention."""
+"""EAGLE/EAGLE3 through vLLM's real speculator (0.33 or 0.34) on CPU: a target verify step,
+the draft prefill and every decode step, and what each reads through the reference paged
+attention."""
 
 import dataclasses
 
@@ -15,8 +16,10 @@ from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
 from vllm.v1.worker.gpu.input_batch import InputBatch, InputBuffers
 from vllm.v1.worker.gpu.model_states.default import DefaultModelState
 from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
+from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+from vllm.v1.worker.gpu.spec_decode.target_dependent_ar import speculator as ar_module
 from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator import (
-    prepare_decode_inputs,
+    TargetDependentARSpeculator,
     update_draft_inputs,
 )
 from vllm.v1.worker.utils import AttentionGroup
@@ -55,6 +58,93 @@ LAYOUTS = EAGLE_LAYOUTS = {
     "one_group": [GroupLayout(16)],
     "two_groups": [GroupLayout(16), GroupLayout(32)],
 }
+
+
+# Where vLLM 0.33 and 0.34 drive an EAGLE draft differently, asked of the installed vLLM.
+# 0.34 builds an EAGLE draft prefill's metadata in one method of its own.
+DRAFTER_PREFILL_METHOD = hasattr(DraftModelSpeculator, "_build_drafter_attn_metadata")
+# The autoregressive draft's per-step forward, which the tests stand in for (0.33's
+# ``_generate_draft``, 0.34's ``_decode``), and the fused multi-step decode's driver (0.33's
+# ``_fused_multi_step_decode``, which 0.34 renamed ``_run_fused_multi_step_decode``, giving
+# the old name to its inner loop).
+_AR = TargetDependentARSpeculator
+DRAFT_STEP = "_decode" if hasattr(_AR, "_decode") else "_generate_draft"
+FUSED_DECODE = (
+    "_run_fused_multi_step_decode"
+    if hasattr(_AR, "_run_fused_multi_step_decode")
+    else "_fused_multi_step_decode"
+)
+
+
+def draft_prefill(speculator, input_batch, target_metadata, num_tokens: int) -> None:
+    """An EAGLE draft prefill over the target's verify batch, as ``propose`` runs it (the
+    caller stands in for its forward): vLLM 0.34 takes the prefill's metadata from
+    ``_build_drafter_attn_metadata`` (the window's hook there); 0.33 hands ``_prefill`` the
+    target's, which the window's ``_prefill`` hook replaces, from the batch the window's
+    ``propose`` hook keeps."""
+    if DRAFTER_PREFILL_METHOD:
+        metadata, slot_mappings = speculator._build_drafter_attn_metadata(
+            input_batch, target_metadata, None, CUDAGraphMode.NONE
+        )
+        speculator._prefill(
+            input_batch.num_reqs, num_tokens, metadata, slot_mappings, None, skip_sample=True
+        )
+        return
+    state = propose_state(speculator)
+    state.prefill_batch = input_batch
+    try:
+        speculator._prefill(
+            input_batch.num_reqs,
+            num_tokens,
+            target_metadata,
+            None,
+            num_tokens_across_dp=None,
+            skip_sample=True,
+        )
+    finally:
+        state.prefill_batch = None
+
+
+def prepare_decode_inputs(
+    speculator, input_batch, target_seq_lens, num_rejected, max_model_len: int
+) -> None:
+    """vLLM's own decode-input kernel after an EAGLE draft prefill (first draft tokens zero),
+    from the target's lengths ``target_seq_lens``: 0.33's module function, 0.34's speculator
+    method (which reads them from the batch)."""
+    import dataclasses
+
+    import torch
+
+    n = input_batch.num_reqs
+    if hasattr(_AR, "_prepare_decode_inputs"):
+        speculator.draft_tokens = torch.zeros(
+            speculator.max_num_reqs, speculator.num_speculative_steps, dtype=torch.int64
+        )
+        speculator.sample_src_positions = torch.zeros(speculator.max_num_reqs, dtype=torch.int64)
+        batch = dataclasses.replace(input_batch, seq_lens=target_seq_lens)
+        speculator._prepare_decode_inputs(batch, num_rejected, n, False, None)
+        return
+    ar_module.prepare_decode_inputs(
+        torch.zeros(n, speculator.num_speculative_steps, dtype=torch.int64),
+        target_seq_lens,
+        num_rejected,
+        speculator.input_buffers,
+        torch.zeros(speculator.max_num_reqs, dtype=torch.int64),
+        max_model_len,
+        speculator.max_num_reqs,
+    )
+
+
+def max_model_len_arg(speculator, max_model_len: int):
+    """What vLLM's ``update_draft_inputs`` takes as the length limit: 0.33 an integer, 0.34
+    the speculator's device scalar (``max_model_len_gpu``)."""
+    import torch
+
+    if hasattr(DraftModelSpeculator, "update_max_model_len"):
+        if getattr(speculator, "max_model_len_gpu", None) is None:
+            speculator.max_model_len_gpu = torch.tensor(max_model_len, dtype=torch.int32)
+        return speculator.max_model_len_gpu
+    return max_model_len
 
 
 @dataclasses.dataclass
@@ -203,48 +293,34 @@ def setup_eagle(
 
 
 def run_prefill(e: Eagle, num_tokens_padded: int | None = None) -> dict:
-    """`_prefill` as `propose` calls it (the propose wrapper has stashed the batch); a
-    PIECEWISE dispatch may pad the token count."""
+    """The draft prefill as `propose` runs it (``draft_prefill``); a PIECEWISE
+    dispatch may pad the token count."""
     seen = {}
 
-    def run_model(num_tokens, attn_metadata, slot_mappings, **kwargs):
+    def run_model(num_tokens, attn_metadata, slot_mappings, *args, **kwargs):
         # No draft weights on CPU: record what the draft layers would read.
         seen.update(attn_metadata)
         hidden = torch.zeros(num_tokens, 4)
         return hidden, hidden
 
     e.s._run_model = run_model
-    propose_state(e.s).prefill_batch = e.input_batch
-    try:
-        e.s._prefill(
-            e.batch.num_reqs,
-            num_tokens_padded or e.batch.num_tokens,
-            e.target_metadata,
-            None,
-            num_tokens_across_dp=None,
-            skip_sample=True,
-        )
-    finally:
-        propose_state(e.s).prefill_batch = None
+    draft_prefill(e.s, e.input_batch, e.target_metadata, num_tokens_padded or e.batch.num_tokens)
     return seen
 
 
 def prepare_decode(e: Eagle) -> None:
-    """vLLM's own `prepare_decode_inputs` kernel after the prefill (which leaves each
-    request's position at its last accepted token): the first draft step sits right after
-    it. Runs under Triton's interpreter on CPU."""
+    """vLLM's own decode-input kernel after the prefill (which leaves each request's position
+    at its last accepted token): the first draft step sits right after it. Runs under
+    Triton's interpreter on CPU."""
     ib, n = e.s.input_buffers, e.batch.num_reqs
     accepted = torch.from_numpy(e.batch.seq_lens - e.num_rejected).to(torch.int32)
     ib.positions[:n] = accepted.long() - 1
-    target_seq_lens = torch.from_numpy(e.batch.seq_lens.astype(np.int32))
     prepare_decode_inputs(
-        torch.zeros(n, e.num_spec, dtype=torch.int64),
-        target_seq_lens,
+        e.s,
+        e.input_batch,
+        torch.from_numpy(e.batch.seq_lens.astype(np.int32)),
         torch.from_numpy(e.num_rejected.astype(np.int32)),
-        ib,
-        torch.zeros(MAX_NUM_REQS, dtype=torch.int64),
         MAX_MODEL_LEN,
-        MAX_NUM_REQS,
     )
 
 
@@ -262,7 +338,7 @@ def update_inputs(e: Eagle, num_spec: int) -> None:
         s.input_buffers,
         torch.zeros(MAX_NUM_REQS, dtype=torch.int64),
         n,
-        MAX_MODEL_LEN,
+        max_model_len_arg(s, MAX_MODEL_LEN),
         num_spec,
     )
 
@@ -298,9 +374,9 @@ def run_decode(e: Eagle, monkeypatch, fused: bool) -> list[dict]:
         )
         update_inputs(e, e.num_spec)
 
-    s._generate_draft = generate_draft
+    setattr(s, DRAFT_STEP, generate_draft)
     s.supports_decode_metadata_update = fused
-    decode = s._fused_multi_step_decode if fused else s._multi_step_decode
+    decode = getattr(s, FUSED_DECODE) if fused else s._multi_step_decode
     desc = BatchExecutionDescriptor(cg_mode=CUDAGraphMode.NONE, num_tokens=n, num_reqs=None)
     decode(n, False, desc, None, e.input_batch.seq_lens_cpu_upper_bound, e.num_spec)
     return steps

@@ -2,6 +2,8 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The DFlash family's own heads, stood in for both releases' draft model stand-ins."""
 
+import functools
+import inspect
 from types import SimpleNamespace
 
 import torch
@@ -27,9 +29,12 @@ class FamilyHeads(torch.nn.Module):
 
         self.calls.append((head, is_forward_context_available()))
 
-    def _jacobi_refine_greedy(self, base_logits, hidden, anchor_ids, previous_ids, num_passes):
+    def _jacobi_refine_greedy(
+        self, base_logits, hidden, anchor_ids, previous_ids, num_passes, **kwargs
+    ):
         self.called("xpress_head")
-        return torch.zeros(hidden.shape[0], hidden.shape[1] - 1, dtype=torch.int64)
+        draft = torch.zeros(hidden.shape[0], hidden.shape[1] - 1, dtype=torch.int64)
+        return refined(draft, **kwargs)
 
     def candidate_selector(self, candidate_ids, unary_logits, hidden_states, anchor_ids):
         self.called("candidate_selector")
@@ -46,6 +51,26 @@ class FamilyHeads(torch.nn.Module):
     def _scores(self, per_candidate):
         """Pairwise scores [requests, steps, K, K] over the candidates (the walk's input)."""
         return torch.zeros(*per_candidate.shape, self.top_k)
+
+
+@functools.cache
+def refiner_returns_logits() -> bool:
+    """Where vLLM 0.33 and 0.34 differ, asked of the installed vLLM: 0.34's XPress refiner
+    also returns the last pass's logits per draft slot (None unless ``return_logits``),
+    0.33's the draft ids alone. Asked at the first call: only XPress calls it, which the
+    Ascend releases' vLLM does not have."""
+    from vllm.model_executor.models.qwen3_xpress import XPressRefinerHead
+
+    return "return_logits" in inspect.signature(XPressRefinerHead.jacobi_refine_greedy).parameters
+
+
+def refined(draft: torch.Tensor, return_logits: bool = False) -> object:
+    """What XPress's ``jacobi_refine_greedy`` returns for the draft ids ``draft`` on the
+    installed vLLM (no logits: the stand-in's drafts come from none)."""
+    if not refiner_returns_logits():
+        return draft
+    assert not return_logits, "no acceptance estimator runs in these tests"
+    return draft, None
 
 
 def candidates(model, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -24,9 +24,10 @@ from __future__ import annotations
 import contextlib
 import sys
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from vllm.config import CompilationConfig
 from vllm.config.compilation import CUDAGraphMode
 
 
@@ -119,6 +120,49 @@ def platform_with_graphs(monkeypatch: Any) -> None:
 
     monkeypatch.setattr(platform, "support_static_graph_mode", classmethod(lambda cls: True))
     monkeypatch.setattr(platform, "check_and_update_config", classmethod(check_and_update_config))
+
+
+# Where vLLM 0.33 and 0.34 size their graphs differently, asked of the installed vLLM: 0.34
+# sizes decode graphs by request counts and the others by token counts (its
+# ``cudagraph_capture_sizes`` is deprecated); 0.33 sizes every graph by token counts.
+SIZES_BY_KIND = hasattr(CompilationConfig, "decode_cudagraph_capture_request_sizes")
+
+
+def capture_sizes(request_sizes: Sequence[int], query_lens: Sequence[int]) -> dict[str, Any]:
+    """The settings of a ``CompilationConfig`` whose graphs hold ``request_sizes`` requests
+    of each of ``query_lens`` tokens: on vLLM 0.34 the decode graphs' request counts
+    (``decode_cudagraph_capture_request_sizes``) and the others' token counts
+    (``prefill_cudagraph_capture_token_sizes``), on 0.33 the token counts
+    (``cudagraph_capture_sizes``)."""
+    token_sizes = sorted({n * q for n in request_sizes for q in query_lens})
+    if SIZES_BY_KIND:
+        return {
+            "prefill_cudagraph_capture_token_sizes": token_sizes,
+            "decode_cudagraph_capture_request_sizes": sorted(set(request_sizes)),
+        }
+    return {"cudagraph_capture_sizes": token_sizes}
+
+
+def set_capture_sizes(
+    monkeypatch: Any,
+    compilation_config: Any,
+    request_sizes: Sequence[int],
+    query_lens: Sequence[int],
+) -> None:
+    """``capture_sizes`` on a config already validated, with what its validation derives
+    from them: every graph's token count and the widest (``max_cudagraph_capture_size``,
+    which bounds the decode graphs), and on vLLM 0.34 the largest of each kind."""
+    sizes = capture_sizes(request_sizes, query_lens)
+    token_sizes = sorted({n * q for n in request_sizes for q in query_lens})
+    derived = {
+        "cudagraph_capture_sizes": token_sizes,
+        "max_cudagraph_capture_size": token_sizes[-1],
+    }
+    if SIZES_BY_KIND:
+        derived["max_prefill_cudagraph_capture_tokens"] = token_sizes[-1]
+        derived["max_decode_cudagraph_capture_requests"] = max(request_sizes)
+    for name, value in {**sizes, **derived}.items():
+        monkeypatch.setattr(compilation_config, name, value)
 
 
 def process_groups_on_cpu(monkeypatch: Any) -> None:

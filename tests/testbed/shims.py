@@ -14,6 +14,8 @@ def apply_cpu_shims() -> None:
     # UVA buffers and the staged host-to-device writes (BlockTables.apply_staged_writes)
     # want pinned memory, which a CPU-only torch cannot give; plain tensors do here.
     buffer_utils.is_uva_available = lambda: False
+    # vLLM 0.34's non-UVA buffers ask for pinned host memory where the platform has it.
+    buffer_utils.is_pin_memory_available = lambda: False
     if not hasattr(buffer_utils, "NonUvaBuffer"):
         # vLLM 0.29's staged-write pools take UVA buffers only: here the device view of
         # the host buffer is the host tensor itself.

@@ -131,7 +131,12 @@ def wire_speculator(
 
     s = object.__new__(cls)
     s.vllm_config = vllm_config
-    s.speculative_config = vllm_config.speculative_config
+    s.speculative_config = vllm_config.speculative_config or _no_draft_overrides()
+    # As __init__ sets it from the speculative config (off by default); vLLM 0.34's EAGLE
+    # graph managers read it.
+    s.enable_adaptive_verification = bool(
+        getattr(s.speculative_config, "enable_adaptive_verification", False)
+    )
     s.method = method
     s.device = CPU
     s.num_speculative_steps = num_speculative_steps
@@ -159,6 +164,19 @@ def wire_speculator(
     finally:
         speculator_module.init_attn_backend = real_init_attn_backend
     return Wired(s, batch, attn_groups, received)
+
+
+def _no_draft_overrides() -> Any:
+    """The speculative config of a tiny config that has none: vLLM 0.34's
+    ``attn_vllm_config`` applies the draft's overrides of the target's settings
+    (``_DRAFT_VLLM_CONFIG_OVERRIDES``), none of which such a draft sets; vLLM 0.33 reads no
+    speculative config on the build path."""
+    from types import SimpleNamespace
+
+    import vllm.config.speculative as speculative
+
+    overrides = getattr(speculative, "_DRAFT_VLLM_CONFIG_OVERRIDES", ())
+    return SimpleNamespace(**{name: None for name, _, _ in overrides}) if overrides else None
 
 
 def _record_builds(group: AttentionGroup, log: list[Any]) -> None:

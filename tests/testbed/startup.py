@@ -182,7 +182,6 @@ def host_config(
     as a DFlash/DSpark config needs its draft model's own checkpoint to validate."""
     graphs.platform_with_graphs(monkeypatch)
     query_len = num_spec if method == "dspark" else num_spec + 1
-    sizes = sorted({r * q for r in GRAPH_REQS for q in (1, query_len)})
     config = speculative_vllm_config(
         model_dir,
         MAX_MODEL_LEN,
@@ -191,7 +190,7 @@ def host_config(
         compilation_config=CompilationConfig(
             mode=CompilationMode.NONE,
             cudagraph_mode=cudagraph_mode.without_piecewise(),
-            cudagraph_capture_sizes=sizes,
+            **graphs.capture_sizes(GRAPH_REQS, (1, query_len)),
         ),
         scheduler_config=SchedulerConfig(
             max_num_seqs=MAX_NUM_REQS, max_model_len=MAX_MODEL_LEN, is_encoder_decoder=False
@@ -227,13 +226,17 @@ def started(
     from vllm.model_executor.layers.attention.attention import Attention
     from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-    from vllm.v1.worker.block_table import get_block_table_width
     from vllm.v1.worker.gpu.attn_utils import init_attn_backend
     from vllm.v1.worker.gpu.block_table import BlockTables
     from vllm.v1.worker.gpu.input_batch import InputBuffers
     from vllm.v1.worker.gpu.model_states.default import DefaultModelState
 
+    from tests.testbed.vllm_line import get_block_table_width
+
     config = host_config(model_dir, method, num_spec, cudagraph_mode, additional, monkeypatch)
+    # Every speculator's init_cudagraph_manager makes graph managers, which ask for the
+    # pipeline group (vLLM 0.34's draft model too, with graphs off).
+    graphs.process_groups_on_cpu(monkeypatch)
     cp_size, cp_rank = cp
     if cp_size > 1:
         from tests.testbed.dcp import dcp_group
@@ -285,6 +288,28 @@ def started(
     with set_current_vllm_config(config):
         s.set_attn(model_state, kv_cache_config, block_tables, target_buffers, target_groups)
     return Started(s, model, model_state)
+
+
+def draft_model_is_autoregressive() -> bool:
+    """Where vLLM 0.33 and 0.34 drive a draft model differently, asked of the installed
+    vLLM: 0.34's is an autoregressive speculator as EAGLE is, which captures graphs of its
+    decode steps, builds the first step's metadata and updates it in place at every step
+    (``_run_fused_multi_step_decode``, on backends that support it, as Triton's does);
+    0.33's runs eagerly and builds the metadata at every step."""
+    from vllm.v1.worker.gpu.spec_decode.standalone_ar.speculator import StandaloneARSpeculator
+
+    return hasattr(StandaloneARSpeculator, "_run_fused_multi_step_decode")
+
+
+def draft_model_decode_paths() -> set[tuple[str, ...]]:
+    """The paths the path check sees a draft model's decode steps take (see
+    ``draft_model_is_autoregressive``)."""
+    from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+    paths = {(DraftModelSpeculator._build_attn_metadata.__qualname__,)}
+    if draft_model_is_autoregressive():
+        paths.add((DraftModelSpeculator._update_draft_decode_metadata.__qualname__,))
+    return paths
 
 
 def capture(s, cudagraph_mode: CUDAGraphMode) -> None:

@@ -128,21 +128,31 @@ def prefill_attn_metadata(
     window: Mrv2DraftWindow,
     batch: Any,
     target_metadata: dict[str, Any],
-    num_tokens: int,
+    num_tokens: int | None,
     path: str,
     release: Release,
 ) -> dict[str, Any]:
     """The draft prefill's metadata dict: the target's, with the draft layers' entries built
     for the window from the target's ``batch`` (``windowed_prefill_metadata``). The prefill
-    runs ``num_tokens`` tokens: without FULL prefill graphs a PIECEWISE prefill may pad past
-    the target's padded token count, and those slots must write nowhere (a graph may record
-    the KV write)."""
+    runs ``num_tokens`` tokens (None: not known yet, as where vLLM 0.34 builds the prefill's
+    metadata before it picks the prefill's graph): without FULL prefill graphs a PIECEWISE
+    prefill may pad past the target's padded token count, and those slots must write
+    nowhere (a graph may record the KV write)."""
     propose_state(speculator).prefill_windowed = True
     host_mirror = release.host_mirror[1] if release.host_mirror else None
     draft_metadata = windowed_prefill_metadata(speculator, window, batch, path, host_mirror)
     slot_mappings = speculator.block_tables.slot_mappings
     slot_mappings[:, batch.num_tokens_after_padding : num_tokens].fill_(PAD_SLOT_ID)
     return {**target_metadata, **draft_metadata}
+
+
+def makes_prefill_manager(arguments: dict[str, Any]) -> bool:
+    """Whether a speculator graph manager being made (its ``__init__``'s arguments) is the
+    draft prefill's: its queries are longer than one token per request (vLLM 0.33 gives one
+    ``decode_query_len``, 0.34 ``decode_query_lens`` by query length)."""
+    if "decode_query_lens" in arguments:
+        return max(arguments["decode_query_lens"], default=1) > 1
+    return arguments["decode_query_len"] > 1
 
 
 @contextmanager

@@ -53,6 +53,15 @@ NOTES_0_33 = (
         "updates and its path check do not follow",
     ),
 )
+# vLLM 0.34's new backend (FLASHINFER_TS, for DFlash/DSpark drafts).
+NOTES_0_34 = (
+    (
+        "FlashInferTSBackend",
+        "its builder copies the lengths and the block table into buffers of its own at "
+        "each build (and crops them again to a sliding window of its own), which the "
+        "window's in-place updates and its path check do not follow",
+    ),
+)
 
 # Per method, why its draft is served on fewer of vLLM 0.33's backends.
 METHOD_NOTES_0_33 = (
@@ -114,4 +123,16 @@ NOTES_ASCEND_0_29 = (("AscendMLABackend", _ONE_HOST_LENGTH_029),)
 DCP_UNSERVED_ASCEND_0_29 = (
     "vllm-ascend 0.29.0rc1's drafts have no decode-context-parallel path (no draft DCP "
     "manager: its DCP builders split one batch-wide host length per rank)"
+)
+
+# vLLM 0.34's layouts the window does not serve, read from the VllmConfig at start-up:
+# (attribute path, the layout, why, the fix).
+UNSERVED_CONFIG_0_34 = (
+    (
+        "parallel_config.use_ubatching",
+        "with dual-batch overlap (micro-batching)",
+        "the target's forward builds metadata per micro-batch, so the draft prefill rebuilds "
+        "its own from the full block tables, a path the window is not proven on",
+        "Disable dual-batch overlap",
+    ),
 )

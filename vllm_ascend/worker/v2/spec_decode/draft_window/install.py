@@ -57,7 +57,7 @@ def install() -> Status:
 
 
 def _install() -> Status:
-    version = _vllm_version()
+    version = releases.installed_versions()["vllm"]
     release = releases.release_for(version)
     if release is None:
         problems = [f"vLLM {version} is not a supported release"]
@@ -102,18 +102,6 @@ def uninstall() -> None:
         installed.active = False
     patches.restore_all()
     _status = Status(installed=False, problems=("the draft window was uninstalled",))
-
-
-def _vllm_version() -> str:
-    version = releases.installed_versions()["vllm"]
-    if version != "not installed":
-        return version
-    try:
-        import vllm
-
-        return str(vllm.__version__)
-    except Exception:
-        return "(unknown)"
 
 
 @dataclass(frozen=True)
@@ -161,4 +149,9 @@ def resolve(release: Release) -> tuple[list[Resolved], list[str]]:
             problems.append(f"{hook.name} no longer takes {', '.join(missing)}")
             continue
         found.append(Resolved(hook, owner, method))
+    try:
+        release.block_table_width_function()
+    except Exception as error:  # moved again: the cropped tables would round differently
+        module, function = release.block_table_width
+        problems.append(f"{module}.{function} cannot be found ({error})")
     return found, problems

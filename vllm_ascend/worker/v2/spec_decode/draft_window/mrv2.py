@@ -13,7 +13,7 @@ persistent windowed buffers.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -48,11 +48,15 @@ class Mrv2DraftWindow:
         device: torch.device,
         attn_groups: list[list[Any]] | None = None,
         host_mirror: tuple[str, str] | None = None,
+        table_width: Callable[[int, int], int] | None = None,
     ) -> None:
         """``attn_groups``: the speculator's, split here by ``plan.decisions`` (the groups
         not windowed keep vLLM's own inputs). ``host_mirror``: the names of the exact host
-        mirror of ``seq_lens`` the release's input buffers keep (``release.Release``)."""
+        mirror of ``seq_lens`` the release's input buffers keep (``release.Release``).
+        ``table_width``: the release's block-table width rounding, which the cropped tables
+        follow (None: not rounded)."""
         self.plan = plan
+        self._table_width = table_width
         self.spec = plan.spec
         # Per windowed draft group: a request's tokens per table column.
         self.group_block_sizes = dict(plan.group_units)
@@ -104,7 +108,7 @@ class Mrv2DraftWindow:
                 b,
                 max_num_reqs,
                 device,
-                width=cropped_table_width(self.spec, b, full_widths[g], query),
+                width=cropped_table_width(self.spec, b, full_widths[g], query, self._table_width),
             )
             for g, b in self.group_block_sizes.items()
         }

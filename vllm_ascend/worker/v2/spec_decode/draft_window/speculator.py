@@ -83,6 +83,7 @@ def create_draft_window(speculator: Any, release: Release) -> Mrv2DraftWindow | 
         speculator.device,
         attn_groups=speculator.attn_groups,
         host_mirror=release.host_mirror,
+        table_width=release.block_table_width_function(),
     )
     window.path_check = PathCheck(window, speculator, release)
     _say_on(speculator.method, window)

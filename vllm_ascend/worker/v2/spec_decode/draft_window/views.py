@@ -9,7 +9,7 @@ target."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -93,17 +93,18 @@ def block_table_units(block_tables: Any) -> Sequence[int]:
 
 
 def cropped_table_width(
-    spec: WindowSpec, block_size: int, full_width: int, max_query_len: int
+    spec: WindowSpec,
+    block_size: int,
+    full_width: int,
+    max_query_len: int,
+    table_width: Callable[[int, int], int] | None = None,
 ) -> int:
     """Columns of a cropped table: what a pass of ``max_query_len`` queries per request reads
-    (``WindowSpec.read_cap``), rounded up like vLLM rounds its own tables (kernels load
-    block ids a tile at a time), and never wider than the full table, past which no window
-    reads."""
+    (``WindowSpec.read_cap``), rounded up as vLLM rounds its own tables (``table_width``:
+    the release's ``get_block_table_width``, as kernels load block ids a tile at a time;
+    None: not rounded, for the window's own kernels without vLLM), and never wider than the
+    full table, past which no window reads."""
     needed = ceil_div(spec.read_cap(max_query_len), block_size)
-    try:
-        from vllm.v1.worker.block_table import get_block_table_width
-    except ImportError:
-        # Only the window's own kernels without vLLM (gpu_check.py on a machine without
-        # it): they take any width.
-        return min(needed, full_width)
-    return min(get_block_table_width(needed, block_size), full_width)
+    if table_width is not None:
+        needed = table_width(needed, block_size)
+    return min(needed, full_width)

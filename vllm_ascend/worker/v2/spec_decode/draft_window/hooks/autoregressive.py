@@ -1,20 +1,24 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""vLLM's autoregressive (EAGLE/EAGLE3) family: ``TargetDependentARSpeculator`` (0.33;
-``AutoRegressiveSpeculator`` in 0.30, whose ``capture`` vllm-ascend reimplements) and its
-graph managers. Each decode step builds through the draft build hook (``speculator.py``);
-these serve the rest of a propose, each through the function of ``autoregressive.py`` that
-vllm-ascend's explicit calls call:
+"""vLLM's autoregressive family: EAGLE/EAGLE3 (``TargetDependentARSpeculator`` on 0.33;
+``AutoRegressiveSpeculator`` in 0.30, whose ``capture`` vllm-ascend reimplements) and, on
+0.34, draft models too, under a new ``AutoRegressiveSpeculator``; and their graph managers.
+Each decode step builds through the draft build hook (``speculator.py``); these serve the
+rest of a propose, each through the function of ``autoregressive.py`` that vllm-ascend's
+explicit calls call:
 
-- ``propose`` hands the target's batch to the draft prefill and checks that the prefill
-  went through the window; ``_prefill`` replaces the draft layers' entries
-  (``prefill_attn_metadata``);
+- the draft prefill: on 0.33 and 0.30, ``propose`` hands the target's batch to the draft
+  prefill and checks that the prefill went through the window, and ``_prefill`` replaces
+  the draft layers' entries (``prefill_attn_metadata``); on 0.34 the one method the prefill
+  takes its metadata from, ``_build_drafter_attn_metadata``, does (a draft model builds its
+  prefill through the build hook);
 - ``capture`` names the capture (``capturing``);
 - ``init_cudagraph_manager``: the draft prefill's manager made without FULL graphs
-  (``prefill_cudagraph_mode``); the decode graph manager marked so that its capture goes
-  through the windowed views (``decode_capture``);
-- ``_fused_multi_step_decode`` (0.33): its metadata serves every later draft step
-  (refreshed in place each step), so its host bound covers them all.
+  (``prefill_cudagraph_mode``); both managers marked so that a capture over the draft's own
+  buffers goes through the windowed views (``decode_capture``);
+- ``_fused_multi_step_decode`` (0.33; ``_run_fused_multi_step_decode`` on 0.34): its
+  metadata serves every later draft step (refreshed in place each step), so its host bound
+  covers them all.
 """
 
 from __future__ import annotations
@@ -104,6 +108,33 @@ def prefill(original: Callable, installed: Installed) -> Callable:
     return around(original, installed, body)
 
 
+def build_drafter_attn_metadata(original: Callable, installed: Installed) -> Callable:
+    """``_build_drafter_attn_metadata`` (vLLM 0.34): the one method an EAGLE draft prefill
+    takes its metadata from; the draft layers' entries are replaced by metadata built for
+    the window from the target's batch (``windowed_prefill_metadata``), the slot mappings
+    stay vLLM's."""
+    signature = inspect.signature(original)
+    path = original.__qualname__
+
+    def body(self: Any, window: Mrv2DraftWindow, *args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(self, *args, **kwargs)
+        attn_metadata, slot_mappings = original(*bound.args, **bound.kwargs)
+        if attn_metadata is None:
+            return attn_metadata, slot_mappings  # nothing to read (a dummy run)
+        windowed = autoregressive.prefill_attn_metadata(
+            self,
+            window,
+            bound.arguments["input_batch"],
+            attn_metadata,
+            None,
+            path,
+            installed.release,
+        )
+        return windowed, slot_mappings
+
+    return around(original, installed, body)
+
+
 def capture(original: Callable, installed: Installed) -> Callable:
     """The speculator's ``capture``: named on the window's path, and its draft prefill
     (outside propose) allowed to read the target's dummy metadata."""
@@ -137,7 +168,7 @@ def init_cudagraph_manager(original: Callable, installed: Installed) -> Callable
 
             def make_manager(*args: Any, **kwargs: Any) -> Any:
                 bound = signature.bind(*args, **kwargs)
-                if bound.arguments["decode_query_len"] > 1:
+                if autoregressive.makes_prefill_manager(bound.arguments):
                     bound.arguments["cudagraph_mode"] = prefill_mode
                 return manager_cls(*bound.args, **bound.kwargs)
 
@@ -146,15 +177,20 @@ def init_cudagraph_manager(original: Callable, installed: Installed) -> Callable
                 original(self, cudagraph_mode)
             finally:
                 module.SpeculatorCudaGraphManager = manager_cls
-        if window is not None and self.decode_cudagraph_manager is not None:
-            setattr(self.decode_cudagraph_manager, WINDOW_ATTR, window)
+        if window is not None:
+            for manager in (self.decode_cudagraph_manager, self.prefill_cudagraph_manager):
+                if manager is not None:
+                    setattr(manager, WINDOW_ATTR, window)
 
     return wrapper
 
 
 def manager_capture(original: Callable, installed: Installed) -> Callable:
-    """The decode graph manager's ``capture``: the graphs record the persistent windowed
-    buffers (and every build under the capture is checked by the path check)."""
+    """A speculator graph manager's ``capture`` over the draft's own input buffers (every
+    decode graph; a draft model's prefill graphs on vLLM 0.34): the graphs record the
+    persistent windowed buffers (and every build under the capture is checked by the path
+    check). An EAGLE prefill's capture, over the target's buffers and attention groups, is
+    left as it is (its graphs are PIECEWISE at most with the window on)."""
     signature = inspect.signature(original)
     path = original.__qualname__
 
@@ -164,10 +200,18 @@ def manager_capture(original: Callable, installed: Installed) -> Callable:
         if window is None or not installed.active:
             return original(self, *args, **kwargs)
         bound = signature.bind(self, *args, **kwargs)
+        if bound.arguments["input_buffers"] is not window.input_buffers.base:
+            return original(*bound.args, **bound.kwargs)
         bound.arguments["input_buffers"] = window.input_buffers
         bound.arguments["block_tables"] = window.block_tables
-        with autoregressive.decode_capture(window, path):
-            return original(*bound.args, **bound.kwargs)
+        # A draft model's prefill capture (vLLM 0.34) computes its slot mappings into a
+        # buffer of its own, ``slot_mappings_buffer``: vLLM's own, the path check's reference.
+        window.build_slot_mappings = bound.arguments.get("slot_mappings_buffer")
+        try:
+            with autoregressive.decode_capture(window, path):
+                return original(*bound.args, **bound.kwargs)
+        finally:
+            window.build_slot_mappings = None
 
     return wrapper
 
