@@ -10,6 +10,7 @@ speculator family (``Room``).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 from typing import Any
 
@@ -38,6 +39,7 @@ _BUILD_ATTN_METADATA = _draft(
     "_build_attn_metadata",
     *("num_reqs", "batch_desc", "query_start_loc_np", "seq_lens_cpu_upper_bound", "step"),
 )
+_UPDATE_DRAFT_DECODE_METADATA = _draft("_update_draft_decode_metadata", "attn_metadata", "num_reqs")
 _DFLASH_CAPTURE = Hook(Room.DFLASH, f"{_SD}.dflash.speculator", "DFlashSpeculator", "capture")
 # Called, not wrapped: the EAGLE draft prefill builds through it.
 _PREPARE_ATTN = _on(Room.AUTOREGRESSIVE, "vllm.v1.worker.gpu.model_states.interface", "ModelState")(
@@ -77,7 +79,7 @@ VLLM_0_33 = Release(
     hooks=(
         _SET_ATTN,
         _BUILD_ATTN_METADATA,
-        _draft("_update_draft_decode_metadata", "attn_metadata", "num_reqs"),
+        _UPDATE_DRAFT_DECODE_METADATA,
         _DFLASH_CAPTURE,
         *_autoregressive(
             _AR_0_33,
@@ -253,13 +255,16 @@ VLLM_0_29_ASCEND = Release(
 # made in their speculators' modules, the decode one in AutoRegressiveSpeculator's.
 _AR_0_34 = f"{_SD}.autoregressive"
 _ar_0_34 = _on(Room.AUTOREGRESSIVE, f"{_AR_0_34}.speculator", "AutoRegressiveSpeculator")
-VLLM_0_34 = Release(
+# What 0.34 keeps of 0.33 (its methods, speculator classes and backend facts) and what
+# differs: the hooks, one more backend refused, no Model Runner V1, the layouts refused.
+VLLM_0_34 = dataclasses.replace(
+    VLLM_0_33,
     name="vLLM 0.34.x",
     vllm_minor=(0, 34),
     hooks=(
         _SET_ATTN,
         _BUILD_ATTN_METADATA,
-        _draft("_update_draft_decode_metadata", "attn_metadata", "num_reqs"),
+        _UPDATE_DRAFT_DECODE_METADATA,
         # On the base class, its wrapper in the EAGLE family's room (its only caller).
         _on(Room.AUTOREGRESSIVE, f"{_SD}.speculator", "DraftModelSpeculator")(
             "_build_drafter_attn_metadata",
@@ -292,18 +297,7 @@ VLLM_0_34 = Release(
         ),
         _PREPARE_ATTN,
     ),
-    speculators=VLLM_0_33.speculators,
-    backends=(
-        ("dflash", backends.GQA_0_33 + backends.MLA_QUERY_PASS_0_33),
-        ("dspark", backends.GQA_0_33 + backends.MLA_QUERY_PASS_0_33),
-        ("eagle", backends.GQA_0_33 + backends.MLA_VARLEN_0_33),
-        ("eagle3", backends.GQA_0_33 + backends.MLA_VARLEN_0_33),
-        ("draft_model", backends.GQA_0_33),
-    ),
-    backend_notes=backends.NOTES_0_33 + backends.NOTES_0_34,
-    method_notes=backends.METHOD_NOTES_0_33,
-    dcp_backend_notes=backends.DCP_NOTES_0_33,
-    bound_as_exact_rows=("num_decodes", "num_prefills"),
+    backend_notes=VLLM_0_33.backend_notes + backends.NOTES_0_34,
     model_runner_v1=False,
     block_table_width=("vllm.v1.kv_cache_interface", "get_block_table_width"),
     unserved_config=backends.UNSERVED_CONFIG_0_34,
