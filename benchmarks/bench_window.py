@@ -25,6 +25,8 @@
 6. Device kernel launches and CPU time per propose: MRV1's apply, the MRV2 torch path and
    the fused refresh (one launch per refresh), for DFlash/DSpark and EAGLE at K = 3, 5, 7,
    batch 1 to 1024, against the issue's goals.
+7. End to end in a real vLLM engine on CPU: generate time with a window that never crops
+   against none, same acceptance (``benchmarks/engine.py``).
 
 Results go to benchmarks/results/ as markdown and a PNG plot. Timings here are CPU timings
 of device-agnostic torch; on an accelerator the same ops launch kernels instead. The run
@@ -37,6 +39,7 @@ twice one of 2,048.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import statistics
@@ -55,6 +58,7 @@ from tests.testbed import use_triton_interpreter  # noqa: E402
 
 use_triton_interpreter()  # before vLLM's first import
 
+from benchmarks.engine import bench_engine, engine_lines  # noqa: E402
 from tests.testbed.mrv1_adapter import load_mrv1_adapter_module  # noqa: E402
 from tests.testbed.reference import PagedKVCache  # noqa: E402
 from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import dcp_local_lengths  # noqa: E402
@@ -142,13 +146,32 @@ def interleaved(fn_a, fn_b, rounds: int, iters: int) -> tuple[float, float]:
     return statistics.median(a), statistics.median(b)
 
 
+@contextlib.contextmanager
+def quiet_profiler():
+    """The profiler's own lines (its start and stop markers, and torch's note on memory
+    allocated before it started) go to the process's standard error from C++, one pair per
+    measurement: kept out of the tables."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def allocations(fn) -> tuple[int, int]:
     """(allocations above 8 bytes, their bytes) in one call; smaller ones are Python scalar
     operands wrapped as 0-dim tensors, which on an accelerator stay on the host."""
     fn()
-    with torch.profiler.profile(
-        activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
-    ) as prof:
+    with (
+        quiet_profiler(),
+        torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
+        ) as prof,
+    ):
         fn()
     sizes = [e.cpu_memory_usage for e in prof.events() if e.cpu_memory_usage > 8]
     return len(sizes), sum(sizes)
@@ -846,6 +869,7 @@ def write_results(
     launch_rows: list[dict],
     threshold: list[dict],
     dcp: list[dict],
+    engine: dict,
 ) -> None:
     out.mkdir(parents=True, exist_ok=True)
     lines = [
@@ -960,6 +984,7 @@ def write_results(
         ],
         "",
         *launch_lines(launch_rows),
+        *engine_lines(engine),
         "Not measured here: device allocations and host syncs on an accelerator (no GPU or "
         "NPU was available; on CUDA, `torch.cuda.memory_stats` and "
         "`torch.cuda.set_sync_debug_mode` would count them), and the cost of running the "
@@ -1039,7 +1064,11 @@ def main() -> None:
     whole = bench_whole_build(args.rounds, args.iters)
     print("Device launches and CPU time per propose (MRV1, torch path, fused):")
     launch_rows = bench_launches(mrv1, args.rounds, args.iters)
-    write_results(args.out, steps, sinks, attention, machine(), whole, launch_rows, threshold, dcp)
+    print("A real vLLM engine, a window that never crops against none:")
+    engine = bench_engine()
+    write_results(
+        args.out, steps, sinks, attention, machine(), whole, launch_rows, threshold, dcp, engine
+    )
     print(f"Wrote {args.out / 'README.md'} and {args.out / 'window_cost.png'}")
 
 

@@ -2,6 +2,7 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The window inspector (`make demo`): its table, its checks and its errors."""
 
+import re
 import shlex
 
 import pytest
@@ -9,10 +10,13 @@ import pytest
 from tools.inspector import inspector
 from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
 
+# The same code on every vLLM line: run once, in .venv (design/testing.md).
+pytestmark = pytest.mark.release_independent
+
 
 def inspect(flags: str) -> int:
     """The inspector's command line, ``flags`` as typed (without the progress bar)."""
-    return inspector.main([*shlex.split(flags), "--no-progress"])
+    return inspector.main([*shlex.split(flags), "--no-progress", "--no-serve"])
 
 
 @pytest.fixture(autouse=True)
@@ -98,6 +102,7 @@ def test_inspector_writes_its_plot(sinks, tmp_path):
             "--method",
             "dspark",
             "--no-progress",
+            "--no-serve",
             "--plot",
             str(path),
         ]
@@ -143,7 +148,9 @@ def test_inspector_fails_when_the_window_is_wrong(capsys, monkeypatch):
 
 def test_make_demo_shows_the_window_lines_and_none_of_vllms_cpu_warnings():
     """``python -m tools.inspector`` (what ``make demo`` runs) prints the window's two
-    start-up lines, and none of the warnings vLLM logs about a CPU-only host."""
+    start-up lines, and none of the warnings vLLM logs about a CPU-only host; then serves a
+    tiny model with a real vLLM engine without and with the window: the same tokens, every
+    draft token accepted without it and fewer with it."""
     import os
     import subprocess
     import sys
@@ -169,3 +176,9 @@ def test_make_demo_shows_the_window_lines_and_none_of_vllms_cpu_warnings():
     # The window's lines sit above the progress bar, each on a line of its own.
     lines = [line for line in err.splitlines() if "Draft KV window" in line]
     assert len(lines) == 2 and all(line.startswith("INFO Draft KV window") for line in lines)
+    served = result.stdout[result.stdout.index("A real vLLM engine: vllm serve on CPU") :]
+    plain = re.search(r"without draft_window_size +(\d+) +(\d+) +100\.0% +\[", served)
+    windowed = re.search(r"draft_window_size=32 +(\d+) +(\d+) +[\d.]+% +the same", served)
+    assert plain and windowed, served
+    assert int(plain[1]) == int(plain[2]) > 0 and int(windowed[2]) < int(windowed[1])
+    assert "the server said: Draft KV window on for draft_model: draft_window_size=32" in served

@@ -12,10 +12,13 @@ from tools.inspector import dcp as inspector_dcp
 from tools.inspector import inspector
 from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
 
+# The same code on every vLLM line: run once, in .venv (design/testing.md).
+pytestmark = pytest.mark.release_independent
+
 
 def inspect(flags: str) -> int:
     """The inspector's command line, ``flags`` as typed (without the progress bar)."""
-    return inspector.main([*shlex.split(flags), "--no-progress"])
+    return inspector.main([*shlex.split(flags), "--no-progress", "--no-serve"])
 
 
 @pytest.fixture(autouse=True)
@@ -51,6 +54,7 @@ def test_every_rank_reads_its_share_of_the_window(cp, interleave, capsys):
             str(cp),
             "--dcp-interleave",
             str(interleave),
+            "--no-serve",
             "--no-progress",
         ]
     )

@@ -12,7 +12,8 @@ shorter context reads whole), and the checks it ran: slot mappings identical wit
 without the window, and the reference paged attention through the windowed metadata equal
 to dense attention over exactly the window (and the attention sinks, with --sinks). With
 --dcp N (decode context parallelism, ``dcp.py``): every rank's build, and per rank the
-tokens it reads of the window and of the context.
+tokens it reads of the window and of the context. Then, unless --no-serve, a tiny model
+served by a real vLLM engine with the window off and on (``served.py``).
 """
 
 from __future__ import annotations
@@ -81,6 +82,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dtype-bytes", type=int, default=2, help="bytes per KV element")
     parser.add_argument("--plot", type=Path, help="write a PNG of the blocks each side reads")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--no-serve",
+        action="store_true",
+        help="skip serving a tiny model with a real vLLM engine after the tables",
+    )
     inspector_dcp.add_arguments(parser)
     args = parser.parse_args(argv)
     try:
@@ -393,6 +399,10 @@ def main(argv: list[str] | None = None) -> int:
         failed |= not all(r["ok"] for r in rows)
     if args.plot:
         plot(args.plot, results[0][0], args, results[0][1])
+    if not args.no_serve:
+        from tools.inspector.served import serve_both_ways
+
+        failed |= not serve_both_ways()
     return 1 if failed else 0
 
 

@@ -1,0 +1,111 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
+"""Runs vLLM's offline engine (``LLM.generate``, greedy) once per run of a plan, one engine
+after another in this process, and writes what each generated and what vLLM's own
+spec-decode metrics counted:
+
+    python offline.py PLAN.json RESULTS.json
+
+Run as a script from a directory outside the checkout, so that the project is imported as
+installed (its ``vllm.general_plugins`` entry point, as on a host). Each run's engine log is
+framed by ``=== run NAME`` and ``=== end NAME`` lines on stdout.
+
+PLAN: {"target": path, "max_model_len": n, "block_size": b, "prompts": [[ids]],
+"runs": [{"name", "max_tokens", "speculative_config" (or null), "additional_config"}]}.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import sys
+import time
+
+# vLLM's spec-decode counters (vllm/v1/metrics), read before and after each generate.
+COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
+
+
+def counts(llm) -> dict[str, int]:
+    found = {}
+    for metric in llm.get_metrics():
+        name = metric.name.removeprefix("vllm:spec_decode_")
+        if name in COUNTERS:
+            found[name] = int(getattr(metric, "value", 0))
+    return {name: found.get(name, 0) for name in COUNTERS}
+
+
+def release_engine() -> None:
+    """What one engine leaves behind before the next in the same process: its model
+    parallel groups and the one-rank process group."""
+    import torch
+    from vllm.distributed.parallel_state import (
+        destroy_distributed_environment,
+        destroy_model_parallel,
+    )
+
+    destroy_model_parallel()
+    destroy_distributed_environment()
+    gc.collect()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+def run(plan: dict, spec: dict) -> dict:
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    started = time.perf_counter()
+    llm = LLM(
+        model=plan["target"],
+        dtype="float32",
+        enforce_eager=True,
+        block_size=plan["block_size"],
+        kv_cache_memory_bytes=64 * 1024 * 1024,
+        max_model_len=plan["max_model_len"],
+        max_num_seqs=len(plan["prompts"]),
+        seed=0,
+        disable_log_stats=False,
+        speculative_config=spec["speculative_config"],
+        additional_config=spec["additional_config"],
+    )
+    built = time.perf_counter()
+    before = counts(llm)
+    outputs = llm.generate(
+        [TokensPrompt(prompt_token_ids=ids) for ids in plan["prompts"]],
+        SamplingParams(temperature=0.0, max_tokens=spec["max_tokens"], ignore_eos=True),
+        use_tqdm=False,
+    )
+    done = time.perf_counter()
+    after = counts(llm)
+    del llm
+    release_engine()
+    return {
+        "name": spec["name"],
+        "token_ids": [list(o.outputs[0].token_ids) for o in outputs],
+        **{name: after[name] - before[name] for name in COUNTERS},
+        "construct_s": round(built - started, 2),
+        "generate_s": round(done - built, 3),
+    }
+
+
+def main(plan_path: str, results_path: str) -> int:
+    with open(plan_path) as f:
+        plan = json.load(f)
+    results = []
+    for spec in plan["runs"]:
+        print(f"=== run {spec['name']}", flush=True)
+        try:
+            results.append(run(plan, spec))
+        except Exception as error:
+            import traceback
+
+            traceback.print_exc()
+            results.append({"name": spec["name"], "error": f"{type(error).__name__}: {error}"})
+        print(f"=== end {spec['name']}", flush=True)
+    with open(results_path, "w") as f:
+        json.dump(results, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))

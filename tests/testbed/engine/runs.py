@@ -1,0 +1,253 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
+"""Real vLLM engines on CPU over the tiny models, from the tests, ``make demo`` and ``make
+bench``: ``offline`` runs a list of ``Run`` through ``LLM`` in one engine process of its
+own (``offline.py``), ``Server`` a ``vllm serve`` on 127.0.0.1. Both start in a scratch
+directory, so that the project is imported as installed, never from this checkout."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.testbed.engine.environment import engine_env
+from tests.testbed.engine.models import VOCAB, TinyModels
+
+OFFLINE = Path(__file__).with_name("offline.py")
+ROOT = Path(__file__).resolve().parents[3]
+# The KV-cache block size (the CPU attention backend takes multiples of 32): the window's
+# start moves in steps of one block.
+BLOCK = 32
+MAX_MODEL_LEN = 1024
+# Prompt lengths around the window: the shortest never cropped, the longest always.
+PROMPT_LENS = (9, 40, 77, 118)
+NUM_SPEC = 3
+
+
+@dataclass(frozen=True)
+class Run:
+    """One engine: its draft method (None: no speculation), the window's keys, and how many
+    tokens each prompt generates."""
+
+    name: str
+    method: str | None = None
+    window: dict = field(default_factory=dict)
+    max_tokens: int = 24
+
+    def plan(self, models: TinyModels) -> dict:
+        spec = None
+        if self.method is not None:
+            spec = {
+                "method": self.method,
+                "model": models.draft(self.method),
+                "num_speculative_tokens": NUM_SPEC,
+            }
+        return {
+            "name": self.name,
+            "max_tokens": self.max_tokens,
+            "speculative_config": spec,
+            "additional_config": dict(self.window),
+        }
+
+
+def prompts() -> list[list[int]]:
+    """Seeded prompts of token ids (no special tokens), of ``PROMPT_LENS`` tokens."""
+    rng = random.Random(7)
+    return [[rng.randrange(4, VOCAB) for _ in range(n)] for n in PROMPT_LENS]
+
+
+def cache_root() -> Path:
+    """vLLM's cache of the inspected model classes, one per vLLM line (``environment``)."""
+    import vllm
+
+    return ROOT / ".cache" / f"vllm-{vllm.__version__}"
+
+
+def environment() -> dict[str, str]:
+    from vllm_ascend.worker.v2.spec_decode.draft_window import releases
+
+    return engine_env(cache_root(), releases.has_model_runner_v1())
+
+
+@dataclass
+class Offline:
+    """What ``offline`` returns: each run's result (``offline.py``) and its engine log."""
+
+    results: dict[str, dict]
+    logs: dict[str, str]
+    wall_s: float
+
+
+def offline(models: TinyModels, runs: list[Run], workdir: Path) -> Offline:
+    """Every run, one engine after another, in one process of this environment's Python."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    plan = {
+        "target": models.target,
+        "max_model_len": MAX_MODEL_LEN,
+        "block_size": BLOCK,
+        "prompts": prompts(),
+        "runs": [run.plan(models) for run in runs],
+    }
+    plan_path, results_path = workdir / "plan.json", workdir / "results.json"
+    plan_path.write_text(json.dumps(plan))
+    started = time.perf_counter()
+    process = subprocess.run(
+        [sys.executable, str(OFFLINE), str(plan_path), str(results_path)],
+        cwd=workdir,
+        env=environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    wall = time.perf_counter() - started
+    (workdir / "engine.log").write_text(process.stdout)
+    if process.returncode != 0 or not results_path.exists():
+        raise RuntimeError(
+            f"the engine process failed (exit {process.returncode}):\n{process.stdout[-6000:]}"
+        )
+    results = {r["name"]: r for r in json.loads(results_path.read_text())}
+    return Offline(results, _split(process.stdout), wall)
+
+
+def _split(output: str) -> dict[str, str]:
+    """Each run's part of the engine log, between its ``=== run`` and ``=== end`` lines."""
+    logs, name, lines = {}, None, []
+    for line in output.splitlines():
+        if line.startswith("=== run "):
+            name, lines = line.removeprefix("=== run "), []
+        elif line.startswith("=== end ") and name is not None:
+            logs[name], name = "\n".join(lines), None
+        elif name is not None:
+            lines.append(line)
+    return logs
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """``vllm serve`` of the tiny target on 127.0.0.1, in its own process group (stopped,
+    with everything it started, on exit); ``log`` holds what it printed."""
+
+    def __init__(self, models: TinyModels, run: Run, workdir: Path) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = workdir / f"serve-{run.name}.log"
+        plan = run.plan(models)
+        self.command = [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.cli.main",
+            "serve",
+            models.target,
+            *("--host", "127.0.0.1", "--port", str(self.port), "--dtype", "float32"),
+            *("--enforce-eager", "--block-size", str(BLOCK), "--seed", "0"),
+            *("--kv-cache-memory-bytes", str(64 * 1024 * 1024)),
+            *("--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", str(len(PROMPT_LENS))),
+        ]
+        if plan["speculative_config"] is not None:
+            self.command += ["--speculative-config", json.dumps(plan["speculative_config"])]
+        if plan["additional_config"]:
+            self.command += ["--additional-config", json.dumps(plan["additional_config"])]
+        self.workdir = workdir
+        self.process: subprocess.Popen | None = None
+        self.answered = False
+
+    def __enter__(self) -> Server:
+        with open(self.log_path, "w") as log:
+            self.process = subprocess.Popen(
+                self.command,
+                cwd=self.workdir,
+                env=environment(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return self
+
+    def wait(self, timeout: float = 300) -> bool:
+        """Until the server answers /health (True) or exits (False)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                return False
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
+                    if response.status == 200:
+                        self.answered = True
+                        return True
+            except OSError:
+                pass
+            time.sleep(0.25)
+        raise TimeoutError(f"vllm serve not healthy after {timeout} s: {self.log_path}")
+
+    def post(self, path: str, body: dict) -> dict:
+        request = urllib.request.Request(
+            f"{self.url}{path}",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=600) as response:
+            return json.loads(response.read())
+
+    def get(self, path: str) -> str:
+        with urllib.request.urlopen(f"{self.url}{path}", timeout=60) as response:
+            return response.read().decode()
+
+    def completions(self, models: TinyModels, max_tokens: int) -> list[list[int]]:
+        """The token ids each prompt generates, greedily, in one request."""
+        body = {
+            "model": models.target,
+            "prompt": prompts(),
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "return_token_ids": True,
+        }
+        choices = sorted(self.post("/v1/completions", body)["choices"], key=lambda c: c["index"])
+        return [list(c["token_ids"]) for c in choices]
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        process = self.process
+        if process is None:
+            return
+        if process.poll() is None:
+            # The API server stops its engine core itself.
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        with contextlib.suppress(ProcessLookupError):  # whatever is left of its group
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def spec_counter(metrics: str, name: str) -> float:
+    """A spec-decode counter of the server's /metrics (summed over its labels)."""
+    total = 0.0
+    for line in metrics.splitlines():
+        if line.startswith(f"vllm:spec_decode_{name}_total"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
