@@ -148,6 +148,20 @@ def test_flex_attention_is_refused_by_name(model_dir, monkeypatch):
         wire("dflash", layouts, make_batch(layouts), model_dir, monkeypatch)
 
 
+@pytest.mark.release("vLLM 0.34.x")
+def test_flashinfer_ts_is_refused_by_name(model_dir, monkeypatch):
+    """vLLM 0.34's task-scheduled FlashInfer decode (FLASHINFER_TS, for DFlash and DSpark
+    drafts) copies the lengths and the table into buffers of its own at every build."""
+    from vllm.v1.attention.backends.flashinfer_ts import FlashInferTSBackend
+
+    layouts = [GroupLayout(16, backend=FlashInferTSBackend)]
+    with refused(
+        r"on attention backend FlashInferTSBackend: its builder copies the lengths and the "
+        r"block table into buffers of its own at each build"
+    ):
+        wire("dflash", layouts, make_batch(layouts), model_dir, monkeypatch)
+
+
 def test_a_builder_taking_the_bound_as_exact_is_stopped_by_the_proof(mla_dir, monkeypatch):
     """Served anyway (the refusal switched off), vLLM's common MLA builder sends a DFlash
     pass to its prefill path, whose context lengths come from the host bound: the run-time
