@@ -56,7 +56,10 @@ def make_tiny_models(root: Path) -> TinyModels:
     if done.exists():
         return models
     import torch
+    from transformers.utils import logging as transformers_logging
 
+    # Its "Writing model shards" bar would land in the middle of make demo's tables.
+    transformers_logging.disable_progress_bar()
     models.root.mkdir(parents=True, exist_ok=True)
     tokenizer = _tokenizer()
     torch.manual_seed(SEED)
