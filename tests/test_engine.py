@@ -14,18 +14,19 @@ nothing. Acceptance is vLLM's own spec-decode metrics.
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import pytest
 
-from tests.testbed.engine.models import make_tiny_models
+from tests.testbed.engine.models import HEAD_METHODS, make_tiny_models
 from tests.testbed.engine.runs import NUM_SPEC, Run, Server, offline, spec_counter
 
 WINDOW = {"draft_window_size": 32}
 # Sinks of one block, and a threshold one prompt (118 tokens) starts above, one (77) reaches
 # during generation and two (9, 40) never reach.
 SINKS_AND_THRESHOLD = {**WINDOW, "draft_attention_sinks": 32, "draft_window_min_context": 84}
-HEADS = ("eagle3", "dflash", "dspark")
 # The heads accept nothing (random weights) and are slow on CPU: fewer tokens.
 HEAD_TOKENS = 10
 RUNS = [
@@ -41,12 +42,12 @@ RUNS = [
     ),
     Run("draft_model, window wider than every context", "draft_model", {"draft_window_size": 512}),
     *(
-        run
-        for head in HEADS
-        for run in (
-            Run(head, head, {}, HEAD_TOKENS),
-            Run(f"{head} with the window", head, WINDOW, HEAD_TOKENS),
-            Run(f"{head} with sinks and a threshold", head, SINKS_AND_THRESHOLD, HEAD_TOKENS),
+        Run(name, method, window, HEAD_TOKENS, draft=head)
+        for head, method in HEAD_METHODS.items()
+        for name, window in (
+            (head, {}),
+            (f"{head} with the window", WINDOW),
+            (f"{head} with sinks and a threshold", SINKS_AND_THRESHOLD),
         )
     ),
 ]
@@ -129,12 +130,17 @@ def test_a_draft_that_is_the_target_loses_acceptance_only_where_the_window_crops
         assert accepted == drafted, f"run {name!r}: {accepted} of {drafted} accepted"
 
 
-@pytest.mark.parametrize("head", HEADS)
-def test_every_head_drafts_inside_the_engine(head, engines):
-    """The heads ran as drafts (vLLM counted their proposals), with and without the window."""
+@pytest.mark.parametrize("head", HEAD_METHODS)
+def test_every_head_drafts_inside_the_engine(head, engines, models):
+    """The heads ran as drafts (vLLM counted their proposals), with and without the window,
+    each as its own architecture (which picks the DFlash family's speculator)."""
+    (architecture,) = json.loads(Path(models.draft(head), "config.json").read_text())[
+        "architectures"
+    ]
     for name in (head, f"{head} with the window", f"{head} with sinks and a threshold"):
         found = result(engines, name)
         assert found["num_drafts"] > 0 and found["num_draft_tokens"] > 0, (name, found)
+        assert f"Resolved architecture: {architecture}" in engines.logs[name], name
 
 
 @pytest.fixture(scope="module")

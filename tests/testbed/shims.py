@@ -7,6 +7,8 @@ import vllm.platforms.cpu
 import vllm.utils.torch_utils as torch_utils
 import vllm.v1.worker.gpu.buffer_utils as buffer_utils
 
+from tests.testbed.engine.triton_interpreter import label_comparisons_int1
+
 
 def apply_cpu_shims() -> None:
     # The vllm wheel detects no platform on a CPU-only host, and BlockTables needs a device type.
@@ -25,7 +27,7 @@ def apply_cpu_shims() -> None:
     import vllm.model_executor.layers.attention.mla_attention as mla_attention
 
     mla_attention.PIN_MEMORY = False
-    _label_interpreter_comparisons_int1()
+    label_comparisons_int1()
 
 
 class _HostUvaBuffer:
@@ -37,27 +39,3 @@ class _HostUvaBuffer:
         self.cpu = torch.zeros(size, dtype=dtype)
         self.np = self.cpu.numpy()
         self.uva = self.cpu
-
-
-def _label_interpreter_comparisons_int1() -> None:
-    """Triton's interpreter labels a comparison's boolean result with its operands' dtype,
-    so a load or store masked by it after a broadcast fails ("mask has unsupported dtype");
-    compiled Triton types it int1. vLLM's slot-mapping kernel takes that path only under
-    decode context parallelism. Label boolean results int1, as compiled Triton does."""
-    import numpy as np
-    import triton.language as tl
-    from triton.runtime import interpreter
-
-    builder = interpreter.InterpreterBuilder
-    if getattr(builder.binary_op, "labels_int1", False):
-        return
-    real = builder.binary_op
-
-    def binary_op(self, lhs, rhs, op):
-        result = real(self, lhs, rhs, op)
-        if result.data.dtype == np.bool_ and result.dtype != tl.int1:
-            return interpreter.TensorHandle(result.data, tl.int1)
-        return result
-
-    binary_op.labels_int1 = True
-    builder.binary_op = binary_op

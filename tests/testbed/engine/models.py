@@ -2,10 +2,10 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """Tiny models for a real vLLM engine on CPU, made locally (no model hub): a byte-level BPE
 tokenizer trained on a seeded corpus, a Llama target of seeded random weights, and the
-draft heads vLLM's CPU engine runs beside it (EAGLE3, DFlash, DSpark), each in the layout
-vLLM's model code loads. A draft model (method ``draft_model``) is the target itself: it
-drafts what the target verifies, so every draft token is accepted unless the window crops
-what the draft reads.
+draft heads vLLM's CPU engine runs beside it (EAGLE3, DFlash, DSpark, and the DFlash
+family: XPress, DFlash2, LiLiCorr), each in the layout vLLM's model code loads. A draft
+model (method ``draft_model``) is the target itself: it drafts what the target verifies, so
+every draft token is accepted unless the window crops what the draft reads.
 
 Sizes: vocab 512, hidden 128, 4 layers, 4 query heads and 2 KV heads of 32 (the CPU
 attention backend's smallest head size), float32.
@@ -33,6 +33,17 @@ MASK_TOKEN_ID = 3
 # and DSpark's ``target_layer_ids``, which count after the embedding).
 AUX_LAYERS = (1, 2, 3)
 SEED = 1234
+NUM_SPEC = 3
+# Each head's draft method: the DFlash family's are ``dflash`` drafts, their speculator
+# chosen by the checkpoint's architecture.
+HEAD_METHODS = {
+    "eagle3": "eagle3",
+    "dflash": "dflash",
+    "dspark": "dspark",
+    "xpress": "dflash",
+    "dflash2": "dflash",
+    "lilicorr": "dflash",
+}
 
 
 @dataclass(frozen=True)
@@ -43,9 +54,10 @@ class TinyModels:
     def target(self) -> str:
         return str(self.root / "target")
 
-    def draft(self, method: str) -> str:
-        """The draft checkpoint of ``method`` (a draft model: the target itself)."""
-        return self.target if method == "draft_model" else str(self.root / method)
+    def draft(self, name: str) -> str:
+        """The draft checkpoint ``name``: a head of ``HEAD_METHODS``, or ``draft_model``
+        (the target itself)."""
+        return self.target if name == "draft_model" else str(self.root / name)
 
 
 def make_tiny_models(root: Path) -> TinyModels:
@@ -53,7 +65,7 @@ def make_tiny_models(root: Path) -> TinyModels:
     finds them)."""
     models = TinyModels(Path(root))
     done = models.root / ".complete"
-    if done.exists():
+    if done.exists() and done.read_text() == " ".join(HEAD_METHODS):
         return models
     import torch
     from transformers.utils import logging as transformers_logging
@@ -73,7 +85,7 @@ def make_tiny_models(root: Path) -> TinyModels:
         (path / "config.json").write_text(json.dumps(config, indent=1))
         _save(path / "model.safetensors", tensors)
         tokenizer.save_pretrained(path)
-    done.touch()
+    done.write_text(" ".join(HEAD_METHODS))
     return models
 
 
@@ -241,10 +253,136 @@ def _heads(generator) -> dict[str, tuple[dict, dict]]:
         "markov_head.markov_w1.weight": random(VOCAB, rank),
         "markov_head.markov_w2.weight": random(VOCAB, rank),
     }
-    return {
+    heads = {
         "eagle3": (eagle3, eagle3_weights),
         "dflash": (dflash, dflash_weights),
         "dspark": (dspark, dspark_weights),
+        **_dflash_family(dflash, dflash_weights, random, ones),
+    }
+    assert heads.keys() == HEAD_METHODS.keys()
+    return heads
+
+
+def _dflash_family(dflash: dict, weights: dict, randn, ones) -> dict[str, tuple[dict, dict]]:
+    """vLLM's DFlash family: the DFlash head with a head of its own after the draft."""
+    import torch
+
+    block = NUM_SPEC + 1
+
+    def linear(name: str, out: int, into: int, bias: bool = False) -> dict:
+        bias_ = {f"{name}.bias": torch.zeros(out)} if bias else {}
+        return {f"{name}.weight": randn(out, into), **bias_}
+
+    # XPress (Qwen3XPressModel): a Jacobi refiner over the draft's block. Its Triton kernels
+    # take a power-of-two rank and an MLP width in steps of 64; its block is the query's.
+    rank, width = 32, 64
+    xpress = {
+        **dflash,
+        "architectures": ["Qwen3XPressModel"],
+        "xpress_block_size": block,
+        "xpress_rank": rank,
+        "xpress_mlp_hidden": width,
+        "xpress_topc": 64,
+        "xpress_num_passes": 2,
+        "xpress_compile_head": False,
+    }
+    xpress_weights = {
+        **weights,
+        **linear("xpress_head.w1", VOCAB, rank),
+        **linear("xpress_head.down_h", rank, HIDDEN),
+        **linear("xpress_head.down_g", rank, HIDDEN),
+        **linear("xpress_head.in_proj", rank, 3 * rank),
+        "xpress_head.mix.L": randn(rank, block, block),
+        **linear("xpress_head.mlp.gate_proj", width, rank),
+        **linear("xpress_head.mlp.up_proj", width, rank),
+        **linear("xpress_head.mlp.down_proj", rank, width),
+        **linear("xpress_head.w2", VOCAB, rank),
+    }
+    # DFlash2 (DFlash2DraftModel): grouped convolutions around the layer's attention and
+    # MLP (two taps, the first near identity), and a candidate selector over the top 4.
+    taps, group, selector = 2, 32, 16
+
+    def convolution(name: str) -> dict:
+        kernel = randn(2, taps, HIDDEN)
+        kernel[:, 0] += 1.0
+        return {
+            f"{name}.base_kernel": kernel,
+            **linear(f"{name}.kernel_projection", 2 * taps * HIDDEN // group, HIDDEN),
+        }
+
+    dflash2 = {
+        **dflash,
+        "architectures": ["DFlash2DraftModel"],
+        "dflash_config": {
+            **dflash["dflash_config"],
+            "conv_kernel_size": taps,
+            "conv_group_size": group,
+            "selector_rank": selector,
+            "selector_top_k": 4,
+        },
+    }
+    dflash2_weights = {
+        **weights,
+        **convolution("layers.0.attention_conv"),
+        **convolution("layers.0.mlp_conv"),
+        "candidate_selector.predecessor_codebook": randn(VOCAB, selector),
+        "candidate_selector.successor_codebook": randn(VOCAB, selector),
+        **linear("candidate_selector.hidden_projection", selector, HIDDEN),
+    }
+    # LiLiCorr (LiLiCorrDraftModel): a one-layer correlator over the top 4 candidates of
+    # each draft position (every lilicorr key is required; no convolutions).
+    heads, topk, factors = 2, 4, 16
+    lilicorr = {
+        **dflash,
+        "architectures": ["LiLiCorrDraftModel"],
+        "dflash_config": {
+            **dflash["dflash_config"],
+            "block_size": block,
+            "lilicorr_enabled": True,
+            "conv_kernel_size": 0,
+            "conv_group_size": 0,
+            "lilicorr_hidden_size": None,
+            "lilicorr_candidate_topk": topk,
+            "lilicorr_num_heads": heads,
+            "lilicorr_mlp_ratio": 2.0,
+            "lilicorr_factor_dim": factors,
+            "lilicorr_vector_eps": 1e-6,
+            "lilicorr_logit_scale": 10.0,
+            "lilicorr_num_layers": 1,
+        },
+    }
+    lilicorr_weights = {
+        **weights,
+        **linear("lilicorr.pass_hidden_proj", HIDDEN, HIDDEN, bias=True),
+        "lilicorr.feature_norm.weight": ones(5),
+        "lilicorr.feature_norm.bias": torch.zeros(5),
+        **linear("lilicorr.feature_mlp.up_proj", HIDDEN, 5, bias=True),
+        **linear("lilicorr.feature_mlp.down_proj", HIDDEN, HIDDEN, bias=True),
+        "lilicorr.slot_embedding": randn(1, 1, block - 1, 1, HIDDEN),
+        "lilicorr.rank_embedding": randn(1, 1, 1, topk, HIDDEN),
+        "lilicorr.relative_slot_bias": randn(heads, 2 * block - 1),
+        "lilicorr.same_slot_bias": randn(heads),
+        **linear("lilicorr.context_proj", HIDDEN, HIDDEN, bias=True),
+        "lilicorr.layers.0.attn_norm.weight": ones(HIDDEN),
+        "lilicorr.layers.0.attn.in_proj_weight": randn(3 * HIDDEN, HIDDEN),
+        "lilicorr.layers.0.attn.in_proj_bias": torch.zeros(3 * HIDDEN),
+        **linear("lilicorr.layers.0.attn.out_proj", HIDDEN, HIDDEN, bias=True),
+        "lilicorr.layers.0.mlp_norm.weight": ones(HIDDEN),
+        **linear("lilicorr.layers.0.mlp.up_proj", 2 * HIDDEN, HIDDEN, bias=True),
+        **linear("lilicorr.layers.0.mlp.down_proj", HIDDEN, 2 * HIDDEN, bias=True),
+        "lilicorr.output_norm.weight": ones(HIDDEN),
+        "lilicorr.anchor_norm.weight": ones(HIDDEN),
+        **linear("lilicorr.factor_input_proj", HIDDEN, 3 * HIDDEN, bias=True),
+        **{
+            f"lilicorr.{name}": tensor
+            for head in ("out_head", "in_head", "anchor_out_head")
+            for name, tensor in linear(head, factors, HIDDEN, bias=True).items()
+        },
+    }
+    return {
+        "xpress": (xpress, xpress_weights),
+        "dflash2": (dflash2, dflash2_weights),
+        "lilicorr": (lilicorr, lilicorr_weights),
     }
 
 

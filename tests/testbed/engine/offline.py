@@ -21,6 +21,10 @@ import json
 import sys
 import time
 
+# Beside this script, whose folder Python puts first on the path (the project is imported
+# as installed, never from this checkout).
+from triton_interpreter import label_comparisons_int1
+
 # vLLM's spec-decode counters (vllm/v1/metrics), read before and after each generate.
 COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
 
@@ -89,6 +93,7 @@ def run(plan: dict, spec: dict) -> dict:
 
 
 def main(plan_path: str, results_path: str) -> int:
+    label_comparisons_int1()
     with open(plan_path) as f:
         plan = json.load(f)
     results = []

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.testbed.engine.environment import engine_env
-from tests.testbed.engine.models import VOCAB, TinyModels
+from tests.testbed.engine.models import NUM_SPEC, VOCAB, TinyModels
 
 OFFLINE = Path(__file__).with_name("offline.py")
 ROOT = Path(__file__).resolve().parents[3]
@@ -31,25 +31,26 @@ BLOCK = 32
 MAX_MODEL_LEN = 1024
 # Prompt lengths around the window: the shortest never cropped, the longest always.
 PROMPT_LENS = (9, 40, 77, 118)
-NUM_SPEC = 3
 
 
 @dataclass(frozen=True)
 class Run:
-    """One engine: its draft method (None: no speculation), the window's keys, and how many
-    tokens each prompt generates."""
+    """One engine: its draft method (None: no speculation), the window's keys, how many
+    tokens each prompt generates, and its draft checkpoint (``TinyModels.draft``; by
+    default the one named as the method)."""
 
     name: str
     method: str | None = None
     window: dict = field(default_factory=dict)
     max_tokens: int = 24
+    draft: str | None = None
 
     def plan(self, models: TinyModels) -> dict:
         spec = None
         if self.method is not None:
             spec = {
                 "method": self.method,
-                "model": models.draft(self.method),
+                "model": models.draft(self.draft or self.method),
                 "num_speculative_tokens": NUM_SPEC,
             }
         return {
