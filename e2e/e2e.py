@@ -533,15 +533,15 @@ PAIRING_LINE = (
 # Run in the host's Python after the install: the versions and the supported releases.
 PAIRING_PROBE = """
 import sys
-from vllm_ascend.worker.v2.spec_decode.draft_window import releases
-versions = releases.installed_versions()
-line = releases.release_for(versions["vllm"])
-print(f"host: {releases.describe_versions()}; supported: {releases.SUPPORTED}")
+from vllm_ascend.worker.v2.spec_decode.draft_window import releases, versions
+installed = versions.installed_versions()
+line = releases.release_for(installed["vllm"])
+print(f"host: {versions.describe_versions()}; supported: {releases.SUPPORTED}")
 problem = None
 if line is None:
-    problem = f"vLLM {versions['vllm']} is not a release the draft window supports"
+    problem = f"vLLM {installed['vllm']} is not a release the draft window supports"
 else:
-    problem = releases.requirement_problem(line)
+    problem = versions.requirement_problem(line)
     if problem is None and sys.argv[1] not in line.methods:
         problem = (f"the draft window does not serve method {sys.argv[1]!r} on {line.name} "
                    f"(supported there: {', '.join(line.methods)}): pick another E2E_SCENARIO")

@@ -79,6 +79,7 @@ SERVING_MODULES = {
     "policy.py",
     "release.py",
     "releases.py",
+    "versions.py",
     "views.py",
     "window.py",
     "hooks/__init__.py",

@@ -22,7 +22,7 @@ from tests.testbed.speculators import (
     make_speculative_vllm_config,
 )
 from tests.testbed.vllm_line import RELEASE, use_model_runner_v2
-from vllm_ascend.worker.v2.spec_decode.draft_window import install, plugin, releases
+from vllm_ascend.worker.v2.spec_decode.draft_window import install, plugin, releases, versions
 
 # Per vLLM line, what the drifts below move: the module of its EAGLE speculator, and the
 # fused decode's driver with the parameter it must keep.
@@ -175,8 +175,8 @@ def test_with_the_window_building_the_config_stops_with_the_reason(
         "Value error, additional_config draft_window_size=512 cannot be served on Model "
         "Runner V2 here: the draft window could not hook this vLLM"
     ) in message
-    versions = releases.installed_versions()
-    assert f"vLLM {versions['vllm']}, vllm-ascend not installed" in message
+    installed = versions.installed_versions()
+    assert f"vLLM {installed['vllm']}, vllm-ascend not installed" in message
     assert f"supported: {releases.SUPPORTED}" in message
     assert problem in message
     # No Model Runner V1 window to offer without vllm-ascend.
@@ -228,7 +228,7 @@ def test_on_a_supported_vllm_the_config_is_accepted(model_dir, monkeypatch):
     assert install.status() == install.Status(installed=True, release=RELEASE.name)
     use_model_runner_v2(monkeypatch)
     config = make_speculative_vllm_config(model_dir, {"draft_window_size": 512})
-    assert releases.runs_model_runner_v2(config)
+    assert versions.runs_model_runner_v2(config)
 
 
 @pytest.mark.parametrize(
@@ -241,8 +241,8 @@ def test_on_a_supported_vllm_the_config_is_accepted(model_dir, monkeypatch):
 def test_with_vllm_ascend_the_error_offers_its_model_runner_v1_window(
     vllm_version, ascend_version, model_dir, monkeypatch
 ):
-    versions = {"vllm": vllm_version, "vllm-ascend": ascend_version}
-    monkeypatch.setattr(releases, "installed_versions", lambda: versions)
+    installed = {"vllm": vllm_version, "vllm-ascend": ascend_version}
+    monkeypatch.setattr(versions, "installed_versions", lambda: installed)
     message = refusal(model_dir, monkeypatch, {"draft_window_size": 512})
     assert (
         f"could not hook this vLLM (vLLM {vllm_version}, vllm-ascend {ascend_version}; "
@@ -255,7 +255,7 @@ def test_with_vllm_ascend_the_error_offers_its_model_runner_v1_window(
 
 def test_vllm_0_30_without_vllm_ascend_is_not_the_ascend_line(model_dir, monkeypatch):
     monkeypatch.setattr(
-        releases, "installed_versions", lambda: {"vllm": "0.30.0", "vllm-ascend": "not installed"}
+        versions, "installed_versions", lambda: {"vllm": "0.30.0", "vllm-ascend": "not installed"}
     )
     message = refusal(model_dir, monkeypatch, {"draft_window_size": 512})
     assert (
@@ -285,7 +285,7 @@ def test_a_check_that_fails_on_an_unknown_vllm_is_one_named_error(model_dir, mon
 
         return envs.NOT_A_VLLM_VARIABLE  # AttributeError, as VLLM_USE_V2_MODEL_RUNNER on 0.34
 
-    monkeypatch.setattr(releases, "runs_model_runner_v2", removed)
+    monkeypatch.setattr(versions, "runs_model_runner_v2", removed)
     with pytest.raises(ValueError) as error:
         make_speculative_vllm_config(model_dir, {"draft_window_size": 512})
     message = str(error.value)
@@ -312,5 +312,5 @@ def test_the_installed_vllm_is_named_by_its_module(monkeypatch):
         return real(dist)
 
     monkeypatch.setattr(importlib.metadata, "version", version)
-    assert releases.installed_versions()["vllm"] == vllm.__version__
-    assert releases.release_for(releases.installed_versions()["vllm"]) is RELEASE
+    assert versions.installed_versions()["vllm"] == vllm.__version__
+    assert releases.release_for(versions.installed_versions()["vllm"]) is RELEASE

@@ -209,15 +209,15 @@ def test_every_release_served_as_this_one_runs_exactly_its_code():
 
 
 def test_vllm_ascend_0_30_0rc1_installs_the_same_hooks(monkeypatch):
-    from vllm_ascend.worker.v2.spec_decode.draft_window import releases
+    from vllm_ascend.worker.v2.spec_decode.draft_window import releases, versions
 
     release = installed_release()
     for version in release.requires[1]:
-        versions = {"vllm": vllm.__version__, "vllm-ascend": version}
-        monkeypatch.setattr(releases, "installed_versions", lambda v=versions: v)
-        assert releases.requirement_problem(release) is None
+        installed = {"vllm": vllm.__version__, "vllm-ascend": version}
+        monkeypatch.setattr(versions, "installed_versions", lambda v=installed: v)
+        assert versions.requirement_problem(release) is None
         assert releases.release_for(vllm.__version__) is release
     monkeypatch.setattr(
-        releases, "installed_versions", lambda: {"vllm": vllm.__version__, "vllm-ascend": "0.31.0"}
+        versions, "installed_versions", lambda: {"vllm": vllm.__version__, "vllm-ascend": "0.31.0"}
     )
-    assert "installed: 0.31.0" in releases.requirement_problem(release)
+    assert "installed: 0.31.0" in versions.requirement_problem(release)

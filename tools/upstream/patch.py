@@ -17,9 +17,10 @@ PRISTINE = ROOT / ".cache" / f"vllm-ascend-{RELEASE}" / f"vllm_ascend-{RELEASE}"
 PACKAGE = Path("vllm_ascend/worker/v2/spec_decode/draft_window")
 # The window's Triton refresh, beside vllm-ascend's Model Runner V2 spec-decode kernels.
 KERNEL = Path("vllm_ascend/ops/triton/v2/spec_decode/draft_window_refresh.py")
-# What only the overlay needs: the entry point, the hook installer, patch-by-identity, and
-# the wrappers (inside vllm-ascend the speculators call the package's functions).
-OVERLAY_ONLY = ("plugin.py", "install.py", "patches.py", "hooks")
+# What only the overlay needs: the entry point, the hook installer, patch-by-identity, the
+# installed versions its start-up reads, and the wrappers (inside vllm-ascend the
+# speculators call the package's functions and name their release).
+OVERLAY_ONLY = ("plugin.py", "install.py", "patches.py", "versions.py", "hooks")
 # vllm-ascend's files the call sites change (call_sites.diff).
 CHANGED = (
     "vllm_ascend/ascend_config.py",

@@ -22,7 +22,7 @@ def check_in_tree() -> None:
     site = Path(sysconfig.get_paths()["purelib"])
     origin = Path(vllm_ascend.__file__).resolve()
     assert site not in origin.parents, f"vllm_ascend imported from {origin}, not the tree"
-    for overlay_only in ("plugin", "install", "patches", "hooks"):
+    for overlay_only in ("plugin", "install", "patches", "versions", "hooks"):
         assert importlib.util.find_spec(f"{_PACKAGE}.{overlay_only}") is None, overlay_only
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 def engine_env(cache_root: Path, model_runner_v1: bool) -> dict[str, str]:
     """The environment of an engine process, over this one's; ``model_runner_v1``: whether
-    the installed vLLM still has Model Runner V1 (``releases.has_model_runner_v1``)."""
+    the installed vLLM still has Model Runner V1 (``versions.has_model_runner_v1``)."""
     env = dict(os.environ)
     env.update(
         {

@@ -75,9 +75,9 @@ def cache_root() -> Path:
 
 
 def environment() -> dict[str, str]:
-    from vllm_ascend.worker.v2.spec_decode.draft_window import releases
+    from vllm_ascend.worker.v2.spec_decode.draft_window import versions
 
-    return engine_env(cache_root(), releases.has_model_runner_v1())
+    return engine_env(cache_root(), versions.has_model_runner_v1())
 
 
 @dataclass

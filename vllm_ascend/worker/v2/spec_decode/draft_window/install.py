@@ -18,7 +18,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import patches, releases
+from vllm_ascend.worker.v2.spec_decode.draft_window import patches, releases, versions
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Hook, Release
 
 
@@ -57,11 +57,11 @@ def install() -> Status:
 
 
 def _install() -> Status:
-    version = releases.installed_versions()["vllm"]
+    version = versions.installed_versions()["vllm"]
     release = releases.release_for(version)
     if release is None:
         problems = [f"vLLM {version} is not a supported release"]
-    elif (problem := releases.requirement_problem(release)) is not None:
+    elif (problem := versions.requirement_problem(release)) is not None:
         problems = [problem]
     else:
         found, problems = resolve(release)

