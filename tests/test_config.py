@@ -37,6 +37,7 @@ ONE_GROUP = (GroupLayout(16),)
         ("4096", 4096),
         (" 512 ", 512),
         (2048.0, 2048),
+        ("auto", "auto"),
     ],
 )
 def test_accepted_values(value, expected):
@@ -58,6 +59,33 @@ def test_rejected_values_name_the_key_the_value_and_what_is_allowed(value):
     assert 'additional_config["draft_window_size"]' in message
     assert repr(value) in message
     assert "positive integer" in message and "null" in message
+    assert '"auto" to size it from the training context the draft checkpoint declares' in message
+
+
+def test_auto_is_the_one_word_and_sizes_from_the_draft_checkpoint():
+    config = DraftWindowConfig.from_additional_config({"draft_window_size": "auto"})
+    assert config.enabled and config.auto
+    assert not DraftWindowConfig.from_additional_config({"draft_window_size": 512}).auto
+
+
+@pytest.mark.parametrize("value", ["Auto", "AUTO", "auto ", " auto", "automatic", "on"])
+def test_anything_but_auto_exactly_is_refused_naming_the_key_the_value_and_the_fix(value):
+    with pytest.raises(ValueError) as info:
+        DraftWindowConfig.from_additional_config({"draft_window_size": value})
+    assert str(info.value) == (
+        'additional_config["draft_window_size"] must be a positive integer number of tokens '
+        '(an integral string such as "4096" is accepted), "auto" to size it from the training '
+        "context the draft checkpoint declares, or null to turn the draft window off; got "
+        f"{value!r} (str)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("draft_attention_sinks", 64), ("draft_window_min_context", 8192)]
+)
+def test_auto_takes_sinks_and_a_threshold_as_a_number_does(key, value):
+    config = DraftWindowConfig.from_additional_config({"draft_window_size": "auto", key: value})
+    assert config.draft_window_size == "auto" and getattr(config, key) == value
 
 
 @pytest.mark.parametrize(

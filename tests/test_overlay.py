@@ -65,6 +65,7 @@ SERVING_MODULES = {
     "backends.py",
     "config.py",
     "dcp.py",
+    "declared.py",
     "fused.py",
     "fused_check.py",
     "groups.py",

@@ -1,12 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""The window's own keys (`draft_attention_sinks`, `draft_window_min_context`) pass
-vllm-ascend's own validation of `additional_config`: a strict `AscendConfig` drops them and
-still checks every other key; a lenient one is untouched.
+"""The window's own keys (`draft_attention_sinks`, `draft_window_min_context`) and
+`draft_window_size: "auto"` pass vllm-ascend's own validation of `additional_config`: a
+strict `AscendConfig` drops the keys, takes "auto" as None where its declared field would
+reject it, and still checks every other key and value; a lenient one is untouched.
 """
 
 import sys
 from types import ModuleType
+from typing import Literal
 
 import pydantic
 import pytest
@@ -156,6 +158,38 @@ def test_a_strict_ascend_config_still_rejects_other_bad_keys(
         build(strict, model_dir, additional_config)
 
 
+@pytest.mark.parametrize(
+    "additional_config",
+    [
+        {"draft_window_size": "auto"},
+        {"draft_window_size": "auto", "draft_attention_sinks": 64},
+        {"draft_window_size": "auto", "draft_window_min_context": "8192"},
+    ],
+)
+def test_a_strict_ascend_config_takes_auto_as_none_once_registered(
+    additional_config, model_dir, monkeypatch
+):
+    """vllm-ascend's draft_window_size feeds only its Model Runner V1 window; the MRV2 window
+    reads "auto" from additional_config itself."""
+    strict = install_strict_ascend_config(monkeypatch)
+    config = make_vllm_config(model_dir, 512, 4, additional_config)
+    with pytest.raises(ValueError, match="draft_window_size"):
+        strict.init_ascend_config(config)
+    plugin.register()
+    for _ in range(2):
+        assert strict.init_ascend_config(config).draft_window_size is None
+    # what the window reads is untouched
+    assert config.additional_config["draft_window_size"] == "auto"
+
+
+@pytest.mark.parametrize("value", ["Auto", "auto ", "big"])
+def test_a_strict_ascend_config_still_rejects_any_other_word(value, model_dir, monkeypatch):
+    strict = install_strict_ascend_config(monkeypatch)
+    plugin.register()
+    with pytest.raises(ValueError, match="draft_window_size"):
+        build(strict, model_dir, {"draft_window_size": value})
+
+
 def test_registering_twice_wraps_a_strict_ascend_config_once(monkeypatch):
     strict = install_strict_ascend_config(monkeypatch)
     plugin.register()
@@ -166,10 +200,14 @@ def test_registering_twice_wraps_a_strict_ascend_config_once(monkeypatch):
     assert not hasattr(wrapped.__wrapped__, "__wrapped__")
 
 
-def test_a_strict_ascend_config_that_declares_the_own_keys_is_left_untouched(monkeypatch):
+def test_a_strict_ascend_config_that_declares_the_own_keys_and_auto_is_left_untouched(
+    monkeypatch,
+):
+    """The upstream patch's AscendConfig: every key declared, "auto" in the field's type."""
+
     @dataclass(config=pydantic.ConfigDict(extra="forbid"))
     class AscendConfig:
-        draft_window_size: int | None = None
+        draft_window_size: int | Literal["auto"] | None = None
         draft_attention_sinks: int = 0
         draft_window_min_context: int = 0
 
@@ -179,6 +217,28 @@ def test_a_strict_ascend_config_that_declares_the_own_keys_is_left_untouched(mon
     plugin.register()
     assert AscendConfig.__init__ is init
     assert AscendConfig(draft_window_size=8, draft_attention_sinks="4").draft_attention_sinks == 4
+    assert AscendConfig(draft_window_size="auto").draft_window_size == "auto"
+
+
+def test_a_strict_ascend_config_declaring_the_own_keys_takes_auto_as_none(monkeypatch):
+    """Every key declared, but draft_window_size an integer: only "auto" changes."""
+
+    @dataclass(config=pydantic.ConfigDict(extra="forbid"))
+    class AscendConfig:
+        draft_window_size: int | None = None
+        draft_attention_sinks: int = 0
+        draft_window_min_context: int = 0
+
+    module = install_module(monkeypatch, ModuleType(MODULE))
+    module.AscendConfig = AscendConfig
+    with pytest.raises(ValueError, match="draft_window_size"):
+        AscendConfig(draft_window_size="auto")
+    plugin.register()
+    assert AscendConfig(draft_window_size="auto").draft_window_size is None
+    config = AscendConfig(draft_window_size="8", draft_attention_sinks="4")
+    assert (config.draft_window_size, config.draft_attention_sinks) == (8, 4)
+    with pytest.raises(ValueError, match="draft_window_size"):
+        AscendConfig(draft_window_size="Auto")
 
 
 def test_a_strict_ascend_config_declaring_one_own_key_gets_it_and_drops_the_other(monkeypatch):

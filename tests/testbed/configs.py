@@ -21,17 +21,20 @@ def speculative_vllm_config(
     num_spec: int,
     method: str = "eagle3",
     additional_config: dict | None = None,
+    draft: Path | None = None,
     **configs: Any,
 ) -> VllmConfig:
-    """A config whose speculative config drafts with the tiny model itself (``configs``: more
-    of its parts, such as ``compilation_config``), ``__post_init__`` included. A DFlash or
-    DSpark config validates against its draft checkpoint, which the tiny model is not:
-    build with ``method="draft_model"`` and ``set_method`` afterwards."""
+    """A config whose speculative config drafts with the tiny model itself, or with the draft
+    checkpoint folder ``draft`` (``configs``: more of its parts, such as
+    ``compilation_config``), ``__post_init__`` included. A DFlash or DSpark config validates
+    against its draft checkpoint, which the tiny model is not: build with
+    ``method="draft_model"`` and ``set_method`` afterwards, or pass such a ``draft``
+    (``tiny_models.write_draft_dir``)."""
     model = tiny_model_config(model_dir, max_model_len)
     parallel = ParallelConfig()
     speculative = SpeculativeConfig(
         method=method,
-        model=str(model_dir),
+        model=str(draft or model_dir),
         num_speculative_tokens=num_spec,
         target_model_config=model,
         target_parallel_config=parallel,

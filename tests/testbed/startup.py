@@ -173,20 +173,24 @@ def host_config(
     cudagraph_mode: CUDAGraphMode,
     additional: dict,
     monkeypatch,
+    draft=None,
 ) -> VllmConfig:
     """A VllmConfig validated with graphs on. The model runner hands the speculator its
     resolved cudagraph mode later (``init_cudagraph_manager``); PIECEWISE graphs also need
     torch.compile, which vLLM's CPU platform turns off, so the config keeps that mode's FULL
     part (the stood-in draft model runs uncompiled where a server runs its piecewise
     graphs). The speculative method (and the window's keys with it) is set after validation,
-    as a DFlash/DSpark config needs its draft model's own checkpoint to validate."""
+    as a DFlash/DSpark config needs its draft model's own checkpoint to validate; with a
+    draft checkpoint of the method's own layout (``draft``, a folder:
+    ``tiny_models.write_draft_dir``), vLLM validates the method itself, as a server does."""
     graphs.platform_with_graphs(monkeypatch)
     query_len = num_spec if method == "dspark" else num_spec + 1
     config = speculative_vllm_config(
         model_dir,
         MAX_MODEL_LEN,
         num_spec,
-        "draft_model",
+        "draft_model" if draft is None else method,
+        draft=draft,
         compilation_config=CompilationConfig(
             mode=CompilationMode.NONE,
             cudagraph_mode=cudagraph_mode.without_piecewise(),
@@ -196,7 +200,8 @@ def host_config(
             max_num_seqs=MAX_NUM_REQS, max_model_len=MAX_MODEL_LEN, is_encoder_decoder=False
         ),
     )
-    set_method(config, method, parallel_drafting=method in ("dflash", "dspark"))
+    if draft is None:
+        set_method(config, method, parallel_drafting=method in ("dflash", "dspark"))
     config.additional_config = additional
     return config
 
@@ -218,11 +223,13 @@ def started(
     backend: type | None = None,
     cls: type | None = None,
     cp: tuple[int, int] = (1, 0),
+    draft=None,
 ) -> Started:
     """The speculator (``cls``, default the method's own) through ``set_attn``, beside the
     target runner's state; the layers on ``backend`` (default: vLLM's Triton backend);
     ``cp``: one rank of decode context parallelism (ranks, rank; interleave 1), its process
-    group stood in (``tests.testbed.dcp``)."""
+    group stood in (``tests.testbed.dcp``); ``draft``: a draft checkpoint folder of the
+    method's own (``host_config``)."""
     from vllm.model_executor.layers.attention.attention import Attention
     from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
@@ -233,7 +240,9 @@ def started(
 
     from tests.testbed.vllm_line import get_block_table_width
 
-    config = host_config(model_dir, method, num_spec, cudagraph_mode, additional, monkeypatch)
+    config = host_config(
+        model_dir, method, num_spec, cudagraph_mode, additional, monkeypatch, draft=draft
+    )
     # Every speculator's init_cudagraph_manager makes graph managers, which ask for the
     # pipeline group (vLLM 0.34's draft model too, with graphs off).
     graphs.process_groups_on_cpu(monkeypatch)

@@ -53,3 +53,76 @@ def write_model_dir(root: Path, config: dict, **overrides) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / "config.json").write_text(json.dumps({**config, **overrides}))
     return root
+
+
+# Draft checkpoints as each family publishes its config.json, declaring its training context
+# (``draft_window_size: "auto"``) where that layout declares it. The speculative method vLLM
+# validates each with, and the dotted field the context sits in.
+_TINY_QWEN3 = {**TINY_LLAMA, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}
+DRAFT_LAYOUTS = {
+    # An EAGLE3 native head (yuhuili/EAGLE3-LLaMA3.1-Instruct-8B's layout: 2048 tokens).
+    "eagle3": ("eagle3", "max_position_embeddings"),
+    # The speculators format (speculators_model_type): the transformer layer's own config.
+    "eagle3-speculators": ("eagle3", "transformer_layer_config.max_position_embeddings"),
+    # DFlash and DSpark drafts in the Qwen3 layout, their draft settings beside it.
+    "dflash": ("dflash", "max_position_embeddings"),
+    "dspark": ("dspark", "max_position_embeddings"),
+    # A small model of the target's family drafting on its own.
+    "draft_model": ("draft_model", "max_position_embeddings"),
+}
+
+
+def draft_checkpoint(layout: str, context: int | None) -> dict:
+    """The config.json of a tiny draft checkpoint in ``layout`` (``DRAFT_LAYOUTS``) declaring
+    ``context`` tokens (None: no context declared anywhere)."""
+    declared = {} if context is None else {"max_position_embeddings": context}
+
+    def without_context(config: dict) -> dict:
+        return {k: v for k, v in config.items() if k != "max_position_embeddings"}
+
+    if layout == "eagle3":
+        return {
+            **without_context(TINY_LLAMA),
+            "architectures": ["LlamaForCausalLMEagle3"],
+            "draft_vocab_size": TINY_LLAMA["vocab_size"],
+            **declared,
+        }
+    if layout == "eagle3-speculators":
+        layer = {k: v for k, v in without_context(TINY_LLAMA).items() if k != "architectures"}
+        return {
+            "architectures": ["Eagle3Speculator"],
+            "speculators_model_type": "eagle3",
+            "draft_vocab_size": TINY_LLAMA["vocab_size"],
+            "transformer_layer_config": {**layer, **declared},
+            "speculators_config": {
+                "algorithm": "eagle3",
+                "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
+                "default_proposal_method": "greedy",
+                "verifier": {"name_or_path": "target", "architectures": ["LlamaForCausalLM"]},
+            },
+        }
+    if layout == "dflash":
+        return {
+            **without_context(_TINY_QWEN3),
+            "architectures": ["DFlashDraftModel"],
+            "dflash_config": {"mask_token_id": 250},
+            **declared,
+        }
+    if layout == "dspark":
+        return {
+            **without_context(_TINY_QWEN3),
+            "architectures": ["Qwen3DSparkModel"],
+            "dflash_config": {"mask_token_id": 250},
+            "block_size": 4,
+            "markov_rank": 4,
+            "mask_token_id": 250,
+            **declared,
+        }
+    if layout == "draft_model":
+        return {**without_context(TINY_LLAMA), **declared}
+    raise ValueError(f"no draft layout {layout!r}: one of {', '.join(DRAFT_LAYOUTS)}")
+
+
+def write_draft_dir(root: Path, layout: str, context: int | None) -> Path:
+    """``root`` holding a draft checkpoint's config.json (``draft_checkpoint``)."""
+    return write_model_dir(root, draft_checkpoint(layout, context))

@@ -136,9 +136,11 @@ def started(
     monkeypatch,
     model_type: str | None = None,
     backend: str = "gqa",
+    draft=None,
 ):
     """A speculator through ``set_attn``, on a config a host with graphs would validate,
-    with its layers on vllm-ascend's GQA (FIA) or MLA backend (``backend``).
+    with its layers on vllm-ascend's GQA (FIA) or MLA backend (``backend``); ``draft``: a
+    draft checkpoint folder of the method's own layout (``wiring.vllm_config``).
 
     The model runner hands the speculator its resolved cudagraph mode later
     (``init_cudagraph_manager``); PIECEWISE graphs also need torch.compile, which vLLM's CPU
@@ -171,6 +173,7 @@ def started(
         model_type=model_type,
         num_spec=num_spec,
         parallel_drafting=method not in ("eagle", "eagle3"),
+        draft=draft,
         compilation_config=compilation,
         scheduler_config=scheduler,
         # Half-precision KV, as a host runs (vllm-ascend 0.29's GQA layers refuse any other

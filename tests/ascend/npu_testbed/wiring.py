@@ -77,13 +77,23 @@ def vllm_config(
     model_type: str | None = None,
     num_spec: int = NUM_SPEC,
     parallel_drafting: bool = True,
+    draft=None,
     **configs,
 ):
     """A real VllmConfig (``configs``: more of its parts, such as ``compilation_config``); the
     speculative method is set after construction, as vLLM 0.30's config refuses
-    DFlash/DSpark drafts without their draft model."""
-    config = speculative_vllm_config(model_dir, MAX_MODEL_LEN, num_spec, "draft_model", **configs)
-    set_method(config, METHODS.get(method, method), parallel_drafting=parallel_drafting)
+    DFlash/DSpark drafts without their draft model, or, with a draft checkpoint of the
+    method's own layout (``draft``, a folder: ``tiny_models.write_draft_dir``), validated by
+    vLLM as a host validates it."""
+    if draft is None:
+        config = speculative_vllm_config(
+            model_dir, MAX_MODEL_LEN, num_spec, "draft_model", **configs
+        )
+        set_method(config, METHODS.get(method, method), parallel_drafting=parallel_drafting)
+    else:
+        config = speculative_vllm_config(
+            model_dir, MAX_MODEL_LEN, num_spec, METHODS.get(method, method), draft=draft, **configs
+        )
     config.additional_config = additional_config
     if model_type is not None:
         config.model_config.hf_text_config.model_type = model_type

@@ -6,11 +6,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 KEY = "draft_window_size"
+# draft_window_size's one word value: the window sized from the training context the draft
+# checkpoint declares (declared.py; the size is resolved in plan.py).
+AUTO = "auto"
 SINKS_KEY = "draft_attention_sinks"
 MIN_CONTEXT_KEY = "draft_window_min_context"
 # The keys besides draft_window_size that only this package reads.
@@ -22,7 +25,9 @@ class DraftWindowConfig(BaseModel):
 
     ``draft_window_size`` absent or None turns the window off. Otherwise it is the number
     of most recent tokens the draft attends to; integral strings such as ``"4096"`` are
-    accepted, as vllm-ascend's validated config accepts them.
+    accepted, as vllm-ascend's validated config accepts them. ``"auto"`` (exactly) sizes it
+    from the training context the draft checkpoint declares, once the window's alignment
+    is known (``plan.py``).
 
     ``draft_attention_sinks`` (default 0): the first tokens of every request the draft
     attends to besides its window, rounded up to the window's alignment once the block
@@ -35,7 +40,7 @@ class DraftWindowConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    draft_window_size: int | None = Field(default=None, ge=1)
+    draft_window_size: Annotated[int, Field(ge=1)] | Literal["auto"] | None = None
     draft_attention_sinks: int = Field(default=0, ge=0)
     draft_window_min_context: int = Field(default=0, ge=0)
 
@@ -53,6 +58,11 @@ class DraftWindowConfig(BaseModel):
     def enabled(self) -> bool:
         return self.draft_window_size is not None
 
+    @property
+    def auto(self) -> bool:
+        """Whether the window is sized from the draft checkpoint (``"auto"``)."""
+        return self.draft_window_size == AUTO
+
     @classmethod
     def from_additional_config(
         cls, additional_config: Mapping[str, Any] | None
@@ -64,7 +74,8 @@ class DraftWindowConfig(BaseModel):
         except ValidationError:
             raise ValueError(
                 f'additional_config["{KEY}"] must be a positive integer number of tokens '
-                f'(an integral string such as "4096" is accepted), or null to turn the '
+                f'(an integral string such as "4096" is accepted), "{AUTO}" to size it from '
+                f"the training context the draft checkpoint declares, or null to turn the "
                 f"draft window off; got {value!r} ({type(value).__name__})"
             ) from None
         values = {"draft_window_size": window.draft_window_size}

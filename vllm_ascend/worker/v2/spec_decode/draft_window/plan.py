@@ -17,12 +17,18 @@ import torch
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import policy
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
+    AUTO,
     KEY,
     MIN_CONTEXT_KEY,
     SINKS_KEY,
     DraftWindowConfig,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import DcpLayout, column_tokens
+from vllm_ascend.worker.v2.spec_decode.draft_window.declared import (
+    FIELDS,
+    auto_window_size,
+    declared_context,
+)
 from vllm_ascend.worker.v2.spec_decode.draft_window.groups import (
     GroupDecision,
     decide_groups,
@@ -36,7 +42,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.methods import (
     Kind,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
-from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec
+from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec, lcm_alignment
 
 
 @dataclass(frozen=True)
@@ -101,14 +107,15 @@ class Plan:
 
 def plan(speculator: Any, config: DraftWindowConfig, release: Release) -> Plan | None:
     """The window this speculator gets under ``config`` on ``release``; None: off (said
-    once)."""
+    once). ``draft_window_size="auto"`` is resolved once the windowed groups' alignment is
+    known (``_auto_window_size``); the refusals before that name the value as set."""
     window_size, method = config.draft_window_size, speculator.method
     kind = METHODS.get(method)
     if kind is Kind.MTP:
         sinks = f" with {SINKS_KEY}={config.draft_attention_sinks}"
         owner = type(speculator).__name__
         logger.warning(
-            "%s=%d%s is ignored for method %r (%s): %s.",
+            "%s=%s%s is ignored for method %r (%s): %s.",
             KEY,
             window_size,
             sinks if config.draft_attention_sinks else "",
@@ -120,7 +127,8 @@ def plan(speculator: Any, config: DraftWindowConfig, release: Release) -> Plan |
     policy.refuse_method(method, release, window_size)
     policy.refuse_speculator(speculator, release, window_size)
     query_stretch = speculator.num_speculative_steps + 1
-    policy.refuse_shape(method, window_size, query_stretch, speculator.vllm_config)
+    if not config.auto:
+        policy.refuse_shape(method, window_size, query_stretch, speculator.vllm_config)
     policy.refuse_config(speculator.vllm_config, release, window_size)
     decisions = decide_groups(speculator.kv_cache_config, speculator.attn_groups)
     policy.refuse_backends(speculator, release, decisions, window_size)
@@ -130,6 +138,11 @@ def plan(speculator: Any, config: DraftWindowConfig, release: Release) -> Plan |
     if not windowed:
         return None
     units = column_tokens(speculator.block_tables, windowed, layout)
+    if config.auto:
+        window_size = _auto_window_size(speculator, lcm_alignment(list(units.values())))
+        if window_size is None:
+            return None
+        policy.refuse_shape(method, window_size, query_stretch, speculator.vllm_config)
     spec = WindowSpec.derive(
         window_size, units.values(), config.draft_attention_sinks, config.draft_window_min_context
     )
@@ -138,14 +151,14 @@ def plan(speculator: Any, config: DraftWindowConfig, release: Release) -> Plan |
     target = policy.model_type(speculator.vllm_config, "hf_config")
     if method == "dspark" and target.startswith("deepseek_v4"):
         logger.warning(
-            "%s=%d with a DeepSeek-V4 target: its DSpark draft is trained with the "
+            "%s=%s with a DeepSeek-V4 target: its DSpark draft is trained with the "
             "target for long context, and a window may lower acceptance. The window "
             "stays on.",
             KEY,
-            window_size,
+            config.draft_window_size,
         )
     source = policy.actual_seq_lens_source(
-        speculator, release, decisions, window_size, layout is not None
+        speculator, release, decisions, config.draft_window_size, layout is not None
     )
     actual = None
     if source is not None:
@@ -178,7 +191,67 @@ def _extra_query_slots(speculator: Any) -> int:
     return int(extra)
 
 
-def _windowed_groups(decisions: list[GroupDecision], window_size: int) -> list[int]:
+def _auto_window_size(speculator: Any, alignment: int) -> int | None:
+    """``draft_window_size="auto"`` as a number of tokens: ``W = C - a + 1`` for the context
+    ``C`` the draft checkpoint declares and the window's alignment ``a``, the largest window
+    whose reads stay within ``C``; None (off, said once) where the checkpoint declares no
+    context or one the served ``max_model_len`` does not exceed."""
+    declared = declared_context(speculator.vllm_config)
+    max_model_len = speculator.max_model_len
+    if declared.tokens is None:
+        logger.warning(
+            "%s=%s: the draft checkpoint %s declares no training context (none of %s in its "
+            "config.json), so the draft window stays off. Set %s to the drafter's training "
+            "context in tokens to window it.",
+            KEY,
+            AUTO,
+            declared.checkpoint,
+            ", ".join(FIELDS),
+            KEY,
+        )
+        return None
+    context, field = declared.tokens, declared.field
+    if context >= max_model_len:
+        logger.info(
+            "%s=%s: the draft checkpoint %s declares %s=%d, not below max_model_len=%d, so "
+            "the draft reads no context longer than it declares; the draft window stays off. "
+            "Set %s to the drafter's training context in tokens to window it anyway.",
+            KEY,
+            AUTO,
+            declared.checkpoint,
+            field,
+            context,
+            max_model_len,
+            KEY,
+        )
+        return None
+    window_size = auto_window_size(context, alignment)
+    query_stretch = speculator.num_speculative_steps + 1
+    if window_size < query_stretch:
+        raise ValueError(
+            f"{KEY}={AUTO} cannot size the draft window: the draft checkpoint "
+            f"{declared.checkpoint} declares {field}={context} and the window's alignment is "
+            f"{alignment}, so W = {context} - {alignment} + 1 = {window_size} is smaller than "
+            f"the {query_stretch} query tokens method {speculator.method!r} drafts per request "
+            f"(num_speculative_tokens + 1). Set {KEY} explicitly to a number of tokens >= "
+            f"{query_stretch}."
+        )
+    logger.info(
+        "%s=%s became W=%d: the draft checkpoint %s declares %s=%d (its training context), "
+        "and the window's reads (W to W + a - 1 = %d tokens, alignment %d) stay within it.",
+        KEY,
+        AUTO,
+        window_size,
+        declared.checkpoint,
+        field,
+        context,
+        window_size + alignment - 1,
+        alignment,
+    )
+    return window_size
+
+
+def _windowed_groups(decisions: list[GroupDecision], window_size: int | str) -> list[int]:
     """The draft groups the window serves; an unknown spec and none at all said once."""
     for decision in decisions:
         if decision.unknown:
@@ -192,7 +265,7 @@ def _windowed_groups(decisions: list[GroupDecision], window_size: int) -> list[i
     windowed = [d.group_id for d in decisions if d.windowed]
     if not windowed:
         logger.warning(
-            "%s=%d: no draft KV-cache group is one the window applies to, so the "
+            "%s=%s: no draft KV-cache group is one the window applies to, so the "
             "draft window stays off; %s.",
             KEY,
             window_size,

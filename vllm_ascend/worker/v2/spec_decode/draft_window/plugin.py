@@ -24,6 +24,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window import (
     versions,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
+    AUTO,
     KEY,
     MIN_CONTEXT_KEY,
     OWN_KEYS,
@@ -137,7 +138,9 @@ def _unserved_message(config: DraftWindowConfig, state: install.Status) -> str:
     # vllm-ascend's Model Runner V1 has a window of its own (without sinks or threshold),
     # where vLLM still has Model Runner V1.
     has_v1_window = versions.installed_versions()["vllm-ascend"] != "not installed"
-    v1_serves = not config.draft_attention_sinks and not config.draft_window_min_context
+    v1_serves = (
+        not config.auto and not config.draft_attention_sinks and not config.draft_window_min_context
+    )
     v1 = (
         ", run Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0), whose draft window is "
         "vllm-ascend's own,"
@@ -154,16 +157,18 @@ def _unserved_message(config: DraftWindowConfig, state: install.Status) -> str:
 
 def accept_own_keys() -> None:
     """Let vllm-ascend's strictly validated ``AscendConfig`` pass the window's own keys
-    (``config.OWN_KEYS``); where that fails, say so and go on (most deployments never set
-    them, and a plugin error would stop every vLLM start-up).
+    (``config.OWN_KEYS``) and ``draft_window_size="auto"``; where that fails, say so and go
+    on (most deployments never set them, and a plugin error would stop every vLLM start-up).
     """
     try:
         _accept_own_keys()
     except Exception as error:
         logger.warning(
-            "Could not let vllm-ascend's AscendConfig accept %s (%s: %s); vllm-ascend may "
-            "reject them as unknown.",
+            "Could not let vllm-ascend's AscendConfig accept %s and %s=%s (%s: %s); "
+            "vllm-ascend may reject them as unknown or invalid.",
             " and ".join(OWN_KEYS),
+            KEY,
+            AUTO,
             type(error).__name__,
             error,
         )
@@ -181,6 +186,12 @@ def _accept_own_keys() -> None:
     dropped before vllm-ascend validates the rest: typos are still rejected and every other
     value is still coerced. A config that ignores unknown keys, or declares all of them
     itself, is left as it is; one it declares is passed on.
+
+    Its ``draft_window_size: int | None`` would also reject ``"auto"``, which only the MRV2
+    window resolves (from ``additional_config``, read by the hooks themselves): where the
+    declared field rejects it, ``"auto"`` reaches ``AscendConfig`` as None. Its
+    ``draft_window_size`` feeds only vllm-ascend's Model Runner V1 window, and a Model
+    Runner V1 config with ``"auto"`` stops in the config check (``policy.check_start_up``).
     """
     from pydantic import BaseModel
     from pydantic.dataclasses import is_pydantic_dataclass, rebuild_dataclass
@@ -199,8 +210,9 @@ def _accept_own_keys() -> None:
         extra = ascend_config.model_config.get("extra")
     else:
         return
-    undeclared = tuple(key for key in OWN_KEYS if key not in ascend_config.__pydantic_fields__)
-    if extra != "forbid" or not undeclared:
+    fields = ascend_config.__pydantic_fields__
+    undeclared = tuple(key for key in OWN_KEYS if key not in fields)
+    if extra != "forbid" or not (undeclared or _rejects_auto(fields.get(KEY))):
         return
     if patches.is_replaced(ascend_config, "__init__"):
         return
@@ -210,6 +222,9 @@ def _accept_own_keys() -> None:
         # sets a new __init__ that would drop the wrapper below; complete it first.
         rebuild_dataclass(ascend_config)
 
+    # After the rebuild: the field's annotation resolved.
+    rejects_auto = _rejects_auto(ascend_config.__pydantic_fields__.get(KEY))
+
     def drop_own_keys(own_init):
         init = own_init if own_init is not None else ascend_config.__init__  # or inherited
 
@@ -217,8 +232,28 @@ def _accept_own_keys() -> None:
         def __init__(self, *args, **kwargs) -> None:
             for key in undeclared:
                 kwargs.pop(key, None)
+            if rejects_auto and kwargs.get(KEY) == AUTO:
+                kwargs[KEY] = None
             init(self, *args, **kwargs)
 
         return __init__
 
     patches.replace(ascend_config, "__init__", drop_own_keys)
+
+
+def _rejects_auto(field) -> bool:
+    """Whether a declared ``draft_window_size`` field (pydantic's ``FieldInfo``; None:
+    undeclared) rejects ``"auto"``: vllm-ascend's ``int | None`` does, the upstream patch's
+    ``int | Literal["auto"] | None`` does not."""
+    from pydantic import TypeAdapter, ValidationError
+
+    if field is None:
+        return False
+    try:
+        TypeAdapter(field.annotation).validate_python(AUTO)
+    except ValidationError:
+        return True
+    except Exception:
+        # An annotation not resolved yet (completed on first use): taken as the release's.
+        return True
+    return False

@@ -9,8 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY, MIN_CONTEXT_KEY, SINKS_KEY
+from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
+    AUTO,
+    KEY,
+    MIN_CONTEXT_KEY,
+    SINKS_KEY,
+)
 from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import DcpLayout
+from vllm_ascend.worker.v2.spec_decode.draft_window.declared import declared_context
 from vllm_ascend.worker.v2.spec_decode.draft_window.groups import (
     GroupDecision,
     describe_decisions,
@@ -27,14 +33,25 @@ def check_start_up(
     """The start-up check of a complete config asking for the window (``config``: its
     ``DraftWindowConfig``) with a draft, once the runner is known. On Model Runner V2, a
     method ``release`` does not serve stops here, before workers start (MTP keeps its
-    warning at ``set_attn``, whose reason depends on the speculator class). On Model Runner
-    V1, sinks and a threshold stop: only the MRV2 window applies them (vllm-ascend's V1
-    window has neither)."""
+    warning at ``set_attn``, whose reason depends on the speculator class), and ``"auto"``
+    stops where the draft checkpoint's config.json cannot be read (its context is resolved
+    at ``set_attn``, once the alignment is known). On Model Runner V1, ``"auto"``, sinks and
+    a threshold stop: only the MRV2 window applies them (vllm-ascend's V1 window takes a
+    number of tokens, and has neither sinks nor a threshold)."""
     if model_runner_v2:
         method = getattr(vllm_config.speculative_config, "method", None)
         if method is not None and release is not None and METHODS.get(method) is not Kind.MTP:
             refuse_method(method, release, config.draft_window_size)
             refuse_config(vllm_config, release, config.draft_window_size)
+            if config.auto:
+                declared_context(vllm_config)
+    elif config.auto:
+        raise ValueError(
+            f"{KEY}={AUTO} needs Model Runner V2 (VLLM_USE_V2_MODEL_RUNNER=1): vllm-ascend's "
+            f"Model Runner V1 draft window takes a number of tokens. Set "
+            f"VLLM_USE_V2_MODEL_RUNNER=1 or set {KEY} to the drafter's training context in "
+            f"tokens."
+        )
     elif config.draft_attention_sinks > 0:
         raise ValueError(
             f"{SINKS_KEY}={config.draft_attention_sinks} needs Model Runner V2 "
@@ -49,7 +66,7 @@ def check_start_up(
         )
 
 
-def refuse_method(method: str, release: Release, window_size: int) -> None:
+def refuse_method(method: str, release: Release, window_size: int | str) -> None:
     """Stop on a speculative method the window is not proven for on the installed release."""
     if method in release.methods:
         return
@@ -60,7 +77,7 @@ def refuse_method(method: str, release: Release, window_size: int) -> None:
     )
 
 
-def refuse_config(vllm_config: Any, release: Release, window_size: int) -> None:
+def refuse_config(vllm_config: Any, release: Release, window_size: int | str) -> None:
     """Stop on a layout of the config the release names as not served (vLLM 0.34's dual-batch
     overlap), and, where a draft may run at a decode-context-parallel size of its own, on a
     size other than the one earlier releases gave its method (the layouts the window is
@@ -93,7 +110,7 @@ def refuse_config(vllm_config: Any, release: Release, window_size: int) -> None:
         )
 
 
-def refuse_speculator(speculator: Any, release: Release, window_size: int) -> None:
+def refuse_speculator(speculator: Any, release: Release, window_size: int | str) -> None:
     """Stop on a speculator class the window is not tested with for its method on the
     installed release (a draft family whose own passes the window has not been checked
     against)."""
@@ -139,7 +156,7 @@ def refuse_dcp(
     layout: DcpLayout | None,
     release: Release,
     decisions: list[GroupDecision],
-    window_size: int,
+    window_size: int | str,
 ) -> None:
     """Under decode context parallelism, stop where a window start cannot be whole columns
     of every rank's table (an interleave that does not divide a column's tokens on one
@@ -182,7 +199,7 @@ def refuse_dcp(
 
 
 def refuse_backends(
-    speculator: Any, release: Release, decisions: list[GroupDecision], window_size: int
+    speculator: Any, release: Release, decisions: list[GroupDecision], window_size: int | str
 ) -> None:
     """Stop where the draft's kernel would take lengths the window does not set on this
     release: an attention backend defined outside the release's backend module, one the
@@ -239,7 +256,11 @@ FROM_TARGET = "target"  # the target's length plus each decode step (EAGLE decod
 
 
 def actual_seq_lens_source(
-    speculator: Any, release: Release, decisions: list[GroupDecision], window_size: int, dcp: bool
+    speculator: Any,
+    release: Release,
+    decisions: list[GroupDecision],
+    window_size: int | str,
+    dcp: bool,
 ) -> str | None:
     """Where the draft's kernel takes actual lengths computed on the host (``FROM_HOST_BOUND``
     or ``FROM_TARGET``; None: the draft's own device lengths), and the refusals where the

@@ -7,10 +7,11 @@ formula: a draft pass reads ``[start, L)`` of a request of ``L`` tokens, which h
 the last ``draft_window_size`` tokens (the whole context when shorter), starts on a block
 boundary, and starts as late as that allows. Each call site in the EAGLE, DFlash and DSpark
 speculators is checked to hand its callee the window's buffers and windowed lengths, and to
-behave as before when the window is off; the config keys are checked through
+behave as before when the window is off; the config keys (``"auto"`` included) are checked through
 ``init_ascend_config``.
 """
 
+import json
 from contextlib import nullcontext
 from types import SimpleNamespace
 from unittest.mock import MagicMock, patch
@@ -42,6 +43,10 @@ from vllm_ascend.worker.v2.spec_decode.autoregressive.speculator import (
 from vllm_ascend.worker.v2.spec_decode.dflash.speculator import AscendDFlashSpeculator
 from vllm_ascend.worker.v2.spec_decode.draft_window import autoregressive as draft_window_ar
 from vllm_ascend.worker.v2.spec_decode.draft_window import speculator as draft_window
+from vllm_ascend.worker.v2.spec_decode.draft_window.declared import (
+    auto_window_size,
+    declared_context,
+)
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
 from vllm_ascend.worker.v2.spec_decode.draft_window.plan import Plan
 from vllm_ascend.worker.v2.spec_decode.draft_window.releases import VLLM_0_30_ASCEND
@@ -821,3 +826,58 @@ def test_attention_sinks_need_model_runner_v2(monkeypatch, v2):
     else:
         with pytest.raises(ValueError, match="VLLM_USE_V2_MODEL_RUNNER"):
             init_ascend_config(config)
+
+
+@pytest.mark.usefixtures("_clean_ascend_config")
+def test_ascend_config_accepts_auto_for_the_window_size():
+    config = init_ascend_config(_vllm_config({"draft_window_size": "auto"}))
+
+    assert config.draft_window_size == "auto"
+
+
+@pytest.mark.usefixtures("_clean_ascend_config")
+@pytest.mark.parametrize("value", ["Auto", "auto ", "big"])
+def test_ascend_config_rejects_any_other_word_for_the_window_size(value):
+    with pytest.raises(ValueError, match="draft_window_size"):
+        init_ascend_config(_vllm_config({"draft_window_size": value}))
+
+
+@pytest.mark.usefixtures("_clean_ascend_config")
+@pytest.mark.parametrize("v2", [False, True])
+def test_auto_needs_model_runner_v2_and_a_readable_draft_checkpoint(monkeypatch, tmp_path, v2):
+    (tmp_path / "config.json").write_text('{"max_position_embeddings": 2048}')
+    config = _vllm_config({"draft_window_size": "auto"}, speculative=True)
+    draft = SimpleNamespace(model=str(tmp_path), hf_config_path=None, revision=None)
+    config.speculative_config.draft_model_config = draft
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1" if v2 else "0")
+
+    if v2:
+        assert init_ascend_config(config).draft_window_size == "auto"
+        (tmp_path / "config.json").unlink()
+        clear_ascend_config()
+        with pytest.raises(ValueError, match=r"no config\.json found for the draft checkpoint"):
+            init_ascend_config(config)
+    else:
+        with pytest.raises(ValueError, match="VLLM_USE_V2_MODEL_RUNNER"):
+            init_ascend_config(config)
+
+
+@pytest.mark.parametrize("context,alignment", [(2048, 128), (64, 32), (4096, 16)])
+def test_auto_window_reads_stay_within_the_declared_context(tmp_path, context, alignment):
+    """W = C - a + 1 is the largest window whose reads stay within the checkpoint's C."""
+    layer = {"max_position_embeddings": context}
+    (tmp_path / "config.json").write_text(json.dumps({"transformer_layer_config": layer}))
+    draft = SimpleNamespace(model=str(tmp_path), hf_config_path=None, revision=None)
+    config = SimpleNamespace(speculative_config=SimpleNamespace(draft_model_config=draft))
+    declared = declared_context(config)
+    window_size = auto_window_size(declared.tokens, alignment)
+    lengths = torch.arange(0, 4 * context, dtype=torch.int32)
+
+    def reads(size):
+        out, skip = torch.empty_like(lengths), torch.empty_like(lengths)
+        window_seq_lens(lengths, WindowSpec(size, alignment), skip_out=skip, out=out)
+        return int(out.max())
+
+    assert declared.field == "transformer_layer_config.max_position_embeddings"
+    assert reads(window_size) == context
+    assert reads(window_size + 1) > context
