@@ -22,9 +22,12 @@ ASCEND_VENVS := .venv-030 .venv-029
 # vLLM 0.34 (the newest line; .venv is 0.33).
 VENV_034 := .venv-034
 PACKAGE_FILES := $(shell find vllm_ascend -name '*.py' 2>/dev/null)
+# The tiny models trained here (below, trained-models).
+TRAINED_DIR := .cache/trained-models
+TRAINED := $(TRAINED_DIR)/.complete
 
 .DEFAULT_GOAL := help
-.PHONY: help setup environments test test-033 test-034 test-030 test-029 test-upstream upstream-patch lint demo bench gpu-check e2e-ascend clean
+.PHONY: help setup environments trained-models study-cpu test test-033 test-034 test-030 test-029 test-upstream upstream-patch lint demo bench gpu-check e2e-ascend clean
 
 help:  ## List the targets.
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -33,6 +36,15 @@ setup:  ## Create .venv, .venv-034 and the Ascend environments (idempotent), two
 	@$(MAKE) --no-print-directory -j2 environments
 
 environments: $(STAMP) $(VENV_034)/.setup-done $(VLLM_ASCEND_WHEEL_STAMP) $(ASCEND_VENVS:%=%/.setup-done) .venv-030/.ut-extra
+
+# The tiny models trained here (tests/testbed/engine/trained.py): a draft model trained at a
+# short context, its target and an EAGLE3 head, on vLLM 0.33.0's own source (.venv's), about
+# 1.5 minutes on both cores, so after setup, alone; kept in .cache until the recipe changes.
+# The engine tests on both vLLM lines, make demo, make bench and make study-cpu serve them.
+trained-models: $(TRAINED)  ## Train the tiny target, draft model and EAGLE3 head (.cache/trained-models).
+
+$(TRAINED): tests/testbed/engine/trained.py | $(STAMP)
+	$(PY) -m tests.testbed.engine.trained $(TRAINED_DIR)
 
 # vLLM's upstream lines, .venv (0.33.0) and .venv-034 (0.34.0), alike: CPU torch, the test
 # and plot tools, vLLM without its dependency pins, the pinned pure-Python packages its MRV2
@@ -119,15 +131,15 @@ ASCEND_PYTEST := -m pytest tests/ascend --confcutdir=tests/ascend -p no:cachepro
 # The suites run side by side on two cores; each prints its output when it ends.
 INSTALLED := $(VENV)/.project-installed $(VENV_034)/.project-installed $(ASCEND_VENVS:%=%/.overlay-installed)
 
-test: setup $(INSTALLED)  ## Run the test suites on CPU: vLLM 0.33 (.venv) and 0.34 (.venv-034), each Ascend release, the upstream patch's tree.
+test: setup $(TRAINED) $(INSTALLED)  ## Run the test suites on CPU: vLLM 0.33 (.venv) and 0.34 (.venv-034), each Ascend release, the upstream patch's tree.
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-033 test-034 test-030 test-029 test-upstream
 
-test-033: $(VENV)/.project-installed $(VLLM_ASCEND_WHEEL_STAMP)  ## The vLLM 0.33.0 upstream suite (.venv), with the tests that run the same code on every line.
+test-033: $(VENV)/.project-installed $(VLLM_ASCEND_WHEEL_STAMP) $(TRAINED)  ## The vLLM 0.33.0 upstream suite (.venv), with the tests that run the same code on every line.
 	@echo "== vLLM 0.33.0 upstream (.venv) =="
 	$(PY) -m pytest
 
 # What runs the same code on every vLLM line ran in test-033 (design/testing.md).
-test-034: $(VENV_034)/.project-installed  ## The vLLM 0.34.0 upstream suite (.venv-034): what differs from 0.33.
+test-034: $(VENV_034)/.project-installed $(TRAINED)  ## The vLLM 0.34.0 upstream suite (.venv-034): what differs from 0.33.
 	@echo "== vLLM 0.34.0 upstream (.venv-034) =="
 	$(VENV_034)/bin/python -m pytest -m "not release_independent"
 
@@ -155,10 +167,10 @@ lint: $(STAMP)  ## ruff check and format check.
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-demo: $(VENV)/.project-installed  ## The main job: the window inspector on a 1k-128k batch (DSpark, EAGLE3; DEMO_ARGS="--dcp 4" per rank), then a tiny model served with and without the window (DEMO_ARGS=--no-serve skips it).
+demo: $(VENV)/.project-installed $(TRAINED)  ## The main job: the window inspector on a 1k-128k batch (DSpark, EAGLE3; DEMO_ARGS="--dcp 4" per rank), then vllm serve of an EAGLE3 head trained short, at contexts past its training, window off, on and auto (DEMO_ARGS=--no-serve skips it).
 	$(PY) -m tools.inspector $(DEMO_ARGS)
 
-bench: $(VENV)/.project-installed $(VLLM_ASCEND_WHEEL_STAMP)  ## Benchmarks into benchmarks/results/ (about three minutes).
+bench: $(VENV)/.project-installed $(VLLM_ASCEND_WHEEL_STAMP) $(TRAINED)  ## Benchmarks into benchmarks/results/ (about three minutes).
 	$(PY) -m benchmarks.bench_window
 
 # Runs in the host's own environment (its CUDA torch and Triton; vLLM optional), not in .venv.
@@ -168,6 +180,11 @@ gpu-check:  ## The window's kernels checked and measured on a CUDA GPU (benchmar
 # Runs in the host's own environment (its NPU or CUDA builds of vLLM), not in .venv.
 e2e-ascend:  ## End to end with vllm serve on Ascend NPUs (DRY_RUN=1, DEVICE=cuda, E2E_SCENARIO=..., SINKS=N, MIN_CONTEXT=M, DCP=N, STUDY=long).
 	$(PYTHON) e2e/e2e.py
+
+# The long-context study of make e2e-ascend (e2e/study.py) here, on CPU: vllm serve of the
+# trained models, acceptance and throughput by context with the window on and off.
+study-cpu: $(VENV)/.project-installed $(TRAINED)  ## The long-context study on CPU with the trained models (E2E_SCENARIO=eagle3, SINKS=N, AUTO=1, PARALLEL=2).
+	DEVICE=cpu STUDY=long $(PY) e2e/e2e.py
 
 clean:  ## Remove .venv, caches and build output.
 	rm -rf $(VENV) $(VENV_034) $(ASCEND_VENVS) .cache build dist *.egg-info .pytest_cache .ruff_cache .hypothesis
