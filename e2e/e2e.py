@@ -12,6 +12,7 @@
     STUDY=long MIN_CONTEXT=8192 make e2e-ascend   # the window engaged from 8k contexts on
     DCP=2 make e2e-ascend             # every run with decode context parallelism over 2 ranks
     DCP=4 DCP_INTERLEAVE=16 make e2e-ascend       # ... and cp_kv_cache_interleave_size 16
+    make study-cpu                    # the study here, on CPU: the tiny models trained here
 
 For each run of the scenario (V2 runner with the window, V2 without it, V1 runner with the
 window) it starts `vllm serve`, waits for health, sends prompts longer and shorter than W,
@@ -32,6 +33,12 @@ by hand that is not one stops the harness. Under DCP the window aligns to N bloc
 each rank), so the draft reads up to W + N b - 1 tokens: the run has a golden file of its
 own (``_dcpN``). STUDY=long does not take DCP (its golden files and draft KV estimates are
 for one rank's layout).
+
+DEVICE=cpu runs the long-context study only, in this project's ``.venv`` (``make
+study-cpu``): vLLM's CPU worker with the test bed's engine environment
+(``tests/testbed/engine/environment.py``), the models trained here
+(``tests/testbed/engine/trained.py``: ``draft_model`` and ``eagle3`` scenarios) and their
+held-out text, contexts from inside the drafter's training context to 16 times it.
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -92,7 +100,9 @@ class Scenario:
     dcp_interleave: int | None = None
 
 
-def scenarios(env: dict[str, str]) -> dict[str, Scenario]:
+def scenarios(env: dict[str, str], device: str = "ascend") -> dict[str, Scenario]:
+    if device == "cpu":
+        return cpu_scenarios(env)
     golden = ROOT / "e2e" / "golden"
     sinks, min_context = int(env.get("SINKS", 0)), int(env.get("MIN_CONTEXT", 0))
     dcp, dcp_interleave = dcp_settings(env)
@@ -122,6 +132,18 @@ def scenarios(env: dict[str, str]) -> dict[str, Scenario]:
             int(env.get("TP", 1)),
             4096,
             golden / f"dspark_qwen3_8b_w{env.get('WINDOW', 512)}{suffix}.json",
+        ),
+        # A small model of the target's family drafting for it (vLLM's draft_model).
+        "draft_model": Scenario(
+            "draft_model",
+            env.get("TARGET_MODEL", "Qwen/Qwen3-8B"),
+            env.get("DRAFT_MODEL", "Qwen/Qwen3-0.6B"),
+            "draft_model",
+            3,
+            int(env.get("WINDOW", 512)),
+            int(env.get("TP", 1)),
+            4096,
+            golden / f"draft_model_qwen3_8b_w{env.get('WINDOW', 512)}{suffix}.json",
         ),
         # DFlash drafts a block of 16 (K = 15) in one parallel pass.
         "dflash": Scenario(
@@ -153,6 +175,88 @@ def scenarios(env: dict[str, str]) -> dict[str, Scenario]:
         scenario.sinks, scenario.min_context = sinks, min_context
         scenario.dcp, scenario.dcp_interleave = dcp, dcp_interleave
     return found
+
+
+def trained_models() -> object:
+    """The tiny models ``make trained-models`` trained here (the CPU study's)."""
+    sys.path.insert(0, str(ROOT))
+    from tests.testbed.engine import trained
+
+    return trained
+
+
+def cpu_scenarios(env: dict[str, str]) -> dict[str, Scenario]:
+    """The CPU study's scenarios: the target trained here with its draft model or its EAGLE3
+    head (``TARGET_MODEL`` and ``DRAFT_MODEL`` override them), served by vLLM's CPU worker
+    as the test bed's engine runs (float32, eager, KV blocks of ``BLOCK_SIZE``)."""
+    trained = trained_models()
+    models = trained.TrainedModels(TRAINED_ROOT)
+    # The window "auto" picks for a drafter declaring its training context C (the reads, W
+    # to W + a - 1 tokens, within C): C - a + 1.
+    block = int(env.get("BLOCK_SIZE", CPU_BLOCK_SIZE))
+    window = int(env.get("WINDOW", trained.DRAFT_CONTEXT - block + 1))
+    cpu_args = [
+        *("--host", "127.0.0.1", "--dtype", "float32", "--enforce-eager", "--seed", "0"),
+        *("--block-size", env.get("BLOCK_SIZE", str(CPU_BLOCK_SIZE))),
+        *("--kv-cache-memory-bytes", str(64 * 1024 * 1024)),
+        *("--max-num-seqs", env.get("PROMPTS_PER_CONTEXT", str(CPU_PROMPTS))),
+    ]
+    found = {}
+    for name, draft in (("draft_model", models.draft_model), ("eagle3", models.eagle3)):
+        found[name] = Scenario(
+            name,
+            env.get("TARGET_MODEL", models.target),
+            env.get("DRAFT_MODEL", draft),
+            name,
+            trained.NUM_SPEC,
+            window,
+            1,
+            trained.TARGET_CONTEXT,
+            None,
+            cpu_args,
+            sinks=int(env.get("SINKS", 0)),
+            min_context=int(env.get("MIN_CONTEXT", 0)),
+        )
+    return found
+
+
+# Where `make trained-models` writes the CPU study's models.
+TRAINED_ROOT = ROOT / ".cache" / "trained-models"
+# The CPU study's defaults (the environment overrides each): KV blocks of 32 tokens (the CPU
+# attention backend's smallest), 8 prompts per context sent together, 16 output tokens each:
+# so small a model's greedy continuation soon repeats itself (design/e2e.md), so the study
+# measures the tokens right after each stretch of real text.
+CPU_BLOCK_SIZE = 32
+CPU_PROMPTS = 8
+CPU_OUTPUT_TOKENS = 16
+
+
+def cpu_study_defaults() -> dict[str, str]:
+    """The CPU study's settings from the trained drafter's context C: contexts C/2 (inside
+    it) to 16 C, the window expected to help from 8 C and to change nothing at C/2, the
+    prompts cut from the held-out text."""
+    trained = trained_models()
+    c = trained.DRAFT_CONTEXT
+    models = trained.TrainedModels(TRAINED_ROOT)
+    return {
+        "CONTEXTS": ",".join(str(c * k // 2) for k in (1, 2, 4, 8, 16, 32)),
+        "OUTPUT_TOKENS": str(CPU_OUTPUT_TOKENS),
+        "PROMPTS_PER_CONTEXT": str(CPU_PROMPTS),
+        "BLOCK_SIZE": str(CPU_BLOCK_SIZE),
+        "STUDY_TEXT": str(models.heldout),
+        "LONG_CONTEXT": str(8 * c),
+        "SHORT_CONTEXT": str(c // 2),
+    }
+
+
+def cpu_engine_env() -> dict[str, str]:
+    """What a vLLM engine needs on this CPU-only host (the test bed's engine environment)."""
+    sys.path.insert(0, str(ROOT))
+    from tests.testbed.engine.environment import engine_env
+
+    cache = ROOT / ".cache" / f"vllm-{metadata.version('vllm')}"
+    full = engine_env(cache, host_has_model_runner_v1())
+    return {key: value for key, value in full.items() if os.environ.get(key) != value}
 
 
 def golden_suffix(sinks: int, min_context: int, dcp: int = 1) -> str:
@@ -212,9 +316,12 @@ def fit_tp_to_dcp(scenario: Scenario, tp_set_by_hand: bool) -> str | None:
 class Run:
     name: str
     v2: bool
-    window: int | None
+    # draft_window_size: tokens, "auto" or None (no window)
+    window: int | str | None
     sinks: int = 0
     min_context: int = 0
+    # False: served without --speculative-config (the study's reference)
+    speculative: bool = True
 
 
 # Asks the host's vLLM (this interpreter's) whether it still has Model Runner V1.
@@ -250,8 +357,47 @@ def runs(scenario: Scenario, device: str) -> list[Run]:
     return out
 
 
-def serve_command(scenario: Scenario, run: Run, port: int) -> tuple[dict[str, str], list[str]]:
-    env = {}
+def study_runs(scenario: Scenario, device: str, env: dict[str, str]) -> list[Run]:
+    """The study's runs: without speculation (the reference of every output and of the
+    throughput; NO_SPECULATION=0 leaves it out), V2 with the window (and MIN_CONTEXT), V2
+    without, V2 with the window and SINKS attention sinks, V2 with ``draft_window_size``
+    "auto" (AUTO=1), V2 with each of MORE_WINDOWS, and V1 with the window on Ascend."""
+    out = []
+    if env.get("NO_SPECULATION", "1") != "0":
+        out.append(Run("no_speculation", True, None, speculative=False))
+    out += [
+        Run("v2_window", True, scenario.window, 0, scenario.min_context),
+        Run("v2_no_window", True, None),
+    ]
+    if scenario.sinks:
+        out.append(Run("v2_window_sinks", True, scenario.window, scenario.sinks))
+    if env.get("AUTO", "0") not in ("", "0"):
+        out.append(Run("v2_auto", True, "auto", 0, scenario.min_context))
+    for window in _more_windows(env):
+        out.append(Run(f"v2_window_{window}", True, window, 0, scenario.min_context))
+    if device == "ascend" and host_has_model_runner_v1():
+        out.append(Run("v1_window", False, scenario.window))
+    return out
+
+
+def _more_windows(env: dict[str, str]) -> list[int]:
+    """MORE_WINDOWS: windows to compare beside WINDOW, comma-separated token counts."""
+    text = env.get("MORE_WINDOWS", "")
+    try:
+        windows = [int(w) for w in text.split(",") if w.strip()]
+    except ValueError:
+        windows = [0]
+    if any(w < 1 for w in windows):
+        raise ValueError(
+            f"MORE_WINDOWS must be positive token counts, comma-separated; got {text!r}"
+        )
+    return windows
+
+
+def serve_command(
+    scenario: Scenario, run: Run, port: int, device: str = "ascend"
+) -> tuple[dict[str, str], list[str]]:
+    env = cpu_engine_env() if device == "cpu" else {}
     if host_has_model_runner_v1():
         env["VLLM_USE_V2_MODEL_RUNNER"] = "1" if run.v2 else "0"
     spec = {
@@ -272,8 +418,7 @@ def serve_command(scenario: Scenario, run: Run, port: int) -> tuple[dict[str, st
         str(scenario.tp),
         "--max-model-len",
         str(scenario.max_model_len),
-        "--speculative-config",
-        json.dumps(spec),
+        *(("--speculative-config", json.dumps(spec)) if run.speculative else ()),
         *scenario.extra_args,
     ]
     # Every run alike: the runs compare the window, not the parallelism.
@@ -282,12 +427,7 @@ def serve_command(scenario: Scenario, run: Run, port: int) -> tuple[dict[str, st
     if scenario.dcp_interleave is not None:
         cmd += ["--cp-kv-cache-interleave-size", str(scenario.dcp_interleave)]
     if run.window is not None:
-        additional = {KEY: run.window}
-        if run.sinks:
-            additional[SINKS_KEY] = run.sinks
-        if run.min_context:
-            additional[MIN_CONTEXT_KEY] = run.min_context
-        cmd += ["--additional-config", json.dumps(additional)]
+        cmd += ["--additional-config", json.dumps(_additional_config(run))]
     return env, cmd
 
 
@@ -429,7 +569,9 @@ def _http(url: str, payload: dict | None = None, timeout: float = 600) -> str:
 class Server:
     """`vllm serve` in its own process group, stopped on exit whatever happens."""
 
-    def __init__(self, env: dict[str, str], cmd: list[str], log: Path, port: int):
+    def __init__(
+        self, env: dict[str, str], cmd: list[str], log: Path, port: int, cwd: Path | None = None
+    ):
         self.port = port
         with socket.socket() as probe:
             if probe.connect_ex(("127.0.0.1", port)) == 0:
@@ -441,6 +583,7 @@ class Server:
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            cwd=cwd,
         )
 
     def wait_healthy(self, timeout: float) -> None:
@@ -454,7 +597,7 @@ class Server:
                 _http(f"http://127.0.0.1:{self.port}/health", timeout=5)
                 return
             except OSError:
-                time.sleep(5)
+                time.sleep(1)
         raise TimeoutError(f"vllm serve not healthy after {timeout:.0f} s; see {self.log.name}")
 
     def stop(self) -> None:
@@ -493,6 +636,13 @@ def record_hashes(dist: str) -> dict[str, str]:
 
 
 def install(device: str) -> None:
+    if device == "cpu":
+        # make installed this project into .venv (a regular install); the servers import it
+        # from there, never from this checkout (they start in the study's folder).
+        probe = [sys.executable, "-c", f"import {PLUGIN_MODULE}"]
+        if subprocess.run(probe, capture_output=True, cwd="/").returncode != 0:
+            raise SystemExit(f"{PLUGIN_MODULE} is not installed here: run make study-cpu")
+        return
     before = record_hashes("vllm-ascend") if device == "ascend" else {}
     cmd = [sys.executable, "-m", "pip", "install", "--no-deps", str(ROOT)]
     try:
@@ -674,34 +824,129 @@ def study_plan(
     port: int,
     settings: study.Settings,
     counter: study.TokenCounter,
+    env: dict[str, str],
 ) -> list[str]:
     """Every server and request of the long-context study, per context."""
+    python, root = shlex.quote(sys.executable), shlex.quote(str(ROOT))
+    install_line = f"{python} -m pip install --no-deps {root}"
+    if device == "cpu":
+        install_line = f"# check: {PLUGIN_MODULE} imports (make installed this project)"
     lines = [
-        f"{shlex.quote(sys.executable)} -m pip install --no-deps {shlex.quote(str(ROOT))}",
+        install_line,
         f"# contexts {settings.contexts}; {settings.prompts_per_context} prompts each, "
         f"{settings.output_tokens} output tokens, greedy; token counts: {counter.source}",
         PAIRING_LINE.format(method=scenario.method),
     ]
-    text = study.corpus()
-    served = dataclasses.replace(
-        scenario, max_model_len=max(settings.contexts) + settings.output_tokens
-    )
-    url = f"http://127.0.0.1:{port}"
-    for run in runs(served, device):
-        env, cmd = serve_command(served, run, port)
-        lines.append(shell_line(env, cmd))
+    text = settings.text()
+    served = dataclasses.replace(scenario, max_model_len=settings.served_len)
+    endpoint = "chat/completions" if settings.chat else "completions"
+    for index, run in enumerate(study_runs(served, device, env)):
+        run_port = port + index % settings.parallel
+        url = f"http://127.0.0.1:{run_port}"
+        serve_env, cmd = serve_command(served, run, run_port, device)
+        lines.append(shell_line(serve_env, cmd))
         lines.append(f"curl -sf {url}/health  # until healthy")
         for ctx in settings.contexts:
-            prompts_ = study.build_prompts(ctx, settings.prompts_per_context, counter, text)
+            prompts_ = study.build_prompts(
+                ctx, settings.prompts_per_context, counter, text, settings.chat
+            )
             lines.append(f"curl -s {url}/metrics  # before context {ctx}")
             for p in prompts_:
                 lines.append(
-                    f"curl -s {url}/v1/chat/completions  # context {ctx}: a prompt of "
+                    f"curl -s {url}/v1/{endpoint}  # context {ctx}: a prompt of "
                     f"{p.tokens} tokens, max_tokens {settings.output_tokens}"
                 )
             lines.append(f"curl -s {url}/metrics  # after context {ctx}")
         lines.append("kill -INT <server process group>  # also on failure")
     return lines
+
+
+# The start-up lines of the window a study run's server logged (shown in its report).
+WINDOW_LINE = re.compile(r"(Draft KV window .*|draft_window_size=auto\b.*)$")
+
+
+def study_one_run(
+    served: Scenario,
+    run: Run,
+    device: str,
+    port: int,
+    out_dir: Path,
+    settings: study.Settings,
+    prompts_by_context: dict,
+    text: str = "",
+) -> dict:
+    """One study run: its server, every context's prompts sent together, the metrics. The
+    first run cuts every run's prompts (into ``prompts_by_context``) with the served target's
+    own tokenizer, where they were not cut before (the target not a local directory)."""
+    env, cmd = serve_command(served, run, port, device)
+    print(f"[e2e] study {run.name}: {shlex.join(cmd)}", flush=True)
+    contexts, outputs = {}, []
+    log_path = out_dir / f"{run.name}.log"
+    started = time.monotonic()
+    # On CPU the server starts in the study's folder: it imports this project as installed.
+    cwd = out_dir if device == "cpu" else None
+    with Server(env, cmd, log_path, port, cwd) as server:
+        server.wait_healthy(timeout=1800)
+        base = f"http://127.0.0.1:{port}"
+        model = json.loads(_http(f"{base}/v1/models"))["data"][0]["id"]
+        if not prompts_by_context:
+            remote = study.TokenCounter.remote(_http, base, model)
+            prompts_by_context.update(_study_prompts(settings, remote, text))
+            prompts_by_context["source"] = remote.source
+        for ctx in settings.contexts:
+            before = _http(f"{base}/metrics")
+            batch = prompts_by_context[ctx]
+            begun = time.monotonic()
+            with ThreadPoolExecutor(max_workers=len(batch)) as pool:
+                replies = list(
+                    pool.map(
+                        lambda p: study.timed_completion(
+                            _http, base, model, p.text, settings.output_tokens, settings.chat
+                        ),
+                        batch,
+                    )
+                )
+            seconds = time.monotonic() - begun
+            outputs += [text for text, _, _ in replies]
+            metrics = study.context_metrics(
+                before, _http(f"{base}/metrics"), served.num_spec, run.speculative
+            )
+            tokens = sum(n for _, n, _ in replies)
+            metrics["client_tokens_per_s"] = tokens / seconds if seconds else None
+            contexts[str(ctx)] = metrics
+            mean = metrics["mean_length"]
+            print(
+                f"[e2e] study {run.name} {ctx}: mean acceptance length "
+                f"{'-' if mean is None else f'{mean:.3f}'}, "
+                f"{metrics['client_tokens_per_s']:.1f} output tokens/s",
+                flush=True,
+            )
+    log = log_path.read_text(errors="replace")
+    lines = []
+    for line in log.splitlines():
+        found = WINDOW_LINE.search(line)
+        if found and found.group(1) not in lines:
+            lines.append(found.group(1))
+    # "auto" reads as the window its start-up line says it became.
+    window = run.window
+    if window == "auto":
+        became = [re.match(r"draft_window_size=auto became W=(\d+)", line) for line in lines]
+        window = next((int(m.group(1)) for m in became if m), None)
+    for ctx, metrics in contexts.items():
+        metrics["draft_kv_read"] = (
+            None
+            if not run.speculative
+            else study.draft_kv_read(
+                int(ctx), window, run.sinks, settings.alignment, run.min_context
+            )
+        )
+    return {
+        "outputs": outputs,
+        "contexts": contexts,
+        "window_lines": lines,
+        "additional_config": _additional_config(run),
+        "seconds": round(time.monotonic() - started, 1),
+    }
 
 
 def run_study(
@@ -712,12 +957,13 @@ def run_study(
     settings: study.Settings,
     counter: study.TokenCounter,
     record: bool,
+    env: dict[str, str] | None = None,
 ) -> int:
-    golden_file = study.golden_path(
-        ROOT, scenario.name, scenario.window, scenario.sinks, scenario.min_context
-    )
+    env = dict(os.environ) if env is None else env
+    golden_file = study.golden_path(ROOT, scenario.name, scenario.window, scenario.min_context)
     golden, tolerance = None, 0.15
-    if not record:
+    # On CPU the suites assert the study's margins instead (tests/test_engine_study.py).
+    if not record and device != "cpu":
         if not golden_file.exists():
             raise SystemExit(
                 f"no golden file {golden_file}: run once with RECORD_GOLDEN=1 on a "
@@ -727,51 +973,43 @@ def run_study(
         golden, tolerance = data["mean_length"], float(data.get("tolerance", 0.15))
     if not settings.contexts:
         raise SystemExit("no study context fits the model: set MAX_CONTEXT")
+    out_dir.mkdir(parents=True, exist_ok=True)
     install(device)
     check_pairing(scenario.method)
-    text = study.corpus()
-    served = dataclasses.replace(
-        scenario, max_model_len=max(settings.contexts) + settings.output_tokens
-    )
-    results, prompts_by_context = {}, {}
-    for run in runs(served, device):
-        env, cmd = serve_command(served, run, port)
-        print(f"[e2e] study {run.name}: {shlex.join(cmd)}", flush=True)
-        contexts, outputs = {}, []
-        with Server(env, cmd, out_dir / f"{run.name}.log", port) as server:
-            server.wait_healthy(timeout=1800)
-            base = f"http://127.0.0.1:{port}"
-            model = json.loads(_http(f"{base}/v1/models"))["data"][0]["id"]
-            if not prompts_by_context:
-                # Once, for every run: the target's own tokenizer, through the first server
-                # where it is not a local directory here.
-                if counter.encode is None:
-                    counter = study.TokenCounter.remote(_http, base, model)
-                prompts_by_context = {
-                    ctx: study.build_prompts(ctx, settings.prompts_per_context, counter, text)
-                    for ctx in settings.contexts
-                }
-            for ctx in settings.contexts:
-                before = _http(f"{base}/metrics")
-                tokens = seconds = 0.0
-                for p in prompts_by_context[ctx]:
-                    out, n, dt = study.timed_completion(
-                        _http, base, model, p.text, settings.output_tokens
-                    )
-                    outputs.append(out)
-                    tokens, seconds = tokens + n, seconds + dt
-                metrics = study.context_metrics(before, _http(f"{base}/metrics"), scenario.num_spec)
-                metrics["client_tokens_per_s"] = tokens / seconds if seconds else None
-                metrics["draft_kv_read"] = study.draft_kv_read(
-                    ctx, run.window, run.sinks, settings.alignment, run.min_context
+    text = settings.text()
+    served = dataclasses.replace(scenario, max_model_len=settings.served_len)
+    planned = study_runs(served, device, env)
+    prompts_by_context = {}
+    if counter.encode is not None:
+        prompts_by_context = _study_prompts(settings, counter, text)
+    results = {}
+    parallel = settings.parallel if prompts_by_context else 1
+    if parallel > 1:
+        # One port per server at once; every run's prompts were cut before any started.
+        with ThreadPoolExecutor(max_workers=parallel) as pool:
+            futures = {
+                run.name: pool.submit(
+                    study_one_run,
+                    served,
+                    run,
+                    device,
+                    port + index % parallel,
+                    out_dir,
+                    settings,
+                    prompts_by_context,
+                    text,
                 )
-                contexts[str(ctx)] = metrics
-                print(
-                    f"[e2e] study {run.name} {ctx}: mean acceptance length "
-                    f"{metrics['mean_length']:.3f}",
-                    flush=True,
-                )
-        results[run.name] = {"outputs": outputs, "contexts": contexts}
+                for index, run in enumerate(planned)
+            }
+            results = {name: future.result() for name, future in futures.items()}
+    else:
+        for run in planned:
+            results[run.name] = study_one_run(
+                served, run, device, port, out_dir, settings, prompts_by_context, text
+            )
+    if counter.encode is None:
+        counter = study.TokenCounter(source=prompts_by_context.get("source", counter.source))
+        prompts_by_context.pop("source", None)
     if record:
         measured = {c: m["mean_length"] for c, m in results["v2_window"]["contexts"].items()}
         golden_file.write_text(
@@ -786,23 +1024,50 @@ def run_study(
             + "\n"
         )
         print(f"[e2e] recorded {golden_file}")
-    failures = study.check(results, golden, tolerance, scenario.min_context)
+    failures = study.check(
+        results, golden, tolerance, scenario.min_context, settings.long_from, settings.short_to
+    )
     meta = {
         "scenario": scenario.name,
         "device": device,
+        "method": scenario.method,
+        "target": scenario.target,
+        "draft": scenario.draft,
         "window": scenario.window,
+        "num_spec": scenario.num_spec,
+        "alignment": settings.alignment,
         "sinks": scenario.sinks,
         "min_context": scenario.min_context,
         "contexts": settings.contexts,
         "prompts_per_context": settings.prompts_per_context,
         "output_tokens": settings.output_tokens,
         "token_counts": counter.source,
+        "long_from": settings.long_from,
+        "short_to": settings.short_to,
     }
     study.write_report(out_dir, meta, results, failures)
     for failure in failures:
         print(f"[e2e] FAILED: {failure}")
     print(f"[e2e] {'passed' if not failures else 'failed'}; report in {out_dir}")
     return 1 if failures else 0
+
+
+def _study_prompts(settings: study.Settings, counter: study.TokenCounter, text: str) -> dict:
+    return {
+        ctx: study.build_prompts(ctx, settings.prompts_per_context, counter, text, settings.chat)
+        for ctx in settings.contexts
+    }
+
+
+def _additional_config(run: Run) -> dict:
+    additional = {}
+    if run.window is not None:
+        additional[KEY] = run.window
+        if run.sinks:
+            additional[SINKS_KEY] = run.sinks
+        if run.min_context:
+            additional[MIN_CONTEXT_KEY] = run.min_context
+    return additional
 
 
 def tiny_models(root: Path, scenario: Scenario) -> None:
@@ -849,7 +1114,9 @@ def tiny_models(root: Path, scenario: Scenario) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--device", choices=["ascend", "cuda"], default=os.environ.get("DEVICE", "ascend")
+        "--device",
+        choices=["ascend", "cuda", "cpu"],
+        default=os.environ.get("DEVICE", "ascend"),
     )
     parser.add_argument("--scenario", default=os.environ.get("E2E_SCENARIO", "eagle3"))
     parser.add_argument(
@@ -864,8 +1131,11 @@ def main(argv: list[str] | None = None) -> int:
         help="the long-context study (study.py)",
     )
     args = parser.parse_args(argv)
+    if args.device == "cpu" and not args.study:
+        parser.error("DEVICE=cpu runs the long-context study only: set STUDY=long")
     try:
-        table = scenarios(dict(os.environ))
+        table = scenarios(dict(os.environ), args.device)
+        _more_windows(dict(os.environ))
     except ValueError as error:
         parser.error(str(error))
     if args.scenario not in table:
@@ -888,18 +1158,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.study and scenario.token_prompts:
         parser.error("STUDY=long needs a real target and draft: not E2E_SCENARIO=tiny")
     if args.study:
-        settings = study.Settings.from_env(dict(os.environ), scenario.target, args.device)
+        defaults = cpu_study_defaults() if args.device == "cpu" else None
+        settings = study.Settings.from_env(dict(os.environ), scenario.target, args.device, defaults)
         counter = study.TokenCounter.for_target(scenario.target)
     if args.dry_run and args.study:
-        print("\n".join(study_plan(scenario, args.device, args.port, settings, counter)))
+        lines = study_plan(scenario, args.device, args.port, settings, counter, dict(os.environ))
+        print("\n".join(lines))
         return 0
     if args.dry_run:
         if scenario.name == "tiny":
             scenario.target, scenario.draft = "<tmp>/target", "<tmp>/draft"
         print("\n".join(plan(scenario, args.device, args.port)))
         return 0
-    probe = "npu-smi" if args.device == "ascend" else "nvidia-smi"
-    if shutil.which(probe) is None:
+    probe = {"ascend": "npu-smi", "cuda": "nvidia-smi"}.get(args.device)
+    if args.device == "cpu":
+        if not (TRAINED_ROOT / ".complete").exists() and ("TARGET_MODEL" not in os.environ):
+            print("needs the trained tiny models: run `make trained-models`", file=sys.stderr)
+            return 2
+    elif shutil.which(probe) is None:
         what = "Ascend NPUs" if args.device == "ascend" else "CUDA GPUs"
         print(f"needs {what}: {probe} not found", file=sys.stderr)
         return 2

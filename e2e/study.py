@@ -6,6 +6,7 @@
     STUDY=long DRY_RUN=1 make e2e-ascend     # every server and request, per context
     STUDY=long DEVICE=cuda E2E_SCENARIO=dspark make e2e-ascend
     STUDY=long MIN_CONTEXT=8192 make e2e-ascend   # the window engaged from 8k contexts on
+    make study-cpu                           # here: the trained tiny models, vllm serve on CPU
 
 Drafters trained on 4k-8k contexts lose acceptance at 32k and beyond; the window is there to
 bring it back. For each run (V2 with the window, V2 without, V1 with the window on Ascend)
@@ -24,6 +25,11 @@ local directory transformers can read; otherwise from an estimate of 4 character
 token (English prose and code documentation under the BPE tokenizers of current targets run
 3.5 to 4.5) in a dry run, and from the served target's own tokenizer (vLLM's ``/tokenize``)
 in a real one; the report states which.
+
+On CPU (``DEVICE=cpu``: vLLM's CPU worker, this project's test bed) the models are the tiny
+ones trained here (``tests/testbed/engine/trained.py``) and the text is their held-out
+source (``STUDY_TEXT``): each prompt is a stretch of it cut to the context exactly, sent as
+a plain completion (the tiny tokenizer has no chat template), with no question after it.
 """
 
 from __future__ import annotations
@@ -136,13 +142,16 @@ class Prompt:
     tokens: int  # text and question, as counted
 
 
-def build_prompts(context: int, count: int, counter: TokenCounter, text: str) -> list[Prompt]:
+def build_prompts(
+    context: int, count: int, counter: TokenCounter, text: str, with_question: bool = True
+) -> list[Prompt]:
     """``count`` prompts of at most ``context - TEMPLATE_MARGIN`` tokens, each a different
-    stretch of ``text`` (starts spread over it) ending in a question."""
-    budget = context - TEMPLATE_MARGIN
+    stretch of ``text`` (starts spread over it) ending in a question; without a question,
+    plain stretches of at most ``context`` tokens (a completion has no template around it)."""
+    budget = context - TEMPLATE_MARGIN if with_question else context
     out = []
     for k in range(count):
-        question = "\n\n" + QUESTIONS[k % len(QUESTIONS)]
+        question = "\n\n" + QUESTIONS[k % len(QUESTIONS)] if with_question else ""
         room = budget - counter.count(question)
         start = (k * len(text)) // max(count, 1)
         # The longest stretch from `start` (wrapping round) that fits: bisection on length.
@@ -179,20 +188,23 @@ def counters(text: str) -> dict[str, float]:
     return out
 
 
-def context_metrics(before: str, after: str, num_spec: int) -> dict:
-    """Acceptance, decode speed and time per output token between two scrapes."""
+def context_metrics(before: str, after: str, num_spec: int, speculative: bool = True) -> dict:
+    """Acceptance, decode speed and time per output token between two scrapes; a run
+    without speculation (``speculative`` False) has no acceptance (None)."""
     a, b = counters(before), counters(after)
 
     def delta(name: str) -> float:
         return b.get(name, 0.0) - a.get(name, 0.0)
 
     drafts = delta("vllm:spec_decode_num_drafts_total")
-    if drafts <= 0:
+    if speculative and drafts <= 0:
         raise RuntimeError("no speculative drafts were counted: is speculative decoding on?")
-    per_pos = [
-        delta(f"vllm:spec_decode_num_accepted_tokens_per_pos_total@{i}") / drafts
-        for i in range(num_spec)
-    ]
+    per_pos = None
+    if speculative:
+        per_pos = [
+            delta(f"vllm:spec_decode_num_accepted_tokens_per_pos_total@{i}") / drafts
+            for i in range(num_spec)
+        ]
     tokens = delta("vllm:generation_tokens_total")
     # Each request's first output token comes from its prefill, not from decode.
     decoded = tokens - delta("vllm:request_decode_time_seconds_count")
@@ -201,7 +213,7 @@ def context_metrics(before: str, after: str, num_spec: int) -> dict:
     return {
         "drafts": drafts,
         "per_position": per_pos,
-        "mean_length": 1 + sum(per_pos),
+        "mean_length": None if per_pos is None else 1 + sum(per_pos),
         "output_tokens": tokens,
         "decode_tokens_per_s": decoded / decode_s if decode_s > 0 else None,
         "tpot_ms": (
@@ -231,20 +243,31 @@ def draft_kv_read(
     return min(context, WindowSpec(window, alignment, sink_size).max_read_len)
 
 
+# Where the study expects the window to help (a drafter trained at 4k-8k collapses at 32k)
+# and where it must change little (within the drafter's training context), on hardware;
+# the CPU study sets them for its drafter trained at 64 tokens (Settings).
+LONG_CONTEXT = 32768
+SHORT_CONTEXT = 4096
+
+
 def check(
     results: dict[str, dict],
     golden: dict[str, float] | None,
     tolerance: float,
     min_context: int = 0,
+    long_from: int = LONG_CONTEXT,
+    short_to: int = SHORT_CONTEXT,
 ) -> list[str]:
-    """The study's assertions on hardware; returns the failures. Below ``min_context`` the
-    V2 run with the window reads what the run without it reads (the whole context), and
+    """The study's assertions; returns the failures. Every run's greedy outputs equal the
+    run without speculation's (or, without one, the V2 window run's). Below ``min_context``
+    the V2 run with the window reads what the run without it reads (the whole context), and
     is not compared with V1, which windows every context."""
     failures = []
     on, off, v1 = results["v2_window"], results["v2_no_window"], results.get("v1_window")
+    reference = "no_speculation" if "no_speculation" in results else "v2_window"
     for name, run in results.items():
-        if run["outputs"] != on["outputs"]:
-            failures.append(f"greedy outputs of {name} differ from v2_window")
+        if run["outputs"] != results[reference]["outputs"]:
+            failures.append(f"greedy outputs of {name} differ from {reference}")
     for ctx, got in on["contexts"].items():
         mean, without = got["mean_length"], off["contexts"][ctx]["mean_length"]
         if int(ctx) < min_context and abs(mean - without) > 0.1:
@@ -253,9 +276,9 @@ def check(
                 f"the window {mean:.3f} is not within 0.1 of without "
                 f"{without:.3f}"
             )
-        elif int(ctx) >= 32768 and mean < without:
+        elif int(ctx) >= long_from and mean < without:
             failures.append(f"{ctx}: acceptance with the window {mean:.3f} < without {without:.3f}")
-        if min_context <= int(ctx) <= 4096 and abs(mean - without) > 0.1:
+        if min_context <= int(ctx) <= short_to and abs(mean - without) > 0.1:
             failures.append(
                 f"{ctx}: acceptance with the window {mean:.3f} is not within 0.1 of "
                 f"without {without:.3f}"
@@ -282,29 +305,40 @@ def write_report(out_dir: Path, meta: dict, results: dict[str, dict], failures: 
     (out_dir / "report.json").write_text(json.dumps(report, indent=2, default=str))
     min_context = meta.get("min_context", 0)
     threshold = f", {MIN_CONTEXT_KEY} {min_context}" if min_context else ""
+    sinks = f", sinks {meta['sinks']} (run v2_window_sinks)" if meta["sinks"] else ""
     lines = [
         f"# Long-context study: {meta['scenario']} on {meta['device']}, W = {meta['window']}"
-        f"{', sinks ' + str(meta['sinks']) if meta['sinks'] else ''}{threshold}",
+        f"{sinks}{threshold}",
         "",
         f"Token counts: {meta['token_counts']}. {meta['prompts_per_context']} prompts per "
-        f"context, {meta['output_tokens']} output tokens each, greedy. Window engaged: whether "
-        f"the V2 run with the window crops this context ({MIN_CONTEXT_KEY}: "
-        f"{min_context or 'every context'}).",
+        f"context, sent together, {meta['output_tokens']} output tokens each, greedy. Window "
+        f"engaged: whether the threshold ({MIN_CONTEXT_KEY}: {min_context or 'every context'}) "
+        "lets the V2 run with the window crop this context. Acceptance rate: accepted over "
+        "drafted tokens, the mean of acceptance by position. Output tok/s: every output "
+        "token of the context's prompts over their time at the client, prefill included.",
         "",
-        "| context | window engaged | run | mean acceptance length | acceptance by position "
-        "| decode tok/s | TPOT ms | draft KV read per step |",
-        "|---:|---|---|---:|---|---:|---:|---:|",
+        "| context | window engaged | run | mean acceptance length | acceptance rate "
+        "| acceptance by position | decode tok/s | TPOT ms | output tok/s "
+        "| draft KV read per step |",
+        "|---:|---|---|---:|---:|---|---:|---:|---:|---:|",
     ]
     for ctx in meta["contexts"]:
         engaged = "yes" if ctx >= min_context else "no"
         for name, run in results.items():
             m = run["contexts"][str(ctx)]
-            speed = _speed(m)
+            mean = "-" if m["mean_length"] is None else f"{m['mean_length']:.3f}"
+            per_position = rate = "-"
+            if m["per_position"] is not None:
+                per_position = ", ".join(f"{x:.2f}" for x in m["per_position"])
+                rate = f"{sum(m['per_position']) / len(m['per_position']):.1%}"
+            decode = "-" if m["decode_tokens_per_s"] is None else f"{m['decode_tokens_per_s']:.1f}"
             tpot = "-" if m["tpot_ms"] is None else f"{m['tpot_ms']:.2f}"
+            client = m.get("client_tokens_per_s")
+            output = "-" if client is None else f"{client:.1f}"
+            read = "-" if m["draft_kv_read"] is None else str(m["draft_kv_read"])
             lines.append(
-                f"| {ctx} | {engaged} | {name} | {m['mean_length']:.3f} | "
-                f"{', '.join(f'{x:.2f}' for x in m['per_position'])} | {speed} | {tpot} | "
-                f"{m['draft_kv_read']} |"
+                f"| {ctx} | {engaged} | {name} | {mean} | {rate} | {per_position} | {decode} | "
+                f"{tpot} | {output} | {read} |"
             )
     lines += [
         "",
@@ -317,25 +351,46 @@ def write_report(out_dir: Path, meta: dict, results: dict[str, dict], failures: 
         "",
     ]
     (out_dir / "report.md").write_text("\n".join(lines))
+    plot(out_dir / "study.png", meta, results)
+
+
+def plot(path: Path, meta: dict, results: dict[str, dict]) -> bool:
+    """Acceptance and output throughput against context, one line per run; False where
+    matplotlib is not installed."""
     plt = pyplot()
     if plt is None:
-        return
+        return False
+    min_context = meta.get("min_context", 0)
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    for name, run in results.items():
+    for i, (name, run) in enumerate(results.items()):
+        # One colour per run in both panels; "auto" dashed, over the window it equals.
+        style = {"color": f"C{i}", "marker": "o", "label": name}
+        if name == "v2_auto":
+            style.update(linestyle="--", marker="x")
         xs = [int(c) for c in run["contexts"]]
-        left.plot(xs, [m["mean_length"] for m in run["contexts"].values()], marker="o", label=name)
-        speeds = [m["decode_tokens_per_s"] or 0.0 for m in run["contexts"].values()]
-        right.plot(xs, speeds, marker="o", label=name)
-    for ax, label in ((left, "mean acceptance length"), (right, "decode tokens/s")):
+        means = [m["mean_length"] for m in run["contexts"].values()]
+        if None not in means:
+            left.plot(xs, means, **style)
+        speeds = [_tokens_per_s(m) for m in run["contexts"].values()]
+        right.plot(xs, speeds, **style)
+    for ax, label in ((left, "mean acceptance length"), (right, "output tokens/s")):
         if min_context:
             ax.axvline(min_context, color="grey", linestyle="--", label=MIN_CONTEXT_KEY)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("context (tokens)")
         ax.set_ylabel(label)
         ax.legend()
-    fig.suptitle(f"{meta['scenario']}: window {meta['window']} on vs off{threshold}")
+    threshold = f", {MIN_CONTEXT_KEY} {min_context}" if min_context else ""
+    fig.suptitle(f"{meta['scenario']} on {meta['device']}: window {meta['window']}{threshold}")
     fig.tight_layout()
-    fig.savefig(out_dir / "study.png", dpi=110)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def _tokens_per_s(m: dict) -> float:
+    """Output tokens/s at the client, else vLLM's decode tokens/s, else 0."""
+    return m.get("client_tokens_per_s") or m.get("decode_tokens_per_s") or 0.0
 
 
 def pyplot():
@@ -350,53 +405,80 @@ def pyplot():
     return plt
 
 
-def _speed(m: dict) -> str:
-    """Decode tokens/s from vLLM's metrics, else output tokens/s measured at the client."""
-    if m.get("decode_tokens_per_s") is not None:
-        return f"{m['decode_tokens_per_s']:.1f}"
-    if m.get("client_tokens_per_s") is not None:
-        return f"{m['client_tokens_per_s']:.1f} (client)"
-    return "-"
-
-
 def timed_completion(
-    http: Callable, base: str, model: str, prompt: str, max_tokens: int
+    http: Callable, base: str, model: str, prompt: str, max_tokens: int, chat: bool = True
 ) -> tuple[str, int, float]:
-    """One greedy chat completion: (text, completion tokens, seconds at the client)."""
-    body = {
-        "model": model,
-        "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "ignore_eos": True,
-    }
+    """One greedy completion, a chat one (the server applies the chat template) or a plain
+    one: (text, completion tokens, seconds at the client)."""
+    body = {"model": model, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
+    if chat:
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
     start = time.monotonic()
-    reply = json.loads(http(f"{base}/v1/chat/completions", body))
+    reply = json.loads(http(f"{base}/v1/{'chat/completions' if chat else 'completions'}", body))
     seconds = time.monotonic() - start
-    return reply["choices"][0]["message"]["content"], reply["usage"]["completion_tokens"], seconds
+    choice = reply["choices"][0]
+    text = choice["message"]["content"] if chat else choice["text"]
+    return text, reply["usage"]["completion_tokens"], seconds
 
 
 @dataclass
 class Settings:
-    """What the study runs, from the environment."""
+    """What the study runs, from the environment (``defaults``: a device's own, which the
+    environment overrides)."""
 
     contexts: list[int]
     prompts_per_context: int
     output_tokens: int
     # The window's alignment on the host (its block size), for the draft KV read.
     alignment: int
+    # The text the prompts are cut from (None: this Python's documentation, ``corpus``),
+    # and whether each prompt is a chat turn ending in a question (else a plain completion).
+    text_path: str | None = None
+    chat: bool = True
+    long_from: int = LONG_CONTEXT
+    short_to: int = SHORT_CONTEXT
+    # How many runs' servers run at once (CPU: one core each).
+    parallel: int = 1
+    # --max-model-len of every server (0: the longest context and its output).
+    max_model_len: int = 0
 
     @classmethod
-    def from_env(cls, env: dict[str, str], target: str, device: str) -> Settings:
+    def from_env(
+        cls, env: dict[str, str], target: str, device: str, defaults: dict | None = None
+    ) -> Settings:
+        env = {**(defaults or {}), **env}
         output_tokens = int(env.get("OUTPUT_TOKENS", 256))
-        limit = int(env.get("MAX_CONTEXT", 0)) or model_limit(target)
+        if env.get("CONTEXTS"):
+            contexts = sorted({int(c) for c in env["CONTEXTS"].split(",")})
+        else:
+            limit = int(env.get("MAX_CONTEXT", 0)) or model_limit(target)
+            contexts = contexts_up_to(limit, output_tokens)
         default_block = 128 if device == "ascend" else 16
+        text_path = env.get("STUDY_TEXT") or None
         return cls(
-            contexts_up_to(limit, output_tokens),
+            contexts,
             int(env.get("PROMPTS_PER_CONTEXT", 3)),
             output_tokens,
             int(env.get("BLOCK_SIZE", default_block)),
+            text_path,
+            chat=text_path is None,
+            long_from=int(env.get("LONG_CONTEXT", LONG_CONTEXT)),
+            short_to=int(env.get("SHORT_CONTEXT", SHORT_CONTEXT)),
+            parallel=int(env.get("PARALLEL", 1)),
+            max_model_len=int(env.get("MAX_MODEL_LEN", 0)),
         )
+
+    @property
+    def served_len(self) -> int:
+        """The servers' --max-model-len."""
+        return self.max_model_len or max(self.contexts) + self.output_tokens
+
+    def text(self) -> str:
+        if self.text_path is None:
+            return corpus()
+        return Path(self.text_path).read_text(encoding="utf-8")
 
 
 def model_limit(target: str) -> int:
@@ -410,6 +492,7 @@ def model_limit(target: str) -> int:
     return 40960
 
 
-def golden_path(root: Path, scenario: str, window: int, sinks: int, min_context: int = 0) -> Path:
-    suffix = f"{f'_s{sinks}' if sinks else ''}{f'_m{min_context}' if min_context else ''}"
+def golden_path(root: Path, scenario: str, window: int, min_context: int = 0) -> Path:
+    """The golden file of the V2 run with the window (sinks are a run of their own)."""
+    suffix = f"_m{min_context}" if min_context else ""
     return root / "e2e" / "golden" / f"study_{scenario}_w{window}{suffix}.json"

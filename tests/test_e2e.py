@@ -301,8 +301,11 @@ def test_server_is_stopped_and_leaves_no_process(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     # A stand-in for vllm serve: answers every GET with 200 on loopback.
+    # It stops on SIGINT as vllm serve does (a process started with SIGINT ignored, as under
+    # make, would otherwise keep the default of ignoring it).
     script = (
-        "import http.server, sys\n"
+        "import http.server, signal, sys\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "class H(http.server.BaseHTTPRequestHandler):\n"
         "    def do_GET(self):\n"
         "        self.send_response(200); self.end_headers(); self.wfile.write(b'ok')\n"

@@ -24,8 +24,10 @@ pytestmark = pytest.mark.release_independent
 
 STUDY_ENV = (
     *("E2E_SCENARIO", "DEVICE", "DRY_RUN", "TARGET_MODEL", "DRAFT_MODEL", "TP", "SINKS"),
-    *("MIN_CONTEXT", "DCP", "DCP_INTERLEAVE"),
+    *("MIN_CONTEXT", "DCP", "DCP_INTERLEAVE", "WINDOW"),
     *("STUDY", "MAX_CONTEXT", "PROMPTS_PER_CONTEXT", "OUTPUT_TOKENS", "BLOCK_SIZE"),
+    *("CONTEXTS", "STUDY_TEXT", "LONG_CONTEXT", "SHORT_CONTEXT", "PARALLEL", "MAX_MODEL_LEN"),
+    *("NO_SPECULATION", "AUTO", "MORE_WINDOWS"),
 )
 
 
@@ -47,32 +49,56 @@ def test_the_plan_serves_each_run_once_and_sends_every_context_its_prompts(capsy
     lines = dry_run(capsys, monkeypatch)
     assert "contexts [4096, 8192, 16384, 32768]; 3 prompts each, 256 output tokens" in lines[1]
     serves = [line for line in lines if " serve " in line]
-    assert len(serves) == 3  # V2 with the window, V2 without, V1 with the window
+    # Without speculation (the reference), V2 with the window, V2 without, V1 with the window.
+    assert len(serves) == 4
     assert all("--max-model-len 33024" in line for line in serves)
-    assert """--additional-config '{"draft_window_size": 512}'""" in serves[0]
-    assert "--additional-config" not in serves[1]
-    assert serves[2].startswith("VLLM_USE_V2_MODEL_RUNNER=0 ")
+    assert "--speculative-config" not in serves[0] and "--additional-config" not in serves[0]
+    assert """--additional-config '{"draft_window_size": 512}'""" in serves[1]
+    assert "--speculative-config" in serves[2] and "--additional-config" not in serves[2]
+    assert serves[3].startswith("VLLM_USE_V2_MODEL_RUNNER=0 ")
     requests = [line for line in lines if "/v1/chat/completions" in line]
-    assert len(requests) == 3 * 4 * 3
+    assert len(requests) == 4 * 4 * 3
     for ctx in (4096, 8192, 16384, 32768):
-        assert sum(f"# context {ctx}: a prompt of" in line for line in requests) == 9
-        assert sum(f"context {ctx}" in line and "/metrics" in line for line in lines) == 6
-    assert sum("kill -INT" in line for line in lines) == 3
+        assert sum(f"# context {ctx}: a prompt of" in line for line in requests) == 12
+        assert sum(f"context {ctx}" in line and "/metrics" in line for line in lines) == 8
+    assert sum("kill -INT" in line for line in lines) == 4
 
 
-def test_min_context_goes_to_the_v2_window_run_only(capsys, monkeypatch):
-    lines = dry_run(capsys, monkeypatch, MIN_CONTEXT="8192", SINKS="64")
+def test_min_context_goes_to_the_v2_window_run_and_sinks_are_a_run_of_their_own(
+    capsys, monkeypatch
+):
+    lines = dry_run(capsys, monkeypatch, MIN_CONTEXT="8192", SINKS="64", NO_SPECULATION="0")
     serves = [line for line in lines if " serve " in line]
-    assert len(serves) == 3
+    assert len(serves) == 4
     assert (
-        """--additional-config '{"draft_window_size": 512, "draft_attention_sinks": 64, """
-        """"draft_window_min_context": 8192}'"""
+        """--additional-config '{"draft_window_size": 512, "draft_window_min_context": 8192}'"""
     ) in serves[0]
     assert "--additional-config" not in serves[1]
+    assert (
+        """--additional-config '{"draft_window_size": 512, "draft_attention_sinks": 64}'"""
+    ) in serves[2]
     # V1 windows every context and has no sinks: its run keeps the plain window.
-    assert """--additional-config '{"draft_window_size": 512}'""" in serves[2]
-    assert e2e.golden_suffix(64, 8192) == "_s64_m8192"
-    assert study.golden_path(ROOT, "eagle3", 512, 0, 8192).name == "study_eagle3_w512_m8192.json"
+    assert """--additional-config '{"draft_window_size": 512}'""" in serves[3]
+    assert study.golden_path(ROOT, "eagle3", 512, 8192).name == "study_eagle3_w512_m8192.json"
+
+
+def test_auto_and_more_windows_are_runs_of_their_own(capsys, monkeypatch):
+    lines = dry_run(capsys, monkeypatch, AUTO="1", MORE_WINDOWS="1024,4096", DEVICE="cuda")
+    serves = [line for line in lines if " serve " in line]
+    assert len(serves) == 6
+    assert """--additional-config '{"draft_window_size": "auto"}'""" in serves[3]
+    assert """--additional-config '{"draft_window_size": 1024}'""" in serves[4]
+    assert """--additional-config '{"draft_window_size": 4096}'""" in serves[5]
+    for bad in ("0", "a,1"):
+        for key in STUDY_ENV:
+            monkeypatch.delenv(key, raising=False)
+        monkeypatch.setenv("STUDY", "long")
+        monkeypatch.setenv("MORE_WINDOWS", bad)
+        with pytest.raises(SystemExit):
+            e2e.main(["--dry-run"])
+        assert f"MORE_WINDOWS must be positive token counts, comma-separated; got {bad!r}" in (
+            capsys.readouterr().err
+        )
 
 
 def test_the_plan_reaches_128k_where_the_model_allows_and_cuda_has_no_v1_run(capsys, monkeypatch):
@@ -86,7 +112,7 @@ def test_the_plan_reaches_128k_where_the_model_allows_and_cuda_has_no_v1_run(cap
     )
     assert "contexts [4096, 8192, 16384, 32768, 65536, 131072]; 2 prompts each" in lines[1]
     serves = [line for line in lines if " serve " in line]
-    assert len(serves) == 2 and all("--max-model-len 131328" in line for line in serves)
+    assert len(serves) == 3 and all("--max-model-len 131328" in line for line in serves)
     assert any("context 131072: a prompt of 130976 tokens" in line for line in lines)
 
 
@@ -291,8 +317,8 @@ def test_the_report_marks_which_contexts_engage_the_window(tmp_path):
     assert md.startswith(
         "# Long-context study: dspark on ascend, W = 512, draft_window_min_context 8192\n"
     )
-    assert "| 4096 | no | v2_window | 2.000 | 1.00 | 10.0 (client) | - | 4096 |" in md
-    assert "| 32768 | yes | v2_window | 2.000 | 1.00 | 10.0 (client) | - | 639 |" in md
+    assert "| 4096 | no | v2_window | 2.000 | 1.00 | - | - | 10.0 | 4096 |" in md
+    assert "| 32768 | yes | v2_window | 2.000 | 1.00 | - | - | 10.0 | 639 |" in md
     assert json.loads((tmp_path / "report.json").read_text())["min_context"] == 8192
 
 
@@ -325,8 +351,10 @@ def test_the_report_is_written_from_recorded_metrics(tmp_path):
     assert report["runs"]["v2_window"]["contexts"]["32768"]["mean_length"] == pytest.approx(2.5)
     md = (tmp_path / "report.md").read_text()
     # 500 tokens of 2 requests, 498 decoded in 2.5 s.
-    assert "| 32768 | yes | v2_window | 2.500 | 1.50, 0.00, 0.00 | 199.2 | 10.00 | 639 |" in md
-    assert "| 32768 | yes | v2_no_window | 1.200 | 0.20, 0.00, 0.00 | 199.2 | 10.00 | 32768 |" in md
+    assert "| 32768 | yes | v2_window | 2.500 | 1.50, 0.00, 0.00 | 199.2 | 10.00 | - | 639 |" in md
+    assert (
+        "| 32768 | yes | v2_no_window | 1.200 | 0.20, 0.00, 0.00 | 199.2 | 10.00 | - | 32768 |"
+    ) in md
     assert "vllm-ascend #12103" in md and "Failures: none" in md
     assert (tmp_path / "study.png").stat().st_size > 0
 
@@ -349,9 +377,17 @@ def test_without_npus_the_study_stops_at_once_with_exit_code_2():
 
 
 def test_every_drafting_method_has_a_scenario(capsys, monkeypatch):
-    for name, method in (("eagle3", "eagle3"), ("dspark", "dspark"), ("dflash", "dflash")):
+    for name, method in (
+        ("eagle3", "eagle3"),
+        ("dspark", "dspark"),
+        ("dflash", "dflash"),
+        ("draft_model", "draft_model"),
+    ):
         lines = dry_run(capsys, monkeypatch, E2E_SCENARIO=name, DEVICE="cuda")
-        assert all(f'"method": "{method}"' in line for line in lines if " serve " in line)
+        serves = [line for line in lines if " serve " in line]
+        # Every run but the one without speculation drafts with the scenario's method.
+        assert "--speculative-config" not in serves[0]
+        assert all(f'"method": "{method}"' in line for line in serves[1:])
 
 
 def test_a_real_run_counts_with_the_served_targets_tokenizer(text):
@@ -368,3 +404,71 @@ def test_a_real_run_counts_with_the_served_targets_tokenizer(text):
     assert prompt.tokens == len(prompt.text.split()) <= 4096 - study.TEMPLATE_MARGIN
     assert asked[0] == ("http://127.0.0.1:1/tokenize", "m", False)
     assert counter.source == "the served target's tokenizer (http://127.0.0.1:1/tokenize)"
+
+
+def test_the_cpu_study_serves_the_trained_models_on_vllms_cpu_worker(capsys, monkeypatch):
+    """DEVICE=cpu: the models make trained-models wrote, the test bed's engine environment,
+    the held-out text cut to each context exactly, plain completions."""
+    from tests.testbed.engine import trained
+
+    lines = dry_run(capsys, monkeypatch, DEVICE="cpu", AUTO="1")
+    assert lines[0] == f"# check: {e2e.PLUGIN_MODULE} imports (make installed this project)"
+    assert "contexts [32, 64, 128, 256, 512, 1024]; 8 prompts each, 16 output tokens" in lines[1]
+    assert f"the target's tokenizer ({e2e.TRAINED_ROOT / 'target'})" in lines[1]
+    serves = [line for line in lines if " serve " in line]
+    assert [("--speculative-config" in s, "--additional-config" in s) for s in serves] == [
+        (False, False),
+        (True, True),
+        (True, False),
+        (True, True),
+    ]
+    for serve in serves:
+        # What the server's environment adds to this one's (which has Triton's interpreter on).
+        assert "VLLM_TARGET_DEVICE=cpu" in serve
+        assert f"serve {e2e.TRAINED_ROOT / 'target'} " in serve
+        assert "--max-model-len 1040" in serve and "--block-size 32" in serve
+        assert "--dtype float32" in serve and "--max-num-seqs 8" in serve
+    assert f'"model": "{e2e.TRAINED_ROOT / "eagle3"}"' in serves[1]
+    # The window auto picks for a head declaring 64 tokens with blocks of 32: 64 - 32 + 1.
+    assert """--additional-config '{"draft_window_size": 33}'""" in serves[1]
+    assert """--additional-config '{"draft_window_size": "auto"}'""" in serves[3]
+    requests = [line for line in lines if "/v1/completions" in line]
+    assert len(requests) == 4 * 6 * 8 and not any("chat" in line for line in lines)
+    for ctx in (32, 1024):
+        assert sum(f"context {ctx}: a prompt of {ctx} tokens," in r for r in requests) == 32
+    assert trained.DRAFT_CONTEXT == 64
+
+
+def test_the_cpu_study_runs_the_study_only(capsys, monkeypatch):
+    for key in STUDY_ENV:
+        monkeypatch.delenv(key, raising=False)
+    with pytest.raises(SystemExit) as info:
+        e2e.main(["--dry-run", "--device", "cpu"])
+    assert info.value.code == 2 and "DEVICE=cpu runs the long-context study only" in (
+        capsys.readouterr().err
+    )
+
+
+def test_held_out_prompts_are_plain_stretches_of_exactly_their_context():
+    from tests.testbed.engine.trained import TrainedModels
+
+    models = TrainedModels(e2e.TRAINED_ROOT)
+    text = models.heldout.read_text(encoding="utf-8")
+    counter = study.TokenCounter.for_target(models.target)
+    prompts = study.build_prompts(512, 4, counter, text, with_question=False)
+    assert [p.tokens for p in prompts] == [512] * 4
+    assert all(len(p.text.encode()) == 512 and p.text in text for p in prompts)
+
+
+def test_checks_compare_every_output_with_the_run_without_speculation_and_take_the_drafters_scale():
+    alone = run(["a"], {32: None, 512: None})
+    on = run(["a"], {32: 3.8, 512: 3.2})
+    off = run(["a"], {32: 3.8, 512: 1.7})
+    results = {"no_speculation": alone, "v2_window": on, "v2_no_window": off}
+    assert study.check(results, None, 0.15, 0, long_from=512, short_to=32) == []
+    worse = {**results, "v2_window": run(["b"], {32: 3.5, 512: 1.5})}
+    assert study.check(worse, None, 0.15, 0, long_from=512, short_to=32) == [
+        "greedy outputs of v2_window differ from no_speculation",
+        "32: acceptance with the window 3.500 is not within 0.1 of without 3.800",
+        "512: acceptance with the window 1.500 < without 1.700",
+    ]
