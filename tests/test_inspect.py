@@ -2,7 +2,6 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The window inspector (`make demo`): its table, its checks and its errors."""
 
-import re
 import shlex
 
 import pytest
@@ -148,9 +147,8 @@ def test_inspector_fails_when_the_window_is_wrong(capsys, monkeypatch):
 
 def test_make_demo_shows_the_window_lines_and_none_of_vllms_cpu_warnings():
     """``python -m tools.inspector`` (what ``make demo`` runs) prints the window's two
-    start-up lines, and none of the warnings vLLM logs about a CPU-only host; then serves a
-    tiny model with a real vLLM engine without and with the window: the same tokens, every
-    draft token accepted without it and fewer with it."""
+    start-up lines, and none of the warnings vLLM logs about a CPU-only host. (What it serves
+    after its tables, ``served.py``, runs in ``test_engine_study.py``.)"""
     import os
     import subprocess
     import sys
@@ -158,7 +156,7 @@ def test_make_demo_shows_the_window_lines_and_none_of_vllms_cpu_warnings():
 
     root = Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if k != "VLLM_LOGGING_LEVEL"}
-    argv = ["--window", "256", "--seq-lens", "1000,5000", "--method", "dspark"]
+    argv = ["--window", "256", "--seq-lens", "1000,5000", "--method", "dspark", "--no-serve"]
     result = subprocess.run(
         [sys.executable, "-m", "tools.inspector", *argv],
         cwd=root,
@@ -176,9 +174,3 @@ def test_make_demo_shows_the_window_lines_and_none_of_vllms_cpu_warnings():
     # The window's lines sit above the progress bar, each on a line of its own.
     lines = [line for line in err.splitlines() if "Draft KV window" in line]
     assert len(lines) == 2 and all(line.startswith("INFO Draft KV window") for line in lines)
-    served = result.stdout[result.stdout.index("A real vLLM engine: vllm serve on CPU") :]
-    plain = re.search(r"without draft_window_size +(\d+) +(\d+) +100\.0% +\[", served)
-    windowed = re.search(r"draft_window_size=32 +(\d+) +(\d+) +[\d.]+% +the same", served)
-    assert plain and windowed, served
-    assert int(plain[1]) == int(plain[2]) > 0 and int(windowed[2]) < int(windowed[1])
-    assert "the server said: Draft KV window on for draft_model: draft_window_size=32" in served

@@ -12,8 +12,9 @@ shorter context reads whole), and the checks it ran: slot mappings identical wit
 without the window, and the reference paged attention through the windowed metadata equal
 to dense attention over exactly the window (and the attention sinks, with --sinks). With
 --dcp N (decode context parallelism, ``dcp.py``): every rank's build, and per rank the
-tokens it reads of the window and of the context. Then, unless --no-serve, a tiny model
-served by a real vLLM engine with the window off and on (``served.py``).
+tokens it reads of the window and of the context. Then, unless --no-serve, what the window
+is for: a draft trained at a short context, served by a real vLLM engine at contexts up to
+16 times it, with the window off and on (``served.py``).
 """
 
 from __future__ import annotations
@@ -400,9 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         plot(args.plot, results[0][0], args, results[0][1])
     if not args.no_serve:
-        from tools.inspector.served import serve_both_ways
+        from tools.inspector.served import serve_study
 
-        failed |= not serve_both_ways()
+        failed |= not serve_study()
     return 1 if failed else 0
 
 

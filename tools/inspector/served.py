@@ -1,73 +1,149 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""After the inspector's tables (``make demo``; ``--no-serve`` skips it): the window inside a
-real vLLM engine. ``vllm serve`` on CPU (vLLM's CPU worker, Model Runner V2) of a tiny
-random model drafting for itself (method ``draft_model``), without and with the window:
-the same tokens both ways, and the draft's acceptance from the server's own metrics. A
-draft that is the target has every token accepted unless the window crops what it reads.
+"""After the inspector's tables (``make demo``; ``--no-serve`` skips it): what the window is
+for, in a real vLLM engine. The long-context study of ``make e2e-ascend``
+(``e2e/study.py``), run here on CPU (``make study-cpu``): ``vllm serve`` of the tiny models
+trained here (``tests/testbed/engine/trained.py``), an EAGLE3 head trained at 64 tokens on
+the hidden states of a target sound to 1088, at contexts from inside the head's training
+context to 16 times it. Acceptance and output throughput by context, without the window,
+with it, with ``draft_window_size`` "auto" (the head declares its training context), and
+without speculation: the same tokens every way.
 """
 
 from __future__ import annotations
 
-import tempfile
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY
+from tests.testbed.engine.trained import DRAFT_CONTEXT as TRAINED_AT
 
 ROOT = Path(__file__).resolve().parents[2]
-WINDOW = 32
+OUT = ROOT / "e2e" / "results"
+SCENARIO = "eagle3"
+# The study's runs, as its report names them, and how the table heads them.
+RUNS = {
+    "v2_no_window": "no window",
+    "v2_window": "window",
+    "v2_auto": "auto",
+    "no_speculation": "no spec",
+}
 
 
-def serve_both_ways() -> bool:
-    """Serves without and with the window and prints what each gave; False when a server
-    did not start or the tokens differ."""
-    from tests.testbed.engine.models import make_tiny_models
-    from tests.testbed.engine.runs import (
-        BLOCK,
-        NUM_SPEC,
-        PROMPT_LENS,
-        Run,
-        Server,
-        spec_counter,
-    )
+# Inside the head's training context, 2, 8 and 16 times it (make study-cpu runs 32 to 1024
+# by powers of two).
+CONTEXTS = "32,128,512,1024"
 
-    models = make_tiny_models(ROOT / ".cache" / "tiny-engine-models")
-    runs = [
-        Run(f"without {KEY}", "draft_model"),
-        Run(f"{KEY}={WINDOW}", "draft_model", {KEY: WINDOW}),
-    ]
+
+def serve_study(out: Path = OUT, parallel: int = 2, contexts: str = CONTEXTS) -> bool:
+    """Runs the study (``parallel`` servers at a time, one core each) at ``contexts`` into
+    ``out`` and prints what it measured; False when it failed (a server did not start, or
+    the tokens differ)."""
+    env = {
+        **os.environ,
+        "DEVICE": "cpu",
+        "STUDY": "long",
+        "E2E_SCENARIO": SCENARIO,
+        "AUTO": "1",
+        "PARALLEL": str(parallel),
+        "CONTEXTS": contexts,
+    }
     print(
-        f"\nA real vLLM engine: vllm serve on CPU (Model Runner V2), a tiny random model "
-        f"drafting for itself (draft_model, {NUM_SPEC} speculative tokens); "
-        f"{len(PROMPT_LENS)} prompts of {', '.join(map(str, PROMPT_LENS))} tokens, "
-        f"{runs[0].max_tokens} new tokens each, greedy; KV blocks of {BLOCK} tokens.",
+        "\nWhat the window is for, in a real vLLM engine: the long-context study of make "
+        "e2e-ascend, here on CPU (vllm serve, Model Runner V2) with an EAGLE3 head trained "
+        "at 64 tokens for a target sound to 1088 (both trained by make trained-models), "
+        "greedy, 3 speculative tokens.",
         flush=True,
     )
-    print(f"  {'run':<26}{'drafted':>8}{'accepted':>10}{'acceptance':>12}  tokens", flush=True)
-    reference = None
-    with tempfile.TemporaryDirectory() as tmp:
-        for run in runs:
-            with Server(models, run, Path(tmp)) as server:
-                if not server.wait():
-                    print(f"  {run.name}: vllm serve did not start:\n{server.log[-3000:]}")
-                    return False
-                token_ids = server.completions(models, run.max_tokens)
-                metrics = server.get("/metrics")
-                window_line = next(
-                    (line for line in server.log.splitlines() if "Draft KV window on" in line),
-                    None,
-                )
-            drafted = spec_counter(metrics, "num_draft_tokens")
-            accepted = spec_counter(metrics, "num_accepted_tokens")
-            if reference is None:
-                reference, tokens = token_ids, f"{token_ids[-1][:6]} ... (the reference)"
-            else:
-                tokens = "the same" if token_ids == reference else "DIFFERENT"
-            share = f"{accepted / drafted:.1%}" if drafted else "-"
-            print(
-                f"  {run.name:<26}{drafted:>8.0f}{accepted:>10.0f}{share:>12}  {tokens}",
-                flush=True,
-            )
-            if window_line:
-                print(f"    the server said: {window_line.split('] ', 1)[-1]}", flush=True)
-    return token_ids == reference
+    command = [sys.executable, str(ROOT / "e2e" / "e2e.py"), "--out", str(out)]
+    done = subprocess.run(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    for line in done.stdout.splitlines():
+        if line.startswith("[e2e] study ") and ": mean acceptance length" not in line:
+            continue  # the serve commands: in the report's folder, one log per run
+        print(f"  {line}", flush=True)
+    report_path = out / f"study_{SCENARIO}" / "report.json"
+    if not report_path.exists():
+        return False
+    report = json.loads(report_path.read_text())
+    print(table(report, report_path.parent), flush=True)
+    return done.returncode == 0
+
+
+def table(report: dict, folder: Path) -> str:
+    """Acceptance and output tokens/s by context, one column per run; what the window buys
+    past the head's training context and where it changes nothing; the start-up lines and
+    where the report is."""
+    runs = {name: report["runs"][name] for name in RUNS if name in report["runs"]}
+    speculating = [name for name in runs if name != "no_speculation"]
+    window, contexts = report["window"], report["contexts"]
+    width = 11
+    lines = [
+        "",
+        f"{report['prompts_per_context']} prompts of held-out text per context (the head "
+        f"trained at {TRAINED_AT} tokens), {report['output_tokens']} new tokens each; mean "
+        f"acceptance length from vLLM's spec-decode metrics (bonus token included, at most "
+        f"{1 + report['num_spec']}); output tokens/s at the client, prefill included (no "
+        "spec: the target alone):",
+        "",
+        f"  {'context':>7}  {'mean acceptance length':^{width * len(speculating)}}"
+        f"  {'output tokens/s':^{width * len(runs)}}",
+        f"  {'':>7}  "
+        + "".join(f"{RUNS[n]:>{width}}" for n in speculating)
+        + "  "
+        + "".join(f"{RUNS[n]:>{width}}" for n in runs),
+    ]
+    for ctx in contexts:
+        row = {n: r["contexts"][str(ctx)] for n, r in runs.items()}
+        means = "".join(f"{row[n]['mean_length']:>{width}.2f}" for n in speculating)
+        speeds = "".join(f"{row[n]['client_tokens_per_s']:>{width}.1f}" for n in runs)
+        lines.append(f"  {ctx:>7}  {means}  {speeds}")
+    lines += ["", *summary(report)]
+    same = not any("differ" in f for f in report["failures"])
+    lines += [
+        f"Tokens: {'the same in every run' if same else 'DIFFERENT'} (greedy: the target "
+        f"decides every token). draft_window_size={window}: the draft reads {window} to "
+        f"{window + report['alignment'] - 1} tokens (its start aligned down to a block of "
+        f"{report['alignment']}).",
+    ]
+    for name in ("v2_window", "v2_auto"):
+        for line in runs.get(name, {}).get("window_lines", []):
+            lines.append(f"  {RUNS[name]}, the server said: {line}")
+    lines += [
+        f"Report: {folder / 'report.md'}",
+        f"Plot:   {folder / 'study.png'}",
+    ]
+    if report["failures"]:
+        lines.append("FAILED: " + "; ".join(report["failures"]))
+    return "\n".join(lines)
+
+
+def summary(report: dict) -> list[str]:
+    """What the window buys from 8 times the head's training context on, against the
+    in-distribution level (the first context, inside it), and what the throughput shows."""
+    on, off = (
+        {int(c): m["mean_length"] for c, m in report["runs"][n]["contexts"].items()}
+        for n in ("v2_window", "v2_no_window")
+    )
+    inside, first = on[min(on)], min(on)
+    far = [c for c in sorted(on) if c >= 8 * TRAINED_AT]
+    lines = []
+    if far:
+        pairs = ", ".join(
+            f"{c}: {off[c]:.2f} -> {on[c]:.2f} ({off[c] / inside:.0%} -> {on[c] / inside:.0%})"
+            for c in far
+        )
+        lines.append(
+            f"From 8x its training context on, the window brings acceptance back (without -> "
+            f"with, share of the {inside:.2f} at {first} tokens): {pairs}. Inside the training "
+            f"context it crops little or nothing: set draft_window_size where served contexts "
+            f"run past what the drafter was trained on, leave it off where they do not."
+        )
+    lines.append(
+        "Output tokens/s: two servers at a time on this CPU's 2 cores, so indicative. On CPU "
+        "speculation itself costs more than it saves (vLLM's rejection sampler runs in "
+        "Triton's interpreter); compare the window with no window (make bench measures them "
+        "one server at a time)."
+    )
+    return lines
