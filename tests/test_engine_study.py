@@ -1,0 +1,157 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
+"""What the window is for, in a real vLLM engine on CPU: a drafter trained at a short
+context collapses past it, and the window brings it back.
+
+The long-context study of ``make e2e-ascend`` (``e2e/e2e.py STUDY=long``, ``DEVICE=cpu``)
+serves the models ``make trained-models`` trained (``tests/testbed/engine/trained.py``) with
+``vllm serve``: a draft model trained at C = 64 tokens and an EAGLE3 head trained at 64
+tokens on the target's hidden states, for a target sound to 1088 (the EAGLE3 study is the
+one ``make demo`` serves). At each context (C/2, inside the training context; 8 C; 16 C) 8
+prompts of held-out text generate 16 tokens each, greedy, K = 3; acceptance is vLLM's own
+spec-decode metrics. (A window that cannot crop changes nothing: ``test_engine.py``, where a
+draft model that is the target accepts every token with it.) The margins below were
+set from what the study measured (design/e2e.md): they hold with room, and fail where the
+window stops bringing acceptance back, where the drafter no longer collapses without it
+(then the test shows nothing), or where the tokens change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.testbed.engine import trained
+from tests.testbed.engine.runs import free_port
+
+# What it measures is the trained models' (the window's hooks serve every line the same
+# tokens: test_engine.py, on both): once, on the newest line.
+pytestmark = pytest.mark.newest_line
+
+ROOT = Path(__file__).resolve().parent.parent
+C = trained.DRAFT_CONTEXT
+CONTEXTS = (C // 2, 8 * C, 16 * C)
+# The window "auto" picks for a head declaring C, the study's window on CPU: C - a + 1.
+WINDOW = C - 32 + 1
+# From 8 C on: with the window, acceptance at least this far above without it, and at least
+# this share of the in-distribution level (C/2); without it, at most that share.
+GAIN = 0.6
+SHARE = 0.75
+
+
+def study(scenario: str, out: Path, **env: str) -> dict:
+    """One run of the study's harness on CPU, as ``make study-cpu`` runs it; its report."""
+    environ = {
+        **os.environ,
+        "DEVICE": "cpu",
+        "STUDY": "long",
+        "E2E_SCENARIO": scenario,
+        "CONTEXTS": ",".join(map(str, CONTEXTS)),
+        "PORT": str(free_port()),
+        **env,
+    }
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "e2e" / "e2e.py"), "--out", str(out)],
+        env=environ,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    report = out / f"study_{scenario}" / "report.json"
+    assert report.exists(), f"the study did not finish (exit {done.returncode}):\n{done.stdout}"
+    return json.loads(report.read_text())
+
+
+@pytest.fixture(scope="module")
+def eagle3(tmp_path_factory):
+    """What ``make demo`` serves after its tables (``tools/inspector/served.py``): the study
+    of the EAGLE3 head, without speculation, without the window, with it and with "auto";
+    its printed table beside its report."""
+    from tools.inspector import served
+
+    out, printed = tmp_path_factory.mktemp("demo"), io.StringIO()
+    os.environ["PORT"] = str(free_port())
+    try:
+        with contextlib.redirect_stdout(printed):
+            ok = served.serve_study(out, parallel=1, contexts=",".join(map(str, CONTEXTS)))
+    finally:
+        del os.environ["PORT"]
+    report = out / "study_eagle3" / "report.json"
+    assert report.exists(), printed.getvalue()
+    return ok, json.loads(report.read_text()), printed.getvalue()
+
+
+@pytest.fixture(scope="module")
+def draft_model(tmp_path_factory):
+    # The target's own tokens come from the EAGLE3 study's run without speculation.
+    return study("draft_model", tmp_path_factory.mktemp("study"), NO_SPECULATION="0")
+
+
+def lengths(report: dict, run: str) -> dict[int, float]:
+    return {int(c): m["mean_length"] for c, m in report["runs"][run]["contexts"].items()}
+
+
+def test_every_run_generates_the_tokens_the_target_generates_alone(eagle3, draft_model):
+    ok, head, _ = eagle3
+    assert ok and head["failures"] == [], head["failures"]
+    assert draft_model["failures"] == [], draft_model["failures"]
+    alone = head["runs"]["no_speculation"]["outputs"]
+    for run, found in draft_model["runs"].items():
+        assert found["outputs"] == alone, f"draft_model {run}"
+
+
+@pytest.mark.parametrize("family", ["draft_model", "eagle3"])
+def test_past_eight_times_its_training_context_the_drafter_collapses_and_the_window_restores_it(
+    family, request
+):
+    report = request.getfixturevalue(family)
+    if family == "eagle3":
+        report = report[1]
+    on, off = lengths(report, "v2_window"), lengths(report, "v2_no_window")
+    inside = on[C // 2]
+    assert on[C // 2] == off[C // 2], "inside the training context the window crops nothing"
+    for ctx in (8 * C, 16 * C):
+        summary = f"{family} at {ctx}: {on[ctx]:.2f} with the window, {off[ctx]:.2f} without, "
+        summary += f"{inside:.2f} inside the training context"
+        assert off[ctx] <= SHARE * inside, f"no collapse to recover from: {summary}"
+        assert on[ctx] >= off[ctx] + GAIN, summary
+        assert on[ctx] >= SHARE * inside, summary
+
+
+def test_make_demo_shows_the_curve_the_start_up_lines_and_where_the_plot_is(eagle3):
+    _, _, printed = eagle3
+    assert "mean acceptance length" in printed and "output tokens/s" in printed
+    for ctx in CONTEXTS:
+        assert any(line.split()[:1] == [str(ctx)] for line in printed.splitlines()), ctx
+    assert "Tokens: the same in every run" in printed
+    said = f"window, the server said: Draft KV window on for eagle3: draft_window_size={WINDOW},"
+    assert said in printed
+    plot = Path(printed.split("Plot:")[1].split()[0])
+    assert plot.name == "study.png" and plot.stat().st_size > 0
+
+
+def test_auto_sizes_the_window_from_the_heads_declared_context_and_says_so(eagle3):
+    """The head's checkpoint declares 64 tokens (its training context), which vLLM raised to
+    the target's max_model_len at start-up: "auto" reads the checkpoint's own number and
+    serves W = 64 - 32 + 1, the explicit window's: the same drafts, context by context."""
+    _, report, printed = eagle3
+    auto, explicit = report["runs"]["v2_auto"], report["runs"]["v2_window"]
+    became = [line for line in auto["window_lines"] if line.startswith("draft_window_size=auto")]
+    assert became and became[0].startswith(f"draft_window_size=auto became W={WINDOW}:"), auto
+    assert "declares max_position_embeddings=64 (its training context)" in became[0]
+    assert any(
+        line.startswith(f"Draft KV window on for eagle3: draft_window_size={WINDOW},")
+        for line in auto["window_lines"]
+    )
+    for ctx in map(str, CONTEXTS):
+        got, want = auto["contexts"][ctx], explicit["contexts"][ctx]
+        assert (got["drafts"], got["per_position"]) == (want["drafts"], want["per_position"]), ctx
+    assert f"auto, the server said: draft_window_size=auto became W={WINDOW}" in printed
