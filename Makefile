@@ -171,7 +171,7 @@ lint: $(STAMP)  ## ruff check and format check.
 demo: $(VENV)/.project-installed $(TRAINED)  ## The main job: the window inspector on a 1k-128k batch (DSpark, EAGLE3; DEMO_ARGS="--dcp 4" per rank), then vllm serve of an EAGLE3 head trained short, at contexts past its training, window off, on and auto (DEMO_ARGS=--no-serve skips it).
 	$(PY) -m tools.inspector $(DEMO_ARGS)
 
-bench: $(VENV)/.project-installed $(VLLM_ASCEND_WHEEL_STAMP) $(TRAINED)  ## Benchmarks into benchmarks/results/ (about three minutes).
+bench: $(VENV)/.project-installed $(VLLM_ASCEND_WHEEL_STAMP) $(TRAINED)  ## Benchmarks into benchmarks/results/ (about 18 minutes; section 0, the long-context study, most of it).
 	$(PY) -m benchmarks.bench_window
 
 # Runs in the host's own environment (its CUDA torch and Triton; vLLM optional), not in .venv.

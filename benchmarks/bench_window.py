@@ -1,7 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""`make bench`: the draft window's costs, measured side by side in one run.
+"""`make bench`: what the draft window buys and what it costs, measured side by side in one run.
 
+0. What it is for, end to end in a real vLLM engine on CPU: a draft model and an EAGLE3 head
+   trained at 64 tokens, served at contexts up to 16 times it, without the window and with
+   it: acceptance by context and output tokens/s as ratios (``benchmarks/long_context.py``).
 1. Window cost per build: the device and host work the MRV2 hook adds to one metadata build
    (`Mrv2DraftWindow.refresh` plus the host bound) against one released MRV1
    `SlidingWindowAdapter.apply`, on identical inputs, interleaved, as a ratio, for batch
@@ -28,7 +31,7 @@
 7. End to end in a real vLLM engine on CPU: generate time with a window that never crops
    against none, same acceptance (``benchmarks/engine.py``).
 
-Results go to benchmarks/results/ as markdown and a PNG plot. Timings here are CPU timings
+Results go to benchmarks/results/ as markdown and PNG plots. Timings here are CPU timings
 of device-agnostic torch; on an accelerator the same ops launch kernels instead. The run
 fixes glibc's mmap threshold (it re-executes itself with ``MALLOC_MMAP_THRESHOLD_`` set):
 with the default dynamic threshold, a freed buffer of one size makes the next slightly
@@ -58,6 +61,7 @@ from tests.testbed import use_triton_interpreter  # noqa: E402
 
 use_triton_interpreter()  # before vLLM's first import
 
+from benchmarks import long_context  # noqa: E402
 from benchmarks.engine import bench_engine, engine_lines  # noqa: E402
 from tests.testbed.mrv1_adapter import load_mrv1_adapter_module  # noqa: E402
 from tests.testbed.reference import PagedKVCache  # noqa: E402
@@ -870,13 +874,16 @@ def write_results(
     threshold: list[dict],
     dcp: list[dict],
     engine: dict,
+    studies: dict,
 ) -> None:
     out.mkdir(parents=True, exist_ok=True)
     lines = [
         "# Draft window benchmarks",
         "",
-        f"Machine: {info}. Block size {BLOCK_SIZE}. Written by `make bench` "
-        f"({time.strftime('%Y-%m-%d')}).",
+        f"Machine: {info}. Written by `make bench` ({time.strftime('%Y-%m-%d')}).",
+        "",
+        *long_context.long_context_lines(studies),
+        f"Sections below: block size {BLOCK_SIZE}.",
         "",
         "## Per-step window cost: MRV2 hook vs the released MRV1 adapter",
         "",
@@ -996,6 +1003,7 @@ def write_results(
     ]
     (out / "README.md").write_text("\n".join(lines))
     plot(out / "window_cost.png", steps, attention)
+    long_context.plot(out / "long_context.png", studies)
 
 
 def plot(path: Path, steps: list[dict], attention: list[dict]) -> None:
@@ -1049,6 +1057,8 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=30, help="calls per round")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    print("What the window is for: drafters trained at 64 tokens, served to 1024 (vllm serve):")
+    studies = long_context.bench_long_context(args.out)
     mrv1 = load_mrv1_adapter_module()
     print("Per-step window cost (MRV2 hook vs released MRV1 adapter):")
     steps = bench_step_cost(mrv1, args.rounds, args.iters)
@@ -1067,9 +1077,22 @@ def main() -> None:
     print("A real vLLM engine, a window that never crops against none:")
     engine = bench_engine()
     write_results(
-        args.out, steps, sinks, attention, machine(), whole, launch_rows, threshold, dcp, engine
+        args.out,
+        steps,
+        sinks,
+        attention,
+        machine(),
+        whole,
+        launch_rows,
+        threshold,
+        dcp,
+        engine,
+        studies,
     )
-    print(f"Wrote {args.out / 'README.md'} and {args.out / 'window_cost.png'}")
+    print(
+        f"Wrote {args.out / 'README.md'}, {args.out / 'long_context.png'} and "
+        f"{args.out / 'window_cost.png'}"
+    )
 
 
 if __name__ == "__main__":
