@@ -39,7 +39,7 @@ environments: $(STAMP) $(VENV_034)/.setup-done $(VLLM_ASCEND_WHEEL_STAMP) $(ASCE
 
 # The tiny models trained here (tests/testbed/engine/trained.py): a draft model trained at a
 # short context, its target and an EAGLE3 head, on vLLM 0.33.0's own source (.venv's), about
-# 1.5 minutes on both cores, so after setup, alone; kept in .cache until the recipe changes.
+# 2.3 minutes on both cores, so after setup, alone; kept in .cache until the recipe changes.
 # The engine tests on both vLLM lines, make demo, make bench and make study-cpu serve them.
 trained-models: $(TRAINED)  ## Train the tiny target, draft model and EAGLE3 head (.cache/trained-models).
 

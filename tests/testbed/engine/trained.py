@@ -17,7 +17,7 @@ The recipe (``RECIPE``; seeded, the first thread count fixed): the draft, a Llam
 from scratch at 64 tokens; the target, the draft fine-tuned at 1088 tokens (a 1024-token
 prompt and its output); the EAGLE3 head, one layer over the target's embedding and its two
 layers' outputs, trained at 64 tokens with its three draft steps unrolled (as vLLM runs them)
-against the target's own predictions. About 1.5 minutes on 2 cores.
+against the target's own predictions. About 2.3 minutes on 2 cores.
 
 What each checkpoint declares is what such a drafter declares: the EAGLE3 head its training
 context (``max_position_embeddings`` 64, which vLLM raises to the target's ``max_model_len``
