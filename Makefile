@@ -32,14 +32,16 @@ TRAINED := $(TRAINED_DIR)/.complete
 help:  ## List the targets.
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-setup:  ## Create .venv, .venv-034 and the Ascend environments (idempotent), two at a time.
-	@$(MAKE) --no-print-directory -j2 environments
+# The models train as soon as .venv exists, beside the other environments' installs.
+setup:  ## Create .venv, .venv-034 and the Ascend environments and train the tiny models (idempotent), two at a time.
+	@$(MAKE) --no-print-directory -j2 $(TRAINED) environments
 
 environments: $(STAMP) $(VENV_034)/.setup-done $(VLLM_ASCEND_WHEEL_STAMP) $(ASCEND_VENVS:%=%/.setup-done) .venv-030/.ut-extra
 
 # The tiny models trained here (tests/testbed/engine/trained.py): a draft model trained at a
 # short context, its target and an EAGLE3 head, on vLLM 0.33.0's own source (.venv's), about
-# 2.3 minutes on both cores, so after setup, alone; kept in .cache until the recipe changes.
+# 2.3 minutes on two threads (make setup runs it beside the other environments' installs);
+# kept in .cache until the recipe changes.
 # The engine tests on both vLLM lines, make demo, make bench and make study-cpu serve them.
 trained-models: $(TRAINED)  ## Train the tiny target, draft model and EAGLE3 head (.cache/trained-models).
 
@@ -131,7 +133,7 @@ ASCEND_PYTEST := -m pytest tests/ascend --confcutdir=tests/ascend -p no:cachepro
 # The suites run side by side on two cores; each prints its output when it ends.
 INSTALLED := $(VENV)/.project-installed $(VENV_034)/.project-installed $(ASCEND_VENVS:%=%/.overlay-installed)
 
-test: setup $(TRAINED) $(INSTALLED)  ## Run the test suites on CPU: vLLM 0.33 (.venv) and 0.34 (.venv-034), each Ascend release, the upstream patch's tree.
+test: setup $(INSTALLED)  ## Run the test suites on CPU: vLLM 0.33 (.venv) and 0.34 (.venv-034), each Ascend release, the upstream patch's tree.
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-033 test-034 test-030 test-029 test-upstream
 
 test-033: $(VENV)/.project-installed $(VLLM_ASCEND_WHEEL_STAMP) $(TRAINED)  ## The vLLM 0.33.0 upstream suite (.venv), with the tests that run the same code on every line.

@@ -317,8 +317,8 @@ def test_the_report_marks_which_contexts_engage_the_window(tmp_path):
     assert md.startswith(
         "# Long-context study: dspark on ascend, W = 512, draft_window_min_context 8192\n"
     )
-    assert "| 4096 | no | v2_window | 2.000 | 1.00 | - | - | 10.0 | 4096 |" in md
-    assert "| 32768 | yes | v2_window | 2.000 | 1.00 | - | - | 10.0 | 639 |" in md
+    assert "| 4096 | no | v2_window | 2.000 | 100.0% | 1.00 | - | - | 10.0 | 4096 |" in md
+    assert "| 32768 | yes | v2_window | 2.000 | 100.0% | 1.00 | - | - | 10.0 | 639 |" in md
     assert json.loads((tmp_path / "report.json").read_text())["min_context"] == 8192
 
 
@@ -351,9 +351,13 @@ def test_the_report_is_written_from_recorded_metrics(tmp_path):
     assert report["runs"]["v2_window"]["contexts"]["32768"]["mean_length"] == pytest.approx(2.5)
     md = (tmp_path / "report.md").read_text()
     # 500 tokens of 2 requests, 498 decoded in 2.5 s.
-    assert "| 32768 | yes | v2_window | 2.500 | 1.50, 0.00, 0.00 | 199.2 | 10.00 | - | 639 |" in md
     assert (
-        "| 32768 | yes | v2_no_window | 1.200 | 0.20, 0.00, 0.00 | 199.2 | 10.00 | - | 32768 |"
+        "| 32768 | yes | v2_window | 2.500 | 50.0% | 1.50, 0.00, 0.00 | 199.2 | 10.00 | - | 639 |"
+        in md
+    )
+    assert (
+        "| 32768 | yes | v2_no_window | 1.200 | 6.7% | 0.20, 0.00, 0.00 | 199.2 | 10.00 | - "
+        "| 32768 |"
     ) in md
     assert "vllm-ascend #12103" in md and "Failures: none" in md
     assert (tmp_path / "study.png").stat().st_size > 0
