@@ -109,54 +109,30 @@ def scenarios(env: dict[str, str], device: str = "ascend") -> dict[str, Scenario
     # Sinks, a threshold and DCP (its alignment) change what the draft reads: golden files
     # of their own.
     suffix = golden_suffix(sinks, min_context, dcp)
+    window = int(env.get("WINDOW", 512))
+
+    def qwen3_8b(name: str, draft: str, num_spec: int, tp: int = 1) -> Scenario:
+        """A Qwen3-8B target with ``draft`` (TARGET_MODEL, DRAFT_MODEL, WINDOW, TP override)."""
+        return Scenario(
+            name,
+            env.get("TARGET_MODEL", "Qwen/Qwen3-8B"),
+            env.get("DRAFT_MODEL", draft),
+            name,
+            num_spec,
+            window,
+            int(env.get("TP", tp)),
+            4096,
+            golden / f"{name}_qwen3_8b_w{window}{suffix}.json",
+        )
+
     found = {
         # As the upstream MRV1 end-to-end test of the window: Qwen3-8B, EAGLE3, K=3, W=512.
-        "eagle3": Scenario(
-            "eagle3",
-            env.get("TARGET_MODEL", "Qwen/Qwen3-8B"),
-            env.get("DRAFT_MODEL", "RedHatAI/Qwen3-8B-speculator.eagle3"),
-            "eagle3",
-            3,
-            int(env.get("WINDOW", 512)),
-            int(env.get("TP", 2)),
-            4096,
-            golden / f"eagle3_qwen3_8b_w{env.get('WINDOW', 512)}{suffix}.json",
-        ),
-        "dspark": Scenario(
-            "dspark",
-            env.get("TARGET_MODEL", "Qwen/Qwen3-8B"),
-            env.get("DRAFT_MODEL", "deepseek-ai/dspark_qwen3_8b_block7"),
-            "dspark",
-            7,
-            int(env.get("WINDOW", 512)),
-            int(env.get("TP", 1)),
-            4096,
-            golden / f"dspark_qwen3_8b_w{env.get('WINDOW', 512)}{suffix}.json",
-        ),
+        "eagle3": qwen3_8b("eagle3", "RedHatAI/Qwen3-8B-speculator.eagle3", 3, tp=2),
+        "dspark": qwen3_8b("dspark", "deepseek-ai/dspark_qwen3_8b_block7", 7),
         # A small model of the target's family drafting for it (vLLM's draft_model).
-        "draft_model": Scenario(
-            "draft_model",
-            env.get("TARGET_MODEL", "Qwen/Qwen3-8B"),
-            env.get("DRAFT_MODEL", "Qwen/Qwen3-0.6B"),
-            "draft_model",
-            3,
-            int(env.get("WINDOW", 512)),
-            int(env.get("TP", 1)),
-            4096,
-            golden / f"draft_model_qwen3_8b_w{env.get('WINDOW', 512)}{suffix}.json",
-        ),
+        "draft_model": qwen3_8b("draft_model", "Qwen/Qwen3-0.6B", 3),
         # DFlash drafts a block of 16 (K = 15) in one parallel pass.
-        "dflash": Scenario(
-            "dflash",
-            env.get("TARGET_MODEL", "Qwen/Qwen3-8B"),
-            env.get("DRAFT_MODEL", "z-lab/Qwen3-8B-DFlash-b16"),
-            "dflash",
-            15,
-            int(env.get("WINDOW", 512)),
-            int(env.get("TP", 1)),
-            4096,
-            golden / f"dflash_qwen3_8b_w{env.get('WINDOW', 512)}{suffix}.json",
-        ),
+        "dflash": qwen3_8b("dflash", "z-lab/Qwen3-8B-DFlash-b16", 15),
         "tiny": Scenario(
             "tiny",
             "",
