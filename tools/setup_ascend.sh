@@ -10,21 +10,16 @@
 # source distributions are fetched and unpacked too, for the test that compares the trees.
 # This project itself is installed by `make test` (pip install --no-deps ., as on a host).
 set -euo pipefail
+UV=${UV:?"the Makefile's uv (make setup)"}
+TORCH_CPU=${TORCH_CPU:?"the Makefile's CPU torch (make setup)"}
 VENV=$1
 VERSION=$2
 shift 2
 PYTHON=${PYTHON:-python3}
 
-# Every vllm-ascend release the tests run, its sdist's sha256, the vLLM it pairs with (its
-# Dockerfile's VLLM_TAG), and the extra pure-Python packages they import (requirements/).
-sha256_of() {
-  case $1 in
-    0.30.0rc2) echo 05cb51448c0cd174ea338b16ebbfc8e215f44b373ea2a0d65f1314523a01152f ;;
-    0.30.0rc1) echo 62466241beb151652e95ae47f1d1f5cb7bf66367d6e5c14c74d6b72c0f026ebe ;;
-    0.29.0rc1) echo 680f58f98b8a8a4d92380f77a5d3949107da6db0b7cfc17834898d32fdfcdfd1 ;;
-    *) echo "tools/setup_ascend.sh: no pinned sdist for vllm-ascend $1" >&2; exit 2 ;;
-  esac
-}
+# Every vllm-ascend release the tests run pairs with one vLLM (its Dockerfile's VLLM_TAG);
+# both files are sha256 pinned (requirements/pinned-files.txt), and the extra pure-Python
+# packages they import are in requirements/.
 vllm_of() {
   case $1 in
     0.30.0*) echo 0.30.0 ;;
@@ -36,27 +31,22 @@ test -x "$VENV/bin/python" || "$PYTHON" -m venv "$VENV"
 SITE=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 # The stand-ins load torch in every process: off while this script installs.
 rm -f "$SITE/_draft_window_npu_stand_ins.pth"
-PIP="$VENV/bin/python -m pip"
-# CPU torch: this exact version is the CPU build; a range would pull a CUDA build.
-$PIP install -q torch==2.13.0
-# The test tools first, resolved with their own dependencies: installed after vLLM, pip
-# would check vLLM's full (GPU) requirements and print every one it lacks.
-$PIP install -q -r requirements/test.txt setuptools-scm==10.3.4
-$PIP install -q --no-deps "vllm==$(vllm_of "$VERSION")"
-$PIP install -q --no-deps -r requirements/cpu-ascend.txt
+# Installed by uv (the Makefile's UV and TORCH_CPU), pinned.
+INSTALL="$UV pip install -q --python $VENV/bin/python"
+# CPU torch and the test tools, resolved with their own dependencies.
+# shellcheck disable=SC2086  # TORCH_CPU is two arguments
+$INSTALL $TORCH_CPU -r requirements/test.txt setuptools-scm==10.3.4
+VLLM_WHEEL=$(tools/fetch_pinned.sh .cache/wheels "vllm==$(vllm_of "$VERSION")")
+$INSTALL --no-deps "$VLLM_WHEEL"
+$INSTALL --no-deps -r requirements/cpu-ascend.txt
 
 # The sdist only, unpacked into .cache/vllm-ascend-V/: its metadata step wants setuptools_scm
 # and a SOC_VERSION, no build.
 fetch() {
-  local version=$1 cache=.cache/vllm-ascend-$1 sha
-  sha=$(sha256_of "$version")
-  mkdir -p "$cache"
-  if ! echo "$sha  $cache/vllm_ascend-$version.tar.gz" | sha256sum -c --status 2>/dev/null; then
-    SOC_VERSION=ascend910b1 COMPILE_CUSTOM_KERNELS=0 $PIP download -q --no-deps \
-      --no-build-isolation "vllm-ascend==$version" -d "$cache"
-    echo "$sha  $cache/vllm_ascend-$version.tar.gz" | sha256sum -c --quiet
-  fi
-  test -d "$cache/vllm_ascend-$version" || tar -xzf "$cache/vllm_ascend-$version.tar.gz" -C "$cache"
+  local version=$1 cache=.cache/vllm-ascend-$1 sdist
+  sdist=$(SOC_VERSION=ascend910b1 COMPILE_CUSTOM_KERNELS=0 PYTHON=$VENV/bin/python \
+    tools/fetch_pinned.sh "$cache" "vllm-ascend==$version")
+  test -d "$cache/vllm_ascend-$version" || tar -xzf "$sdist" -C "$cache"
 }
 fetch "$VERSION"
 for same in "$@"; do fetch "$same"; done
