@@ -17,7 +17,7 @@ WHEEL_DIR := .cache/wheels
 VLLM_ASCEND_VERSION := 0.26.0rc1
 VLLM_ASCEND_WHEEL_STAMP := $(WHEEL_DIR)/.vllm-ascend-$(VLLM_ASCEND_VERSION)
 # The Ascend releases' environments; this project is installed into each as on an Ascend
-# host (a copy, not editable: .overlay-installed).
+# host (its wheel, not editable: .overlay-installed).
 ASCEND_VENVS := .venv-030 .venv-029
 # vLLM 0.34 (the newest line; .venv is 0.33).
 VENV_034 := .venv-034
@@ -118,26 +118,27 @@ ASCEND_SETUP := requirements/cpu.txt requirements/cpu-ascend.txt requirements/te
 	PYTHON=$(PYTHON) tools/setup_ascend.sh .venv-029 0.29.0rc1
 	touch $@
 
-# This project in every test environment as on a host: a copy, not editable (reinstalled
-# when a package file changes), one install at a time (pip builds it in its source tree).
-$(VENV)/.project-installed: $(STAMP) pyproject.toml $(PACKAGE_FILES)
-	$(PIP) install -q --no-deps --no-build-isolation --force-reinstall .
+# This project in every test environment as on a host: its wheel, built once (pip builds in
+# the source tree), installed into each, not editable (again when a package file changes).
+PROJECT_WHEEL := .cache/project/vllm_ascend_draft_window-0.1.0-py3-none-any.whl
+INSTALL_PROJECT = $(1)/bin/python -m pip install -q --no-deps --force-reinstall $(PROJECT_WHEEL)
+
+$(PROJECT_WHEEL): pyproject.toml $(PACKAGE_FILES) | $(STAMP)
+	rm -rf .cache/project
+	$(PIP) wheel -q --no-deps --no-build-isolation -w .cache/project .
 	rm -rf build
+	test -f $@
+
+$(VENV)/.project-installed: $(STAMP) $(PROJECT_WHEEL)
+	$(call INSTALL_PROJECT,$(VENV))
 	touch $@
 
-$(VENV_034)/.project-installed: $(VENV_034)/.setup-done pyproject.toml $(PACKAGE_FILES) | $(VENV)/.project-installed
-	$(VENV_034)/bin/python -m pip install -q --no-deps --no-build-isolation --force-reinstall .
-	rm -rf build
+$(VENV_034)/.project-installed: $(VENV_034)/.setup-done $(PROJECT_WHEEL)
+	$(call INSTALL_PROJECT,$(VENV_034))
 	touch $@
 
-.venv-030/.overlay-installed: .venv-030/.setup-done pyproject.toml $(PACKAGE_FILES) | $(VENV_034)/.project-installed
-	.venv-030/bin/python -m pip install -q --no-deps --no-build-isolation --force-reinstall .
-	rm -rf build
-	touch $@
-
-.venv-029/.overlay-installed: .venv-029/.setup-done pyproject.toml $(PACKAGE_FILES) | .venv-030/.overlay-installed
-	.venv-029/bin/python -m pip install -q --no-deps --no-build-isolation --force-reinstall .
-	rm -rf build
+$(ASCEND_VENVS:%=%/.overlay-installed): %/.overlay-installed: %/.setup-done $(PROJECT_WHEEL)
+	$(call INSTALL_PROJECT,$*)
 	touch $@
 
 ASCEND_PYTEST := -m pytest tests/ascend --confcutdir=tests/ascend -p no:cacheprovider
