@@ -27,7 +27,7 @@ TRAINED_DIR := .cache/trained-models
 TRAINED := $(TRAINED_DIR)/.complete
 
 .DEFAULT_GOAL := help
-.PHONY: help setup environments trained-models study-cpu test test-033 test-034 test-030 test-029 test-upstream upstream-patch lint demo bench gpu-check e2e-ascend clean
+.PHONY: help setup environments trained-models study-cpu test test-033 test-034 test-study test-030 test-029 test-upstream upstream-patch lint demo bench gpu-check e2e-ascend clean
 
 help:  ## List the targets.
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -143,21 +143,28 @@ $(ASCEND_VENVS:%=%/.overlay-installed): %/.overlay-installed: %/.setup-done $(PR
 
 ASCEND_PYTEST := -m pytest tests/ascend --confcutdir=tests/ascend -p no:cacheprovider
 
-# The suites run side by side on two cores; each prints its output when it ends.
+# The suites run side by side on two cores, one thread each (torch's default, a thread per
+# core, has two suites' threads contend for the same two cores); each prints its output when
+# it ends. Longest first: the engine study is a suite of its own so that both cores finish
+# together.
 INSTALLED := $(VENV)/.project-installed $(VENV_034)/.project-installed $(ASCEND_VENVS:%=%/.overlay-installed)
 
 test: setup $(INSTALLED)  ## Run the test suites on CPU: vLLM 0.33 (.venv) and 0.34 (.venv-034), each Ascend release, the upstream patch's tree.
-	@$(MAKE) --no-print-directory -j2 --output-sync=target test-033 test-034 test-030 test-029 test-upstream
+	@OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 --output-sync=target test-033 test-034 test-030 test-study test-029 test-upstream
 
 test-033: $(VENV)/.project-installed $(VLLM_ASCEND_WHEEL_STAMP) $(TRAINED)  ## The vLLM 0.33.0 upstream suite (.venv), with the tests that run the same code on every line.
 	@echo "== vLLM 0.33.0 upstream (.venv) =="
 	$(PY) -m pytest -m "not newest_line"
 
 # What runs the same code on every vLLM line runs once: in test-033, but for the tests
-# marked newest_line, which run here (design/testing.md).
-test-034: $(VENV_034)/.project-installed $(TRAINED)  ## The vLLM 0.34.0 upstream suite (.venv-034): what differs from 0.33.
+# marked newest_line, which run in test-study (design/testing.md).
+test-034: $(VENV_034)/.project-installed  ## The vLLM 0.34.0 upstream suite (.venv-034): what differs from 0.33.
 	@echo "== vLLM 0.34.0 upstream (.venv-034) =="
-	$(VENV_034)/bin/python -m pytest -m "not release_independent"
+	$(VENV_034)/bin/python -m pytest -m "not release_independent and not newest_line"
+
+test-study: $(VENV_034)/.project-installed $(TRAINED)  ## The long-context study over the trained drafters in a real engine (.venv-034, the tests marked newest_line).
+	@echo "== vLLM 0.34.0, the long-context study (.venv-034) =="
+	$(VENV_034)/bin/python -m pytest -m newest_line
 
 test-030: .venv-030/.overlay-installed .venv-030/.ut-extra  ## The Ascend suite on vLLM 0.30.0 + vllm-ascend 0.30.0rc2 (.venv-030).
 	@echo "== vLLM 0.30.0 + vllm-ascend 0.30.0rc2 (.venv-030) =="
