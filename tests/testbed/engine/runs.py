@@ -89,8 +89,11 @@ class Offline:
     wall_s: float
 
 
-def offline(models: TinyModels, runs: list[Run], workdir: Path) -> Offline:
-    """Every run, one engine after another, in one process of this environment's Python."""
+def offline(
+    models: TinyModels, runs: list[Run], workdir: Path, env: dict[str, str] | None = None
+) -> Offline:
+    """Every run, one engine after another, in one process of this environment's Python
+    (``env``: variables over the engine's environment)."""
     workdir.mkdir(parents=True, exist_ok=True)
     plan = {
         "target": models.target,
@@ -105,7 +108,7 @@ def offline(models: TinyModels, runs: list[Run], workdir: Path) -> Offline:
     process = subprocess.run(
         [sys.executable, str(OFFLINE), str(plan_path), str(results_path)],
         cwd=workdir,
-        env=environment(),
+        env={**environment(), **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
