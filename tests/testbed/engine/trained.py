@@ -75,9 +75,24 @@ class Recipe:
     target: Stage = Stage(TARGET_CONTEXT, 4, 120, 1e-3, 2)
     eagle3: Stage = Stage(DRAFT_CONTEXT, 16, 300, 3e-3, 3)
     warmup: int = 20
-    # Training runs on this many threads (both cores; make trains before anything else
-    # starts): a fixed count keeps the weights the same run to run.
-    threads: int = 2
+    # The same weights, bit for bit, on every x86-64 CPU with AVX2 (Intel or AMD, with AVX-512
+    # or without), as far as torch allows: its own kernels at AVX2 (``ATEN_CPU_CAPABILITY``;
+    # the default picks AVX-512 where the CPU has it), MKL's GEMMs on its "compatible" branch
+    # (``MKL_CBWR``: Intel's documented reproducible branch on Intel and non-Intel CPUs alike;
+    # its AVX2 branch holds on Intel CPUs only, and its default follows the CPU), oneDNN at
+    # most AVX2, and a fixed thread count (MKL's reproducibility asks for one; torch splits
+    # its reductions by it). Each setting changed the weights on one machine (design/testing.md).
+    environment: tuple = (
+        ("ATEN_CPU_CAPABILITY", "avx2"),
+        ("MKL_CBWR", "COMPATIBLE"),
+        ("ONEDNN_MAX_CPU_ISA", "AVX2"),
+        ("OMP_NUM_THREADS", "2"),
+        ("MKL_NUM_THREADS", "2"),
+    )
+
+    @property
+    def threads(self) -> int:
+        return int(dict(self.environment)["OMP_NUM_THREADS"])
 
     def fingerprint(self) -> str:
         text = json.dumps(asdict(self), sort_keys=True) + Path(__file__).read_text()
@@ -449,6 +464,7 @@ def train(root: Path, recipe: Recipe = RECIPE, log=print) -> TrainedModels:
 
     transformers_logging.disable_progress_bar()
     torch.set_num_threads(recipe.threads)
+    capability = torch.backends.cpu.get_cpu_capability()
     models = TrainedModels(Path(root))
     models.root.mkdir(parents=True, exist_ok=True)
     (models.root / ".complete").unlink(missing_ok=True)
@@ -495,6 +511,17 @@ def train(root: Path, recipe: Recipe = RECIPE, log=print) -> TrainedModels:
             "heldout_bytes": len(heldout),
             "sha256": hashlib.sha256(training_bytes + heldout).hexdigest(),
         },
+        # Where it ran, and what came out: the weights' digests match on every machine the
+        # recipe's environment holds for.
+        "machine": {"cpu": _cpu_model(), "torch_cpu_capability": capability},
+        "weights": {
+            name: hashlib.sha256((Path(path) / "model.safetensors").read_bytes()).hexdigest()
+            for name, path in (
+                ("target", models.target),
+                ("draft", models.draft_model),
+                ("eagle3", models.eagle3),
+            )
+        },
         "seconds": {name: round(s, 1) for name, s in seconds.items()},
         "total_seconds": round(time.perf_counter() - started, 1),
     }
@@ -504,16 +531,30 @@ def train(root: Path, recipe: Recipe = RECIPE, log=print) -> TrainedModels:
     return models
 
 
+def _cpu_model() -> str:
+    with open("/proc/cpuinfo") as info:
+        for line in info:
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    return "unknown"
+
+
 def main(argv: list[str]) -> int:
     (root,) = argv
-    # OpenMP threads that wait sleep rather than spin: with another busy process on the
-    # machine, spinning threads slowed training several times over (measured here).
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     root = Path(root)
     stamp = root / ".complete"
     if stamp.exists() and stamp.read_text() == RECIPE.fingerprint():
         print(f"trained models up to date: {root}")
         return 0
+    # torch and MKL read their settings once, when they load: this process runs again with
+    # them if it was not started with them.
+    wanted = dict(RECIPE.environment)
+    if any(os.environ.get(name) != value for name, value in wanted.items()):
+        # OpenMP threads that wait sleep rather than spin: with another busy process on the
+        # machine, spinning threads slowed training several times over (measured here).
+        env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", **wanted}
+        command = [sys.executable, "-m", "tests.testbed.engine.trained", *argv]
+        os.execve(sys.executable, command, env)
     train(root, log=lambda line: print(line, flush=True))
     return 0
 
