@@ -14,8 +14,8 @@ pytestmark = pytest.mark.release_independent
 
 
 def inspect(flags: str) -> int:
-    """The inspector's command line, ``flags`` as typed (without the progress bar)."""
-    return inspector.main([*shlex.split(flags), "--no-progress", "--no-serve"])
+    """The inspector's command line, ``flags`` as typed (without the served study)."""
+    return inspector.main([*shlex.split(flags), "--no-serve"])
 
 
 @pytest.fixture(autouse=True)
@@ -100,7 +100,6 @@ def test_inspector_writes_its_plot(sinks, tmp_path):
             "50,300",
             "--method",
             "dspark",
-            "--no-progress",
             "--no-serve",
             "--plot",
             str(path),
@@ -171,6 +170,8 @@ def test_make_demo_shows_the_window_lines_and_none_of_vllms_cpu_warnings():
     assert "INFO Draft KV window active: the first draft metadata build is windowed." in err
     for warning in ("Failed to import from vllm._C", "Pinned memory", "Reset SSM cache type"):
         assert warning not in err
-    # The window's lines sit above the progress bar, each on a line of its own.
-    lines = [line for line in err.splitlines() if "Draft KV window" in line]
+    # Each of the window's lines whole on a line of its own, as a log keeps it: nothing redraws
+    # over a line (a carriage return), and nothing else shares one with them.
+    assert "\r" not in err
+    lines = [line for line in err.split("\n") if "Draft KV window" in line]
     assert len(lines) == 2 and all(line.startswith("INFO Draft KV window") for line in lines)

@@ -17,8 +17,8 @@ pytestmark = pytest.mark.release_independent
 
 
 def inspect(flags: str) -> int:
-    """The inspector's command line, ``flags`` as typed (without the progress bar)."""
-    return inspector.main([*shlex.split(flags), "--no-progress", "--no-serve"])
+    """The inspector's command line, ``flags`` as typed (without the served study)."""
+    return inspector.main([*shlex.split(flags), "--no-serve"])
 
 
 @pytest.fixture(autouse=True)
@@ -55,7 +55,6 @@ def test_every_rank_reads_its_share_of_the_window(cp, interleave, capsys):
             "--dcp-interleave",
             str(interleave),
             "--no-serve",
-            "--no-progress",
         ]
     )
     out = capsys.readouterr().out

@@ -48,15 +48,6 @@ def title(method: str, args, rows: list[dict]) -> str:
     )
 
 
-class _ProgressSafeHandler(logging.Handler):
-    """Writes a record above the progress bar (``tqdm.write``), not into it."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        from tqdm import tqdm
-
-        tqdm.write(self.format(record), file=sys.stderr)
-
-
 def quiet_vllm() -> None:
     """Before vLLM's first import (the command line's): vLLM's own warnings about this
     CPU-only host (no ``vllm._C``, no pinned memory, the CPU platform's cache dtype) say
@@ -68,12 +59,12 @@ def quiet_vllm() -> None:
 
 
 def show_window_lines() -> None:
-    """The window's start-up lines, which a server prints through vLLM's logging, shown above
-    the progress bar."""
+    """The window's start-up lines, which a server prints through vLLM's logging, each on a
+    line of its own (no progress bar redraws over them: a log keeps them whole)."""
     from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
 
     if not logger.handlers:
-        handler = _ProgressSafeHandler()
+        handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("INFO %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)

@@ -86,7 +86,7 @@ class Built:
     slots: list[list[int]]
 
 
-def inspect_method(args, method: str, model_dir, progress) -> list[dict]:
+def inspect_method(args, method: str, model_dir) -> list[dict]:
     """Build every rank's draft metadata with the window on and off; check it; one row a
     request."""
 
@@ -103,7 +103,6 @@ def inspect_method(args, method: str, model_dir, progress) -> list[dict]:
         for g, b in enumerate(args.block_sizes):
             built = (windowed, plain, spec, block_ids[g][i])
             checks += _group_checks(args, built, g, b, i, length, query)
-            progress.update(1)
         read = windowed[0].seq_lens[0][i]
         start, _ = positions_read(length, read, spec.sink_size)
         engaged = length >= spec.min_context

@@ -82,7 +82,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--head-dim", type=int, default=128, help="draft head dimension")
     parser.add_argument("--dtype-bytes", type=int, default=2, help="bytes per KV element")
     parser.add_argument("--plot", type=Path, help="write a PNG of the blocks each side reads")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
         "--no-serve",
         action="store_true",
@@ -133,7 +132,7 @@ def _positive_ints(flag: str, text: str) -> list[int]:
     return values
 
 
-def inspect_method(args, method: str, model_dir: Path, progress) -> list[dict]:
+def inspect_method(args, method: str, model_dir: Path) -> list[dict]:
     """Build the draft metadata with the window on and off; check it; one row a request."""
     from tests.testbed.buffers import make_mrv2_batch
 
@@ -155,7 +154,7 @@ def inspect_method(args, method: str, model_dir: Path, progress) -> list[dict]:
     windowed = _build(args, method, model_dir, batch, max_model_len, args.window)
     plain = _build(args, method, model_dir, batch, max_model_len, None)
     return [
-        _request_row(args, batch, windowed, plain, i, length, query, progress)
+        _request_row(args, batch, windowed, plain, i, length, query)
         for i, length in enumerate(batch.seq_lens.tolist())
     ]
 
@@ -209,7 +208,7 @@ def _build(args, method: str, model_dir: Path, batch, max_model_len: int, window
     return wired, metadata
 
 
-def _request_row(args, batch, windowed, plain, i: int, length: int, query: int, progress) -> dict:
+def _request_row(args, batch, windowed, plain, i: int, length: int, query: int) -> dict:
     """Request ``i``'s row: what it reads with the window, and whether every check holds."""
     from tests.testbed.reference import positions_read
 
@@ -242,7 +241,6 @@ def _request_row(args, batch, windowed, plain, i: int, length: int, query: int, 
         table = windowed_metadata[name].block_table[i]
         checks.append(_reference_check(batch, g, b, i, length, start, spec, kept, query, table))
         checks.append(int(plain_metadata[name].seq_lens[i]) == length)
-        progress.update(1)
     b0 = args.block_sizes[0]
     per_token = 2 * args.draft_layers * args.kv_heads * args.head_dim * args.dtype_bytes
     return {
@@ -372,7 +370,6 @@ def main(argv: list[str] | None = None) -> int:
 
     show_window_lines()
     apply_cpu_shims()
-    from tqdm import tqdm
 
     from tests.testbed.speculators import tiny_model_dir
     from tools.inspector import dcp as inspector_dcp
@@ -385,16 +382,19 @@ def main(argv: list[str] | None = None) -> int:
         if args.dcp > 1
         else (inspect_method, print_table)
     )
-    total = len(args.method) * len(args.seq_lens) * len(args.block_sizes)
     failed = False
-    with (
-        tempfile.TemporaryDirectory() as tmp,
-        tqdm(
-            total=total, desc="checking requests", disable=args.no_progress, file=sys.stderr
-        ) as progress,
-    ):
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
         model_dir = tiny_model_dir(Path(tmp), max_position_embeddings=1 << 22)
-        results = [(m, inspect(args, m, model_dir, progress)) for m in args.method]
+        for method in args.method:
+            print(
+                f"Checking {method}: {len(args.seq_lens)} requests of "
+                f"{min(args.seq_lens)}-{max(args.seq_lens)} tokens through vLLM's draft "
+                "metadata build, window on and off ...",
+                file=sys.stderr,
+                flush=True,
+            )
+            results.append((method, inspect(args, method, model_dir)))
     for method, rows in results:
         show(method, args, rows)
         failed |= not all(r["ok"] for r in rows)
