@@ -10,7 +10,9 @@ to 16 times it (1024), 8 prompts of held-out text per context, sent together, 16
 each, greedy, K = 3, KV blocks of 32. The curve: each drafter without the window, with it
 (W = 33, the window ``"auto"`` picks for a drafter declaring 64), with it and 32 attention
 sinks; the draft model also with W = 64 (its whole training context, so its reads reach
-95); two servers at a time (acceptance does not depend on speed). The throughput: at 1024
+95); two servers at a time (acceptance does not depend on speed); and again, without the
+window and with W = 33, on an AVX2-only CPU's path (vLLM's AVX2 ops, torch's AVX2 kernels),
+to show how far another machine's curve moves. The throughput: at 1024
 tokens, no speculation and each drafter without and with the window, one server at a time,
 in interleaved rounds; output tokens/s at the client, prefill included, the median of the
 rounds. On CPU every Triton kernel runs in Triton's interpreter, which takes most of each
@@ -25,6 +27,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,6 +38,8 @@ CURVES = {
     "draft_model": {"SINKS": "32", "MORE_WINDOWS": "64", "PARALLEL": "2"},
     "eagle3": {"SINKS": "32", "NO_SPECULATION": "0", "PARALLEL": "2"},
 }
+# The curves again on an AVX2-only CPU's path: without the window and with W = 33.
+AVX2 = {"NO_SPECULATION": "0", "PARALLEL": "2"}
 SPEEDS = {
     "draft_model": {"CONTEXTS": str(LONGEST)},
     "eagle3": {"CONTEXTS": str(LONGEST), "NO_SPECULATION": "0"},
@@ -56,10 +61,25 @@ def study(scenario: str, out: Path, extra: dict[str, str]) -> dict:
     return json.loads(report.read_text())
 
 
+def avx2_path(root: Path) -> dict[str, str]:
+    """What an engine runs on an AVX2-only CPU, on this one: the installed vLLM with its
+    AVX2 ops (``tools/cpu_ops.py``), and torch's kernels at AVX2."""
+    import vllm
+
+    from tools import cpu_ops
+
+    wheel = cpu_ops.fetched_wheel(ROOT)
+    cpu_ops.package_with_build(wheel, Path(vllm.__file__).parent, root, "avx2")
+    return {"PYTHONPATH": str(root), "ATEN_CPU_CAPABILITY": "avx2"}
+
+
 def bench_long_context(out: Path) -> dict:
-    """The curve of each family, and the output tokens/s of each run at the longest
-    context, round by round."""
+    """The curve of each family, again on an AVX2-only CPU's path, and the output tokens/s
+    of each run at the longest context, round by round."""
     curves = {s: study(s, out / "study", extra) for s, extra in CURVES.items()}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = avx2_path(Path(tmp))
+        avx2 = {s: study(s, out / "study" / "avx2", {**AVX2, **path}) for s in CURVES}
     speeds: dict[str, list[float]] = {}
     outputs: dict[str, list] = {}
     for r in range(ROUNDS):
@@ -71,7 +91,7 @@ def bench_long_context(out: Path) -> dict:
                     found["contexts"][str(LONGEST)]["client_tokens_per_s"]
                 )
                 outputs[f"{r}/{key}"] = found["outputs"]
-    return {"curves": curves, "speeds": speeds, "outputs": outputs}
+    return {"curves": curves, "avx2": avx2, "speeds": speeds, "outputs": outputs}
 
 
 def _by_context(report: dict, run: str, field: str) -> dict[int, float | None]:
@@ -127,6 +147,7 @@ def long_context_lines(studies: dict) -> list[str]:
             f"| {label} | {speed:.1f} | {_range(speeds[f'{scenario}/{run}'])} | "
             f"{speed / alone:.2f} | {vs_off} |"
         )
+    lines += ["", *_avx2_lines(studies)]
     reference = base["runs"]["no_speculation"]["outputs"]
     longest = reference[-base["prompts_per_context"] :]
     same = (
@@ -134,6 +155,11 @@ def long_context_lines(studies: dict) -> list[str]:
         and all(
             run["outputs"] == reference
             for report in reports.values()
+            for run in report["runs"].values()
+        )
+        and all(
+            run["outputs"] == reference
+            for report in studies["avx2"].values()
             for run in report["runs"].values()
         )
         and all(found == longest for found in studies["outputs"].values())
@@ -148,6 +174,27 @@ def long_context_lines(studies: dict) -> list[str]:
         "",
     ]
     return lines
+
+
+def _avx2_lines(studies: dict) -> list[str]:
+    """How far the curve moves on an AVX2-only CPU's path, against this machine's."""
+    diffs = []
+    for scenario, report in studies["avx2"].items():
+        for run in ("v2_no_window", "v2_window"):
+            here = _by_context(studies["curves"][scenario], run, "mean_length")
+            there = _by_context(report, run, "mean_length")
+            diffs += [(abs(there[c] - here[c]), scenario, run, c) for c in here]
+    worst, scenario, run, context = max(diffs)
+    same = sum(d == 0 for d, *_ in diffs)
+    return [
+        "The same curves (each drafter without the window and with W = 33) on an AVX2-only "
+        "CPU's path, run on this machine: vLLM's AVX2 ops (`tools/cpu_ops.py`) and torch's "
+        f"kernels at AVX2. {same} of {len(diffs)} mean acceptance lengths are the same; the "
+        f"farthest apart is {scenario} {run} at {context} tokens, by {worst:.2f} (two runs "
+        "of one server differ by up to about 0.07: which requests share an engine step). "
+        "The weights are the same on every x86-64 CPU (`design/testing.md`), so this is how "
+        "far another machine's curve moves."
+    ]
 
 
 def _range(values: list[float]) -> str:

