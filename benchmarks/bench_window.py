@@ -771,8 +771,13 @@ def whole_build_row(
 def machine() -> str:
     import vllm
 
+    from tools import cpu_ops
+
+    package = Path(vllm.__file__).parent
     return (
-        f"{platform.machine()}, {torch.get_num_threads()} torch threads, "
+        f"{cpu_ops.cpu_model()} ({platform.machine()}, {os.cpu_count()} cores; torch's CPU "
+        f"capability {torch.backends.cpu.get_cpu_capability()}, vLLM's CPU ops "
+        f"{cpu_ops.installed_build(package)}), {torch.get_num_threads()} torch threads, "
         f"{platform.python_implementation()} {platform.python_version()}, "
         f"torch {torch.__version__}, vLLM {vllm.__version__}, "
         f"released MRV1 adapter: vllm-ascend 0.26.0rc1, "

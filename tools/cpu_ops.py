@@ -65,6 +65,11 @@ def _cpu_flags() -> tuple[str, set[str]]:
     return model, flags
 
 
+def cpu_model() -> str:
+    """The CPU's name, as /proc/cpuinfo gives it."""
+    return _cpu_flags()[0] or "unknown CPU"
+
+
 def host_build() -> str:
     """The build vLLM's CPU platform picks on this CPU, which every process must load."""
     machine = platform.machine()
