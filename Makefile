@@ -32,8 +32,8 @@ TRAINED_DIR := .cache/trained-models
 TRAINED := $(TRAINED_DIR)/.complete
 
 # What each kind of environment is made from: a change to one makes it again.
-UPSTREAM_SETUP := pyproject.toml requirements/cpu.txt requirements/test.txt requirements/engine.txt requirements/pinned-files.txt tools/setup_engine.sh tools/fetch_pinned.sh
-ASCEND_SETUP := requirements/cpu.txt requirements/cpu-ascend.txt requirements/test.txt requirements/pinned-files.txt tools/setup_ascend.sh tools/fetch_pinned.sh tests/ascend/npu_testbed/stand_ins.py
+UPSTREAM_SETUP := pyproject.toml requirements/cpu.txt requirements/test.txt requirements/bench.txt requirements/engine.txt requirements/pinned-files.txt tools/setup_engine.sh tools/fetch_pinned.sh
+ASCEND_SETUP := requirements/cpu.txt requirements/cpu-ascend.txt requirements/test.txt requirements/bench.txt requirements/pinned-files.txt tools/setup_ascend.sh tools/fetch_pinned.sh tests/ascend/npu_testbed/stand_ins.py
 
 # vLLM's compiled CPU ops (tools/cpu_ops.py): the build this host's CPU runs (avx512_bf16,
 # avx512 or avx2), in each environment that runs a vLLM engine, under every name vLLM imports
@@ -110,10 +110,10 @@ define upstream_venv
 	# CPU torch (the local build: a plain version would pull a CUDA build) and the test and
 	# plot tools, resolved with their own dependencies.
 	$(UV_INSTALL) --python $(1)/bin/python $(TORCH_CPU) -r requirements/test.txt
-	# vLLM without its dependency pins (triton, CUDA torchvision/torchaudio/torchcodec), and
-	# the pinned pure-Python packages its MRV2 modules import.
+	# vLLM without its dependency pins (triton, CUDA torchvision/torchaudio/torchcodec), the
+	# pinned pure-Python packages its MRV2 modules import, and what `vllm bench` imports.
 	$(UV_INSTALL) --python $(1)/bin/python --no-deps $$(tools/fetch_pinned.sh $(WHEEL_DIR) vllm==$(2))
-	$(UV_INSTALL) --python $(1)/bin/python --no-deps -r requirements/cpu.txt
+	$(UV_INSTALL) --python $(1)/bin/python --no-deps -r requirements/cpu.txt -r requirements/bench.txt
 	tools/setup_engine.sh install $(1)
 	$(call COMPILE_BYTECODE,$(1))
 	touch $@

@@ -2,29 +2,30 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """`make bench`, section 0: what the window is for, end to end in a real vLLM engine on CPU.
 
-The long-context study of ``make e2e-ascend`` (``e2e/e2e.py STUDY=long DEVICE=cpu``, the
-one harness, ``vllm serve`` through it) over the models ``make trained-models`` trained: a
-draft model trained at 64 tokens and an EAGLE3 head trained at 64 tokens on the target's
-hidden states, for a target sound to 1088. Contexts from inside the training context (32)
-to 16 times it (1024), 8 prompts of held-out text per context, sent together, 16 new tokens
-each, greedy, K = 3, KV blocks of 32. The curve: each drafter without the window, with it
-(W = 33, the window ``"auto"`` picks for a drafter declaring 64), with it and 32 attention
-sinks; the draft model also with W = 64 (its whole training context, so its reads reach
-95); two servers at a time (acceptance does not depend on speed); and again, without the
-window and with W = 33, on an AVX2-only CPU's path (vLLM's AVX2 ops, torch's AVX2 kernels),
-to show how far another machine's curve moves. The throughput: at 1024
-tokens, no speculation and each drafter without and with the window, one server at a time,
-in interleaved rounds; output tokens/s at the client, prefill included, the median of the
-rounds. On CPU every Triton kernel runs in Triton's interpreter, which takes most of each
-engine step whatever the model does, so the ratios are this machine's, not an
-accelerator's.
+The long-context study of ``make e2e-ascend`` (``e2e/e2e.py STUDY=long DEVICE=cpu``: vLLM's
+own ``vllm bench sweep serve`` and ``vllm bench serve``, prompts cut by its
+``create_txt_slices_dataset``) over the models ``make trained-models`` trained: a draft
+model trained at 64 tokens and an EAGLE3 head trained at 64 tokens on the target's hidden
+states, for a target sound to 1088. The curve: contexts from inside the training context
+(32) to 16 times it (1024), 8 prompts of held-out text per context, sent together, 16 new
+tokens each, greedy, K = 3, KV blocks of 32; each drafter without the window, with it (W =
+33, the window ``"auto"`` picks for a drafter declaring 64), with it and 32 attention sinks;
+the draft model also with W = 64 (its whole training context, so its reads reach 95); two
+servers at a time (acceptance does not depend on speed); and again, without the window and
+with W = 33, on an AVX2-only CPU's path (vLLM's AVX2 ops, torch's AVX2 kernels), to show
+how far another machine's curve moves. Under load: at 1024 tokens, 16 prompts at
+concurrency 1, 4 and 16, and 16 prompts that share their first 768 tokens (prefix-cache
+hits) at concurrency 16, against no speculation and each drafter without and with the
+window, one server at a time; output tokens/s as ``vllm bench serve`` measures them
+(prefill included). On CPU every Triton kernel runs in Triton's interpreter, which takes
+most of each engine step whatever the model does, so the throughput ratios are this
+machine's, not an accelerator's; acceptance and tokens are the same on every machine.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,7 +33,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LONGEST = 1024
-ROUNDS = 3
 CURVES = {
     # scenario: the harness's environment beside DEVICE=cpu STUDY=long
     "draft_model": {"SINKS": "32", "MORE_WINDOWS": "64", "PARALLEL": "2"},
@@ -40,10 +40,13 @@ CURVES = {
 }
 # The curves again on an AVX2-only CPU's path: without the window and with W = 33.
 AVX2 = {"NO_SPECULATION": "0", "PARALLEL": "2"}
-SPEEDS = {
-    "draft_model": {"CONTEXTS": str(LONGEST)},
-    "eagle3": {"CONTEXTS": str(LONGEST), "NO_SPECULATION": "0"},
+# Under load, one server at a time (the runs without speculation: once, with the draft model).
+LOAD = {"CONTEXTS": str(LONGEST), "PROMPTS_PER_CONTEXT": "16", "CONCURRENCY": "1,4,16"}
+LOAD_SCENARIOS = {
+    "draft_model": {**LOAD, "SHARED_PREFIX": "768"},
+    "eagle3": {**LOAD, "SHARED_PREFIX": "768", "NO_SPECULATION": "0"},
 }
+LABELS = {"draft_model": "draft model", "eagle3": "EAGLE3"}
 
 
 def study(scenario: str, out: Path, extra: dict[str, str]) -> dict:
@@ -74,24 +77,14 @@ def avx2_path(root: Path) -> dict[str, str]:
 
 
 def bench_long_context(out: Path) -> dict:
-    """The curve of each family, again on an AVX2-only CPU's path, and the output tokens/s
-    of each run at the longest context, round by round."""
+    """The curve of each family, again on an AVX2-only CPU's path, and each family under
+    load at the longest context."""
     curves = {s: study(s, out / "study", extra) for s, extra in CURVES.items()}
     with tempfile.TemporaryDirectory() as tmp:
         path = avx2_path(Path(tmp))
         avx2 = {s: study(s, out / "study" / "avx2", {**AVX2, **path}) for s in CURVES}
-    speeds: dict[str, list[float]] = {}
-    outputs: dict[str, list] = {}
-    for r in range(ROUNDS):
-        for scenario, extra in SPEEDS.items():
-            report = study(scenario, out / "study" / f"speed_{r}", extra)
-            for run, found in report["runs"].items():
-                key = "no_speculation" if run == "no_speculation" else f"{scenario}/{run}"
-                speeds.setdefault(key, []).append(
-                    found["contexts"][str(LONGEST)]["client_tokens_per_s"]
-                )
-                outputs[f"{r}/{key}"] = found["outputs"]
-    return {"curves": curves, "avx2": avx2, "speeds": speeds, "outputs": outputs}
+    load = {s: study(s, out / "study" / "load", extra) for s, extra in LOAD_SCENARIOS.items()}
+    return {"curves": curves, "avx2": avx2, "load": load}
 
 
 def _by_context(report: dict, run: str, field: str) -> dict[int, float | None]:
@@ -99,7 +92,7 @@ def _by_context(report: dict, run: str, field: str) -> dict[int, float | None]:
 
 
 def long_context_lines(studies: dict) -> list[str]:
-    reports, speeds = studies["curves"], studies["speeds"]
+    reports = studies["curves"]
     base = reports["draft_model"]
     contexts = base["contexts"]
     runs = [
@@ -125,54 +118,75 @@ def long_context_lines(studies: dict) -> list[str]:
     for scenario, run, label in runs:
         means = _by_context(reports[scenario], run, "mean_length")
         lines.append(f"| {label} | " + " | ".join(f"{means[c]:.2f}" for c in contexts) + " |")
-    alone = statistics.median(speeds["no_speculation"])
+    lines += ["", *_avx2_lines(studies), "", *_load_lines(studies["load"])]
+    reports_all = [*reports.values(), *studies["avx2"].values()]
+    same = all(not r["failures"] for r in [*reports_all, *studies["load"].values()])
     lines += [
         "",
-        f"Output tokens/s at {LONGEST} tokens of context, side by side: one server at a time, "
-        f"the same prompts, {ROUNDS} interleaved rounds, the median (and the rounds' range), "
-        "and the medians as ratios:",
-        "",
-        "| run | output tok/s | rounds | / no speculation | / the same drafter without the "
-        "window |",
-        "|---|---:|---|---:|---:|",
-        f"| no speculation | {alone:.1f} | {_range(speeds['no_speculation'])} | 1.00 | - |",
-    ]
-    for scenario, run, label in runs:
-        if f"{scenario}/{run}" not in speeds:
-            continue
-        speed = statistics.median(speeds[f"{scenario}/{run}"])
-        off = statistics.median(speeds[f"{scenario}/v2_no_window"])
-        vs_off = "-" if run == "v2_no_window" else f"{speed / off:.2f}"
-        lines.append(
-            f"| {label} | {speed:.1f} | {_range(speeds[f'{scenario}/{run}'])} | "
-            f"{speed / alone:.2f} | {vs_off} |"
-        )
-    lines += ["", *_avx2_lines(studies)]
-    reference = base["runs"]["no_speculation"]["outputs"]
-    longest = reference[-base["prompts_per_context"] :]
-    same = (
-        all(not r["failures"] for r in reports.values())
-        and all(
-            run["outputs"] == reference
-            for report in reports.values()
-            for run in report["runs"].values()
-        )
-        and all(
-            run["outputs"] == reference
-            for report in studies["avx2"].values()
-            for run in report["runs"].values()
-        )
-        and all(found == longest for found in studies["outputs"].values())
-    )
-    lines += [
-        "",
-        f"Tokens: {'the same in every run' if same else 'DIFFERENT'} (the target's greedy "
-        "tokens; each run's start-up lines are in its report, "
-        "`benchmarks/results/study/`, not kept).",
+        f"Tokens: {'the same in every run' if same else 'DIFFERENT'} (every run's, workload by "
+        "workload, the target's greedy tokens: the harness's check; each run's start-up lines "
+        "are in its report, `benchmarks/results/study/`, not kept).",
         "",
         "![acceptance by context](long_context.png)",
         "",
     ]
+    return lines
+
+
+def _load_lines(load: dict) -> list[str]:
+    """Each workload under load: acceptance, output tokens/s, and the ratios."""
+    base = load["draft_model"]
+    workloads = base["workloads"]
+    alone = base["runs"]["no_speculation"]["workloads"]
+
+    def head(m: dict) -> str:
+        shared = f", prefix {m['shared_prefix']} shared" if m["shared_prefix"] else ""
+        return f"c = {m['concurrency']}{shared}"
+
+    heads = [head(alone[w]) for w in workloads]
+    lines = [
+        f"Under load, at {LONGEST} tokens of context (16 prompts per workload, c prompts in "
+        "flight; one server at a time): mean acceptance length, and output tokens/s of this "
+        "machine (`vllm bench serve`'s output throughput) with the ratios to the same drafter "
+        "without the window and to no speculation:",
+        "",
+        "| run | " + " | ".join(heads) + " |",
+        "|---|" + "---:|" * len(heads),
+        "| no speculation, tok/s | "
+        + " | ".join(f"{alone[w]['output_tokens_per_s']:.1f}" for w in workloads)
+        + " |",
+    ]
+    for scenario, report in load.items():
+        on, off = (report["runs"][run]["workloads"] for run in ("v2_window", "v2_no_window"))
+        label = LABELS[scenario]
+        for name, found in ((f"{label}, no window", off), (f"{label}, W = 33", on)):
+            lines.append(
+                f"| {name}, acceptance length | "
+                + " | ".join(f"{found[w]['mean_length']:.2f}" for w in workloads)
+                + " |"
+            )
+        for name, found in ((f"{label}, no window", off), (f"{label}, W = 33", on)):
+            lines.append(
+                f"| {name}, tok/s | "
+                + " | ".join(f"{found[w]['output_tokens_per_s']:.1f}" for w in workloads)
+                + " |"
+            )
+        lines.append(
+            f"| {label}, W = 33 / no window | "
+            + " | ".join(
+                f"{on[w]['output_tokens_per_s'] / off[w]['output_tokens_per_s']:.2f}"
+                for w in workloads
+            )
+            + " |"
+        )
+        lines.append(
+            f"| {label}, W = 33 / no speculation | "
+            + " | ".join(
+                f"{on[w]['output_tokens_per_s'] / alone[w]['output_tokens_per_s']:.2f}"
+                for w in workloads
+            )
+            + " |"
+        )
     return lines
 
 
@@ -195,10 +209,6 @@ def _avx2_lines(studies: dict) -> list[str]:
         "The weights are the same on every x86-64 CPU (`design/testing.md`), so this is how "
         "far another machine's curve moves."
     ]
-
-
-def _range(values: list[float]) -> str:
-    return f"{min(values):.1f}-{max(values):.1f}"
 
 
 def plot(path: Path, studies: dict) -> None:

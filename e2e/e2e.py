@@ -1,12 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""End-to-end check of the draft window with `vllm serve` on Ascend NPUs (or CUDA GPUs).
+"""End-to-end check of the draft window with `vllm serve` on Ascend NPUs (or CUDA GPUs),
+measured with vLLM's own benchmark tools (`vllm bench sweep serve`, `vllm bench serve`).
 
     make e2e-ascend                   # default scenario: Qwen3-8B + EAGLE3, W=512, TP=2
-    make e2e-ascend DRY_RUN=1         # print every command, run nothing
+    make e2e-ascend DRY_RUN=1         # write the parameter files, print the commands to paste
     E2E_SCENARIO=dspark make e2e-ascend
     DEVICE=cuda make e2e-ascend       # the same harness on vLLM's CUDA V2 runner
-    DEVICE=cuda E2E_SCENARIO=tiny make e2e-ascend   # random tiny models, downloads nothing
+    DEVICE=cuda E2E_SCENARIO=tiny make e2e-ascend   # the models trained here, downloads nothing
     SINKS=64 make e2e-ascend          # V2 with the window and 64 attention sinks
     STUDY=long make e2e-ascend        # acceptance and throughput by context (study.py)
     STUDY=long MIN_CONTEXT=8192 make e2e-ascend   # the window engaged from 8k contexts on
@@ -15,24 +16,25 @@
     make study-cpu                    # the study here, on CPU: the tiny models trained here
 
 For each run of the scenario (V2 runner with the window, V2 without it, V1 runner with the
-window) it starts `vllm serve`, waits for health, sends prompts longer and shorter than W,
-reads vLLM's speculative-decoding metrics and the greedy outputs, and stops the server (also
-on failure). It then asserts: greedy outputs identical across runs (the target decides the
-output), per-position acceptance of V2 with the window within 0.1 of the golden file, and V2
-with the window at least V1 with the window minus 0.05; and writes a JSON and markdown
-report with a plot of acceptance by position. Model locations come from TARGET_MODEL and
-DRAFT_MODEL (local paths work with no network). With SINKS, the V2 run with the window also
-keeps that many attention sinks (its golden file is one of its own); V1 has no sinks, so
-its run keeps the plain window as the floor to compare with. MIN_CONTEXT sets
-draft_window_min_context on the V2 run with the window the same way (V1 windows every
-context). DCP=N serves every run (V2 with and without the window, V1: the same parallelism
-for the comparison) with --decode-context-parallel-size N, and DCP_INTERLEAVE=I with
---cp-kv-cache-interleave-size I. vLLM shards the KV over the tensor-parallel ranks, so TP
-must be a multiple of N: a scenario's own TP is raised to the smallest multiple, a TP set
-by hand that is not one stops the harness. Under DCP the window aligns to N blocks (one on
-each rank), so the draft reads up to W + N b - 1 tokens: the run has a golden file of its
-own (``_dcpN``). STUDY=long does not take DCP (its golden files and draft KV estimates are
-for one rank's layout).
+window) ``vllm bench sweep serve`` starts `vllm serve` and sends three workloads with ``vllm
+bench serve`` (``sweep.py``): the golden prompt (longer than W, the upstream MRV1 end-to-end
+test's), seven more long prompts and two short ones, greedy; ``vllm bench serve`` reads the
+spec-decode counters around each. The harness then asserts: greedy outputs identical across
+runs (the target decides the output), per-position acceptance of V2 with the window on the
+golden prompt within 0.1 of the golden file, and V2 with the window at least V1 with the
+window minus 0.05 on the long prompts; and writes a JSON and markdown report with a plot of
+acceptance by position. Model locations come from TARGET_MODEL and DRAFT_MODEL (local paths
+work with no network). With SINKS, the V2 run with the window also keeps that many attention
+sinks (its golden file is one of its own); V1 has no sinks, so its run keeps the plain window
+as the floor to compare with. MIN_CONTEXT sets draft_window_min_context on the V2 run with
+the window the same way (V1 windows every context). DCP=N serves every run (V2 with and
+without the window, V1: the same parallelism for the comparison) with
+--decode-context-parallel-size N, and DCP_INTERLEAVE=I with --cp-kv-cache-interleave-size I.
+vLLM shards the KV over the tensor-parallel ranks, so TP must be a multiple of N: a
+scenario's own TP is raised to the smallest multiple, a TP set by hand that is not one stops
+the harness. Under DCP the window aligns to N blocks (one on each rank), so the draft reads
+up to W + N b - 1 tokens: the run has a golden file of its own (``_dcpN``). STUDY=long does
+not take DCP (its golden files and draft KV estimates are for one rank's layout).
 
 DEVICE=cpu runs the long-context study only, in this project's ``.venv`` (``make
 study-cpu``): vLLM's CPU worker with the test bed's engine environment
@@ -45,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -54,13 +55,8 @@ import os
 import re
 import shlex
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
-import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -70,6 +66,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import study  # noqa: E402  (beside this file)
+import sweep  # noqa: E402  (beside this file)
 
 KEY = "draft_window_size"
 SINKS_KEY = "draft_attention_sinks"
@@ -93,7 +90,8 @@ class Scenario:
     sinks: int = 0
     # draft_window_min_context of the V2 run with the window (0: every context)
     min_context: int = 0
-    token_prompts: bool = False  # tiny random models: token ids instead of text
+    # Prompts in the target's chat template (False: plain text, for a tokenizer without one)
+    chat: bool = True
     # decode_context_parallel_size of every run, and its cp_kv_cache_interleave_size (None:
     # vLLM's default)
     dcp: int = 1
@@ -133,19 +131,8 @@ def scenarios(env: dict[str, str], device: str = "ascend") -> dict[str, Scenario
         "draft_model": qwen3_8b("draft_model", "Qwen/Qwen3-0.6B", 3),
         # DFlash drafts a block of 16 (K = 15) in one parallel pass.
         "dflash": qwen3_8b("dflash", "z-lab/Qwen3-8B-DFlash-b16", 15),
-        "tiny": Scenario(
-            "tiny",
-            "",
-            "",
-            "eagle3",
-            3,
-            int(env.get("WINDOW", 64)),
-            1,
-            2048,
-            None,
-            ["--load-format", "dummy", "--skip-tokenizer-init", "--enforce-eager"],
-            token_prompts=True,
-        ),
+        # The models trained here (make trained-models): downloads nothing.
+        "tiny": trained_scenario("tiny", "eagle3", env, []),
     }
     for scenario in found.values():
         scenario.sinks, scenario.min_context = sinks, min_context
@@ -161,39 +148,46 @@ def trained_models() -> object:
     return trained
 
 
-def cpu_scenarios(env: dict[str, str]) -> dict[str, Scenario]:
-    """The CPU study's scenarios: the target trained here with its draft model or its EAGLE3
-    head (``TARGET_MODEL`` and ``DRAFT_MODEL`` override them), served by vLLM's CPU worker
-    as the test bed's engine runs (float32, eager, KV blocks of ``BLOCK_SIZE``)."""
+def trained_scenario(name: str, draft: str, env: dict[str, str], extra_args: list[str]):
+    """The target trained here with its draft model or its EAGLE3 head (``draft``);
+    ``TARGET_MODEL`` and ``DRAFT_MODEL`` override them. Plain text prompts: the byte
+    tokenizer has no chat template."""
     trained = trained_models()
     models = trained.TrainedModels(TRAINED_ROOT)
     # The window "auto" picks for a drafter declaring its training context C (the reads, W
-    # to W + a - 1 tokens, within C): C - a + 1.
+    # to W + a - 1 tokens, within C) with blocks of 32: C - 32 + 1.
     block = int(env.get("BLOCK_SIZE", CPU_BLOCK_SIZE))
     window = int(env.get("WINDOW", trained.DRAFT_CONTEXT - block + 1))
+    return Scenario(
+        name,
+        env.get("TARGET_MODEL", models.target),
+        env.get("DRAFT_MODEL", models.draft_model if draft == "draft_model" else models.eagle3),
+        draft,
+        trained.NUM_SPEC,
+        window,
+        1,
+        trained.TARGET_CONTEXT,
+        None,
+        extra_args,
+        sinks=int(env.get("SINKS", 0)),
+        min_context=int(env.get("MIN_CONTEXT", 0)),
+        chat=False,
+    )
+
+
+def cpu_scenarios(env: dict[str, str]) -> dict[str, Scenario]:
+    """The CPU study's scenarios: the models trained here, served by vLLM's CPU worker as
+    the test bed's engine runs (float32, eager, KV blocks of ``BLOCK_SIZE``, a KV cache for
+    the most prompts in flight)."""
+    prompts = int(env.get("PROMPTS_PER_CONTEXT", CPU_PROMPTS))
+    in_flight = max([prompts, *(int(c) for c in env.get("CONCURRENCY", "").split(",") if c)])
     cpu_args = [
-        *("--host", "127.0.0.1", "--dtype", "float32", "--enforce-eager", "--seed", "0"),
+        *("--dtype", "float32", "--enforce-eager", "--seed", "0"),
         *("--block-size", env.get("BLOCK_SIZE", str(CPU_BLOCK_SIZE))),
-        *("--kv-cache-memory-bytes", str(64 * 1024 * 1024)),
-        *("--max-num-seqs", env.get("PROMPTS_PER_CONTEXT", str(CPU_PROMPTS))),
+        *("--kv-cache-memory-bytes", str(CPU_KV_BYTES * -(-in_flight // CPU_PROMPTS))),
+        *("--max-num-seqs", str(in_flight)),
     ]
-    found = {}
-    for name, draft in (("draft_model", models.draft_model), ("eagle3", models.eagle3)):
-        found[name] = Scenario(
-            name,
-            env.get("TARGET_MODEL", models.target),
-            env.get("DRAFT_MODEL", draft),
-            name,
-            trained.NUM_SPEC,
-            window,
-            1,
-            trained.TARGET_CONTEXT,
-            None,
-            cpu_args,
-            sinks=int(env.get("SINKS", 0)),
-            min_context=int(env.get("MIN_CONTEXT", 0)),
-        )
-    return found
+    return {name: trained_scenario(name, name, env, cpu_args) for name in ("draft_model", "eagle3")}
 
 
 # Where `make trained-models` writes the CPU study's models.
@@ -201,10 +195,12 @@ TRAINED_ROOT = ROOT / ".cache" / "trained-models"
 # The CPU study's defaults (the environment overrides each): KV blocks of 32 tokens (the CPU
 # attention backend's smallest), 8 prompts per context sent together, 16 output tokens each:
 # so small a model's greedy continuation soon repeats itself (design/e2e.md), so the study
-# measures the tokens right after each stretch of real text.
+# measures the tokens right after each stretch of real text. A KV cache of 64 MiB holds 8
+# prompts of the longest context with both models' KV.
 CPU_BLOCK_SIZE = 32
 CPU_PROMPTS = 8
 CPU_OUTPUT_TOKENS = 16
+CPU_KV_BYTES = 64 * 1024 * 1024
 
 
 def cpu_study_defaults() -> dict[str, str]:
@@ -317,11 +313,6 @@ def host_has_model_runner_v1() -> bool:
     return probe.returncode != 0 or probe.stdout.strip() != "False"
 
 
-def shell_line(env: dict[str, str], cmd: list[str]) -> str:
-    """A command with its environment, as a shell would show it."""
-    return " ".join([*(f"{k}={v}" for k, v in env.items()), shlex.join(cmd)])
-
-
 def runs(scenario: Scenario, device: str) -> list[Run]:
     out = [
         Run("v2_window", True, scenario.window, scenario.sinks, scenario.min_context),
@@ -370,31 +361,13 @@ def _more_windows(env: dict[str, str]) -> list[int]:
     return windows
 
 
-def serve_command(
-    scenario: Scenario, run: Run, port: int, device: str = "ascend"
-) -> tuple[dict[str, str], list[str]]:
-    env = cpu_engine_env() if device == "cpu" else {}
-    if host_has_model_runner_v1():
-        env["VLLM_USE_V2_MODEL_RUNNER"] = "1" if run.v2 else "0"
-    spec = {
-        "method": scenario.method,
-        "model": scenario.draft,
-        "num_speculative_tokens": scenario.num_spec,
-    }
-    # The vllm of this interpreter's environment, not whichever is first on PATH.
+def serve_base(scenario: Scenario, port: int) -> list[str]:
+    """``vllm serve`` of the scenario's target, before a run's own parameters (``serving``)."""
     cmd = [
-        sys.executable,
-        "-m",
-        "vllm.entrypoints.cli.main",
-        "serve",
-        scenario.target,
-        "--port",
-        str(port),
-        "--tensor-parallel-size",
-        str(scenario.tp),
-        "--max-model-len",
-        str(scenario.max_model_len),
-        *(("--speculative-config", json.dumps(spec)) if run.speculative else ()),
+        sweep.vllm_command(),
+        *("serve", scenario.target, "--host", "127.0.0.1", "--port", str(port)),
+        *("--tensor-parallel-size", str(scenario.tp)),
+        *("--max-model-len", str(scenario.max_model_len)),
         *scenario.extra_args,
     ]
     # Every run alike: the runs compare the window, not the parallelism.
@@ -402,20 +375,78 @@ def serve_command(
         cmd += ["--decode-context-parallel-size", str(scenario.dcp)]
     if scenario.dcp_interleave is not None:
         cmd += ["--cp-kv-cache-interleave-size", str(scenario.dcp_interleave)]
+    return cmd
+
+
+def serving(scenario: Scenario, run: Run) -> sweep.Serving:
+    """A run's serve parameters: its speculative config and the window's keys."""
+    params: dict = {}
+    if run.speculative:
+        params["speculative_config"] = {
+            "method": scenario.method,
+            "model": scenario.draft,
+            "num_speculative_tokens": scenario.num_spec,
+        }
     if run.window is not None:
-        cmd += ["--additional-config", json.dumps(_additional_config(run))]
-    return env, cmd
+        params["additional_config"] = _additional_config(run)
+    return sweep.Serving(run.name, params)
 
 
-def prompts(scenario: Scenario) -> tuple[list, list, list]:
+def plan_sweeps(
+    scenario: Scenario,
+    planned: list[Run],
+    workloads: list[sweep.Workload],
+    device: str,
+    port: int,
+    out: Path,
+    parallel: int = 1,
+) -> list[sweep.Sweep]:
+    """The runs as ``vllm bench sweep serve`` commands: Model Runner V2's dealt over
+    ``parallel`` sweeps that run side by side (a port each), V1's in one of its own (its
+    runner variable; only where the host's vLLM still has V1)."""
+    env = cpu_engine_env() if device == "cpu" else {}
+    v2 = [run for run in planned if run.v2]
+    lanes = [("v2" if parallel == 1 else f"v2_{i}", v2[i::parallel]) for i in range(parallel)]
+    lanes.append(("v1", [run for run in planned if not run.v2]))
+    sweeps = []
+    for name, lane in lanes:
+        if not lane:
+            continue
+        lane_env = dict(env)
+        if host_has_model_runner_v1():
+            lane_env["VLLM_USE_V2_MODEL_RUNNER"] = "1" if lane[0].v2 else "0"
+        lane_port = port + len(sweeps)
+        sweeps.append(
+            sweep.Sweep(
+                name,
+                serve_base(scenario, lane_port),
+                sweep.bench_command(scenario.target, lane_port, scenario.chat),
+                [serving(scenario, run) for run in lane],
+                workloads,
+                lane_env,
+                out,
+            )
+        )
+    return sweeps
+
+
+def prompts(scenario: Scenario) -> tuple[list[str], list[str], list[str]]:
     """(the golden prompt, more prompts longer than W, a few shorter ones). The golden one
     mirrors the upstream MRV1 end-to-end test of the window, whose per-position acceptance
     the golden file records; the others give the V1/V2 comparison enough drafts to resolve
-    0.05."""
-    if scenario.token_prompts:
-        long = [(7 * i) % 200 + 10 for i in range(3 * scenario.window)]
-        more = [[(t + k) % 200 + 10 for t in long] for k in range(1, 8)]
-        return [long], more, [long[: scenario.window // 2], list(range(10, 40))]
+    0.05. The models trained here take stretches of their held-out text (a byte a token)."""
+    if not scenario.chat:
+        text = trained_models().TrainedModels(TRAINED_ROOT).heldout.read_text(encoding="utf-8")
+
+        def stretch(k: int, length: int) -> str:
+            return text[k * len(text) // 10 :][:length]
+
+        long = 4 * scenario.window
+        return (
+            [stretch(0, long)],
+            [stretch(k, long) for k in range(1, 8)],
+            [stretch(k, scenario.window // 2) for k in (8, 9)],
+        )
     filler = FILLER * max(80, scenario.window // 6)
     questions = [
         "What is 3+5?",
@@ -433,171 +464,16 @@ def prompts(scenario: Scenario) -> tuple[list, list, list]:
     )
 
 
-def complete(base: str, model: str, scenario: Scenario, prompt, max_tokens: int = 32) -> object:
-    """One greedy completion: chat for text (the server applies the chat template), plain
-    completion for token ids."""
-    if scenario.token_prompts:
-        body = {
-            "model": model,
-            "prompt": prompt,
-            "max_tokens": max_tokens,
-            "temperature": 0,
-            "return_token_ids": True,
-        }
-        choice = json.loads(_http(f"{base}/v1/completions", body))["choices"][0]
-        return choice.get("token_ids") or choice["text"]
-    body = {
-        "model": model,
-        "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": max_tokens,
-        "temperature": 0,
-    }
-    return json.loads(_http(f"{base}/v1/chat/completions", body))["choices"][0]["message"][
-        "content"
-    ]
-
-
-def plan(scenario: Scenario, device: str, port: int) -> list[str]:
-    """Every command the harness runs, in order, as a shell would show it."""
-    py = shlex.quote(sys.executable)
-    lines = [f"{py} -m pip install --no-deps {shlex.quote(str(ROOT))}"]
-    if device == "ascend":
-        lines.append("# verify: no vllm-ascend file was replaced (RECORD hashes before = after)")
-    lines.append(PAIRING_LINE.format(method=scenario.method))
-    for run in runs(scenario, device):
-        env, cmd = serve_command(scenario, run, port)
-        lines.append(shell_line(env, cmd))
-        lines.append(f"curl -sf http://127.0.0.1:{port}/health  # until healthy")
-        _, more, short = prompts(scenario)
-        endpoint = "completions" if scenario.token_prompts else "chat/completions"
-        url = f"http://127.0.0.1:{port}"
-        lines.append(f"curl -s {url}/metrics  # before")
-        lines.append(
-            f"curl -s {url}/v1/{endpoint}  # the golden prompt, longer than "
-            f"W={scenario.window}, greedy, 32 tokens"
-        )
-        lines.append(f"curl -s {url}/metrics  # acceptance by position (golden check)")
-        lines.append(f"curl -s {url}/v1/{endpoint}  # {len(more)} more long prompts, 128 tokens")
-        lines.append(f"curl -s {url}/metrics  # acceptance over all long prompts (V1/V2 check)")
-        lines.append(f"curl -s {url}/v1/{endpoint}  # {len(short)} shorter prompt(s), greedy")
-        lines.append("kill -INT <server process group>  # also on failure")
-    return lines
-
-
-def acceptance(before: str, after: str, num_spec: int) -> dict:
-    """Per-position acceptance and mean acceptance length from two /metrics scrapes."""
-
-    def counters(text: str) -> tuple[float, list[float]]:
-        drafts, per_pos = 0.0, [0.0] * num_spec
-        for line in text.splitlines():
-            if line.startswith("vllm:spec_decode_num_drafts_total"):
-                drafts += float(line.rsplit(" ", 1)[1])
-            elif line.startswith("vllm:spec_decode_num_accepted_tokens_per_pos_total"):
-                pos = int(re.search(r'position="(\d+)"', line).group(1))
-                if pos < num_spec:
-                    per_pos[pos] += float(line.rsplit(" ", 1)[1])
-        return drafts, per_pos
-
-    d0, p0 = counters(before)
-    d1, p1 = counters(after)
-    drafts = d1 - d0
-    if drafts <= 0:
-        raise RuntimeError("no speculative drafts were counted: is speculative decoding on?")
-    per_pos = [(b - a) / drafts for a, b in zip(p0, p1, strict=True)]
-    return {"drafts": drafts, "per_position": per_pos, "mean_length": 1 + sum(per_pos)}
-
-
-def check(
-    results: dict[str, dict], golden: list[float] | None, tolerance: float = 0.1
-) -> list[str]:
-    """The assertions; returns the failures (empty when everything holds)."""
-    failures = []
-    outputs = {name: r["outputs"] for name, r in results.items()}
-    reference = outputs["v2_window"]
-    for name, out in outputs.items():
-        if out != reference:
-            failures.append(f"greedy outputs of {name} differ from v2_window")
-    ours = results["v2_window"]["acceptance"]
-    if golden is not None:
-        for i, (got, want) in enumerate(zip(ours["per_position"], golden, strict=False)):
-            if abs(got - want) > tolerance:
-                failures.append(
-                    f"acceptance at position {i}: {got:.3f}, golden {want:.3f} (+-{tolerance})"
-                )
-    if "v1_window" in results:
-        v2 = results["v2_window"].get("all_long", ours)["mean_length"]
-        v1 = results["v1_window"].get("all_long", results["v1_window"]["acceptance"])
-        if v2 < v1["mean_length"] - 0.05:
-            failures.append(
-                f"V2 with the window: mean acceptance {v2:.3f} < V1 with the "
-                f"window {v1['mean_length']:.3f} - 0.05"
-            )
-    return failures
-
-
-def _http(url: str, payload: dict | None = None, timeout: float = 600) -> str:
-    data = None if payload is None else json.dumps(payload).encode()
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return response.read().decode()
-
-
-class Server:
-    """`vllm serve` in its own process group, stopped on exit whatever happens."""
-
-    def __init__(
-        self, env: dict[str, str], cmd: list[str], log: Path, port: int, cwd: Path | None = None
-    ):
-        self.port = port
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                raise RuntimeError(f"port {port} is already in use: set PORT to a free one")
-        self.log = log.open("w")
-        self.proc = subprocess.Popen(
-            cmd,
-            env={**os.environ, **env},
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd=cwd,
-        )
-
-    def wait_healthy(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"vllm serve exited with {self.proc.returncode}; see {self.log.name}"
-                )
-            try:
-                _http(f"http://127.0.0.1:{self.port}/health", timeout=5)
-                return
-            except OSError:
-                time.sleep(1)
-        raise TimeoutError(f"vllm serve not healthy after {timeout:.0f} s; see {self.log.name}")
-
-    def stop(self) -> None:
-        # The whole group, even if the main process is gone: its workers hold the devices.
-        for sig, wait in ((signal.SIGINT, 60), (signal.SIGKILL, 30)):
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.proc.wait(timeout=wait)
-            except subprocess.TimeoutExpired:
-                continue
-            if sig == signal.SIGINT:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)  # leftover workers
-            break
-        self.log.close()
-
-    def __enter__(self) -> Server:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+def e2e_workloads(scenario: Scenario, out: Path) -> list[sweep.Workload]:
+    """The golden prompt (32 tokens), the long prompts (128 tokens each, together) and the
+    short ones (32 tokens), each a custom dataset written into ``out``."""
+    golden, more, short = prompts(scenario)
+    workloads = []
+    for name, texts, tokens in (("golden", golden, 32), ("long", more, 128), ("short", short, 32)):
+        dataset = out / f"{name}.jsonl"
+        sweep.write_dataset(dataset, texts, tokens)
+        workloads.append(sweep.Workload(name, dataset, len(texts), len(texts), tokens))
+    return workloads
 
 
 def record_hashes(dist: str) -> dict[str, str]:
@@ -690,6 +566,61 @@ def load_golden(scenario: Scenario, record: bool) -> tuple[list[float] | None, f
     return data["per_position"], float(data.get("tolerance", 0.1))
 
 
+def acceptance(result: dict) -> dict:
+    """What ``vllm bench serve`` measured of speculative decoding in one workload."""
+    return {
+        "drafts": result.get("spec_decode_num_drafts", 0),
+        "per_position": result.get("spec_decode_per_position_acceptance_rates", []),
+        "mean_length": result.get("spec_decode_acceptance_length"),
+    }
+
+
+def check(
+    results: dict[str, dict], golden: list[float] | None, tolerance: float = 0.1
+) -> list[str]:
+    """The assertions; returns the failures (empty when everything holds)."""
+    failures = []
+    reference = results["v2_window"]["outputs"]
+    for name, r in results.items():
+        if r["outputs"] != reference:
+            failures.append(f"greedy outputs of {name} differ from v2_window")
+    ours = results["v2_window"]["acceptance"]
+    if golden is not None:
+        for i, (got, want) in enumerate(zip(ours["per_position"], golden, strict=False)):
+            if abs(got - want) > tolerance:
+                failures.append(
+                    f"acceptance at position {i}: {got:.3f}, golden {want:.3f} (+-{tolerance})"
+                )
+    if "v1_window" in results:
+        v2 = results["v2_window"]["all_long"]["mean_length"]
+        v1 = results["v1_window"]["all_long"]["mean_length"]
+        if v2 < v1 - 0.05:
+            failures.append(
+                f"V2 with the window: mean acceptance {v2:.3f} < V1 with the window {v1:.3f} - 0.05"
+            )
+    return failures
+
+
+def run_sweeps(sweeps: list[sweep.Sweep], out: Path, cwd: Path | None = None) -> dict:
+    """Runs the sweeps side by side; each run's results by workload, its server's log, and
+    the failures of the runs that produced none."""
+    codes = sweep.run(sweeps, dict(os.environ), cwd or out)
+    found, logs, failures = {}, {}, []
+    for planned in sweeps:
+        results = sweep.results(planned)
+        logs.update(sweep.server_logs(planned))
+        for serving_ in planned.runs:
+            by_workload = {w: r for (run, w), r in results.items() if run == serving_.name}
+            missing = [w.name for w in planned.workloads if w.name not in by_workload]
+            if missing:
+                failures.append(
+                    f"{serving_.name}: no result for {', '.join(missing)} (vllm bench sweep "
+                    f"serve exited {codes[planned.name]}; see {out / (planned.name + '.log')})"
+                )
+            found[serving_.name] = by_workload
+    return {"results": found, "logs": logs, "failures": failures}
+
+
 def run_scenario(
     scenario: Scenario, device: str, port: int, out_dir: Path, record: bool = False
 ) -> int:
@@ -697,29 +628,22 @@ def run_scenario(
     golden, tolerance = load_golden(scenario, record)
     install(device)
     check_pairing(scenario.method)
+    workloads = e2e_workloads(scenario, out_dir)
+    sweeps = plan_sweeps(scenario, runs(scenario, device), workloads, device, port, out_dir)
+    for planned in sweeps:
+        print(f"[e2e] {planned.shell_lines()[0]}", flush=True)
+    done = run_sweeps(sweeps, out_dir)
+    if done["failures"]:
+        for failure in done["failures"]:
+            print(f"[e2e] FAILED: {failure}")
+        return 1
     results = {}
-    for run in runs(scenario, device):
-        env, cmd = serve_command(scenario, run, port)
-        print(
-            f"[e2e] {run.name}: {shell_line(env, cmd)}",
-            flush=True,
-        )
-        with Server(env, cmd, out_dir / f"{run.name}.log", port) as server:
-            server.wait_healthy(timeout=1800)
-            base = f"http://127.0.0.1:{port}"
-            model = json.loads(_http(f"{base}/v1/models"))["data"][0]["id"]
-            golden_prompts, more, short = prompts(scenario)
-            before = _http(f"{base}/metrics")
-            outputs = [complete(base, model, scenario, p) for p in golden_prompts]
-            after_golden = _http(f"{base}/metrics")
-            outputs += [complete(base, model, scenario, p, max_tokens=128) for p in more]
-            after_long = _http(f"{base}/metrics")
-            outputs += [complete(base, model, scenario, p) for p in short]
-        log = (out_dir / f"{run.name}.log").read_text(errors="replace")
-        results[run.name] = {
-            "outputs": outputs,
-            "acceptance": acceptance(before, after_golden, scenario.num_spec),
-            "all_long": acceptance(before, after_long, scenario.num_spec),
+    for name, by_workload in done["results"].items():
+        log = done["logs"].get(name, "")
+        results[name] = {
+            "outputs": [t for w in workloads for t in by_workload[w.name]["generated_texts"]],
+            "acceptance": acceptance(by_workload["golden"]),
+            "all_long": acceptance(by_workload["long"]),
             # The start-up line and the line of the first windowed build.
             "window_active": "Draft KV window on for" in log and "Draft KV window active" in log,
         }
@@ -762,14 +686,16 @@ def write_report(out_dir, scenario, device, results, golden, failures) -> None:
     lines = [
         f"# Draft window end to end: {scenario.name} on {device}",
         "",
-        "| run | mean acceptance length | per-position acceptance |",
-        "|---|---:|---|",
+        "| run | mean acceptance length (golden prompt) | per-position acceptance | mean "
+        "acceptance length (long prompts) |",
+        "|---|---:|---|---:|",
     ]
     for name, r in results.items():
         a = r["acceptance"]
         lines.append(
             f"| {name} | {a['mean_length']:.3f} | "
-            f"{', '.join(f'{x:.2f}' for x in a['per_position'])} |"
+            f"{', '.join(f'{x:.2f}' for x in a['per_position'])} | "
+            f"{r['all_long']['mean_length']:.3f} |"
         )
     lines += [
         "",
@@ -792,137 +718,103 @@ def write_report(out_dir, scenario, device, results, golden, failures) -> None:
     ax.legend()
     fig.tight_layout()
     fig.savefig(out_dir / "acceptance.png", dpi=110)
+    plt.close(fig)
 
 
-def study_plan(
-    scenario: Scenario,
-    device: str,
-    port: int,
-    settings: study.Settings,
-    counter: study.TokenCounter,
-    env: dict[str, str],
-) -> list[str]:
-    """Every server and request of the long-context study, per context."""
-    python, root = shlex.quote(sys.executable), shlex.quote(str(ROOT))
-    install_line = f"{python} -m pip install --no-deps {root}"
-    if device == "cpu":
-        install_line = f"# check: {PLUGIN_MODULE} imports (make installed this project)"
-    lines = [
-        install_line,
-        f"# contexts {settings.contexts}; {settings.prompts_per_context} prompts each, "
-        f"{settings.output_tokens} output tokens, greedy; token counts: {counter.source}",
-        PAIRING_LINE.format(method=scenario.method),
-    ]
-    text = settings.text()
-    served = dataclasses.replace(scenario, max_model_len=settings.served_len)
-    endpoint = "chat/completions" if settings.chat else "completions"
-    for index, run in enumerate(study_runs(served, device, env)):
-        run_port = port + index % settings.parallel
-        url = f"http://127.0.0.1:{run_port}"
-        serve_env, cmd = serve_command(served, run, run_port, device)
-        lines.append(shell_line(serve_env, cmd))
-        lines.append(f"curl -sf {url}/health  # until healthy")
-        for ctx in settings.contexts:
-            prompts_ = study.build_prompts(
-                ctx, settings.prompts_per_context, counter, text, settings.chat
+def study_datasets(
+    scenario: Scenario, settings: study.Settings, out: Path
+) -> tuple[list[sweep.Workload], list[list[str]]]:
+    """The study's workloads, and the commands that cut their datasets from the text
+    (``out/study_text.txt``): each context's prompts at each concurrency, and with
+    SHARED_PREFIX the longest context's prompts sharing their first tokens."""
+    text = out / "study_text.txt"
+    p, tokens = settings.prompts_per_context, settings.output_tokens
+    workloads, commands = [], []
+    for context in settings.contexts:
+        dataset = out / f"context_{context}.jsonl"
+        commands.append(sweep.slices_command(text, dataset, scenario.target, p, context, tokens))
+        for k in settings.concurrencies:
+            workloads.append(
+                sweep.Workload(f"context_{context}_concurrency_{k}", dataset, p, k, tokens)
             )
-            lines.append(f"curl -s {url}/metrics  # before context {ctx}")
-            for p in prompts_:
-                lines.append(
-                    f"curl -s {url}/v1/{endpoint}  # context {ctx}: a prompt of "
-                    f"{p.tokens} tokens, max_tokens {settings.output_tokens}"
-                )
-            lines.append(f"curl -s {url}/metrics  # after context {ctx}")
-        lines.append("kill -INT <server process group>  # also on failure")
-    return lines
+    if settings.shared_prefix:
+        prefix, context = settings.shared_prefix, max(settings.contexts)
+        parts = out / f"prefix_{prefix}.jsonl", out / f"suffixes_{context - prefix}.jsonl"
+        dataset = out / f"shared_prefix_{prefix}_context_{context}.jsonl"
+        commands += [
+            sweep.slices_command(text, parts[0], scenario.target, 1, prefix, tokens),
+            sweep.slices_command(text, parts[1], scenario.target, p, context - prefix, tokens),
+            sweep.shared_prefix_command(*parts, dataset),
+        ]
+        k = max(settings.concurrencies)
+        name = f"shared_prefix_{prefix}_context_{context}_concurrency_{k}"
+        workloads.append(sweep.Workload(name, dataset, p, k, tokens))
+    return workloads, commands
 
 
-# The start-up lines of the window a study run's server logged (shown in its report).
-WINDOW_LINE = re.compile(r"(Draft KV window .*|draft_window_size=auto\b.*)$")
+def workload_metrics(result: dict, workload: sweep.Workload, speculative: bool) -> dict:
+    """One workload of one run, as ``vllm bench serve`` measured it."""
+    found = re.match(r"(?:shared_prefix_(\d+)_)?context_(\d+)_concurrency_(\d+)", workload.name)
+    prefix, context, concurrency = found.groups()
+    return {
+        "context": int(context),
+        "concurrency": int(concurrency),
+        "shared_prefix": int(prefix or 0),
+        "mean_length": result.get("spec_decode_acceptance_length") if speculative else None,
+        "acceptance_rate": result.get("spec_decode_acceptance_rate"),
+        "per_position": (
+            result.get("spec_decode_per_position_acceptance_rates") if speculative else None
+        ),
+        "drafts": result.get("spec_decode_num_drafts", 0),
+        "output_tokens_per_s": result["output_throughput"],
+        "tpot_ms": result["mean_tpot_ms"],
+        "ttft_ms": result["mean_ttft_ms"],
+        "completed": result["completed"],
+    }
 
 
-def study_one_run(
-    served: Scenario,
-    run: Run,
-    device: str,
-    port: int,
-    out_dir: Path,
-    settings: study.Settings,
-    prompts_by_context: dict,
-    text: str = "",
+def study_run_results(
+    run: Run, by_workload: dict, log: str, workloads: list, settings: study.Settings
 ) -> dict:
-    """One study run: its server, every context's prompts sent together, the metrics. The
-    first run cuts every run's prompts (into ``prompts_by_context``) with the served target's
-    own tokenizer, where they were not cut before (the target not a local directory)."""
-    env, cmd = serve_command(served, run, port, device)
-    print(f"[e2e] study {run.name}: {shlex.join(cmd)}", flush=True)
-    contexts, outputs = {}, []
-    log_path = out_dir / f"{run.name}.log"
-    started = time.monotonic()
-    # On CPU the server starts in the study's folder: it imports this project as installed.
-    cwd = out_dir if device == "cpu" else None
-    with Server(env, cmd, log_path, port, cwd) as server:
-        server.wait_healthy(timeout=1800)
-        base = f"http://127.0.0.1:{port}"
-        model = json.loads(_http(f"{base}/v1/models"))["data"][0]["id"]
-        if not prompts_by_context:
-            remote = study.TokenCounter.remote(_http, base, model)
-            prompts_by_context.update(_study_prompts(settings, remote, text))
-            prompts_by_context["source"] = remote.source
-        for ctx in settings.contexts:
-            before = _http(f"{base}/metrics")
-            batch = prompts_by_context[ctx]
-            begun = time.monotonic()
-            with ThreadPoolExecutor(max_workers=len(batch)) as pool:
-                replies = list(
-                    pool.map(
-                        lambda p: study.timed_completion(
-                            _http, base, model, p.text, settings.output_tokens, settings.chat
-                        ),
-                        batch,
-                    )
-                )
-            seconds = time.monotonic() - begun
-            outputs += [text for text, _, _ in replies]
-            metrics = study.context_metrics(
-                before, _http(f"{base}/metrics"), served.num_spec, run.speculative
-            )
-            tokens = sum(n for _, n, _ in replies)
-            metrics["client_tokens_per_s"] = tokens / seconds if seconds else None
-            contexts[str(ctx)] = metrics
-            mean = metrics["mean_length"]
-            print(
-                f"[e2e] study {run.name} {ctx}: mean acceptance length "
-                f"{'-' if mean is None else f'{mean:.3f}'}, "
-                f"{metrics['client_tokens_per_s']:.1f} output tokens/s",
-                flush=True,
-            )
-    log = log_path.read_text(errors="replace")
-    lines = []
-    for line in log.splitlines():
-        found = WINDOW_LINE.search(line)
-        if found and found.group(1) not in lines:
-            lines.append(found.group(1))
+    """A run's report entry: every workload's metrics and texts, the study's curve (each
+    context at the first concurrency), and the window's start-up lines."""
+    lines = sweep.window_lines(log)
     # "auto" reads as the window its start-up line says it became.
     window = run.window
     if window == "auto":
         became = [re.match(r"draft_window_size=auto became W=(\d+)", line) for line in lines]
         window = next((int(m.group(1)) for m in became if m), None)
-    for ctx, metrics in contexts.items():
-        metrics["draft_kv_read"] = (
+    metrics = {}
+    for workload in workloads:
+        m = workload_metrics(by_workload[workload.name], workload, run.speculative)
+        m["draft_kv_read"] = (
             None
             if not run.speculative
             else study.draft_kv_read(
-                int(ctx), window, run.sinks, settings.alignment, run.min_context
+                m["context"], window, run.sinks, settings.alignment, run.min_context
             )
         )
+        metrics[workload.name] = m
+    first = settings.concurrencies[0]
     return {
-        "outputs": outputs,
-        "contexts": contexts,
+        "outputs": {w.name: by_workload[w.name]["generated_texts"] for w in workloads},
+        "workloads": metrics,
+        "contexts": {
+            str(c): metrics[f"context_{c}_concurrency_{first}"] for c in settings.contexts
+        },
         "window_lines": lines,
         "additional_config": _additional_config(run),
-        "seconds": round(time.monotonic() - started, 1),
     }
+
+
+def study_plan(scenario, device, port, settings, env, out) -> tuple[list, list, list]:
+    """(the dataset commands, the workloads, the sweeps) of the long-context study."""
+    # Plain completions: a prompt is exactly its context, with no template around it.
+    served = dataclasses.replace(scenario, max_model_len=settings.served_len, chat=False)
+    workloads, commands = study_datasets(served, settings, out)
+    planned = study_runs(served, device, env)
+    sweeps = plan_sweeps(served, planned, workloads, device, port, out, settings.parallel)
+    return commands, workloads, sweeps
 
 
 def run_study(
@@ -931,7 +823,6 @@ def run_study(
     port: int,
     out_dir: Path,
     settings: study.Settings,
-    counter: study.TokenCounter,
     record: bool,
     env: dict[str, str] | None = None,
 ) -> int:
@@ -952,40 +843,36 @@ def run_study(
     out_dir.mkdir(parents=True, exist_ok=True)
     install(device)
     check_pairing(scenario.method)
-    text = settings.text()
-    served = dataclasses.replace(scenario, max_model_len=settings.served_len)
-    planned = study_runs(served, device, env)
-    prompts_by_context = {}
-    if counter.encode is not None:
-        prompts_by_context = _study_prompts(settings, counter, text)
-    results = {}
-    parallel = settings.parallel if prompts_by_context else 1
-    if parallel > 1:
-        # One port per server at once; every run's prompts were cut before any started.
-        with ThreadPoolExecutor(max_workers=parallel) as pool:
-            futures = {
-                run.name: pool.submit(
-                    study_one_run,
-                    served,
-                    run,
-                    device,
-                    port + index % parallel,
-                    out_dir,
-                    settings,
-                    prompts_by_context,
-                    text,
-                )
-                for index, run in enumerate(planned)
-            }
-            results = {name: future.result() for name, future in futures.items()}
-    else:
-        for run in planned:
-            results[run.name] = study_one_run(
-                served, run, device, port, out_dir, settings, prompts_by_context, text
+    (out_dir / "study_text.txt").write_text(settings.text(), encoding="utf-8")
+    commands, workloads, sweeps = study_plan(scenario, device, port, settings, env, out_dir)
+    # vLLM's cutter, a process per dataset, as many at once as servers will run.
+    with ThreadPoolExecutor(max_workers=settings.parallel) as pool:
+        list(pool.map(lambda c: subprocess.run(c, check=True, capture_output=True), commands))
+    for planned in sweeps:
+        print(f"[e2e] study: {planned.shell_lines()[0]}", flush=True)
+    # On CPU the servers start in the study's folder: they import this project as installed.
+    done = run_sweeps(sweeps, out_dir)
+    if done["failures"]:
+        for failure in done["failures"]:
+            print(f"[e2e] FAILED: {failure}")
+        return 1
+    runs_by_name = {run.name: run for run in study_runs(scenario, device, env)}
+    results = {
+        name: study_run_results(
+            runs_by_name[name], by_workload, done["logs"].get(name, ""), workloads, settings
+        )
+        for name, by_workload in done["results"].items()
+    }
+    results = {run: results[run] for run in runs_by_name if run in results}
+    for name, found in results.items():
+        for workload, m in found["workloads"].items():
+            mean = m["mean_length"]
+            print(
+                f"[e2e] study {name} {workload}: mean acceptance length "
+                f"{'-' if mean is None else f'{mean:.3f}'}, "
+                f"{m['output_tokens_per_s']:.1f} output tokens/s",
+                flush=True,
             )
-    if counter.encode is None:
-        counter = study.TokenCounter(source=prompts_by_context.get("source", counter.source))
-        prompts_by_context.pop("source", None)
     if record:
         measured = {c: m["mean_length"] for c, m in results["v2_window"]["contexts"].items()}
         golden_file.write_text(
@@ -1015,9 +902,12 @@ def run_study(
         "sinks": scenario.sinks,
         "min_context": scenario.min_context,
         "contexts": settings.contexts,
+        "concurrency": settings.concurrencies,
+        "shared_prefix": settings.shared_prefix,
+        "workloads": [w.name for w in workloads],
         "prompts_per_context": settings.prompts_per_context,
         "output_tokens": settings.output_tokens,
-        "token_counts": counter.source,
+        "text": settings.text_path or "the documentation CPython ships",
         "long_from": settings.long_from,
         "short_to": settings.short_to,
     }
@@ -1028,11 +918,31 @@ def run_study(
     return 1 if failures else 0
 
 
-def _study_prompts(settings: study.Settings, counter: study.TokenCounter, text: str) -> dict:
-    return {
-        ctx: study.build_prompts(ctx, settings.prompts_per_context, counter, text, settings.chat)
-        for ctx in settings.contexts
-    }
+def dry_run(scenario, device, port, out, settings=None, env=None) -> list[str]:
+    """Writes the parameter files and the e2e datasets into ``out`` and returns every
+    command, as a user pastes them: the install, vLLM's cutter for the study's datasets,
+    and one ``vllm bench sweep serve`` per sweep (with the environment it needs)."""
+    out.mkdir(parents=True, exist_ok=True)
+    python, root = shlex.quote(sys.executable), shlex.quote(str(ROOT))
+    lines = [f"{python} -m pip install --no-deps {root}"]
+    if device == "cpu":
+        lines = [f"# check: {PLUGIN_MODULE} imports (make installed this project)"]
+    elif device == "ascend":
+        lines.append("# verify: no vllm-ascend file was replaced (RECORD hashes before = after)")
+    lines.append(PAIRING_LINE.format(method=scenario.method))
+    if settings is None:
+        sweeps = plan_sweeps(
+            scenario, runs(scenario, device), e2e_workloads(scenario, out), device, port, out
+        )
+    else:
+        text = settings.text_path or "the documentation CPython ships (study.corpus())"
+        lines.append(f"# write {out / 'study_text.txt'}: {text}")
+        commands, _, sweeps = study_plan(scenario, device, port, settings, env or {}, out)
+        lines += [shlex.join(command) for command in commands]
+    sweep.write_files(sweeps)
+    for planned in sweeps:
+        lines += planned.shell_lines()
+    return lines
 
 
 def _additional_config(run: Run) -> dict:
@@ -1044,47 +954,6 @@ def _additional_config(run: Run) -> dict:
         if run.min_context:
             additional[MIN_CONTEXT_KEY] = run.min_context
     return additional
-
-
-def tiny_models(root: Path, scenario: Scenario) -> None:
-    """Random tiny target and EAGLE3 draft configs, loaded with load_format=dummy."""
-    target = root / "target"
-    draft = root / "draft"
-    target.mkdir(parents=True)
-    draft.mkdir(parents=True)
-    common = {
-        "hidden_size": 256,
-        "intermediate_size": 512,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 64,
-        "vocab_size": 1024,
-        "max_position_embeddings": 4096,
-        "rms_norm_eps": 1e-5,
-        "torch_dtype": "bfloat16",
-    }
-    (target / "config.json").write_text(
-        json.dumps(
-            {
-                **common,
-                "architectures": ["LlamaForCausalLM"],
-                "model_type": "llama",
-                "num_hidden_layers": 4,
-            }
-        )
-    )
-    (draft / "config.json").write_text(
-        json.dumps(
-            {
-                **common,
-                "architectures": ["LlamaForCausalLMEagle3"],
-                "model_type": "llama",
-                "num_hidden_layers": 1,
-                "draft_vocab_size": 1024,
-            }
-        )
-    )
-    scenario.target, scenario.draft = str(target), str(draft)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1131,27 +1000,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# {tp_note}" if args.dry_run else f"[e2e] {tp_note}", flush=True)
     if scenario.name == "tiny" and args.device != "cuda":
         parser.error("E2E_SCENARIO=tiny runs on vLLM's CUDA V2 runner: set DEVICE=cuda")
-    if args.study and scenario.token_prompts:
-        parser.error("STUDY=long needs a real target and draft: not E2E_SCENARIO=tiny")
+    settings = None
     if args.study:
         defaults = cpu_study_defaults() if args.device == "cpu" else None
         settings = study.Settings.from_env(dict(os.environ), scenario.target, args.device, defaults)
-        counter = study.TokenCounter.for_target(scenario.target)
-    if args.dry_run and args.study:
-        lines = study_plan(scenario, args.device, args.port, settings, counter, dict(os.environ))
-        print("\n".join(lines))
-        return 0
+    out = args.out / (f"study_{scenario.name}" if args.study else scenario.name)
     if args.dry_run:
-        if scenario.name == "tiny":
-            scenario.target, scenario.draft = "<tmp>/target", "<tmp>/draft"
-        print("\n".join(plan(scenario, args.device, args.port)))
+        print("\n".join(dry_run(scenario, args.device, args.port, out, settings, dict(os.environ))))
         return 0
     probe = {"ascend": "npu-smi", "cuda": "nvidia-smi"}.get(args.device)
-    if args.device == "cpu":
-        if not (TRAINED_ROOT / ".complete").exists() and ("TARGET_MODEL" not in os.environ):
-            print("needs the trained tiny models: run `make trained-models`", file=sys.stderr)
-            return 2
-    elif shutil.which(probe) is None:
+    needs_trained = args.device == "cpu" or scenario.name == "tiny"
+    if (
+        needs_trained
+        and not (TRAINED_ROOT / ".complete").exists()
+        and ("TARGET_MODEL" not in os.environ)
+    ):
+        print("needs the trained tiny models: run `make trained-models`", file=sys.stderr)
+        return 2
+    if args.device != "cpu" and shutil.which(probe) is None:
         what = "Ascend NPUs" if args.device == "ascend" else "CUDA GPUs"
         print(f"needs {what}: {probe} not found", file=sys.stderr)
         return 2
@@ -1161,21 +1027,10 @@ def main(argv: list[str] | None = None) -> int:
         except metadata.PackageNotFoundError:
             print("needs vllm-ascend installed in this environment", file=sys.stderr)
             return 2
-    with tempfile.TemporaryDirectory() as tmp:
-        if scenario.name == "tiny":
-            tiny_models(Path(tmp), scenario)
-        record = os.environ.get("RECORD_GOLDEN", "") not in ("", "0")
-        if args.study:
-            return run_study(
-                scenario,
-                args.device,
-                args.port,
-                args.out / f"study_{scenario.name}",
-                settings,
-                counter,
-                record,
-            )
-        return run_scenario(scenario, args.device, args.port, args.out / scenario.name, record)
+    record = os.environ.get("RECORD_GOLDEN", "") not in ("", "0")
+    if args.study:
+        return run_study(scenario, args.device, args.port, out, settings, record)
+    return run_scenario(scenario, args.device, args.port, out, record)
 
 
 if __name__ == "__main__":

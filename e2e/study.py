@@ -3,46 +3,43 @@
 """The long-context study: acceptance and throughput by context length, window on and off.
 
     STUDY=long make e2e-ascend               # the scenario's target and draft, 4k .. model limit
-    STUDY=long DRY_RUN=1 make e2e-ascend     # every server and request, per context
+    STUDY=long DRY_RUN=1 make e2e-ascend     # the vllm bench commands, written out to paste
     STUDY=long DEVICE=cuda E2E_SCENARIO=dspark make e2e-ascend
     STUDY=long MIN_CONTEXT=8192 make e2e-ascend   # the window engaged from 8k contexts on
+    STUDY=long CONCURRENCY=1,4,16 make e2e-ascend # each context at each concurrency
     make study-cpu                           # here: the trained tiny models, vllm serve on CPU
 
 Drafters trained on 4k-8k contexts lose acceptance at 32k and beyond; the window is there to
-bring it back. For each run (V2 with the window, V2 without, V1 with the window on Ascend)
-one server serves every context; for each context it sends PROMPTS_PER_CONTEXT natural long
-prompts, greedy, OUTPUT_TOKENS tokens each, and reads vLLM's metrics around them. With
-MIN_CONTEXT (``draft_window_min_context`` of the V2 run with the window) the report marks
-which contexts engage the window, beside the runs with the window on and off, so that a
-threshold can be picked from the acceptance curve of one's own hardware and drafter.
+bring it back. It is vLLM's own benchmark, run as a vLLM user runs it (``sweep.py``): for
+each context vLLM's text cutter writes PROMPTS_PER_CONTEXT prompts of exactly that many
+tokens of one text (``create_txt_slices_dataset``, the target's tokenizer), and ``vllm bench
+sweep serve`` serves each run (no speculation, V2 without the window, with it, with sinks,
+with ``"auto"``, V1 with the window on Ascend) and sends every context's prompts to it
+(``vllm bench serve``, greedy, OUTPUT_TOKENS each, CONCURRENCY at once: all of them by
+default), reading the spec-decode counters of ``/metrics`` around each. With SHARED_PREFIX=P
+the longest context is also served as prompts that share their first P tokens (prefix-cache
+hits). With MIN_CONTEXT (``draft_window_min_context`` of the V2 run with the window) the
+report marks which contexts engage the window, beside the runs with the window on and off,
+so that a threshold can be picked from the acceptance curve of one's own hardware and
+drafter.
 
-The text needs no model hub: it is the documentation CPython ships with itself (the Python
-Language Reference topics of ``pydoc_data.topics``, then the standard library's own module
-documentation), under the Python Software Foundation License. Each prompt is a different
-stretch of it, cut to the context's token count, with a question about it at the end so the
-model has something to write. Token counts come from the target's tokenizer when it is a
-local directory transformers can read; otherwise from an estimate of 4 characters per
-token (English prose and code documentation under the BPE tokenizers of current targets run
-3.5 to 4.5) in a dry run, and from the served target's own tokenizer (vLLM's ``/tokenize``)
-in a real one; the report states which.
+The text needs no model hub: by default the documentation CPython ships with itself (the
+Python Language Reference topics of ``pydoc_data.topics``, then the standard library's own
+module documentation), under the Python Software Foundation License; ``STUDY_TEXT`` names
+another. Prompts are plain stretches of it, sent as completions (no chat template: the
+context is exactly the prompt).
 
 On CPU (``DEVICE=cpu``: vLLM's CPU worker, this project's test bed) the models are the tiny
 ones trained here (``tests/testbed/engine/trained.py``) and the text is their held-out
-source (``STUDY_TEXT``): each prompt is a stretch of it cut to the context exactly, sent as
-a plain completion (the tiny tokenizer has no chat template), with no question after it.
+source.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import re
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-CHARS_PER_TOKEN = 4
 MIN_CONTEXT_KEY = "draft_window_min_context"
 # Standard library modules whose own documentation follows the language reference.
 DOCUMENTED_MODULES = (
@@ -68,14 +65,6 @@ DOCUMENTED_MODULES = (
     "zipfile",
 )
 CONTEXTS = (4096, 8192, 16384, 32768, 65536, 131072)
-# Room for the chat template and the question around the text.
-TEMPLATE_MARGIN = 96
-QUESTIONS = (
-    "Explain in your own words what the last section above describes.",
-    "Summarize the main rules stated in the text above.",
-    "Which statement or feature does the last part of the text define, and how is it used?",
-    "Write a short example that follows the last section of the documentation above.",
-)
 # Published anchors for the report, as their sources state them.
 ANCHORS = (
     "GLM-5.2 + early DSpark drafter (seed article): mean acceptance length ~5 falls to ~1 at "
@@ -97,131 +86,9 @@ def corpus() -> str:
     return "\n\n".join(parts)
 
 
-@dataclass
-class TokenCounter:
-    """Counts tokens with the target's tokenizer, or estimates them."""
-
-    encode: Callable[[str], list] | None = None
-    source: str = f"estimate: {CHARS_PER_TOKEN} characters per token"
-
-    def count(self, text: str) -> int:
-        if self.encode is None:
-            return math.ceil(len(text) / CHARS_PER_TOKEN)
-        return len(self.encode(text))
-
-    @classmethod
-    def for_target(cls, target: str) -> TokenCounter:
-        if not Path(target).is_dir():
-            return cls()
-        try:
-            from transformers import AutoTokenizer
-
-            tokenizer = AutoTokenizer.from_pretrained(target, local_files_only=True)
-        except Exception:
-            return cls()
-        return cls(
-            lambda text: tokenizer(text, add_special_tokens=False)["input_ids"],
-            f"the target's tokenizer ({target})",
-        )
-
-    @classmethod
-    def remote(cls, http: Callable, base: str, model: str) -> TokenCounter:
-        """The served target's tokenizer, through vLLM's ``/tokenize``."""
-
-        def encode(text: str) -> list:
-            body = {"model": model, "prompt": text, "add_special_tokens": False}
-            return json.loads(http(f"{base}/tokenize", body))["tokens"]
-
-        return cls(encode, f"the served target's tokenizer ({base}/tokenize)")
-
-
-@dataclass
-class Prompt:
-    context: int  # the context length it was cut for
-    text: str
-    tokens: int  # text and question, as counted
-
-
-def build_prompts(
-    context: int, count: int, counter: TokenCounter, text: str, with_question: bool = True
-) -> list[Prompt]:
-    """``count`` prompts of at most ``context - TEMPLATE_MARGIN`` tokens, each a different
-    stretch of ``text`` (starts spread over it) ending in a question; without a question,
-    plain stretches of at most ``context`` tokens (a completion has no template around it)."""
-    budget = context - TEMPLATE_MARGIN if with_question else context
-    out = []
-    for k in range(count):
-        question = "\n\n" + QUESTIONS[k % len(QUESTIONS)] if with_question else ""
-        room = budget - counter.count(question)
-        start = (k * len(text)) // max(count, 1)
-        # The longest stretch from `start` (wrapping round) that fits: bisection on length.
-        doubled = text[start:] + "\n\n" + text
-        lo, hi = 0, min(len(doubled), room * (CHARS_PER_TOKEN + 4))
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if counter.count(doubled[:mid]) <= room:
-                lo = mid
-            else:
-                hi = mid - 1
-        body = doubled[:lo]
-        out.append(Prompt(context, body + question, counter.count(body + question)))
-    return out
-
-
 def contexts_up_to(limit: int, output_tokens: int) -> list[int]:
     """The study's contexts that fit a model of ``limit`` tokens with the output."""
     return [c for c in CONTEXTS if c + output_tokens <= limit]
-
-
-def counters(text: str) -> dict[str, float]:
-    """Every sample of a Prometheus text, summed over labels; acceptance counters by
-    position under ``...per_pos_total@<position>``."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line.startswith("vllm:"):
-            continue
-        name_labels, value = line.rsplit(" ", 1)
-        name = name_labels.split("{", 1)[0]
-        if name == "vllm:spec_decode_num_accepted_tokens_per_pos_total":
-            name += "@" + re.search(r'position="(\d+)"', name_labels).group(1)
-        out[name] = out.get(name, 0.0) + float(value)
-    return out
-
-
-def context_metrics(before: str, after: str, num_spec: int, speculative: bool = True) -> dict:
-    """Acceptance, decode speed and time per output token between two scrapes; a run
-    without speculation (``speculative`` False) has no acceptance (None)."""
-    a, b = counters(before), counters(after)
-
-    def delta(name: str) -> float:
-        return b.get(name, 0.0) - a.get(name, 0.0)
-
-    drafts = delta("vllm:spec_decode_num_drafts_total")
-    if speculative and drafts <= 0:
-        raise RuntimeError("no speculative drafts were counted: is speculative decoding on?")
-    per_pos = None
-    if speculative:
-        per_pos = [
-            delta(f"vllm:spec_decode_num_accepted_tokens_per_pos_total@{i}") / drafts
-            for i in range(num_spec)
-        ]
-    tokens = delta("vllm:generation_tokens_total")
-    # Each request's first output token comes from its prefill, not from decode.
-    decoded = tokens - delta("vllm:request_decode_time_seconds_count")
-    decode_s = delta("vllm:request_decode_time_seconds_sum")
-    tpot_n = delta("vllm:request_time_per_output_token_seconds_count")
-    return {
-        "drafts": drafts,
-        "per_position": per_pos,
-        "mean_length": None if per_pos is None else 1 + sum(per_pos),
-        "output_tokens": tokens,
-        "decode_tokens_per_s": decoded / decode_s if decode_s > 0 else None,
-        "tpot_ms": (
-            1000 * delta("vllm:request_time_per_output_token_seconds_sum") / tpot_n
-            if tpot_n > 0
-            else None
-        ),
-    }
 
 
 def draft_kv_read(
@@ -258,16 +125,20 @@ def check(
     long_from: int = LONG_CONTEXT,
     short_to: int = SHORT_CONTEXT,
 ) -> list[str]:
-    """The study's assertions; returns the failures. Every run's greedy outputs equal the
-    run without speculation's (or, without one, the V2 window run's). Below ``min_context``
-    the V2 run with the window reads what the run without it reads (the whole context), and
-    is not compared with V1, which windows every context."""
+    """The study's assertions; returns the failures. Every run's greedy outputs, workload by
+    workload, equal the run without speculation's (or, without one, the V2 window run's).
+    Below ``min_context`` the V2 run with the window reads what the run without it reads
+    (the whole context), and is not compared with V1, which windows every context."""
     failures = []
     on, off, v1 = results["v2_window"], results["v2_no_window"], results.get("v1_window")
     reference = "no_speculation" if "no_speculation" in results else "v2_window"
+    expected = results[reference]["outputs"]
     for name, run in results.items():
-        if run["outputs"] != results[reference]["outputs"]:
-            failures.append(f"greedy outputs of {name} differ from {reference}")
+        differ = [w for w in expected if run["outputs"].get(w) != expected[w]]
+        if differ:
+            failures.append(
+                f"greedy outputs of {name} differ from {reference}: {', '.join(differ)}"
+            )
     for ctx, got in on["contexts"].items():
         mean, without = got["mean_length"], off["contexts"][ctx]["mean_length"]
         if int(ctx) < min_context and abs(mean - without) > 0.1:
@@ -287,8 +158,7 @@ def check(
         v1_mean = None if v1 is None else v1["contexts"][ctx]["mean_length"]
         if v1_mean is not None and int(ctx) >= min_context and abs(mean - v1_mean) > 0.05:
             failures.append(
-                f"{ctx}: V2 with the window {mean:.3f} is not within 0.05 of V1 "
-                f"{v1['contexts'][ctx]['mean_length']:.3f}"
+                f"{ctx}: V2 with the window {mean:.3f} is not within 0.05 of V1 {v1_mean:.3f}"
             )
         if golden is not None and ctx in golden and abs(mean - golden[ctx]) > tolerance:
             failures.append(
@@ -299,7 +169,7 @@ def check(
 
 
 def write_report(out_dir: Path, meta: dict, results: dict[str, dict], failures: list[str]) -> None:
-    """report.json, report.md (one row per context and run, anchors beside) and study.png."""
+    """report.json, report.md (one row per workload and run, anchors beside) and study.png."""
     out_dir.mkdir(parents=True, exist_ok=True)
     report = {**meta, "runs": results, "failures": failures, "anchors": list(ANCHORS)}
     (out_dir / "report.json").write_text(json.dumps(report, indent=2, default=str))
@@ -310,35 +180,35 @@ def write_report(out_dir: Path, meta: dict, results: dict[str, dict], failures: 
         f"# Long-context study: {meta['scenario']} on {meta['device']}, W = {meta['window']}"
         f"{sinks}{threshold}",
         "",
-        f"Token counts: {meta['token_counts']}. {meta['prompts_per_context']} prompts per "
-        f"context, sent together, {meta['output_tokens']} output tokens each, greedy. Window "
-        f"engaged: whether the threshold ({MIN_CONTEXT_KEY}: {min_context or 'every context'}) "
-        "lets the V2 run with the window crop this context. Acceptance rate: accepted over "
-        "drafted tokens, the mean of acceptance by position. Output tok/s: every output "
-        "token of the context's prompts over their time at the client, prefill included.",
+        f"`vllm bench serve` of {meta['prompts_per_context']} prompts per workload, cut from "
+        f"{meta['text']} to their context exactly with the target's tokenizer "
+        f"(`create_txt_slices_dataset`), {meta['output_tokens']} output tokens each, greedy, "
+        "at the workload's concurrency (shared prefix: every prompt begins with the same that "
+        f"many tokens). Window engaged: whether the threshold ({MIN_CONTEXT_KEY}: "
+        f"{min_context or 'every context'}) lets the V2 run with the window crop this context. "
+        "Acceptance from vLLM's spec-decode counters around the workload; output tok/s: its "
+        "output tokens over its duration, prefill included (`vllm bench serve`'s output "
+        "throughput).",
         "",
-        "| context | window engaged | run | mean acceptance length | acceptance rate "
-        "| acceptance by position | decode tok/s | TPOT ms | output tok/s "
+        "| context | concurrency | shared prefix | window engaged | run | mean acceptance length "
+        "| acceptance rate | acceptance by position | output tok/s | TPOT ms "
         "| draft KV read per step |",
-        "|---:|---|---|---:|---:|---|---:|---:|---:|---:|",
+        "|---:|---:|---:|---|---|---:|---:|---|---:|---:|---:|",
     ]
-    for ctx in meta["contexts"]:
-        engaged = "yes" if ctx >= min_context else "no"
+    for workload in meta["workloads"]:
         for name, run in results.items():
-            m = run["contexts"][str(ctx)]
+            m = run["workloads"][workload]
+            engaged = "yes" if m["context"] >= min_context else "no"
             mean = "-" if m["mean_length"] is None else f"{m['mean_length']:.3f}"
             per_position = rate = "-"
             if m["per_position"] is not None:
                 per_position = ", ".join(f"{x:.2f}" for x in m["per_position"])
-                rate = f"{sum(m['per_position']) / len(m['per_position']):.1%}"
-            decode = "-" if m["decode_tokens_per_s"] is None else f"{m['decode_tokens_per_s']:.1f}"
-            tpot = "-" if m["tpot_ms"] is None else f"{m['tpot_ms']:.2f}"
-            client = m.get("client_tokens_per_s")
-            output = "-" if client is None else f"{client:.1f}"
+                rate = f"{m['acceptance_rate']:.1f}%"
             read = "-" if m["draft_kv_read"] is None else str(m["draft_kv_read"])
             lines.append(
-                f"| {ctx} | {engaged} | {name} | {mean} | {rate} | {per_position} | {decode} | "
-                f"{tpot} | {output} | {read} |"
+                f"| {m['context']} | {m['concurrency']} | {m['shared_prefix'] or '-'} | "
+                f"{engaged} | {name} | {mean} | {rate} | {per_position} | "
+                f"{m['output_tokens_per_s']:.1f} | {m['tpot_ms']:.2f} | {read} |"
             )
     lines += [
         "",
@@ -371,8 +241,7 @@ def plot(path: Path, meta: dict, results: dict[str, dict]) -> bool:
         means = [m["mean_length"] for m in run["contexts"].values()]
         if None not in means:
             left.plot(xs, means, **style)
-        speeds = [_tokens_per_s(m) for m in run["contexts"].values()]
-        right.plot(xs, speeds, **style)
+        right.plot(xs, [m["output_tokens_per_s"] for m in run["contexts"].values()], **style)
     for ax, label in ((left, "mean acceptance length"), (right, "output tokens/s")):
         if min_context:
             ax.axvline(min_context, color="grey", linestyle="--", label=MIN_CONTEXT_KEY)
@@ -388,11 +257,6 @@ def plot(path: Path, meta: dict, results: dict[str, dict]) -> bool:
     return True
 
 
-def _tokens_per_s(m: dict) -> float:
-    """Output tokens/s at the client, else vLLM's decode tokens/s, else 0."""
-    return m.get("client_tokens_per_s") or m.get("decode_tokens_per_s") or 0.0
-
-
 def pyplot():
     """matplotlib's pyplot without a display, or None where matplotlib is not installed."""
     try:
@@ -405,24 +269,6 @@ def pyplot():
     return plt
 
 
-def timed_completion(
-    http: Callable, base: str, model: str, prompt: str, max_tokens: int, chat: bool = True
-) -> tuple[str, int, float]:
-    """One greedy completion, a chat one (the server applies the chat template) or a plain
-    one: (text, completion tokens, seconds at the client)."""
-    body = {"model": model, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
-    if chat:
-        body["messages"] = [{"role": "user", "content": prompt}]
-    else:
-        body["prompt"] = prompt
-    start = time.monotonic()
-    reply = json.loads(http(f"{base}/v1/{'chat/completions' if chat else 'completions'}", body))
-    seconds = time.monotonic() - start
-    choice = reply["choices"][0]
-    text = choice["message"]["content"] if chat else choice["text"]
-    return text, reply["usage"]["completion_tokens"], seconds
-
-
 @dataclass
 class Settings:
     """What the study runs, from the environment (``defaults``: a device's own, which the
@@ -433,16 +279,18 @@ class Settings:
     output_tokens: int
     # The window's alignment on the host (its block size), for the draft KV read.
     alignment: int
-    # The text the prompts are cut from (None: this Python's documentation, ``corpus``),
-    # and whether each prompt is a chat turn ending in a question (else a plain completion).
+    # The text the prompts are cut from (None: this Python's documentation, ``corpus``).
     text_path: str | None = None
-    chat: bool = True
     long_from: int = LONG_CONTEXT
     short_to: int = SHORT_CONTEXT
     # How many runs' servers run at once (CPU: one core each).
     parallel: int = 1
     # --max-model-len of every server (0: the longest context and its output).
     max_model_len: int = 0
+    # The prompts of a workload in flight at once, each context at each (None: all of them).
+    concurrency: list[int] | None = None
+    # A workload of the longest context whose prompts share their first this many tokens.
+    shared_prefix: int = 0
 
     @classmethod
     def from_env(
@@ -456,19 +304,24 @@ class Settings:
             limit = int(env.get("MAX_CONTEXT", 0)) or model_limit(target)
             contexts = contexts_up_to(limit, output_tokens)
         default_block = 128 if device == "ascend" else 16
-        text_path = env.get("STUDY_TEXT") or None
+        concurrency = [int(c) for c in env.get("CONCURRENCY", "").split(",") if c.strip()]
         return cls(
             contexts,
             int(env.get("PROMPTS_PER_CONTEXT", 3)),
             output_tokens,
             int(env.get("BLOCK_SIZE", default_block)),
-            text_path,
-            chat=text_path is None,
+            env.get("STUDY_TEXT") or None,
             long_from=int(env.get("LONG_CONTEXT", LONG_CONTEXT)),
             short_to=int(env.get("SHORT_CONTEXT", SHORT_CONTEXT)),
             parallel=int(env.get("PARALLEL", 1)),
             max_model_len=int(env.get("MAX_MODEL_LEN", 0)),
+            concurrency=concurrency or None,
+            shared_prefix=int(env.get("SHARED_PREFIX", 0)),
         )
+
+    @property
+    def concurrencies(self) -> list[int]:
+        return self.concurrency or [self.prompts_per_context]
 
     @property
     def served_len(self) -> int:

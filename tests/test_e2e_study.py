@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The long-context study of the end-to-end harness, as far as it runs without NPUs: its
-plan per context, its prompts and their token counts, its metrics arithmetic from recorded
-metrics text, its checks, its report and its refusal without NPUs."""
+`vllm bench` commands per context and concurrency (``DRY_RUN=1``), vLLM's text cutter on the
+held-out text, its checks, its report and its refusal without NPUs. (Its sweeps run for real
+on CPU in ``tests/test_engine_study.py``.)"""
 
 import json
 import subprocess
@@ -27,68 +28,107 @@ STUDY_ENV = (
     *("MIN_CONTEXT", "DCP", "DCP_INTERLEAVE", "WINDOW"),
     *("STUDY", "MAX_CONTEXT", "PROMPTS_PER_CONTEXT", "OUTPUT_TOKENS", "BLOCK_SIZE"),
     *("CONTEXTS", "STUDY_TEXT", "LONG_CONTEXT", "SHORT_CONTEXT", "PARALLEL", "MAX_MODEL_LEN"),
-    *("NO_SPECULATION", "AUTO", "MORE_WINDOWS"),
+    *("NO_SPECULATION", "AUTO", "MORE_WINDOWS", "CONCURRENCY", "SHARED_PREFIX"),
 )
 
 
-@pytest.fixture(scope="module")
-def text():
-    return study.corpus()
+from tests.test_e2e import runs_of, sweeps  # noqa: E402
 
 
-def dry_run(capsys, monkeypatch, **env):
-    for key in STUDY_ENV:
-        monkeypatch.delenv(key, raising=False)
-    for key, value in {"STUDY": "long", "DRY_RUN": "1", **env}.items():
-        monkeypatch.setenv(key, value)
-    assert e2e.main([]) == 0
-    return capsys.readouterr().out.splitlines()
+@pytest.fixture
+def dry_run(capsys, monkeypatch, tmp_path):
+    def lines(**env):
+        for key in STUDY_ENV:
+            monkeypatch.delenv(key, raising=False)
+        for key, value in {"STUDY": "long", "DRY_RUN": "1", **env}.items():
+            monkeypatch.setenv(key, value)
+        assert e2e.main(["--out", str(tmp_path)]) == 0
+        return capsys.readouterr().out.splitlines()
+
+    return lines
 
 
-def test_the_plan_serves_each_run_once_and_sends_every_context_its_prompts(capsys, monkeypatch):
-    lines = dry_run(capsys, monkeypatch)
-    assert "contexts [4096, 8192, 16384, 32768]; 3 prompts each, 256 output tokens" in lines[1]
-    serves = [line for line in lines if " serve " in line]
-    # Without speculation (the reference), V2 with the window, V2 without, V1 with the window.
-    assert len(serves) == 4
-    assert all("--max-model-len 33024" in line for line in serves)
-    assert "--speculative-config" not in serves[0] and "--additional-config" not in serves[0]
-    assert """--additional-config '{"draft_window_size": 512}'""" in serves[1]
-    assert "--speculative-config" in serves[2] and "--additional-config" not in serves[2]
-    assert serves[3].startswith("VLLM_USE_V2_MODEL_RUNNER=0 ")
-    requests = [line for line in lines if "/v1/chat/completions" in line]
-    assert len(requests) == 4 * 4 * 3
-    for ctx in (4096, 8192, 16384, 32768):
-        assert sum(f"# context {ctx}: a prompt of" in line for line in requests) == 12
-        assert sum(f"context {ctx}" in line and "/metrics" in line for line in lines) == 8
-    assert sum("kill -INT" in line for line in lines) == 4
+def cutter(lines) -> list[dict]:
+    """Each run of vLLM's text cutter the plan prints, by its flags."""
+    found = []
+    for line in lines:
+        if "create_txt_slices_dataset" in line:
+            words = line.split()
+            found.append(dict(zip(words[3::2], words[4::2], strict=False)))
+    return found
 
 
-def test_min_context_goes_to_the_v2_window_run_and_sinks_are_a_run_of_their_own(
-    capsys, monkeypatch
-):
-    lines = dry_run(capsys, monkeypatch, MIN_CONTEXT="8192", SINKS="64", NO_SPECULATION="0")
-    serves = [line for line in lines if " serve " in line]
-    assert len(serves) == 4
-    assert (
-        """--additional-config '{"draft_window_size": 512, "draft_window_min_context": 8192}'"""
-    ) in serves[0]
-    assert "--additional-config" not in serves[1]
-    assert (
-        """--additional-config '{"draft_window_size": 512, "draft_attention_sinks": 64}'"""
-    ) in serves[2]
+def test_the_plan_serves_each_run_once_and_sends_every_context_its_prompts(dry_run):
+    lines = dry_run()
+    cut = cutter(lines)
+    assert [int(c["--input-len"]) for c in cut] == [4096, 8192, 16384, 32768]
+    assert all(c["--num-prompts"] == "3" and c["--output-len"] == "256" for c in cut)
+    assert all(c["--tokenizer"] == "Qwen/Qwen3-8B" for c in cut)
+    v2, v1 = found = sweeps(lines)
+    assert all("--max-model-len 33024" in s["serve"] for s in found)
+    assert all("--skip-chat-template" in s["bench"] for s in found)
+    # Without speculation (the reference), V2 with the window, V2 without; V1 with the
+    # window in a sweep of its own (its runner variable).
+    assert [r["_benchmark_name"] for r in v2["runs"]] == [
+        "no_speculation",
+        "v2_window",
+        "v2_no_window",
+    ]
+    assert v1["env"] == {"VLLM_USE_V2_MODEL_RUNNER": "0"}
+    runs = runs_of(found)
+    assert runs["no_speculation"] == {}
+    assert runs["v2_window"]["additional_config"] == {"draft_window_size": 512}
+    assert "additional_config" not in runs["v2_no_window"]
+    # Every context's prompts, all at once, to every run.
+    for s in found:
+        assert [
+            (w["_benchmark_name"], w["num_prompts"], w["max_concurrency"]) for w in s["workloads"]
+        ] == [(f"context_{c}_concurrency_3", 3, 3) for c in (4096, 8192, 16384, 32768)]
+
+
+def test_concurrency_and_a_shared_prefix_are_workloads_of_their_own(dry_run):
+    lines = dry_run(CONCURRENCY="1,4", SHARED_PREFIX="3000", CONTEXTS="4096,8192")
+    names = [w["_benchmark_name"] for w in sweeps(lines)[0]["workloads"]]
+    assert names == [
+        "context_4096_concurrency_1",
+        "context_4096_concurrency_4",
+        "context_8192_concurrency_1",
+        "context_8192_concurrency_4",
+        "shared_prefix_3000_context_8192_concurrency_4",
+    ]
+    cut = cutter(lines)
+    # The prefix once, the rest of the longest context for every prompt, then joined.
+    assert [(c["--num-prompts"], c["--input-len"]) for c in cut[-2:]] == [
+        ("1", "3000"),
+        ("3", "5192"),
+    ]
+    assert any(
+        line.endswith("shared_prefix_3000_context_8192.jsonl") and "shared-prefix" in line
+        for line in lines
+    )
+
+
+def test_min_context_goes_to_the_v2_window_run_and_sinks_are_a_run_of_their_own(dry_run):
+    runs = runs_of(sweeps(dry_run(MIN_CONTEXT="8192", SINKS="64", NO_SPECULATION="0")))
+    assert list(runs) == ["v2_window", "v2_no_window", "v2_window_sinks", "v1_window"]
+    assert runs["v2_window"]["additional_config"] == {
+        "draft_window_size": 512,
+        "draft_window_min_context": 8192,
+    }
+    assert runs["v2_window_sinks"]["additional_config"] == {
+        "draft_window_size": 512,
+        "draft_attention_sinks": 64,
+    }
     # V1 windows every context and has no sinks: its run keeps the plain window.
-    assert """--additional-config '{"draft_window_size": 512}'""" in serves[3]
+    assert runs["v1_window"]["additional_config"] == {"draft_window_size": 512}
     assert study.golden_path(ROOT, "eagle3", 512, 8192).name == "study_eagle3_w512_m8192.json"
 
 
-def test_auto_and_more_windows_are_runs_of_their_own(capsys, monkeypatch):
-    lines = dry_run(capsys, monkeypatch, AUTO="1", MORE_WINDOWS="1024,4096", DEVICE="cuda")
-    serves = [line for line in lines if " serve " in line]
-    assert len(serves) == 6
-    assert """--additional-config '{"draft_window_size": "auto"}'""" in serves[3]
-    assert """--additional-config '{"draft_window_size": 1024}'""" in serves[4]
-    assert """--additional-config '{"draft_window_size": 4096}'""" in serves[5]
+def test_auto_and_more_windows_are_runs_of_their_own(dry_run, capsys, monkeypatch):
+    runs = runs_of(sweeps(dry_run(AUTO="1", MORE_WINDOWS="1024,4096", DEVICE="cuda")))
+    assert runs["v2_auto"]["additional_config"] == {"draft_window_size": "auto"}
+    assert runs["v2_window_1024"]["additional_config"] == {"draft_window_size": 1024}
+    assert runs["v2_window_4096"]["additional_config"] == {"draft_window_size": 4096}
     for bad in ("0", "a,1"):
         for key in STUDY_ENV:
             monkeypatch.delenv(key, raising=False)
@@ -101,99 +141,40 @@ def test_auto_and_more_windows_are_runs_of_their_own(capsys, monkeypatch):
         )
 
 
-def test_the_plan_reaches_128k_where_the_model_allows_and_cuda_has_no_v1_run(capsys, monkeypatch):
+def test_the_plan_reaches_128k_where_the_model_allows_and_cuda_has_no_v1_run(dry_run):
     lines = dry_run(
-        capsys,
-        monkeypatch,
-        MAX_CONTEXT="140000",
-        DEVICE="cuda",
-        E2E_SCENARIO="dspark",
-        PROMPTS_PER_CONTEXT="2",
+        MAX_CONTEXT="140000", DEVICE="cuda", E2E_SCENARIO="dspark", PROMPTS_PER_CONTEXT="2"
     )
-    assert "contexts [4096, 8192, 16384, 32768, 65536, 131072]; 2 prompts each" in lines[1]
-    serves = [line for line in lines if " serve " in line]
-    assert len(serves) == 3 and all("--max-model-len 131328" in line for line in serves)
-    assert any("context 131072: a prompt of 130976 tokens" in line for line in lines)
+    assert [int(c["--input-len"]) for c in cutter(lines)][-1] == 131072
+    (only,) = sweeps(lines)
+    assert "--max-model-len 131328" in only["serve"] and "v1_window" not in runs_of([only])
 
 
-def test_the_study_needs_real_models(capsys, monkeypatch):
-    for key in STUDY_ENV:
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("STUDY", "long")
-    with pytest.raises(SystemExit) as info:
-        e2e.main(["--dry-run", "--device", "cuda", "--scenario", "tiny"])
-    assert info.value.code == 2 and "needs a real target" in capsys.readouterr().err
+def test_the_study_of_the_tiny_scenario_serves_the_trained_models_on_cuda(dry_run):
+    lines = dry_run(DEVICE="cuda", E2E_SCENARIO="tiny", CONTEXTS="32,512")
+    (only,) = sweeps(lines)
+    assert f" serve {e2e.TRAINED_ROOT / 'target'} " in only["serve"]
 
 
-def test_estimated_prompts_fill_their_context_with_distinct_natural_text(text):
-    counter = study.TokenCounter()
-    prompts = study.build_prompts(8192, 3, counter, text)
-    budget = 8192 - study.TEMPLATE_MARGIN
-    assert [p.tokens for p in prompts] == [budget] * 3
-    assert len({p.text for p in prompts}) == 3
-    for p, question in zip(prompts, study.QUESTIONS, strict=False):
-        assert p.text.endswith("\n\n" + question)
-        # The estimate rounds up: the text fills its last estimated token.
-        assert (budget - 1) * study.CHARS_PER_TOKEN < len(p.text) <= budget * study.CHARS_PER_TOKEN
-    assert "The with statement" in text or "with_stmt" in text  # the language reference
+def test_vllms_cutter_gives_every_prompt_exactly_its_context_of_the_held_out_text(tmp_path):
+    """vLLM's own ``create_txt_slices_dataset``, run as the study runs it, over the trained
+    models' held-out text and their byte tokenizer: each prompt is a stretch of the text
+    whose tokens number exactly the context."""
+    from transformers import AutoTokenizer
 
+    from tests.testbed.engine.trained import TrainedModels
 
-def test_a_local_target_tokenizer_counts_the_tokens(tmp_path, text):
-    """A real BPE tokenizer, trained here and saved as a local model directory."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    bpe = Tokenizer(models.BPE(unk_token="[UNK]"))
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=2000, special_tokens=["[UNK]"])
-    bpe.train_from_iterator([text[:200_000]], trainer)
-    PreTrainedTokenizerFast(tokenizer_object=bpe).save_pretrained(tmp_path)
-    counter = study.TokenCounter.for_target(str(tmp_path))
-    assert counter.source == f"the target's tokenizer ({tmp_path})"
-    (prompt,) = study.build_prompts(4096, 1, counter, text)
-    budget = 4096 - study.TEMPLATE_MARGIN
-    assert prompt.tokens == len(bpe.encode(prompt.text).ids)
-    assert budget - 8 <= prompt.tokens <= budget
-    # A target that is not a local directory falls back to the estimate.
-    assert study.TokenCounter.for_target("Qwen/Qwen3-8B").encode is None
-
-
-# What vLLM's /metrics shows (prometheus text), before and after one context's prompts.
-METRICS = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
-# TYPE vllm:spec_decode_num_drafts_total counter
-vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {drafts}
-vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="0"}} {p0}
-vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="1"}} {p1}
-vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="2"}} {p2}
-# TYPE vllm:generation_tokens_total counter
-vllm:generation_tokens_total{{engine="0",model_name="m"}} {tokens}
-# TYPE vllm:request_decode_time_seconds histogram
-vllm:request_decode_time_seconds_bucket{{engine="0",le="+Inf",model_name="m"}} {n}
-vllm:request_decode_time_seconds_count{{engine="0",model_name="m"}} {n}
-vllm:request_decode_time_seconds_sum{{engine="0",model_name="m"}} {decode}
-vllm:request_time_per_output_token_seconds_count{{engine="0",model_name="m"}} {n}
-vllm:request_time_per_output_token_seconds_sum{{engine="0",model_name="m"}} {tpot}
-"""
-
-
-def metrics(drafts, p, tokens, n, decode, tpot):
-    return METRICS.format(
-        drafts=drafts, p0=p[0], p1=p[1], p2=p[2], tokens=tokens, n=n, decode=decode, tpot=tpot
-    )
-
-
-def test_context_metrics_come_from_the_deltas_of_two_scrapes():
-    before = metrics(10.0, (5.0, 2.0, 1.0), 100.0, 2, 3.0, 0.05)
-    after = metrics(210.0, (145.0, 82.0, 41.0), 868.0, 5, 6.84, 0.074)
-    got = study.context_metrics(before, after, 3)
-    assert got["drafts"] == 200 and got["per_position"] == pytest.approx([0.7, 0.4, 0.2])
-    assert got["mean_length"] == pytest.approx(2.3)
-    assert got["output_tokens"] == 768
-    # 768 tokens of 3 requests, 3 of them from their prefills: 765 decoded in 3.84 s.
-    assert got["decode_tokens_per_s"] == pytest.approx(765 / 3.84)
-    assert got["tpot_ms"] == pytest.approx(8.0)  # 24 ms over 3 requests
-    with pytest.raises(RuntimeError, match="no speculative drafts"):
-        study.context_metrics(before, before, 3)
+    models = TrainedModels(e2e.TRAINED_ROOT)
+    out = tmp_path / "context_512.jsonl"
+    command = e2e.sweep.slices_command(models.heldout, out, models.target, 4, 512, 16)
+    subprocess.run(command, check=True, capture_output=True)
+    tokenizer = AutoTokenizer.from_pretrained(models.target)
+    heldout = models.heldout.read_text(encoding="utf-8")
+    prompts = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(prompts) == 4 and all(p["output_tokens"] == 16 for p in prompts)
+    for p in prompts:
+        assert len(tokenizer(p["prompt"], add_special_tokens=False).input_ids) == 512
+        assert p["prompt"] in heldout + heldout
 
 
 @pytest.mark.parametrize(
@@ -243,8 +224,9 @@ def test_the_draft_kv_read_with_a_threshold(context, min_context):
 
 
 def run(outputs, lengths):
+    """A run's report entry: its texts (one workload) and its mean acceptance by context."""
     return {
-        "outputs": outputs,
+        "outputs": {"context_32_concurrency_8": outputs},
         "contexts": {str(c): {"mean_length": m} for c, m in lengths.items()},
     }
 
@@ -260,7 +242,9 @@ def test_checks_flag_every_rule():
     failures = study.check(
         {"v2_window": bad_on, "v2_no_window": bad_off, "v1_window": v1}, golden, 0.15
     )
-    assert "greedy outputs of v2_no_window differ from v2_window" in failures
+    assert (
+        "greedy outputs of v2_no_window differ from v2_window: context_32_concurrency_8" in failures
+    )
     assert any(
         f.startswith("4096: acceptance with the window 2.800 is not within 0.1") for f in failures
     )
@@ -287,79 +271,83 @@ def test_checks_below_the_threshold_compare_with_the_window_off():
     ]
 
 
-def test_the_report_marks_which_contexts_engage_the_window(tmp_path):
-    results = {name: {"outputs": ["a"], "contexts": {}} for name in ("v2_window", "v2_no_window")}
-    for name in results:
-        for ctx in (4096, 32768):
-            results[name]["contexts"][str(ctx)] = {
-                "mean_length": 2.0,
-                "per_position": [1.0],
-                "decode_tokens_per_s": None,
-                "client_tokens_per_s": 10.0,
-                "tpot_ms": None,
-                "draft_kv_read": study.draft_kv_read(
-                    ctx, 512 if name == "v2_window" else None, 0, 128, 8192
-                ),
-            }
+def measured(context, concurrency, mean, prefix=0, speculative=True):
+    """What ``vllm bench serve`` saved of one workload (the fields the study reads)."""
+    result = {
+        "output_throughput": 12.5,
+        "mean_tpot_ms": 10.0,
+        "mean_ttft_ms": 40.0,
+        "completed": 3,
+        "generated_texts": ["x"] * 3,
+    }
+    if speculative:
+        result |= {
+            "spec_decode_acceptance_length": mean,
+            "spec_decode_acceptance_rate": (mean - 1) / 3 * 100,
+            "spec_decode_per_position_acceptance_rates": [mean - 1, 0.0, 0.0],
+            "spec_decode_num_drafts": 100,
+        }
+    name = f"context_{context}_concurrency_{concurrency}"
+    if prefix:
+        name = f"shared_prefix_{prefix}_{name}"
+    return name, result
+
+
+def test_the_report_is_written_from_what_vllm_bench_serve_measured(tmp_path):
+    """Workload by workload: its context, concurrency and shared prefix, whether the window
+    engages there, acceptance from the spec-decode counters, output tok/s and TPOT, and the
+    most KV one draft step reads."""
+    settings = study.Settings([4096, 32768], 3, 16, 128, concurrency=[3], shared_prefix=1000)
+    workloads = [
+        e2e.sweep.Workload(name, Path("x.jsonl"), 3, 3, 16)
+        for name in (
+            "context_4096_concurrency_3",
+            "context_32768_concurrency_3",
+            "shared_prefix_1000_context_32768_concurrency_3",
+        )
+    ]
+    results = {}
+    for name, window, means in (
+        ("v2_window", 512, (3.0, 2.5, 2.5)),
+        ("v2_no_window", None, (3.0, 1.2, 1.2)),
+    ):
+        found = dict(
+            measured(c, 3, m, prefix)
+            for (c, prefix), m in zip(((4096, 0), (32768, 0), (32768, 1000)), means, strict=True)
+        )
+        planned = e2e.Run(name, True, window, min_context=8192 if window else 0)
+        results[name] = e2e.study_run_results(planned, found, "", workloads, settings)
     meta = {
         "scenario": "dspark",
         "device": "ascend",
         "window": 512,
         "sinks": 0,
         "min_context": 8192,
-        "contexts": [4096, 32768],
-        "prompts_per_context": 1,
+        "workloads": [w.name for w in workloads],
+        "prompts_per_context": 3,
         "output_tokens": 16,
-        "token_counts": "estimate",
+        "text": "the documentation CPython ships",
     }
     study.write_report(tmp_path, meta, results, [])
     md = (tmp_path / "report.md").read_text()
     assert md.startswith(
         "# Long-context study: dspark on ascend, W = 512, draft_window_min_context 8192\n"
     )
-    assert "| 4096 | no | v2_window | 2.000 | 100.0% | 1.00 | - | - | 10.0 | 4096 |" in md
-    assert "| 32768 | yes | v2_window | 2.000 | 100.0% | 1.00 | - | - | 10.0 | 639 |" in md
-    assert json.loads((tmp_path / "report.json").read_text())["min_context"] == 8192
-
-
-def test_the_report_is_written_from_recorded_metrics(tmp_path):
-    contexts = [4096, 32768]
-    results = {}
-    for name, lengths in (("v2_window", (3.0, 2.5)), ("v2_no_window", (3.0, 1.2))):
-        results[name] = {"outputs": ["a"], "contexts": {}}
-        for ctx, mean in zip(contexts, lengths, strict=True):
-            before = metrics(0, (0, 0, 0), 0, 0, 0, 0)
-            m = study.context_metrics(
-                before, metrics(100, ((mean - 1) * 100, 0, 0), 500, 2, 2.5, 0.02), 3
-            )
-            m["draft_kv_read"] = study.draft_kv_read(
-                ctx, 512 if name == "v2_window" else None, 0, 128
-            )
-            results[name]["contexts"][str(ctx)] = m
-    meta = {
-        "scenario": "eagle3",
-        "device": "ascend",
-        "window": 512,
-        "sinks": 0,
-        "contexts": contexts,
-        "prompts_per_context": 3,
-        "output_tokens": 256,
-        "token_counts": "estimate: 4 characters per token",
-    }
-    study.write_report(tmp_path, meta, results, [])
-    report = json.loads((tmp_path / "report.json").read_text())
-    assert report["runs"]["v2_window"]["contexts"]["32768"]["mean_length"] == pytest.approx(2.5)
-    md = (tmp_path / "report.md").read_text()
-    # 500 tokens of 2 requests, 498 decoded in 2.5 s.
     assert (
-        "| 32768 | yes | v2_window | 2.500 | 50.0% | 1.50, 0.00, 0.00 | 199.2 | 10.00 | - | 639 |"
+        "| 4096 | 3 | - | no | v2_window | 3.000 | 66.7% | 2.00, 0.00, 0.00 | 12.5 | 10.00 | 4096 |"
         in md
     )
     assert (
-        "| 32768 | yes | v2_no_window | 1.200 | 6.7% | 0.20, 0.00, 0.00 | 199.2 | 10.00 | - "
-        "| 32768 |"
-    ) in md
+        "| 32768 | 3 | - | yes | v2_window | 2.500 | 50.0% | 1.50, 0.00, 0.00 | 12.5 | 10.00 "
+        "| 639 |" in md
+    )
+    assert (
+        "| 32768 | 3 | 1000 | yes | v2_no_window | 1.200 | 6.7% | 0.20, 0.00, 0.00 | 12.5 "
+        "| 10.00 | 32768 |" in md
+    )
     assert "vllm-ascend #12103" in md and "Failures: none" in md
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["runs"]["v2_window"]["contexts"]["32768"]["mean_length"] == 2.5
     assert (tmp_path / "study.png").stat().st_size > 0
 
 
@@ -368,7 +356,7 @@ def test_a_missing_study_golden_stops_before_any_server_starts(tmp_path, monkeyp
     monkeypatch.setattr(e2e, "install", lambda device: pytest.fail("installed before the check"))
     settings = study.Settings([4096], 1, 16, 128)
     with pytest.raises(SystemExit, match=r"study_eagle3_w640\.json: run once with RECORD_GOLDEN=1"):
-        e2e.run_study(scenario, "ascend", 1, tmp_path, settings, study.TokenCounter(), False)
+        e2e.run_study(scenario, "ascend", 1, tmp_path, settings, False)
 
 
 def test_without_npus_the_study_stops_at_once_with_exit_code_2():
@@ -380,66 +368,49 @@ def test_without_npus_the_study_stops_at_once_with_exit_code_2():
     assert "needs Ascend NPUs: npu-smi not found" in result.stderr
 
 
-def test_every_drafting_method_has_a_scenario(capsys, monkeypatch):
-    for name, method in (
-        ("eagle3", "eagle3"),
-        ("dspark", "dspark"),
-        ("dflash", "dflash"),
-        ("draft_model", "draft_model"),
-    ):
-        lines = dry_run(capsys, monkeypatch, E2E_SCENARIO=name, DEVICE="cuda")
-        serves = [line for line in lines if " serve " in line]
-        # Every run but the one without speculation drafts with the scenario's method.
-        assert "--speculative-config" not in serves[0]
-        assert all(f'"method": "{method}"' in line for line in serves[1:])
+@pytest.mark.parametrize("method", ["eagle3", "dspark", "dflash", "draft_model"])
+def test_every_drafting_method_has_a_scenario(dry_run, method):
+    runs = runs_of(sweeps(dry_run(E2E_SCENARIO=method, DEVICE="cuda")))
+    # Every run but the one without speculation drafts with the scenario's method.
+    assert "speculative_config" not in runs.pop("no_speculation")
+    assert all(run["speculative_config"]["method"] == method for run in runs.values())
 
 
-def test_a_real_run_counts_with_the_served_targets_tokenizer(text):
-    """vLLM's /tokenize, as the harness calls it (here answered by a stand-in that splits
-    on whitespace)."""
-    asked = []
-
-    def http(url, body):
-        asked.append((url, body["model"], body["add_special_tokens"]))
-        return json.dumps({"tokens": body["prompt"].split(), "count": len(body["prompt"].split())})
-
-    counter = study.TokenCounter.remote(http, "http://127.0.0.1:1", "m")
-    (prompt,) = study.build_prompts(4096, 1, counter, text)
-    assert prompt.tokens == len(prompt.text.split()) <= 4096 - study.TEMPLATE_MARGIN
-    assert asked[0] == ("http://127.0.0.1:1/tokenize", "m", False)
-    assert counter.source == "the served target's tokenizer (http://127.0.0.1:1/tokenize)"
-
-
-def test_the_cpu_study_serves_the_trained_models_on_vllms_cpu_worker(capsys, monkeypatch):
+def test_the_cpu_study_serves_the_trained_models_on_vllms_cpu_worker(dry_run):
     """DEVICE=cpu: the models make trained-models wrote, the test bed's engine environment,
     the held-out text cut to each context exactly, plain completions."""
     from tests.testbed.engine import trained
 
-    lines = dry_run(capsys, monkeypatch, DEVICE="cpu", AUTO="1")
+    lines = dry_run(DEVICE="cpu", AUTO="1", PARALLEL="2")
     assert lines[0] == f"# check: {e2e.PLUGIN_MODULE} imports (make installed this project)"
-    assert "contexts [32, 64, 128, 256, 512, 1024]; 8 prompts each, 16 output tokens" in lines[1]
-    assert f"the target's tokenizer ({e2e.TRAINED_ROOT / 'target'})" in lines[1]
-    serves = [line for line in lines if " serve " in line]
-    assert [("--speculative-config" in s, "--additional-config" in s) for s in serves] == [
-        (False, False),
-        (True, True),
-        (True, False),
-        (True, True),
+    cut = cutter(lines)
+    assert [int(c["--input-len"]) for c in cut] == [32, 64, 128, 256, 512, 1024]
+    assert all(c["--input"].endswith("study_text.txt") for c in cut)
+    assert f"{e2e.TRAINED_ROOT / 'heldout.txt'}" in lines[2]
+    # Two sweeps side by side, a port each, the runs dealt over them.
+    found = sweeps(lines)
+    assert [[r["_benchmark_name"] for r in s["runs"]] for s in found] == [
+        ["no_speculation", "v2_no_window"],
+        ["v2_window", "v2_auto"],
     ]
-    for serve in serves:
+    assert ["--port 8123" in s["serve"] and "--port 8123" in s["bench"] for s in found] == [
+        True,
+        False,
+    ]
+    assert "--port 8124" in found[1]["serve"] and "--port 8124" in found[1]["bench"]
+    for s in found:
         # What the server's environment adds to this one's (which has Triton's interpreter on).
-        assert "VLLM_TARGET_DEVICE=cpu" in serve
-        assert f"serve {e2e.TRAINED_ROOT / 'target'} " in serve
-        assert "--max-model-len 1040" in serve and "--block-size 32" in serve
-        assert "--dtype float32" in serve and "--max-num-seqs 8" in serve
-    assert f'"model": "{e2e.TRAINED_ROOT / "eagle3"}"' in serves[1]
+        assert s["env"]["VLLM_TARGET_DEVICE"] == "cpu"
+        assert f"serve {e2e.TRAINED_ROOT / 'target'} " in s["serve"]
+        assert "--max-model-len 1040" in s["serve"] and "--block-size 32" in s["serve"]
+        assert "--dtype float32" in s["serve"] and "--max-num-seqs 8" in s["serve"]
+        assert "--skip-chat-template" in s["bench"]
+        assert len(s["workloads"]) == 6
+    runs = runs_of(found)
+    assert runs["v2_window"]["speculative_config"]["model"] == str(e2e.TRAINED_ROOT / "eagle3")
     # The window auto picks for a head declaring 64 tokens with blocks of 32: 64 - 32 + 1.
-    assert """--additional-config '{"draft_window_size": 33}'""" in serves[1]
-    assert """--additional-config '{"draft_window_size": "auto"}'""" in serves[3]
-    requests = [line for line in lines if "/v1/completions" in line]
-    assert len(requests) == 4 * 6 * 8 and not any("chat" in line for line in lines)
-    for ctx in (32, 1024):
-        assert sum(f"context {ctx}: a prompt of {ctx} tokens," in r for r in requests) == 32
+    assert runs["v2_window"]["additional_config"] == {"draft_window_size": 33}
+    assert runs["v2_auto"]["additional_config"] == {"draft_window_size": "auto"}
     assert trained.DRAFT_CONTEXT == 64
 
 
@@ -453,17 +424,6 @@ def test_the_cpu_study_runs_the_study_only(capsys, monkeypatch):
     )
 
 
-def test_held_out_prompts_are_plain_stretches_of_exactly_their_context():
-    from tests.testbed.engine.trained import TrainedModels
-
-    models = TrainedModels(e2e.TRAINED_ROOT)
-    text = models.heldout.read_text(encoding="utf-8")
-    counter = study.TokenCounter.for_target(models.target)
-    prompts = study.build_prompts(512, 4, counter, text, with_question=False)
-    assert [p.tokens for p in prompts] == [512] * 4
-    assert all(len(p.text.encode()) == 512 and p.text in text for p in prompts)
-
-
 def test_checks_compare_every_output_with_the_run_without_speculation_and_take_the_drafters_scale():
     alone = run(["a"], {32: None, 512: None})
     on = run(["a"], {32: 3.8, 512: 3.2})
@@ -472,7 +432,19 @@ def test_checks_compare_every_output_with_the_run_without_speculation_and_take_t
     assert study.check(results, None, 0.15, 0, long_from=512, short_to=32) == []
     worse = {**results, "v2_window": run(["b"], {32: 3.5, 512: 1.5})}
     assert study.check(worse, None, 0.15, 0, long_from=512, short_to=32) == [
-        "greedy outputs of v2_window differ from no_speculation",
+        "greedy outputs of v2_window differ from no_speculation: context_32_concurrency_8",
         "32: acceptance with the window 3.500 is not within 0.1 of without 3.800",
         "512: acceptance with the window 1.500 < without 1.700",
     ]
+
+
+def test_a_shared_prefix_dataset_begins_every_prompt_with_the_same_text(tmp_path):
+    prefix, suffixes, out = tmp_path / "p.jsonl", tmp_path / "s.jsonl", tmp_path / "o.jsonl"
+    e2e.sweep.write_dataset(prefix, ["The shared start. "], 16)
+    e2e.sweep.write_dataset(suffixes, ["one", "two", "three"], 16)
+    subprocess.run(e2e.sweep.shared_prefix_command(prefix, suffixes, out), check=True)
+    joined = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [j["prompt"] for j in joined] == [
+        f"The shared start. {t}" for t in ("one", "two", "three")
+    ]
+    assert {j["output_tokens"] for j in joined} == {16}

@@ -38,7 +38,7 @@ INSTALL="$UV pip install -q --python $VENV/bin/python"
 $INSTALL $TORCH_CPU -r requirements/test.txt setuptools-scm==10.3.4
 VLLM_WHEEL=$(tools/fetch_pinned.sh .cache/wheels "vllm==$(vllm_of "$VERSION")")
 $INSTALL --no-deps "$VLLM_WHEEL"
-$INSTALL --no-deps -r requirements/cpu-ascend.txt
+$INSTALL --no-deps -r requirements/cpu-ascend.txt -r requirements/bench.txt
 
 # The sdist only, unpacked into .cache/vllm-ascend-V/: its metadata step wants setuptools_scm
 # and a SOC_VERSION, no build.

@@ -84,8 +84,8 @@ def table(report: dict, folder: Path) -> str:
         f"{report['prompts_per_context']} prompts of held-out text per context (the head "
         f"trained at {TRAINED_AT} tokens), {report['output_tokens']} new tokens each; mean "
         f"acceptance length from vLLM's spec-decode metrics (bonus token included, at most "
-        f"{1 + report['num_spec']}); output tokens/s at the client, prefill included (no "
-        "spec: the target alone):",
+        f"{1 + report['num_spec']}); output tokens/s as vllm bench serve measures them, "
+        "prefill included (no spec: the target alone):",
         "",
         f"  {'context':>7}  {'mean acceptance length':^{width * len(speculating)}}"
         f"  {'output tokens/s':^{width * len(runs)}}",
@@ -97,7 +97,7 @@ def table(report: dict, folder: Path) -> str:
     for ctx in contexts:
         row = {n: r["contexts"][str(ctx)] for n, r in runs.items()}
         means = "".join(f"{row[n]['mean_length']:>{width}.2f}" for n in speculating)
-        speeds = "".join(f"{row[n]['client_tokens_per_s']:>{width}.1f}" for n in runs)
+        speeds = "".join(f"{row[n]['output_tokens_per_s']:>{width}.1f}" for n in runs)
         lines.append(f"  {ctx:>7}  {means}  {speeds}")
     lines += ["", *summary(report)]
     same = not any("differ" in f for f in report["failures"])

@@ -24,6 +24,7 @@ from tests.testbed.engine.environment import engine_env
 from tests.testbed.engine.models import NUM_SPEC, VOCAB, TinyModels
 
 OFFLINE = Path(__file__).with_name("offline.py")
+LOAD = Path(__file__).with_name("load.py")
 ROOT = Path(__file__).resolve().parents[3]
 # The KV-cache block size (the CPU attention backend takes multiples of 32): the window's
 # start moves in steps of one block.
@@ -94,7 +95,6 @@ def offline(
 ) -> Offline:
     """Every run, one engine after another, in one process of this environment's Python
     (``env``: variables over the engine's environment)."""
-    workdir.mkdir(parents=True, exist_ok=True)
     plan = {
         "target": models.target,
         "max_model_len": MAX_MODEL_LEN,
@@ -102,11 +102,21 @@ def offline(
         "prompts": prompts(),
         "runs": [run.plan(models) for run in runs],
     }
+    return engine_script(OFFLINE, plan, workdir, env)
+
+
+def engine_script(
+    script: Path, plan: dict, workdir: Path, env: dict[str, str] | None = None
+) -> Offline:
+    """``script PLAN RESULTS`` (``offline.py``, ``load.py``) in a process of this
+    environment's Python, started in ``workdir``: its results by run name, and each run's
+    part of its log."""
+    workdir.mkdir(parents=True, exist_ok=True)
     plan_path, results_path = workdir / "plan.json", workdir / "results.json"
     plan_path.write_text(json.dumps(plan))
     started = time.perf_counter()
     process = subprocess.run(
-        [sys.executable, str(OFFLINE), str(plan_path), str(results_path)],
+        [sys.executable, str(script), str(plan_path), str(results_path)],
         cwd=workdir,
         env={**environment(), **(env or {})},
         stdout=subprocess.PIPE,

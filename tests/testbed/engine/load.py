@@ -1,0 +1,96 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
+"""Runs vLLM's offline engine under serving load, once per run of a plan, one engine after
+another in this process, driving ``LLMEngine`` step by step as a server does: every request
+added at once (more than ``max_num_seqs``, so requests join and leave a running batch), one
+of them aborted once it has generated ``abort_after`` tokens, the rest run to the end. It
+writes each finished request's tokens, which request was aborted and after how many tokens,
+and vLLM's own counters (preemptions, prefix-cache queries and hits, spec decode):
+
+    python load.py PLAN.json RESULTS.json
+
+Run as a script from a directory outside the checkout (the project imported as installed).
+PLAN: {"target": path, "max_model_len": n, "block_size": b, "requests": {id: [ids]},
+"abort": id, "abort_after": n, "max_tokens": n, "runs": [{"name", "speculative_config" (or
+null), "additional_config", "engine": {LLM keyword arguments}}]}.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+# Beside this script, whose folder Python puts first on the path.
+from offline import release_engine
+from triton_interpreter import label_comparisons_int1
+
+COUNTERS = (
+    "vllm:num_preemptions",
+    "vllm:prefix_cache_queries",
+    "vllm:prefix_cache_hits",
+    "vllm:spec_decode_num_drafts",
+    "vllm:spec_decode_num_draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens",
+)
+
+
+def counters(llm) -> dict[str, int]:
+    found = dict.fromkeys(COUNTERS, 0)
+    for metric in llm.get_metrics():
+        if metric.name in found:
+            found[metric.name] += int(getattr(metric, "value", 0))
+    return found
+
+
+def run(plan: dict, spec: dict) -> dict:
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    llm = LLM(
+        model=plan["target"],
+        dtype="float32",
+        enforce_eager=True,
+        block_size=plan["block_size"],
+        max_model_len=plan["max_model_len"],
+        seed=0,
+        disable_log_stats=False,
+        speculative_config=spec["speculative_config"],
+        additional_config=spec["additional_config"],
+        **spec["engine"],
+    )
+    engine = llm.llm_engine
+    params = SamplingParams(temperature=0.0, max_tokens=plan["max_tokens"], ignore_eos=True)
+    for request_id, ids in plan["requests"].items():
+        engine.add_request(request_id, TokensPrompt(prompt_token_ids=ids), params)
+    finished, aborted = {}, None
+    while engine.has_unfinished_requests():
+        for output in engine.step():
+            tokens = list(output.outputs[0].token_ids)
+            if output.finished:
+                finished[output.request_id] = tokens
+            elif output.request_id == plan["abort"] and len(tokens) >= plan["abort_after"]:
+                # A client gone mid-generation: the server aborts its request.
+                engine.abort_request([output.request_id])
+                aborted = {"request": output.request_id, "after_tokens": len(tokens)}
+    found = counters(llm)
+    del llm, engine
+    release_engine()
+    return {"name": spec["name"], "tokens": finished, "aborted": aborted, "counters": found}
+
+
+def main(plan_path: str, results_path: str) -> int:
+    label_comparisons_int1()
+    with open(plan_path) as f:
+        plan = json.load(f)
+    results = []
+    for spec in plan["runs"]:
+        print(f"=== run {spec['name']}", flush=True)
+        results.append(run(plan, spec))
+        print(f"=== end {spec['name']}", flush=True)
+    with open(results_path, "w") as f:
+        json.dump(results, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))
