@@ -601,10 +601,11 @@ def check(
     return failures
 
 
-def run_sweeps(sweeps: list[sweep.Sweep], out: Path, cwd: Path | None = None) -> dict:
-    """Runs the sweeps side by side; each run's results by workload, its server's log, and
-    the failures of the runs that produced none."""
-    codes = sweep.run(sweeps, dict(os.environ), cwd or out)
+def run_sweeps(sweeps: list[sweep.Sweep], out: Path, at_once: int = 1) -> dict:
+    """Runs the sweeps, ``at_once`` side by side, their servers started in ``out``; each
+    run's results by workload, its server's log, and the failures of the runs that produced
+    none."""
+    codes = sweep.run(sweeps, dict(os.environ), out, at_once)
     found, logs, failures = {}, {}, []
     for planned in sweeps:
         results = sweep.results(planned)
@@ -850,8 +851,8 @@ def run_study(
         list(pool.map(lambda c: subprocess.run(c, check=True, capture_output=True), commands))
     for planned in sweeps:
         print(f"[e2e] study: {planned.shell_lines()[0]}", flush=True)
-    # On CPU the servers start in the study's folder: they import this project as installed.
-    done = run_sweeps(sweeps, out_dir)
+    # The servers start in the study's folder (on CPU: they import this project as installed).
+    done = run_sweeps(sweeps, out_dir, settings.parallel)
     if done["failures"]:
         for failure in done["failures"]:
             print(f"[e2e] FAILED: {failure}")
@@ -935,8 +936,10 @@ def dry_run(scenario, device, port, out, settings=None, env=None) -> list[str]:
             scenario, runs(scenario, device), e2e_workloads(scenario, out), device, port, out
         )
     else:
+        # The text the datasets are cut from, written as a real run writes it.
+        (out / "study_text.txt").write_text(settings.text(), encoding="utf-8")
         text = settings.text_path or "the documentation CPython ships (study.corpus())"
-        lines.append(f"# write {out / 'study_text.txt'}: {text}")
+        lines.append(f"# wrote {out / 'study_text.txt'}: {text}")
         commands, _, sweeps = study_plan(scenario, device, port, settings, env or {}, out)
         lines += [shlex.join(command) for command in commands]
     sweep.write_files(sweeps)

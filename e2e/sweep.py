@@ -27,6 +27,7 @@ import re
 import shlex
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -175,25 +176,23 @@ def write_files(sweeps: list[Sweep]) -> None:
             path.write_text(text)
 
 
-def run(sweeps: list[Sweep], environ: dict[str, str], cwd: Path) -> dict[str, int]:
-    """Every sweep at once (each on its own port), each logging to ``<out>/<name>.log``;
-    their exit codes. The servers start in ``cwd``."""
+def run(sweeps: list[Sweep], environ: dict[str, str], cwd: Path, at_once: int = 1) -> dict:
+    """The sweeps, ``at_once`` at a time (each on its own port), each logging to
+    ``<out>/<name>.log``; their exit codes. The servers start in ``cwd``."""
     write_files(sweeps)
-    started = {}
-    for sweep in sweeps:
-        log = (sweep.out / f"{sweep.name}.log").open("w")
+
+    def one(sweep: Sweep) -> int:
         # Unbuffered: the sweep's own lines ([BEGIN SERVER], the server's name) land in the
         # log in order with the server's, which writes to the same file.
         env = {**environ, **sweep.env, "PYTHONUNBUFFERED": "1"}
-        process = subprocess.Popen(
-            sweep.command(), env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT
-        )
-        started[sweep.name] = (process, log)
-    codes = {}
-    for name, (process, log) in started.items():
-        codes[name] = process.wait()
-        log.close()
-    return codes
+        with (sweep.out / f"{sweep.name}.log").open("w") as log:
+            done = subprocess.run(
+                sweep.command(), env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT
+            )
+        return done.returncode
+
+    with ThreadPoolExecutor(max_workers=at_once) as pool:
+        return dict(zip((s.name for s in sweeps), pool.map(one, sweeps), strict=True))
 
 
 def results(sweep: Sweep) -> dict[tuple[str, str], dict]:
