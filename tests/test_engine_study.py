@@ -43,7 +43,7 @@ WINDOW = C - 32 + 1
 # From 8 C on: with the window, acceptance at least this far above without it, and at least
 # this share of the in-distribution level (C/2); without it, at most that share.
 GAIN = 0.6
-SHARE = 0.75
+SHARE = 0.7
 # Two runs of the same server agree on the mean acceptance length within this.
 REPEAT = 0.1
 
