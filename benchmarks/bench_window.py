@@ -30,6 +30,10 @@
    batch 1 to 1024, against the issue's goals.
 7. End to end in a real vLLM engine on CPU: generate time with a window that never crops
    against none, same acceptance (``benchmarks/engine.py``).
+8. ``draft_window_free_kv``: the groups vLLM forms, the blocks a request holds and the
+   concurrency, with the key and without, for four target/drafter shapes, with vLLM's own
+   functions; and the requests of 1024 tokens the CPU engine runs at once in the same KV
+   bytes (``benchmarks/kv_reclaim.py``).
 
 Results go to benchmarks/results/ as markdown and PNG plots. Timings here are CPU timings
 of device-agnostic torch; on an accelerator the same ops launch kernels instead. The run
@@ -63,6 +67,7 @@ use_triton_interpreter()  # before vLLM's first import
 
 from benchmarks import long_context  # noqa: E402
 from benchmarks.engine import bench_engine, engine_lines  # noqa: E402
+from benchmarks.kv_reclaim import bench_kv_reclaim, kv_reclaim_lines  # noqa: E402
 from tests.testbed.mrv1_adapter import load_mrv1_adapter_module  # noqa: E402
 from tests.testbed.reference import PagedKVCache  # noqa: E402
 from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import dcp_local_lengths  # noqa: E402
@@ -880,6 +885,7 @@ def write_results(
     dcp: list[dict],
     engine: dict,
     studies: dict,
+    reclaim: dict,
 ) -> None:
     out.mkdir(parents=True, exist_ok=True)
     lines = [
@@ -997,6 +1003,7 @@ def write_results(
         "",
         *launch_lines(launch_rows),
         *engine_lines(engine),
+        *kv_reclaim_lines(reclaim),
         "Not measured here: device allocations and host syncs on an accelerator (no GPU or "
         "NPU was available; on CUDA, `torch.cuda.memory_stats` and "
         "`torch.cuda.set_sync_debug_mode` would count them), and the cost of running the "
@@ -1081,6 +1088,8 @@ def main() -> None:
     launch_rows = bench_launches(mrv1, args.rounds, args.iters)
     print("A real vLLM engine, a window that never crops against none:")
     engine = bench_engine()
+    print("draft_window_free_kv: groups, blocks held and concurrency (vLLM's own functions):")
+    reclaim = bench_kv_reclaim()
     write_results(
         args.out,
         steps,
@@ -1093,6 +1102,7 @@ def main() -> None:
         dcp,
         engine,
         studies,
+        reclaim,
     )
     print(
         f"Wrote {args.out / 'README.md'}, {args.out / 'long_context.png'} and "

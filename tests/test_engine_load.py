@@ -11,6 +11,11 @@ server drives it (``tests/testbed/engine/load.py``); what happened is vLLM's own
 Every finished request must generate the tokens a roomy engine without speculation
 generates for it, and the window must stay engaged and bring acceptance back as the study
 test requires (``test_engine_study.py``: at least ``GAIN`` above the run without it).
+
+With ``draft_window_free_kv`` (``kv_cache.py``) the draft model's KV before the window is
+freed: under the same load and KV bytes the tokens stay the same and vLLM preempts less; at
+1024 tokens of context the same KV bytes run twice the requests at once; with room for
+everything, the drafts and acceptances are exactly the window's without the key.
 """
 
 from __future__ import annotations
@@ -51,6 +56,21 @@ UNDER_LOAD = {
 }
 KV_BYTES = {"draft_model": BLOCKS * 32 * 4096, "eagle3": BLOCKS * 32 * 3072}
 ROOMY = {"max_num_seqs": 16, "kv_cache_memory_bytes": 64 * 1024 * 1024}
+FREE_KV = {**WINDOW, "draft_window_free_kv": True}
+# Four requests of 1024 tokens, at most four at once, 96 tokens a step, in KV bytes that hold
+# one of them with its draft's whole KV (52 blocks of 32 tokens of the 4 layers; one needs
+# 33). With the draft's KV freed the pool holds 104 blocks of the target's 2 layers or the
+# draft's, and vLLM admits a request for 33 of the target's and, for the draft's sliding
+# window, its reads plus the tokens in flight (two steps of 96): two run at once.
+ADMISSION = {
+    "max_num_seqs": 4,
+    "max_num_batched_tokens": 96,
+    "enable_chunked_prefill": True,
+    "kv_cache_memory_bytes": 52 * 32 * 4096,
+}
+# Room for everything, and no prefix cache: the key then changes no step's batch (its
+# sliding-window group caches fewer prefix blocks, which would change which prefills run).
+ROOMY_UNCACHED = {**ROOMY, "enable_prefix_caching": False}
 
 
 def requests(models: trained.TrainedModels) -> dict[str, list[int]]:
@@ -74,6 +94,16 @@ def requests(models: trained.TrainedModels) -> dict[str, list[int]]:
     }
 
 
+def long_requests(models: trained.TrainedModels) -> list[list[int]]:
+    """Four stretches of 1024 tokens of the held-out text, from its second half."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(models.target)
+    text = models.heldout.read_text(encoding="utf-8")
+    ids = tokenizer(text, add_special_tokens=False).input_ids
+    return [ids[len(ids) // 2 + k * 4096 :][:1024] for k in range(4)]
+
+
 def speculative(method: str, model: str) -> dict:
     return {"method": method, "model": model, "num_speculative_tokens": trained.NUM_SPEC}
 
@@ -84,16 +114,20 @@ def load(tmp_path_factory):
     draft_model = speculative("draft_model", models.draft_model)
     eagle3 = speculative("eagle3", models.eagle3)
     draft_model_load = {**UNDER_LOAD, "kv_cache_memory_bytes": KV_BYTES["draft_model"]}
+    eagle3_load = {**UNDER_LOAD, "kv_cache_memory_bytes": KV_BYTES["eagle3"]}
     runs = [
         ("no speculation, roomy", None, {}, ROOMY),
         ("draft model, no window", draft_model, {}, draft_model_load),
         ("draft model, window", draft_model, WINDOW, draft_model_load),
-        (
-            "EAGLE3, window",
-            eagle3,
-            WINDOW,
-            {**UNDER_LOAD, "kv_cache_memory_bytes": KV_BYTES["eagle3"]},
-        ),
+        ("EAGLE3, window", eagle3, WINDOW, eagle3_load),
+        ("draft model, window, KV freed", draft_model, FREE_KV, draft_model_load),
+        ("draft model, window, roomy", draft_model, WINDOW, ROOMY_UNCACHED),
+        ("draft model, window, KV freed, roomy", draft_model, FREE_KV, ROOMY_UNCACHED),
+    ]
+    long = {f"1024 tokens ({k})": ids for k, ids in enumerate(long_requests(models))}
+    admission = [
+        ("draft model, window, 1024 tokens", draft_model, WINDOW, ADMISSION),
+        ("draft model, window, KV freed, 1024 tokens", draft_model, FREE_KV, ADMISSION),
     ]
     plan = {
         "target": models.target,
@@ -106,6 +140,16 @@ def load(tmp_path_factory):
         "runs": [
             {"name": n, "speculative_config": s, "additional_config": w, "engine": e}
             for n, s, w, e in runs
+        ]
+        + [
+            {
+                "name": n,
+                "speculative_config": s,
+                "additional_config": w,
+                "engine": e,
+                "requests": long,
+            }
+            for n, s, w, e in admission
         ],
     }
     return plan, engine_script(LOAD, plan, tmp_path_factory.mktemp("load"))
@@ -121,6 +165,8 @@ def test_every_finished_request_generates_the_tokens_of_no_speculation(load):
     reference = done.results["no speculation, roomy"]["tokens"]
     assert set(reference) == set(plan["requests"]) - {ABORT}
     for name, found in done.results.items():
+        if "1024 tokens" in name:
+            continue
         assert found["aborted"]["request"] == ABORT, name
         assert found["aborted"]["after_tokens"] >= ABORT_AFTER, name
         assert set(found["tokens"]) == set(reference), name
@@ -129,14 +175,26 @@ def test_every_finished_request_generates_the_tokens_of_no_speculation(load):
             assert len(tokens) == MAX_TOKENS
 
 
-@pytest.mark.parametrize("run", ["draft model, no window", "draft model, window", "EAGLE3, window"])
+@pytest.mark.parametrize(
+    "run",
+    [
+        "draft model, no window",
+        "draft model, window",
+        "EAGLE3, window",
+        "draft model, window, KV freed",
+    ],
+)
 def test_the_load_preempts_hits_the_prefix_cache_and_batches_more_than_it_runs(load, run):
     plan, done = load
     counters = done.results[run]["counters"]
     assert counters["vllm:num_preemptions"] >= 1, counters
     # At least two later sharers' prefix, in tokens, but its last block (an EAGLE3 request's
-    # block hashes look one token ahead, so its cached prefix ends a block earlier).
-    assert counters["vllm:prefix_cache_hits"] >= 2 * (SHARED - 32), counters
+    # block hashes look one token ahead, so its cached prefix ends a block earlier). With the
+    # draft's KV freed the first sharers after the first miss (vLLM caches the shared
+    # prefix's end for the draft's sliding window once one of them has reached it): one
+    # later sharer's.
+    sharers = 1 if "KV freed" in run else 2
+    assert counters["vllm:prefix_cache_hits"] >= sharers * (SHARED - 32), counters
     assert len(plan["requests"]) > UNDER_LOAD["max_num_seqs"]
 
 
@@ -149,3 +207,38 @@ def test_the_window_stays_engaged_and_brings_acceptance_back_under_load(load):
     on = mean_length(done.results["draft model, window"]["counters"])
     off = mean_length(done.results["draft model, no window"]["counters"])
     assert on >= off + GAIN, f"{on:.2f} with the window, {off:.2f} without"
+
+
+def test_with_the_drafts_kv_freed_the_same_kv_bytes_preempt_less_and_run_more_at_once(load):
+    """``draft_window_free_kv``: vLLM's own counters, the draft model with the window with
+    the key and without it, at the same KV bytes."""
+    _, done = load
+    freed, whole = (done.results[f"draft model, window{k}"] for k in (", KV freed", ""))
+    preempted = [r["counters"]["vllm:num_preemptions"] for r in (freed, whole)]
+    assert preempted[0] < preempted[1], preempted
+    freed, whole = (
+        done.results[f"draft model, window{k}, 1024 tokens"] for k in (", KV freed", "")
+    )
+    assert (whole["most_running"], freed["most_running"]) == (1, 2)
+    assert freed["tokens"] == whole["tokens"] and len(freed["tokens"]) == 4
+
+
+def test_with_room_for_everything_freeing_the_drafts_kv_changes_no_draft(load):
+    """Where no KV runs short the key changes what the draft holds, never what it reads:
+    the same drafts, the same acceptances, the same tokens."""
+    _, done = load
+    freed, whole = (done.results[f"draft model, window{k}, roomy"] for k in (", KV freed", ""))
+    assert freed["counters"] == whole["counters"] and freed["tokens"] == whole["tokens"]
+
+
+def test_the_key_says_what_the_draft_now_holds(load):
+    _, done = load
+    log = done.logs["draft model, window, KV freed"]
+    said = (
+        "draft_window_free_kv: the draft's 2 layer(s) (50.0% of each token's KV) keep 64 tokens "
+        "per request, at most 3 blocks of 32, instead of the whole context; vLLM frees the "
+        "rest (KV-cache groups: 2)."
+    )
+    assert said in log and "Prefix caching: a hit now needs" in log
+    assert "Draft KV window active" in log
+    assert "draft_window_free_kv" not in done.logs["draft model, window"]

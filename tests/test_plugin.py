@@ -295,6 +295,53 @@ def test_sinks_without_a_window_are_an_error_without_a_draft(model_dir, restore_
         config_for(model_dir, {"draft_attention_sinks": 64})
 
 
+@pytest.mark.parametrize(
+    "additional",
+    [
+        {"draft_window_sise": 512},
+        {"draft_window_size": 512, "draft_window_free_kvv": True},
+        {"draft_windw_size": 512, "draft_attention_sink": 64},
+    ],
+)
+def test_an_unknown_draft_key_stops_start_up_naming_it_and_the_known_keys(
+    model_dir, restore_runner_choice, additional
+):
+    """vLLM's own additional_config takes any key: a misspelled key of the window would be
+    served as if absent. With a draft or without, one error names it and the keys known."""
+    plugin.register()
+    unknown = sorted(k for k in additional if k not in ("draft_window_size",))
+    message = (
+        f"additional_config has {', '.join(unknown)}, which the draft window does not know (a "
+        "misspelling?): its keys are draft_window_size, draft_attention_sinks, "
+        "draft_window_min_context, draft_window_free_kv."
+    )
+    for make in (config_for, speculative_config_for):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            make(model_dir, additional)
+
+
+@pytest.mark.parametrize(
+    ("additional", "message"),
+    [
+        (
+            {"draft_window_free_kv": True},
+            'additional_config["draft_window_free_kv"]=true needs '
+            'additional_config["draft_window_size"]',
+        ),
+        (
+            {"draft_window_size": 512, "draft_window_free_kv": "yes"},
+            "additional_config[\"draft_window_free_kv\"] must be true or false; got 'yes' (str)",
+        ),
+    ],
+)
+def test_free_kv_without_a_window_or_not_a_boolean_is_an_error(
+    model_dir, restore_runner_choice, additional, message
+):
+    plugin.register()
+    with pytest.raises(ValueError, match=re.escape(message)):
+        config_for(model_dir, additional)
+
+
 def another_plugins_wrapper(method, calls):
     """What a second plugin typically does: functools.wraps, which also copies the wrapped
     function's __dict__ (and so any mark a wrapper carries)."""
@@ -495,3 +542,73 @@ def test_dual_batch_overlap_is_refused_by_name(model_dir, restore_runner_choice)
     )
     with pytest.raises(ValueError, match=re.escape(message)):
         policy.check_start_up(config, window, RELEASE, True)
+
+
+FREE_KV = {"draft_window_size": 512, "draft_window_free_kv": True}
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason"),
+    [
+        (
+            {"draft_attention_sinks": 64},
+            "with draft_attention_sinks=64: vLLM's sliding-window KV cache manager frees a "
+            "request's first blocks too, the sinks' among them",
+        ),
+        (
+            {"draft_window_min_context": 8192},
+            "with draft_window_min_context=8192: a request below it reads its whole context",
+        ),
+    ],
+)
+def test_free_kv_with_sinks_or_a_threshold_is_refused_by_name(
+    model_dir, restore_runner_choice, extra, reason
+):
+    plugin.register()
+    message = f"draft_window_free_kv=true cannot be served {reason}"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        speculative_config_for(model_dir, {**FREE_KV, **extra})
+
+
+def test_free_kv_with_the_hybrid_kv_cache_manager_off_is_refused_by_name(
+    model_dir, restore_runner_choice
+):
+    """vLLM would merge every layer into one full-attention group and free nothing."""
+    from vllm.config import SchedulerConfig
+
+    from tests.testbed.configs import speculative_vllm_config
+
+    plugin.register()
+    scheduler = SchedulerConfig(
+        max_model_len=512, is_encoder_decoder=False, disable_hybrid_kv_cache_manager=True
+    )
+    message = "draft_window_free_kv=true cannot be served with the hybrid KV cache manager off"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        speculative_vllm_config(model_dir, 512, 2, "eagle3", FREE_KV, scheduler_config=scheduler)
+
+
+@pytest.mark.release("vLLM 0.34.x")
+def test_free_kv_under_decode_context_parallelism_is_refused_by_name(
+    model_dir, restore_runner_choice
+):
+    from vllm_ascend.worker.v2.spec_decode.draft_window import policy
+    from vllm_ascend.worker.v2.spec_decode.draft_window.config import DraftWindowConfig
+
+    config = tp4_dcp2_config(model_dir, "eagle3", None)
+    message = "draft_window_free_kv=true cannot be served under decode context parallelism"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        policy.refuse_free_kv(config, DraftWindowConfig(**FREE_KV), RELEASE)
+
+
+@pytest.mark.model_runner_v1
+def test_free_kv_on_model_runner_v1_is_refused_with_the_fix(
+    model_dir, restore_runner_choice, monkeypatch
+):
+    plugin.register()
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
+    message = (
+        "draft_window_free_kv=true needs Model Runner V2 (VLLM_USE_V2_MODEL_RUNNER=1): it frees "
+        "the draft KV the MRV2 window never reads."
+    )
+    with pytest.raises(ValueError, match=re.escape(message)):
+        speculative_config_for(model_dir, FREE_KV)

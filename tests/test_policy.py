@@ -142,6 +142,19 @@ def test_each_kv_cache_spec_gets_a_decision_and_its_reason(spec, windowed, reaso
     assert why.startswith(reason)
 
 
+def test_a_sliding_window_of_the_tokens_free_kv_keeps_is_the_drafts_full_attention():
+    """``draft_window_free_kv`` gives the draft's full-attention layers a sliding window of
+    exactly the tokens they keep (``kv_cache.py``): that group is windowed; a model's own
+    sliding window of another size is not."""
+    assert groups.classify(sliding_window(32, 64), freed_tokens=64) == (
+        True,
+        "full attention, its KV before the last 64 tokens freed",
+        False,
+    )
+    assert groups.classify(sliding_window(32, 128), freed_tokens=64)[0] is False
+    assert groups.classify(sliding_window(32, 64))[0] is False
+
+
 def test_an_unknown_spec_class_is_not_windowed_and_named():
     spec = NewAttentionSpec(block_size=16, **KV)
     assert groups.classify(spec) == (

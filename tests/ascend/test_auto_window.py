@@ -146,3 +146,15 @@ def test_a_declared_context_at_max_model_len_keeps_the_window_off(
         "the draft reads no context longer than it declares; the draft window stays off. Set "
         "draft_window_size to the drafter's training context in tokens to window it anyway."
     ]
+
+
+@pytest.mark.overlay
+def test_free_kv_is_refused_by_name_on_the_ascend_pairing(registered, model_runner_v2, model_dir):
+    """``draft_window_free_kv`` passes vllm-ascend's strict ``AscendConfig`` (the plugin's
+    own key), then stops start-up with the reason it is not served here."""
+    with pytest.raises(ValueError) as info:
+        speculative_config(model_dir, {"draft_window_size": 512, "draft_window_free_kv": True})
+    message = str(info.value)
+    assert message.startswith("draft_window_free_kv=true cannot be served on vLLM 0.")
+    assert "does not null a sliding-window group's freed blocks" in message
+    assert "Remove draft_window_free_kv" in message

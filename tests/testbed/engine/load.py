@@ -12,7 +12,9 @@ and vLLM's own counters (preemptions, prefix-cache queries and hits, spec decode
 Run as a script from a directory outside the checkout (the project imported as installed).
 PLAN: {"target": path, "max_model_len": n, "block_size": b, "requests": {id: [ids]},
 "abort": id, "abort_after": n, "max_tokens": n, "runs": [{"name", "speculative_config" (or
-null), "additional_config", "engine": {LLM keyword arguments}}]}.
+null), "additional_config", "engine": {LLM keyword arguments}, "requests" (optional: this
+run's own, none aborted)}]}. Each run also records the most requests vLLM had running at
+once (its ``vllm:num_requests_running`` gauge after each step).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import sys
 from offline import release_engine
 from triton_interpreter import label_comparisons_int1
 
+RUNNING = "vllm:num_requests_running"
 COUNTERS = (
     "vllm:num_preemptions",
     "vllm:prefix_cache_queries",
@@ -32,6 +35,10 @@ COUNTERS = (
     "vllm:spec_decode_num_draft_tokens",
     "vllm:spec_decode_num_accepted_tokens",
 )
+
+
+def running(llm) -> int:
+    return sum(int(getattr(m, "value", 0)) for m in llm.get_metrics() if m.name == RUNNING)
 
 
 def counters(llm) -> dict[str, int]:
@@ -60,22 +67,31 @@ def run(plan: dict, spec: dict) -> dict:
     )
     engine = llm.llm_engine
     params = SamplingParams(temperature=0.0, max_tokens=plan["max_tokens"], ignore_eos=True)
-    for request_id, ids in plan["requests"].items():
+    requests = spec.get("requests") or plan["requests"]
+    abort = None if "requests" in spec else plan["abort"]
+    for request_id, ids in requests.items():
         engine.add_request(request_id, TokensPrompt(prompt_token_ids=ids), params)
-    finished, aborted = {}, None
+    finished, aborted, most_running = {}, None, 0
     while engine.has_unfinished_requests():
         for output in engine.step():
             tokens = list(output.outputs[0].token_ids)
             if output.finished:
                 finished[output.request_id] = tokens
-            elif output.request_id == plan["abort"] and len(tokens) >= plan["abort_after"]:
+            elif output.request_id == abort and len(tokens) >= plan["abort_after"]:
                 # A client gone mid-generation: the server aborts its request.
                 engine.abort_request([output.request_id])
                 aborted = {"request": output.request_id, "after_tokens": len(tokens)}
+        most_running = max(most_running, running(llm))
     found = counters(llm)
     del llm, engine
     release_engine()
-    return {"name": spec["name"], "tokens": finished, "aborted": aborted, "counters": found}
+    return {
+        "name": spec["name"],
+        "tokens": finished,
+        "aborted": aborted,
+        "counters": found,
+        "most_running": most_running,
+    }
 
 
 def main(plan_path: str, results_path: str) -> int:

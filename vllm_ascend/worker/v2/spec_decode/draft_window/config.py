@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""``draft_window_size``, ``draft_attention_sinks`` and ``draft_window_min_context`` from
-``--additional-config``, validated once at start-up."""
+"""``draft_window_size``, ``draft_attention_sinks``, ``draft_window_min_context`` and
+``draft_window_free_kv`` from ``--additional-config``, validated once at start-up."""
 
 from __future__ import annotations
 
@@ -16,8 +16,18 @@ KEY = "draft_window_size"
 AUTO = "auto"
 SINKS_KEY = "draft_attention_sinks"
 MIN_CONTEXT_KEY = "draft_window_min_context"
+FREE_KV_KEY = "draft_window_free_kv"
 # The keys besides draft_window_size that only this package reads.
-OWN_KEYS = (SINKS_KEY, MIN_CONTEXT_KEY)
+OWN_KEYS = (SINKS_KEY, MIN_CONTEXT_KEY, FREE_KV_KEY)
+# Every key of additional_config that starts so is one of this package's (vllm-ascend's
+# own AscendConfig declares draft_window_size alone): any other is a misspelling.
+PREFIX = "draft_"
+
+
+def unknown_keys(additional_config: Mapping[str, Any] | None) -> list[str]:
+    """The ``draft_*`` keys of ``additional_config`` this package does not know."""
+    known = (KEY, *OWN_KEYS)
+    return sorted(k for k in additional_config or {} if k.startswith(PREFIX) and k not in known)
 
 
 class DraftWindowConfig(BaseModel):
@@ -36,6 +46,10 @@ class DraftWindowConfig(BaseModel):
     ``draft_window_min_context`` (default 0: every request): the context length from which a
     request reads its window; a shorter request reads its whole context. Only valid together
     with ``draft_window_size``.
+
+    ``draft_window_free_kv`` (default false): the draft's KV-cache groups the window serves
+    hold only what the window can read, so vLLM's KV cache manager frees the blocks before
+    it (``kv_cache.py``). Only valid together with ``draft_window_size``.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -43,6 +57,7 @@ class DraftWindowConfig(BaseModel):
     draft_window_size: Annotated[int, Field(ge=1)] | Literal["auto"] | None = None
     draft_attention_sinks: int = Field(default=0, ge=0)
     draft_window_min_context: int = Field(default=0, ge=0)
+    draft_window_free_kv: bool = False
 
     @field_validator(
         "draft_window_size", "draft_attention_sinks", "draft_window_min_context", mode="before"
@@ -79,6 +94,20 @@ class DraftWindowConfig(BaseModel):
                 f"draft window off; got {value!r} ({type(value).__name__})"
             ) from None
         values = {"draft_window_size": window.draft_window_size}
+        free_kv = additional_config.get(FREE_KV_KEY)
+        if free_kv is not None:
+            if not isinstance(free_kv, bool):
+                raise ValueError(
+                    f'additional_config["{FREE_KV_KEY}"] must be true or false; got '
+                    f"{free_kv!r} ({type(free_kv).__name__})"
+                )
+            if free_kv and not window.enabled:
+                raise ValueError(
+                    f'additional_config["{FREE_KV_KEY}"]=true needs additional_config["{KEY}"]: '
+                    f"it frees the draft KV the window never reads. Set {KEY} too, or remove "
+                    f"{FREE_KV_KEY}."
+                )
+            values[FREE_KV_KEY] = free_kv
         for key, example, off in (
             (SINKS_KEY, "64", "0 or null for none"),
             (MIN_CONTEXT_KEY, "8192", "0 or null: every context"),

@@ -61,25 +61,38 @@ _FULL = ("FullAttentionSpec", "MLAAttentionSpec")
 _UNIFORM = "UniformTypeKVCacheSpecs"
 
 
-def decide_groups(kv_cache_config: Any, attn_groups: list[list[Any]]) -> list[GroupDecision]:
-    """One decision per KV-cache group the draft reads (a non-empty ``attn_groups[g]``)."""
+def decide_groups(
+    kv_cache_config: Any, attn_groups: list[list[Any]], freed_tokens: int | None = None
+) -> list[GroupDecision]:
+    """One decision per KV-cache group the draft reads (a non-empty ``attn_groups[g]``);
+    ``freed_tokens``: the sliding window ``draft_window_free_kv`` gave the draft's
+    full-attention layers (``kv_cache.py``), or None."""
     decisions = []
     for g, groups in enumerate(attn_groups):
         if not groups:
             continue
         spec = kv_cache_config.kv_cache_groups[g].kv_cache_spec
-        windowed, reason, unknown = classify(spec)
+        windowed, reason, unknown = classify(spec, freed_tokens)
         decisions.append(GroupDecision(g, _kind(spec), spec.block_size, windowed, reason, unknown))
     return decisions
 
 
-def classify(spec: Any) -> tuple[bool, str, bool]:
-    """(windowed, reason, unknown class) for one KV-cache spec."""
+def classify(spec: Any, freed_tokens: int | None = None) -> tuple[bool, str, bool]:
+    """(windowed, reason, unknown class) for one KV-cache spec. A ``SlidingWindowSpec`` of
+    ``freed_tokens`` is a draft full-attention layer's whose KV before the window vLLM frees
+    (``draft_window_free_kv``): its layers attend over the whole context, and the window
+    reads only blocks vLLM keeps (``kv_cache.py``)."""
     from vllm.v1 import kv_cache_interface
 
     name = type(spec).__name__
+    if (
+        freed_tokens is not None
+        and name == "SlidingWindowSpec"
+        and spec.sliding_window == freed_tokens
+    ):
+        return True, f"full attention, its KV before the last {freed_tokens} tokens freed", False
     if name == _UNIFORM:
-        members = [classify(member) for member in spec.kv_cache_specs.values()]
+        members = [classify(member, freed_tokens) for member in spec.kv_cache_specs.values()]
         for windowed, reason, unknown in members:
             if not windowed:
                 return False, f"a member layer is not windowed: {reason}", unknown

@@ -18,6 +18,7 @@ import torch
 from vllm_ascend.worker.v2.spec_decode.draft_window import policy
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     AUTO,
+    FREE_KV_KEY,
     KEY,
     MIN_CONTEXT_KEY,
     SINKS_KEY,
@@ -34,6 +35,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.groups import (
     decide_groups,
     describe_decisions,
 )
+from vllm_ascend.worker.v2.spec_decode.draft_window.kv_cache import FREED_ATTR
 from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
 from vllm_ascend.worker.v2.spec_decode.draft_window.methods import (
     METHODS,
@@ -130,7 +132,8 @@ def plan(speculator: Any, config: DraftWindowConfig, release: Release) -> Plan |
     if not config.auto:
         policy.refuse_shape(method, window_size, query_stretch, speculator.vllm_config)
     policy.refuse_config(speculator.vllm_config, release, window_size)
-    decisions = decide_groups(speculator.kv_cache_config, speculator.attn_groups)
+    freed = getattr(speculator, FREED_ATTR, None)
+    decisions = decide_groups(speculator.kv_cache_config, speculator.attn_groups, freed)
     policy.refuse_backends(speculator, release, decisions, window_size)
     layout = DcpLayout.of(speculator.block_tables)
     policy.refuse_dcp(speculator, layout, release, decisions, window_size)
@@ -148,6 +151,14 @@ def plan(speculator: Any, config: DraftWindowConfig, release: Release) -> Plan |
     )
     if not _engages(spec, config, speculator.max_model_len):
         return None
+    if freed is not None and freed < spec.max_read_len:
+        # Never reached with the N kv_cache.py sets; a grouping that coarsened the draft's
+        # blocks past what N assumed would read freed blocks: refused, never read.
+        raise ValueError(
+            f"{FREE_KV_KEY}=true: the draft's KV-cache groups keep the last {freed} tokens of "
+            f"each request, fewer than the {spec.max_read_len} the window reads ({KEY}="
+            f"{spec.window_size}, alignment {spec.alignment}); remove {FREE_KV_KEY}."
+        )
     target = policy.model_type(speculator.vllm_config, "hf_config")
     if method == "dspark" and target.startswith("deepseek_v4"):
         logger.warning(

@@ -25,11 +25,13 @@ from vllm_ascend.worker.v2.spec_decode.draft_window import (
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     AUTO,
+    FREE_KV_KEY,
     KEY,
     MIN_CONTEXT_KEY,
     OWN_KEYS,
     SINKS_KEY,
     DraftWindowConfig,
+    unknown_keys,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
 
@@ -100,6 +102,13 @@ def _check_window_config(vllm_config) -> None:
     additional = vllm_config.additional_config
     if not isinstance(additional, dict):
         return
+    unknown = unknown_keys(additional)
+    if unknown:
+        raise ValueError(
+            f"additional_config has {', '.join(unknown)}, which the draft window does not "
+            f"know (a misspelling?): its keys are {', '.join((KEY, *OWN_KEYS))}. Fix or "
+            f"remove {' and '.join(unknown)}."
+        )
     if all(additional.get(key) is None for key in (KEY, *OWN_KEYS)):
         return
     config = DraftWindowConfig.from_additional_config(additional)
@@ -119,6 +128,8 @@ def _keys(config: DraftWindowConfig) -> str:
         keys += f" and {SINKS_KEY}={config.draft_attention_sinks}"
     if config.draft_window_min_context:
         keys += f" and {MIN_CONTEXT_KEY}={config.draft_window_min_context}"
+    if config.draft_window_free_kv:
+        keys += f" and {FREE_KV_KEY}=true"
     return keys
 
 

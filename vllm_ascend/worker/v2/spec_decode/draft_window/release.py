@@ -21,6 +21,7 @@ class Room(enum.Enum):
     AUTOREGRESSIVE = "autoregressive"  # vLLM's EAGLE family and its graph manager
     ASCEND_AUTOREGRESSIVE = "ascend.autoregressive"  # what vllm-ascend adds to EAGLE
     ASCEND_DSPARK = "ascend.dspark"  # what vllm-ascend adds to DSpark
+    KV_CACHE = "kv_cache"  # the model runner's KV-cache specs (draft_window_free_kv)
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,9 @@ class Release:
     # (draft_decode_context_parallel_size): the window then serves only the sizes earlier
     # releases gave each method.
     own_draft_dcp: bool = False
+    # Why draft_window_free_kv is not served on this release (None: served, through the
+    # model runner's get_kv_cache_spec hook).
+    free_kv_unserved: str | None = None
 
     @property
     def methods(self) -> tuple[str, ...]:

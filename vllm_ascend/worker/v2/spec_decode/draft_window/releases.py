@@ -41,6 +41,10 @@ _BUILD_ATTN_METADATA = _draft(
 _UPDATE_DRAFT_DECODE_METADATA = _draft("_update_draft_decode_metadata", "attn_metadata", "num_reqs")
 _DFLASH_CAPTURE = Hook(Room.DFLASH, f"{_SD}.dflash.speculator", "DFlashSpeculator", "capture")
 # Called, not wrapped: the EAGLE draft prefill builds through it.
+# The draft's KV-cache specs (draft_window_free_kv): the model runner's, after vLLM's own.
+_GET_KV_CACHE_SPEC = _on(Room.KV_CACHE, "vllm.v1.worker.gpu.model_runner", "GPUModelRunner")(
+    "get_kv_cache_spec"
+)
 _PREPARE_ATTN = _on(Room.AUTOREGRESSIVE, "vllm.v1.worker.gpu.model_states.interface", "ModelState")(
     "prepare_attn",
     *("input_batch", "cudagraph_mode", "block_tables", "slot_mappings", "attn_groups"),
@@ -89,6 +93,7 @@ VLLM_0_33 = Release(
         _ar_0_33("capture"),
         _ar_0_33("_fused_multi_step_decode", "num_speculative_steps"),
         _PREPARE_ATTN,
+        _GET_KV_CACHE_SPEC,
     ),
     # vLLM's init_speculator: method "dflash" makes a DFlash, or by the draft's architecture
     # one of the DFlash family (their own passes read only hidden states and token ids).
@@ -125,6 +130,15 @@ VLLM_0_33 = Release(
 # and DFlash on MLA: the kernel takes the host bound plus the query stretch as exact.
 # DSpark on MLA: its exact host copy of the device lengths
 # (_prepare_draft_dcp_metadata_inputs, taken before any hook) is windowed.
+# Why draft_window_free_kv is not served with vllm-ascend: vLLM 0.30's Model Runner V2 does
+# not null a sliding-window group's freed blocks in the step's tables (0.33 does), and
+# vllm-ascend's worker turns sliding-window specs back into full ones where DSpark reuses
+# the target's KV; the freed draft blocks are unproven on its kernels and graphs.
+FREE_KV_ASCEND = (
+    "vLLM 0.30's Model Runner V2 does not null a sliding-window group's freed blocks and "
+    "vllm-ascend turns sliding-window specs back into full ones for DSpark's KV reuse; "
+    "freeing draft blocks is unproven on its NPU kernels and graphs"
+)
 _ASCEND_SD = "vllm_ascend.worker.v2.spec_decode"
 _ASCEND_AR = f"{_ASCEND_SD}.autoregressive"
 _ascend_ar = _on(
@@ -193,6 +207,7 @@ VLLM_0_30_ASCEND = Release(
     unsynced_target=("vllm_ascend.utils", "is_deepseek_v41"),
     unserved_state=backends.UNSERVED_STATE_ASCEND,
     prefill_state=("kvpp_runtime", "device_metadata"),
+    free_kv_unserved=FREE_KV_ASCEND,
 )
 
 # vllm-ascend 0.29.0rc1 on vLLM 0.29.0 (design doc, section 8.3): the builds go through
@@ -244,6 +259,7 @@ VLLM_0_29_ASCEND = Release(
     unserved_state=backends.UNSERVED_STATE_ASCEND[:1],
     prefill_state=("kvpp_runtime", "device_metadata"),
     fia_table_from_target=True,
+    free_kv_unserved=FREE_KV_ASCEND,
 )
 
 # vLLM 0.34.x (design doc, section 8.4): Model Runner V2 only. The EAGLE family and draft
@@ -295,6 +311,7 @@ VLLM_0_34 = dataclasses.replace(
             "capture", "input_buffers", "block_tables", wrapper="manager_capture"
         ),
         _PREPARE_ATTN,
+        _GET_KV_CACHE_SPEC,
     ),
     backend_notes=VLLM_0_33.backend_notes + backends.NOTES_0_34,
     model_runner_v1=False,

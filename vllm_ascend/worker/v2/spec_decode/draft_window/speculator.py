@@ -25,6 +25,7 @@ import torch
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import plan as planning
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
+    FREE_KV_KEY,
     KEY,
     MIN_CONTEXT_KEY,
     SINKS_KEY,
@@ -32,6 +33,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.fused_check import enable_if_trusted
 from vllm_ascend.worker.v2.spec_decode.draft_window.groups import describe_decisions
+from vllm_ascend.worker.v2.spec_decode.draft_window.kv_cache import FREED_ATTR
 from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
 from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import PathCheck
@@ -73,6 +75,15 @@ def create_draft_window(speculator: Any, release: Release) -> Mrv2DraftWindow | 
     if not config.enabled:
         return None
     plan = planning.plan(speculator, config, release)
+    freed = getattr(speculator, FREED_ATTR, None)
+    if plan is None and freed is not None:
+        # The draft's KV before its last `freed` tokens is gone: unwindowed, it would read
+        # freed blocks. Refused, never served.
+        raise ValueError(
+            f"{FREE_KV_KEY}=true freed the draft's KV before the last {freed} tokens of each "
+            f"request, but the draft window is off for method {speculator.method!r} "
+            f"({type(speculator).__name__}; the log says why): remove {FREE_KV_KEY}."
+        )
     if plan is None:
         return None
     window = Mrv2DraftWindow(

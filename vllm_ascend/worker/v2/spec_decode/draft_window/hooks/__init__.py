@@ -8,7 +8,9 @@ speculator family, arranged as the anchors' ``spec_decode/`` folders are:
 - ``dflash.py``: ``DFlashSpeculator`` (DSpark is a DFlash): its graph capture;
 - ``autoregressive.py``: the EAGLE family's propose, draft prefill and graphs;
 - ``ascend/autoregressive.py`` and ``ascend/dspark.py``: what vllm-ascend adds to each, the
-  actual lengths it computes on the host for its kernels.
+  actual lengths it computes on the host for its kernels;
+- ``kv_cache.py``: the model runner's KV-cache specs, where ``draft_window_free_kv`` gives
+  the draft's layers the spec that frees their KV before the window.
 
 ``releases.py`` names, per release, the methods to wrap and the room of each; ``room``
 below is the one dispatch. Each wrapper names its path on the window, so that the path
@@ -40,6 +42,8 @@ def room(family: Room) -> ModuleType:
         )
     elif family is Room.ASCEND_DSPARK:
         from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.ascend import dspark as module
+    elif family is Room.KV_CACHE:
+        from vllm_ascend.worker.v2.spec_decode.draft_window.hooks import kv_cache as module
     else:
         raise ValueError(f"no room of hooks for {family}")
     return module

@@ -1,0 +1,29 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
+"""vLLM's ``GPUModelRunner.get_kv_cache_spec`` (Model Runner V2; the CPU worker's runner
+inherits it): vLLM's specs, then, with ``draft_window_free_kv``, the draft's full-attention
+layers' turned into the sliding-window spec that has vLLM free their KV before the window
+(``kv_cache.draft_kv_cache_spec``). The engine groups the layers and sizes the KV cache from
+what this returns, before any speculator's ``set_attn``."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from vllm_ascend.worker.v2.spec_decode.draft_window import kv_cache
+from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import Installed
+
+
+def get_kv_cache_spec(original: Callable, installed: Installed) -> Callable:
+    """``GPUModelRunner.get_kv_cache_spec``: vLLM's own, then the draft's freed layers."""
+
+    @functools.wraps(original)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        specs = original(self, *args, **kwargs)
+        if not installed.active:
+            return specs
+        return kv_cache.draft_kv_cache_spec(self, specs)
+
+    return wrapper
