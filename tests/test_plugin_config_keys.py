@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""The window's own keys (`draft_attention_sinks`, `draft_window_min_context`) and
+"""The window's own keys (`draft_attention_sinks`, `draft_window_min_context`,
+`draft_window_free_kv`) and
 `draft_window_size: "auto"` pass vllm-ascend's own validation of `additional_config`: a
 strict `AscendConfig` drops the keys, takes "auto" as None where its declared field would
 reject it, and still checks every other key and value; a lenient one is untouched.
@@ -109,7 +110,7 @@ def test_the_released_lenient_ascend_config_is_left_untouched(monkeypatch):
     assert released.AscendConfig.__init__ is init
 
 
-OWN_KEYS = ("draft_attention_sinks", "draft_window_min_context")
+OWN_KEYS = ("draft_attention_sinks", "draft_window_min_context", "draft_window_free_kv")
 
 
 @pytest.mark.parametrize("key", OWN_KEYS)
@@ -134,6 +135,7 @@ def test_a_strict_ascend_config_accepts_the_own_keys_once_registered(model_dir, 
                 "draft_window_size": "4096",
                 "draft_attention_sinks": 64,
                 "draft_window_min_context": 8192,
+                "draft_window_free_kv": True,
             },
         )
         assert ascend_config.draft_window_size == 4096
@@ -210,6 +212,7 @@ def test_a_strict_ascend_config_that_declares_the_own_keys_and_auto_is_left_unto
         draft_window_size: int | Literal["auto"] | None = None
         draft_attention_sinks: int = 0
         draft_window_min_context: int = 0
+        draft_window_free_kv: bool = False
 
     module = install_module(monkeypatch, ModuleType(MODULE))
     module.AscendConfig = AscendConfig
@@ -228,6 +231,7 @@ def test_a_strict_ascend_config_declaring_the_own_keys_takes_auto_as_none(monkey
         draft_window_size: int | None = None
         draft_attention_sinks: int = 0
         draft_window_min_context: int = 0
+        draft_window_free_kv: bool = False
 
     module = install_module(monkeypatch, ModuleType(MODULE))
     module.AscendConfig = AscendConfig

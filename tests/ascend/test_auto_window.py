@@ -154,7 +154,8 @@ def test_free_kv_is_refused_by_name_on_the_ascend_pairing(registered, model_runn
     own key), then stops start-up with the reason it is not served here."""
     with pytest.raises(ValueError) as info:
         speculative_config(model_dir, {"draft_window_size": 512, "draft_window_free_kv": True})
+    # (vLLM 0.29 and 0.30 wrap a config's error in pydantic's.)
     message = str(info.value)
-    assert message.startswith("draft_window_free_kv=true cannot be served on vLLM 0.")
+    assert "draft_window_free_kv=true cannot be served on vLLM 0." in message
     assert "does not null a sliding-window group's freed blocks" in message
     assert "Remove draft_window_free_kv" in message
