@@ -205,7 +205,7 @@ def _avx2_lines(studies: dict) -> list[str]:
         "CPU's path, run on this machine: vLLM's AVX2 ops (`tools/cpu_ops.py`) and torch's "
         f"kernels at AVX2. {same} of {len(diffs)} mean acceptance lengths are the same; the "
         f"farthest apart is {scenario} {run} at {context} tokens, by {worst:.2f} (two runs "
-        "of one server differ by up to about 0.07: which requests share an engine step). "
+        "of one server differ by up to about 0.25: which requests share an engine step). "
         "The weights are the same on every x86-64 CPU (`design/testing.md`), so this is how "
         "far another machine's curve moves."
     ]
