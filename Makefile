@@ -202,7 +202,7 @@ test-034: $(VENV_034)/.project-installed  ## The vLLM 0.34.0 upstream suite (.ve
 	@echo "== vLLM 0.34.0 upstream (.venv-034) =="
 	$(VENV_034)/bin/python -m pytest -m "not release_independent and not newest_line"
 
-test-study: $(VENV_034)/.project-installed $(TRAINED)  ## The long-context study over the trained drafters in a real engine (.venv-034, the tests marked newest_line).
+test-study: $(VENV_034)/.project-installed $(TRAINED)  ## The long-context study of the trained EAGLE3 head and both trained drafters under load, in a real engine (.venv-034, the tests marked newest_line).
 	@echo "== vLLM 0.34.0, the long-context study (.venv-034) =="
 	$(VENV_034)/bin/python -m pytest -m newest_line
 
