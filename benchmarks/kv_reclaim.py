@@ -27,6 +27,7 @@ import torch
 
 from tests.testbed import kv_manager
 from tests.testbed.kv_manager import Shape
+from tests.testbed.shims import apply_cpu_shims
 from tests.testbed.speculators import make_vllm_config, tiny_model_dir
 from vllm_ascend.worker.v2.spec_decode.draft_window import kv_cache
 
@@ -109,6 +110,8 @@ def vllm_config_for(vllm_config, context: int):
 
 
 def bench_kv_reclaim() -> dict:
+    # vLLM's config needs a platform, which the shims give a CPU-only host (run alone too).
+    apply_cpu_shims()
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = tiny_model_dir(Path(tmp), max_position_embeddings=1 << 18)
         vllm_config = make_vllm_config(model_dir, 131072, 256, {})
@@ -157,7 +160,7 @@ def kv_reclaim_lines(found: dict) -> list[str]:
         "|---|---|---|---:|---|---|---|",
     ]
     for r in found["rows"]:
-        contexts = sorted(c for label, c in r if label == "today")
+        contexts = sorted(key[1] for key in r if isinstance(key, tuple) and key[0] == "today")
         for context in contexts:
             today, freed = r["today", context], r["freed", context]
             lines.append(
