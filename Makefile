@@ -48,9 +48,17 @@ CPU_OPS_STAMP := .cpu-ops-$(CPU_OPS)
 UV := .cache/uv-tool/bin/uv
 export UV_CACHE_DIR := $(CURDIR)/.cache/uv
 UV_INSTALL := $(UV) pip install -q
-# PyTorch's CPU build, a local file on these machines (PIP_FIND_LINKS): the +cpu version
-# exists nowhere else, so a machine without it stops here rather than pull a CUDA build.
-TORCH_CPU := --find-links $(or $(PIP_FIND_LINKS),/opt/wheels) torch==2.13.0+cpu
+# PyTorch's CPU build (the +cpu version: a plain one would pull a CUDA build), from the
+# first local folder that holds its wheel (TORCH_CPU_WHEELS: PIP_FIND_LINKS, /opt/wheels),
+# else from PyTorch's own CPU wheel index (TORCH_CPU_INDEX), read as a flat list of links:
+# its torch page, so that torch's dependencies still come from the package index (as an
+# --index, uv's first-index rule would take them from PyTorch's mirror of them).
+# tests/test_setup_torch.py checks the choice.
+TORCH_CPU_VERSION := 2.13.0+cpu
+TORCH_CPU_WHEELS ?= $(PIP_FIND_LINKS) /opt/wheels
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_CPU_DIR := $(firstword $(foreach dir,$(patsubst file://%,%,$(TORCH_CPU_WHEELS)),$(if $(wildcard $(dir)/torch-$(TORCH_CPU_VERSION)-*.whl),$(dir))))
+TORCH_CPU := --find-links $(or $(TORCH_CPU_DIR),$(TORCH_CPU_INDEX)/torch/) torch==$(TORCH_CPU_VERSION)
 export UV TORCH_CPU
 # Each environment's bytecode, compiled once when it is made: uv writes none, and where
 # PYTHONDONTWRITEBYTECODE is set (as on these machines) no process caches any either, so
@@ -107,7 +115,7 @@ $(TRAINED): tests/testbed/engine/trained.py | $(STAMP)
 # as on a host (.project-installed).
 define upstream_venv
 	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
-	# CPU torch (the local build: a plain version would pull a CUDA build) and the test and
+	# CPU torch (its +cpu build, TORCH_CPU: a plain version would pull a CUDA build), the test and
 	# plot tools, resolved with their own dependencies.
 	$(UV_INSTALL) --python $(1)/bin/python $(TORCH_CPU) -r requirements/test.txt
 	# vLLM without its dependency pins (triton, CUDA torchvision/torchaudio/torchcodec), the
