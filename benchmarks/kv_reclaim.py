@@ -122,11 +122,11 @@ def bench_kv_reclaim() -> dict:
 def engine_admission() -> dict:
     """The CPU engine's admission runs of tests/test_engine_load.py: four requests of 1024
     tokens, KV bytes for one with the draft's whole KV, with the key and without."""
+    import trained_models as trained
     from tests.test_engine_load import ADMISSION, FREE_KV, WINDOW, long_requests, speculative
-    from tests.testbed.engine import trained
     from tests.testbed.engine.runs import LOAD, engine_script
 
-    models = trained.trained_models(ROOT / ".cache" / "trained-models")
+    models = trained.committed()
     draft = speculative("draft_model", models.draft_model)
     long = {f"1024 tokens ({k})": ids for k, ids in enumerate(long_requests(models))}
     runs = [("whole", WINDOW), ("freed", FREE_KV)]

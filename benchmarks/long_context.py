@@ -4,7 +4,7 @@
 
 The long-context study of ``make e2e-ascend`` (``e2e/e2e.py STUDY=long DEVICE=cpu``: vLLM's
 own ``vllm bench sweep serve`` and ``vllm bench serve``, prompts cut by its
-``create_txt_slices_dataset``) over the models ``make trained-models`` trained: a draft
+``create_txt_slices_dataset``) over the committed tiny models (``trained_models/``): a draft
 model trained at 64 tokens and an EAGLE3 head trained at 64 tokens on the target's hidden
 states, for a target sound to 1088. The curve: contexts from inside the training context
 (32) to 16 times it (1024), 8 prompts of held-out text per context, sent together, 16 new
@@ -206,8 +206,8 @@ def _avx2_lines(studies: dict) -> list[str]:
         f"kernels at AVX2. {same} of {len(diffs)} mean acceptance lengths are the same; the "
         f"farthest apart is {scenario} {run} at {context} tokens, by {worst:.2f} (two runs "
         "of one server differ by up to about 0.25: which requests share an engine step). "
-        "The weights are the same on every x86-64 CPU (`design/testing.md`), so this is how "
-        "far another machine's curve moves."
+        "The weights are committed, the same on every machine (`trained_models/`), so this "
+        "is how far another machine's curve moves."
     ]
 
 

@@ -7,13 +7,13 @@ measured with vLLM's own benchmark tools (`vllm bench sweep serve`, `vllm bench 
     make e2e-ascend DRY_RUN=1         # write the parameter files, print the commands to paste
     E2E_SCENARIO=dspark make e2e-ascend
     DEVICE=cuda make e2e-ascend       # the same harness on vLLM's CUDA V2 runner
-    DEVICE=cuda E2E_SCENARIO=tiny make e2e-ascend   # the models trained here, downloads nothing
+    DEVICE=cuda E2E_SCENARIO=tiny make e2e-ascend   # the committed tiny models, downloads nothing
     SINKS=64 make e2e-ascend          # V2 with the window and 64 attention sinks
     STUDY=long make e2e-ascend        # acceptance and throughput by context (study.py)
     STUDY=long MIN_CONTEXT=8192 make e2e-ascend   # the window engaged from 8k contexts on
     DCP=2 make e2e-ascend             # every run with decode context parallelism over 2 ranks
     DCP=4 DCP_INTERLEAVE=16 make e2e-ascend       # ... and cp_kv_cache_interleave_size 16
-    make study-cpu                    # the study here, on CPU: the tiny models trained here
+    make study-cpu                    # the study here, on CPU: the committed tiny models
 
 For each run of the scenario (V2 runner with the window, V2 without it, V1 runner with the
 window) ``vllm bench sweep serve`` starts `vllm serve` and sends three workloads with ``vllm
@@ -38,9 +38,9 @@ not take DCP (its golden files and draft KV estimates are for one rank's layout)
 
 DEVICE=cpu runs the long-context study only, in this project's ``.venv`` (``make
 study-cpu``): vLLM's CPU worker with the test bed's engine environment
-(``tests/testbed/engine/environment.py``), the models trained here
-(``tests/testbed/engine/trained.py``: ``draft_model`` and ``eagle3`` scenarios) and their
-held-out text, contexts from inside the drafter's training context to 16 times it.
+(``tests/testbed/engine/environment.py``), the committed tiny models (``trained_models/``:
+``draft_model`` and ``eagle3`` scenarios) and their held-out text (rebuilt from .venv's vLLM:
+``make heldout``), contexts from inside the drafter's training context to 16 times it.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def scenarios(env: dict[str, str], device: str = "ascend") -> dict[str, Scenario
         "draft_model": qwen3_8b("draft_model", "Qwen/Qwen3-0.6B", 3),
         # DFlash drafts a block of 16 (K = 15) in one parallel pass.
         "dflash": qwen3_8b("dflash", "z-lab/Qwen3-8B-DFlash-b16", 15),
-        # The models trained here (make trained-models): downloads nothing.
+        # The committed tiny models (trained_models/): downloads nothing.
         "tiny": trained_scenario("tiny", "eagle3", env, []),
     }
     for scenario in found.values():
@@ -141,9 +141,9 @@ def scenarios(env: dict[str, str], device: str = "ascend") -> dict[str, Scenario
 
 
 def trained_models() -> object:
-    """The tiny models ``make trained-models`` trained here (the CPU study's)."""
+    """The committed tiny models' package (``trained_models/``, the CPU study's)."""
     sys.path.insert(0, str(ROOT))
-    from tests.testbed.engine import trained
+    import trained_models as trained
 
     return trained
 
@@ -153,7 +153,7 @@ def trained_scenario(name: str, draft: str, env: dict[str, str], extra_args: lis
     ``TARGET_MODEL`` and ``DRAFT_MODEL`` override them. Plain text prompts: the byte
     tokenizer has no chat template."""
     trained = trained_models()
-    models = trained.TrainedModels(TRAINED_ROOT)
+    models = trained.COMMITTED
     # The window "auto" picks for a drafter declaring its training context C (the reads, W
     # to W + a - 1 tokens, within C) with blocks of 32: C - 32 + 1.
     block = int(env.get("BLOCK_SIZE", CPU_BLOCK_SIZE))
@@ -190,8 +190,9 @@ def cpu_scenarios(env: dict[str, str]) -> dict[str, Scenario]:
     return {name: trained_scenario(name, name, env, cpu_args) for name in ("draft_model", "eagle3")}
 
 
-# Where `make trained-models` writes the CPU study's models.
-TRAINED_ROOT = ROOT / ".cache" / "trained-models"
+# The CPU study's models, committed (trained_models/; their held-out text is rebuilt into
+# .cache by make heldout).
+TRAINED_ROOT = ROOT / "trained_models"
 # The CPU study's defaults (the environment overrides each): KV blocks of 32 tokens (the CPU
 # attention backend's smallest), 8 prompts per context sent together, 16 output tokens each:
 # so small a model's greedy continuation soon repeats itself (design/e2e.md), so the study
@@ -209,7 +210,7 @@ def cpu_study_defaults() -> dict[str, str]:
     prompts cut from the held-out text."""
     trained = trained_models()
     c = trained.DRAFT_CONTEXT
-    models = trained.TrainedModels(TRAINED_ROOT)
+    models = trained.COMMITTED
     return {
         "CONTEXTS": ",".join(str(c * k // 2) for k in (1, 2, 4, 8, 16, 32)),
         "OUTPUT_TOKENS": str(CPU_OUTPUT_TOKENS),
@@ -436,7 +437,7 @@ def prompts(scenario: Scenario) -> tuple[list[str], list[str], list[str]]:
     the golden file records; the others give the V1/V2 comparison enough drafts to resolve
     0.05. The models trained here take stretches of their held-out text (a byte a token)."""
     if not scenario.chat:
-        text = trained_models().TrainedModels(TRAINED_ROOT).heldout.read_text(encoding="utf-8")
+        text = trained_models().COMMITTED.heldout.read_text(encoding="utf-8")
 
         def stretch(k: int, length: int) -> str:
             return text[k * len(text) // 10 :][:length]
@@ -1013,13 +1014,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     probe = {"ascend": "npu-smi", "cuda": "nvidia-smi"}.get(args.device)
     needs_trained = args.device == "cpu" or scenario.name == "tiny"
-    if (
-        needs_trained
-        and not (TRAINED_ROOT / ".complete").exists()
-        and ("TARGET_MODEL" not in os.environ)
-    ):
-        print("needs the trained tiny models: run `make trained-models`", file=sys.stderr)
-        return 2
+    if needs_trained and "TARGET_MODEL" not in os.environ:
+        trained = trained_models()
+        try:
+            trained.committed()
+        except trained.FixtureError as error:
+            print(
+                f"needs the committed tiny models and their held-out text: {error}", file=sys.stderr
+            )
+            return 2
     if args.device != "cpu" and shutil.which(probe) is None:
         what = "Ascend NPUs" if args.device == "ascend" else "CUDA GPUs"
         print(f"needs {what}: {probe} not found", file=sys.stderr)

@@ -148,7 +148,7 @@ def test_dspark_scenario_and_local_models_come_from_the_environment(capsys, monk
 
 
 def test_tiny_cuda_mode_serves_the_models_trained_here(capsys, monkeypatch, tmp_path):
-    """Downloads nothing: the target and EAGLE3 head ``make trained-models`` trained, plain
+    """Downloads nothing: the committed target and EAGLE3 head (``trained_models/``), plain
     text prompts of their held-out text (the byte tokenizer has no chat template)."""
     lines = plan_lines(
         capsys, [], monkeypatch, tmp_path, DRY_RUN="1", E2E_SCENARIO="tiny", DEVICE="cuda"
@@ -159,7 +159,7 @@ def test_tiny_cuda_mode_serves_the_models_trained_here(capsys, monkeypatch, tmp_
     runs = runs_of([found])
     assert runs["v2_window"]["speculative_config"]["model"] == str(e2e.TRAINED_ROOT / "eagle3")
     assert runs["v2_window"]["additional_config"] == {"draft_window_size": 33}
-    heldout = (e2e.TRAINED_ROOT / "heldout.txt").read_text()
+    heldout = e2e.trained_models().HELDOUT.read_text()
     for workload in found["workloads"]:
         for line in Path(workload["dataset_path"]).read_text().splitlines():
             assert json.loads(line)["prompt"] in heldout

@@ -162,9 +162,9 @@ def test_vllms_cutter_gives_every_prompt_exactly_its_context_of_the_held_out_tex
     whose tokens number exactly the context."""
     from transformers import AutoTokenizer
 
-    from tests.testbed.engine.trained import TrainedModels
+    import trained_models
 
-    models = TrainedModels(e2e.TRAINED_ROOT)
+    models = trained_models.committed()
     out = tmp_path / "context_512.jsonl"
     command = e2e.sweep.slices_command(models.heldout, out, models.target, 4, 512, 16)
     subprocess.run(command, check=True, capture_output=True)
@@ -377,16 +377,16 @@ def test_every_drafting_method_has_a_scenario(dry_run, method):
 
 
 def test_the_cpu_study_serves_the_trained_models_on_vllms_cpu_worker(dry_run):
-    """DEVICE=cpu: the models make trained-models wrote, the test bed's engine environment,
+    """DEVICE=cpu: the committed tiny models, the test bed's engine environment,
     the held-out text cut to each context exactly, plain completions."""
-    from tests.testbed.engine import trained
+    import trained_models as trained
 
     lines = dry_run(DEVICE="cpu", AUTO="1", PARALLEL="2")
     assert lines[0] == f"# check: {e2e.PLUGIN_MODULE} imports (make installed this project)"
     cut = cutter(lines)
     assert [int(c["--input-len"]) for c in cut] == [32, 64, 128, 256, 512, 1024]
     assert all(c["--input"].endswith("study_text.txt") for c in cut)
-    assert f"{e2e.TRAINED_ROOT / 'heldout.txt'}" in lines[2]
+    assert f"{trained.HELDOUT}" in lines[2]
     # Two sweeps side by side, a port each, the runs dealt over them.
     found = sweeps(lines)
     assert [[r["_benchmark_name"] for r in s["runs"]] for s in found] == [

@@ -4,8 +4,8 @@
 context collapses past it, and the window brings it back.
 
 The long-context study of ``make e2e-ascend`` (``e2e/e2e.py STUDY=long``, ``DEVICE=cpu``),
-as ``make demo`` serves it, over the models ``make trained-models`` trained
-(``tests/testbed/engine/trained.py``) with ``vllm serve``: an EAGLE3 head trained at C = 64
+as ``make demo`` serves it, over the committed tiny models (``trained_models/``) with
+``vllm serve``: an EAGLE3 head trained at C = 64
 tokens on the hidden states of a target sound to 1088. At each context (C/2, inside the
 training context; 16 C) 8 prompts of held-out text generate 16 tokens each, greedy, K = 3;
 acceptance is vLLM's own spec-decode metrics. The draft model trained at 64 tokens is held
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.testbed.engine import trained
+import trained_models as trained
 from tests.testbed.engine.runs import free_port
 
 # What it measures is the trained models' (the window's hooks serve every line the same

@@ -2,8 +2,8 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """After the inspector's tables (``make demo``; ``--no-serve`` skips it): what the window is
 for, in a real vLLM engine. The long-context study of ``make e2e-ascend``
-(``e2e/study.py``), run here on CPU (``make study-cpu``): ``vllm serve`` of the tiny models
-trained here (``tests/testbed/engine/trained.py``), an EAGLE3 head trained at 64 tokens on
+(``e2e/study.py``), run here on CPU (``make study-cpu``): ``vllm serve`` of the committed
+tiny models (``trained_models/``), an EAGLE3 head trained at 64 tokens on
 the hidden states of a target sound to 1088, at contexts from inside the head's training
 context to 16 times it. Acceptance and output throughput by context, without the window,
 with it, with ``draft_window_size`` "auto" (the head declares its training context), and
@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.testbed.engine.trained import DRAFT_CONTEXT as TRAINED_AT
+from trained_models import DRAFT_CONTEXT as TRAINED_AT
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "e2e" / "results"
@@ -53,7 +53,7 @@ def serve_study(out: Path = OUT, parallel: int = 2, contexts: str = CONTEXTS) ->
     print(
         "\nWhat the window is for, in a real vLLM engine: the long-context study of make "
         "e2e-ascend, here on CPU (vllm serve, Model Runner V2) with an EAGLE3 head trained "
-        "at 64 tokens for a target sound to 1088 (both trained by make trained-models), "
+        "at 64 tokens for a target sound to 1088 (both committed: trained_models/), "
         "greedy, 3 speculative tokens.",
         flush=True,
     )
