@@ -612,3 +612,24 @@ def test_free_kv_on_model_runner_v1_is_refused_with_the_fix(
     )
     with pytest.raises(ValueError, match=re.escape(message)):
         speculative_config_for(model_dir, FREE_KV)
+
+
+def test_free_kv_for_mtp_is_refused_by_name_before_the_model_loads(
+    model_dir, restore_runner_choice
+):
+    """The window leaves MTP drafts alone, so there is no windowed draft KV to free: the key
+    stops start-up at the config check, not after KV-cache allocation. (A real EAGLE3
+    config with its method read as "mtp": the check reads only the method.)"""
+    import copy
+
+    from vllm_ascend.worker.v2.spec_decode.draft_window import policy
+    from vllm_ascend.worker.v2.spec_decode.draft_window.config import DraftWindowConfig
+
+    config = copy.copy(speculative_config_for(model_dir, {}))
+    config.speculative_config = copy.copy(config.speculative_config)
+    config.speculative_config.method = "mtp"
+    message = "draft_window_free_kv=true cannot be served for speculative method 'mtp'"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        policy.check_start_up(config, DraftWindowConfig(**FREE_KV), RELEASE, True)
+    # Without the key an MTP draft keeps its warning at set_attn: nothing stops here.
+    policy.check_start_up(config, DraftWindowConfig(draft_window_size=512), RELEASE, True)

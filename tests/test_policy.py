@@ -5,6 +5,8 @@ token per slot. Every other group gets exactly what vLLM gives it without the wi
 takes no part in the alignment or the sinks. Real vLLM spec classes, real speculators and
 builders."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from vllm.config.compilation import CUDAGraphMode
@@ -142,17 +144,36 @@ def test_each_kv_cache_spec_gets_a_decision_and_its_reason(spec, windowed, reaso
     assert why.startswith(reason)
 
 
-def test_a_sliding_window_of_the_tokens_free_kv_keeps_is_the_drafts_full_attention():
-    """``draft_window_free_kv`` gives the draft's full-attention layers a sliding window of
-    exactly the tokens they keep (``kv_cache.py``): that group is windowed; a model's own
-    sliding window of another size is not."""
-    assert groups.classify(sliding_window(32, 64), freed_tokens=64) == (
+def test_the_groups_free_kv_converted_are_known_by_their_layers_not_their_window():
+    """``draft_window_free_kv`` gives the draft's full-attention layers a sliding window
+    (``kv_cache.py``) and records which layers: their group is windowed; a target's own
+    sliding window of the very same size is not; a converted layer vLLM grouped back into
+    full attention stops start-up by name."""
+    from vllm.v1.kv_cache_interface import KVCacheGroupSpec
+
+    from vllm_ascend.worker.v2.spec_decode.draft_window.kv_cache import Freed
+
+    freed = Freed(64, frozenset({"draft.0", "draft.1"}))
+    config = SimpleNamespace(
+        kv_cache_groups=[
+            KVCacheGroupSpec(["target.0"], sliding_window(32, 64)),
+            KVCacheGroupSpec(["draft.0", "draft.1"], sliding_window(32, 64)),
+        ]
+    )
+    target, draft = groups.decide_groups(config, [["attn"], ["attn"]], freed)
+    assert (draft.windowed, draft.reason) == (
         True,
         "full attention, its KV before the last 64 tokens freed",
-        False,
     )
-    assert groups.classify(sliding_window(32, 128), freed_tokens=64)[0] is False
-    assert groups.classify(sliding_window(32, 64))[0] is False
+    assert not target.windowed and target.reason.startswith("a sliding window the layer reads")
+    assert not groups.decide_groups(config, [["attn"], ["attn"]])[1].windowed
+    merged = SimpleNamespace(
+        kv_cache_groups=[
+            KVCacheGroupSpec(["target.0", "draft.0", "draft.1"], full_attention_spec(32))
+        ]
+    )
+    with pytest.raises(ValueError, match="vLLM grouped the draft layers it converted"):
+        groups.decide_groups(merged, [["attn"]], freed)
 
 
 def test_an_unknown_spec_class_is_not_windowed_and_named():

@@ -14,7 +14,9 @@ PLAN: {"target": path, "max_model_len": n, "block_size": b, "requests": {id: [id
 "abort": id, "abort_after": n, "max_tokens": n, "runs": [{"name", "speculative_config" (or
 null), "additional_config", "engine": {LLM keyword arguments}, "requests" (optional: this
 run's own, none aborted)}]}. Each run also records the most requests vLLM had running at
-once (its ``vllm:num_requests_running`` gauge after each step).
+once (its ``vllm:num_requests_running`` gauge after each step) and, per KV-cache group, the
+most blocks one request held after a step (vLLM's KV cache manager, in this process: the
+engine core runs in process here).
 """
 
 from __future__ import annotations
@@ -49,6 +51,18 @@ def counters(llm) -> dict[str, int]:
     return found
 
 
+def most_held(llm, found: list[int]) -> list[int]:
+    """``found`` raised to the blocks each request holds now, per KV-cache group (the null
+    block, which stands for a freed one, not counted)."""
+    scheduler = llm.llm_engine.engine_core.engine_core.scheduler
+    managers = scheduler.kv_cache_manager.coordinator.single_type_managers
+    found = found or [0] * len(managers)
+    for group, manager in enumerate(managers):
+        for blocks in manager.req_to_blocks.values():
+            found[group] = max(found[group], sum(not block.is_null for block in blocks))
+    return found
+
+
 def run(plan: dict, spec: dict) -> dict:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
@@ -71,7 +85,7 @@ def run(plan: dict, spec: dict) -> dict:
     abort = None if "requests" in spec else plan["abort"]
     for request_id, ids in requests.items():
         engine.add_request(request_id, TokensPrompt(prompt_token_ids=ids), params)
-    finished, aborted, most_running = {}, None, 0
+    finished, aborted, most_running, held = {}, None, 0, []
     while engine.has_unfinished_requests():
         for output in engine.step():
             tokens = list(output.outputs[0].token_ids)
@@ -82,6 +96,7 @@ def run(plan: dict, spec: dict) -> dict:
                 engine.abort_request([output.request_id])
                 aborted = {"request": output.request_id, "after_tokens": len(tokens)}
         most_running = max(most_running, running(llm))
+        held = most_held(llm, held)
     found = counters(llm)
     del llm, engine
     release_engine()
@@ -91,6 +106,7 @@ def run(plan: dict, spec: dict) -> dict:
         "aborted": aborted,
         "counters": found,
         "most_running": most_running,
+        "most_held": held,
     }
 
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from vllm_ascend.worker.v2.spec_decode.draft_window.config import FREE_KV_KEY, KEY
+
 
 @dataclass(frozen=True)
 class GroupDecision:
@@ -62,34 +64,53 @@ _UNIFORM = "UniformTypeKVCacheSpecs"
 
 
 def decide_groups(
-    kv_cache_config: Any, attn_groups: list[list[Any]], freed_tokens: int | None = None
+    kv_cache_config: Any, attn_groups: list[list[Any]], freed: Any = None
 ) -> list[GroupDecision]:
     """One decision per KV-cache group the draft reads (a non-empty ``attn_groups[g]``);
-    ``freed_tokens``: the sliding window ``draft_window_free_kv`` gave the draft's
-    full-attention layers (``kv_cache.py``), or None."""
+    ``freed``: what ``draft_window_free_kv`` did (``kv_cache.Freed``: the draft layers it
+    turned into a sliding window, and its tokens), or None."""
     decisions = []
     for g, groups in enumerate(attn_groups):
         if not groups:
             continue
-        spec = kv_cache_config.kv_cache_groups[g].kv_cache_spec
-        windowed, reason, unknown = classify(spec, freed_tokens)
+        group = kv_cache_config.kv_cache_groups[g]
+        spec = group.kv_cache_spec
+        windowed, reason, unknown = classify(spec, _converted(group, freed))
         decisions.append(GroupDecision(g, _kind(spec), spec.block_size, windowed, reason, unknown))
     return decisions
 
 
+def _converted(group: Any, freed: Any) -> int | None:
+    """The tokens the group's layers keep where ``draft_window_free_kv`` made them a sliding
+    window (every layer of the group one it converted, the spec still that window), else
+    None; a group holding a converted layer that vLLM turned back into full attention stops
+    start-up (the draft's KV would stay whole while the window's plan counted it freed)."""
+    if freed is None or not set(group.layer_names) & freed.layers:
+        return None
+    spec = group.kv_cache_spec
+    if (
+        set(group.layer_names) <= freed.layers
+        and type(spec).__name__ == "SlidingWindowSpec"
+        and spec.sliding_window == freed.tokens
+    ):
+        return freed.tokens
+    raise ValueError(
+        f"{FREE_KV_KEY}=true: vLLM grouped the draft layers it converted "
+        f"({', '.join(sorted(set(group.layer_names) & freed.layers))}) as {_kind(spec)}, not "
+        f"as the sliding window of {freed.tokens} tokens the key gave them. Remove "
+        f"{FREE_KV_KEY} ({KEY} still windows what the draft reads)."
+    )
+
+
 def classify(spec: Any, freed_tokens: int | None = None) -> tuple[bool, str, bool]:
-    """(windowed, reason, unknown class) for one KV-cache spec. A ``SlidingWindowSpec`` of
-    ``freed_tokens`` is a draft full-attention layer's whose KV before the window vLLM frees
-    (``draft_window_free_kv``): its layers attend over the whole context, and the window
-    reads only blocks vLLM keeps (``kv_cache.py``)."""
+    """(windowed, reason, unknown class) for one KV-cache spec. ``freed_tokens``: the spec is
+    a draft full-attention layer's that ``draft_window_free_kv`` turned into a sliding window
+    of that many tokens (``decide_groups`` knows by its layers): its layers attend over the
+    whole context, and the window reads only blocks vLLM keeps (``kv_cache.py``)."""
     from vllm.v1 import kv_cache_interface
 
     name = type(spec).__name__
-    if (
-        freed_tokens is not None
-        and name == "SlidingWindowSpec"
-        and spec.sliding_window == freed_tokens
-    ):
+    if freed_tokens is not None:
         return True, f"full attention, its KV before the last {freed_tokens} tokens freed", False
     if name == _UNIFORM:
         members = [classify(member, freed_tokens) for member in spec.kv_cache_specs.values()]

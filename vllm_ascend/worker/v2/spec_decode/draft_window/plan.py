@@ -35,7 +35,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.groups import (
     decide_groups,
     describe_decisions,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.kv_cache import FREED_ATTR
+from vllm_ascend.worker.v2.spec_decode.draft_window.kv_cache import FREED_ATTR, Freed
 from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
 from vllm_ascend.worker.v2.spec_decode.draft_window.methods import (
     METHODS,
@@ -151,14 +151,8 @@ def plan(speculator: Any, config: DraftWindowConfig, release: Release) -> Plan |
     )
     if not _engages(spec, config, speculator.max_model_len):
         return None
-    if freed is not None and freed < spec.max_read_len:
-        # Never reached with the N kv_cache.py sets; a grouping that coarsened the draft's
-        # blocks past what N assumed would read freed blocks: refused, never read.
-        raise ValueError(
-            f"{FREE_KV_KEY}=true: the draft's KV-cache groups keep the last {freed} tokens of "
-            f"each request, fewer than the {spec.max_read_len} the window reads ({KEY}="
-            f"{spec.window_size}, alignment {spec.alignment}); remove {FREE_KV_KEY}."
-        )
+    if freed is not None:
+        _refuse_freed_reads(spec, units, freed, speculator.kv_cache_config)
     target = policy.model_type(speculator.vllm_config, "hf_config")
     if method == "dspark" and target.startswith("deepseek_v4"):
         logger.warning(
@@ -190,6 +184,26 @@ def plan(speculator: Any, config: DraftWindowConfig, release: Release) -> Plan |
         decisions=tuple(decisions),
         sink_tokens=config.draft_attention_sinks,
     )
+
+
+def _refuse_freed_reads(
+    spec: WindowSpec, units: Mapping[int, int], freed: Freed, kv_cache_config: Any
+) -> None:
+    """Stop where a group ``draft_window_free_kv`` converted keeps fewer tokens than the
+    window's reads need (``WindowSpec.retained_tokens``): kv_cache.py sizes ``N`` from
+    vLLM's grouping, which a kernel block size other than the group's could still undercut.
+    Refused, never read."""
+    kept = freed.tokens
+    for group_id, column in sorted(units.items()):
+        layers = set(kv_cache_config.kv_cache_groups[group_id].layer_names)
+        needed = spec.retained_tokens(column)
+        if layers & freed.layers and kept < needed:
+            raise ValueError(
+                f"{FREE_KV_KEY}=true: the draft's KV-cache group {group_id} keeps a sliding "
+                f"window of {kept} tokens per request, fewer than the {needed} the window's "
+                f"reads need ({KEY}={spec.window_size}, alignment {spec.alignment}, "
+                f"{column}-token table columns); remove {FREE_KV_KEY}."
+            )
 
 
 def _extra_query_slots(speculator: Any) -> int:

@@ -34,13 +34,21 @@ def check_start_up(
     """The start-up check of a complete config asking for the window (``config``: its
     ``DraftWindowConfig``) with a draft, once the runner is known. On Model Runner V2, a
     method ``release`` does not serve stops here, before workers start (MTP keeps its
-    warning at ``set_attn``, whose reason depends on the speculator class), and ``"auto"``
+    warning at ``set_attn``, whose reason depends on the speculator class; with
+    ``draft_window_free_kv`` it stops here: there is no windowed draft KV to free), and ``"auto"``
     stops where the draft checkpoint's config.json cannot be read (its context is resolved
     at ``set_attn``, once the alignment is known). On Model Runner V1, ``"auto"``, sinks and
     a threshold stop: only the MRV2 window applies them (vllm-ascend's V1 window takes a
     number of tokens, and has neither sinks nor a threshold)."""
     if model_runner_v2:
         method = getattr(vllm_config.speculative_config, "method", None)
+        if METHODS.get(method) is Kind.MTP and config.draft_window_free_kv:
+            raise ValueError(
+                f"{FREE_KV_KEY}=true cannot be served for speculative method {method!r}: the "
+                "draft window leaves MTP drafts alone (their modules are trained over the "
+                "target's whole context, or read the target's own KV), so no draft KV is "
+                f"windowed and none can be freed. Remove {FREE_KV_KEY}."
+            )
         if method is not None and release is not None and METHODS.get(method) is not Kind.MTP:
             refuse_method(method, release, config.draft_window_size)
             refuse_config(vllm_config, release, config.draft_window_size)

@@ -77,11 +77,11 @@ def create_draft_window(speculator: Any, release: Release) -> Mrv2DraftWindow | 
     plan = planning.plan(speculator, config, release)
     freed = getattr(speculator, FREED_ATTR, None)
     if plan is None and freed is not None:
-        # The draft's KV before its last `freed` tokens is gone: unwindowed, it would read
-        # freed blocks. Refused, never served.
+        # The draft's KV before its last `freed.tokens` tokens is gone: unwindowed, it would
+        # read freed blocks. Refused, never served.
         raise ValueError(
-            f"{FREE_KV_KEY}=true freed the draft's KV before the last {freed} tokens of each "
-            f"request, but the draft window is off for method {speculator.method!r} "
+            f"{FREE_KV_KEY}=true freed the draft's KV before the last {freed.tokens} tokens of "
+            f"each request, but the draft window is off for method {speculator.method!r} "
             f"({type(speculator).__name__}; the log says why): remove {FREE_KV_KEY}."
         )
     if plan is None:

@@ -22,8 +22,10 @@ def get_kv_cache_spec(original: Callable, installed: Installed) -> Callable:
     @functools.wraps(original)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         specs = original(self, *args, **kwargs)
-        if not installed.active:
+        # Without the key, vLLM's specs as they are, nothing else of the runner read.
+        if not installed.active or not kv_cache.asks_free_kv(self):
             return specs
-        return kv_cache.draft_kv_cache_spec(self, specs)
+        width = installed.release.block_table_width_function()
+        return kv_cache.draft_kv_cache_spec(self, specs, width)
 
     return wrapper
