@@ -29,9 +29,9 @@ module documentation), under the Python Software Foundation License; ``STUDY_TEX
 another. Prompts are plain stretches of it, sent as completions (no chat template: the
 context is exactly the prompt).
 
-On CPU (``DEVICE=cpu``: vLLM's CPU worker, this project's test bed) the models are the tiny
-ones trained here (``tests/testbed/engine/trained.py``) and the text is their held-out
-source.
+On CPU (``DEVICE=cpu``: vLLM's CPU worker, this project's test bed) the models are the
+committed tiny ones (``trained_models/``) and the text is their held-out source (rebuilt from
+.venv's vLLM 0.33.0: ``make heldout``).
 """
 
 from __future__ import annotations
