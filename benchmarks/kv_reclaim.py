@@ -6,9 +6,11 @@ For four target and drafter shapes as served on an accelerator (bf16, 8 KV heads
 blocks of 16, W = 2048: a 36-layer target with a one-layer EAGLE3 head, a 3-layer DSpark
 draft or a 5-layer DFlash draft, and a 64-layer target with a 28-layer draft model) and the
 CPU engine's (a 2-layer target and 2-layer draft model, float32, blocks of 32, W = 33), with
-and without the key: vLLM's grouping of the model's KV-cache specs (``get_global_kv_cache_groups``;
-with the key the draft's full-attention layers are a ``SlidingWindowSpec`` of W + b - 1
-tokens), the blocks one request holds at 32k and 128k tokens (4k and 1k on the CPU shape)
+and without the key: vLLM's grouping of the model's KV-cache specs
+(``get_global_kv_cache_groups``; with the key the draft's full-attention layers are a
+``SlidingWindowSpec`` of N = W + a - b tokens, planned by the package itself), the device
+bytes the extra groups' block tables take against the draft KV freed per request, the
+blocks one request holds at 32k and 128k tokens (4k and 1k on the CPU shape)
 through vLLM's ``KVCacheManager`` (a prefill in chunks of 8192, then 8 speculative decode
 steps), in GiB; the concurrency vLLM reports for that many tokens per request
 (``get_max_concurrency_for_kv_cache_config``, its "Maximum concurrency" line) and the
@@ -29,10 +31,12 @@ from tests.testbed import kv_manager
 from tests.testbed.kv_manager import Shape
 from tests.testbed.shims import apply_cpu_shims
 from tests.testbed.speculators import make_vllm_config, tiny_model_dir
+from tests.testbed.vllm_line import get_block_table_width
 from vllm_ascend.worker.v2.spec_decode.draft_window import kv_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 GIB = 1 << 30
+MIB = 1 << 20
 # (shape, W, contexts, pool bytes)
 SHAPES = (
     (Shape("36-layer target + EAGLE3 (1 layer)", 36, 1), 2048, (32768, 131072), 60 * GIB),
@@ -74,17 +78,22 @@ def _bytes_per_token(specs) -> int:
 
 def row(vllm_config, shape: Shape, window: int, contexts, pool: int) -> dict:
     whole = shape.specs()
-    tokens = window + shape.block_size - 1
-    freed, names = kv_cache.sliding_draft_specs(whole, shape.draft_names, tokens)
-    found = kv_cache.reclaim(vllm_config, freed, names, tokens)
-    try:
-        kv_cache.reclaim(vllm_config, freed, names, tokens, refuse=True)
-        verdict = "served"
-    except ValueError as refused:
-        verdict = "refused: " + str(refused).split("does not pay here: ")[1].split(". Remove")[0]
+    # The package's own planning (N = W + a - b in the block size vLLM's grouping gives the
+    # draft), and its verdict: served, or the refusal's reason.
+    freed, found = kv_cache.free_draft_kv(
+        vllm_config,
+        whole,
+        shape.draft_names,
+        window,
+        table_width=get_block_table_width,
+        refuse=False,
+    )
+    why = found.refusal()
+    verdict = "served" if why is None else f"refused: {why}"
     result = {"shape": shape.name, "groups": found.groups, "padding": found.padding_layers}
     result["share"] = found.draft_share
     result["verdict"] = verdict
+    result["tables"] = (found.table_bytes, found.kv_bytes_freed)
     for label, specs in (("today", whole), ("freed", freed)):
         config = kv_manager.kv_cache_config(vllm_config, specs, pool)
         per_block = block_bytes(config)
@@ -154,10 +163,11 @@ def kv_reclaim_lines(found: dict) -> list[str]:
         "",
         __doc__.split("\n\n", 1)[1].strip().replace("\n", " "),
         "",
-        "| shape | with the key: groups (padding layers), draft share | key | context | "
+        "| shape | with the key: groups (padding layers), draft share | extra groups' block "
+        "tables / draft KV freed per request at max_model_len, MiB | key | context | "
         "GiB per request, today -> freed | reported concurrency, today -> freed | steady "
         "concurrency, today -> freed (x) |",
-        "|---|---|---|---:|---|---|---|",
+        "|---|---|---|---|---:|---|---|---|",
     ]
     for r in found["rows"]:
         contexts = sorted(key[1] for key in r if isinstance(key, tuple) and key[0] == "today")
@@ -165,7 +175,8 @@ def kv_reclaim_lines(found: dict) -> list[str]:
             today, freed = r["today", context], r["freed", context]
             lines.append(
                 f"| {r['shape']} | {r['groups']} ({r['padding']}), {r['share']:.1%} | "
-                f"{r['verdict']} | {context} | {today['gib']:.2f} -> {freed['gib']:.2f} | "
+                f"{r['tables'][0] / MIB:.2f} / {r['tables'][1] / MIB:.2f} | {r['verdict']} | "
+                f"{context} | {today['gib']:.2f} -> {freed['gib']:.2f} | "
                 f"{today['reported']:.2f} -> {freed['reported']:.2f} | {today['steady']:.2f} -> "
                 f"{freed['steady']:.2f} (x{freed['steady'] / today['steady']:.3f}) |"
             )

@@ -21,18 +21,16 @@ everything, the drafts and acceptances are exactly the window's without the key.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
-from tests.testbed.engine import trained
+import trained_models as trained
 from tests.testbed.engine.runs import LOAD, engine_script
 
 # What it measures is the trained models' (the window's hooks serve every line the same
 # tokens: test_engine.py, on both): once, on the newest line.
 pytestmark = pytest.mark.newest_line
 
-ROOT = Path(__file__).resolve().parent.parent
 C = trained.DRAFT_CONTEXT
 WINDOW = {"draft_window_size": C - 32 + 1}
 GAIN = 0.6
@@ -111,7 +109,7 @@ def speculative(method: str, model: str) -> dict:
 
 @pytest.fixture(scope="module")
 def load(tmp_path_factory):
-    models = trained.trained_models(ROOT / ".cache" / "trained-models")
+    models = trained.committed()
     draft_model = speculative("draft_model", models.draft_model)
     eagle3 = speculative("eagle3", models.eagle3)
     draft_model_load = {**UNDER_LOAD, "kv_cache_memory_bytes": KV_BYTES["draft_model"]}
