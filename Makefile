@@ -260,12 +260,12 @@ gpu-check:  ## The window's kernels checked and measured on a CUDA GPU (benchmar
 	$(PYTHON) -m tools.gpu_check $(GPU_ARGS)
 
 # Runs in the host's own environment (its NPU or CUDA builds of vLLM), not in .venv.
-e2e-ascend:  ## End to end with vllm serve on Ascend NPUs (DRY_RUN=1, DEVICE=cuda, E2E_SCENARIO=..., SINKS=N, MIN_CONTEXT=M, DCP=N, STUDY=long).
+e2e-ascend:  ## End to end with vllm serve on Ascend NPUs (DRY_RUN=1, DEVICE=cuda, E2E_SCENARIO=..., SINKS=N, MIN_CONTEXT=M, DCP=N, STUDY=long, PARALLEL=N with ASCEND_RT_VISIBLE_DEVICES or CUDA_VISIBLE_DEVICES, LOSSLESS=exact|fraction, MIN_IDENTICAL=0.66).
 	$(PYTHON) e2e/e2e.py
 
 # The long-context study of make e2e-ascend (e2e/study.py) here, on CPU: vllm serve of the
 # committed tiny models, acceptance and throughput by context with the window on and off.
-study-cpu: $(VENV)/.project-installed $(HELDOUT)  ## The long-context study on CPU with the committed tiny models (E2E_SCENARIO=eagle3, SINKS=N, AUTO=1, PARALLEL=2).
+study-cpu: $(VENV)/.project-installed $(HELDOUT)  ## The long-context study on CPU with the committed tiny models (E2E_SCENARIO=eagle3, SINKS=N, AUTO=1, PARALLEL=2, DTYPE=bfloat16: the served dtype, float32 by default).
 	DEVICE=cpu STUDY=long $(PY) e2e/e2e.py
 
 clean:  ## Remove .venv, caches and build output.

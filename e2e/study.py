@@ -40,6 +40,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import lossless
+
 MIN_CONTEXT_KEY = "draft_window_min_context"
 # Standard library modules whose own documentation follows the language reference.
 DOCUMENTED_MODULES = (
@@ -124,23 +126,46 @@ def check(
     min_context: int = 0,
     long_from: int = LONG_CONTEXT,
     short_to: int = SHORT_CONTEXT,
+    *,
+    policy: lossless.Policy | None = None,
+    num_spec: int | None = None,
 ) -> list[str]:
-    """The study's assertions; returns the failures. Every run's greedy outputs, workload by
-    workload, equal the run without speculation's (or, without one, the V2 window run's).
-    Below ``min_context`` the V2 run with the window reads what the run without it reads
-    (the whole context), and is not compared with V1, which windows every context."""
-    failures = []
+    """The study's assertions; returns the failures. Every run's texts, workload by workload,
+    against the run without speculation's (or, without one, the V2 window run's) under
+    ``policy`` (``lossless.py``: exact unless it says otherwise); each run's result under
+    ``results[run]["lossless"]``. Every speculating run's acceptance by position has
+    ``num_spec`` entries. The acceptance check is derived within the run: from ``long_from``
+    on the window at least what no window accepts, up to ``short_to`` within 0.1 of it (and
+    the golden, where one was recorded); a study that reaches neither checks nothing and
+    fails. Below ``min_context`` the V2 run with the window reads what the run without it
+    reads (the whole context), and is not compared with V1, which windows every context."""
     on, off, v1 = results["v2_window"], results["v2_no_window"], results.get("v1_window")
     reference = "no_speculation" if "no_speculation" in results else "v2_window"
-    expected = results[reference]["outputs"]
+    found, failures = lossless.check(results, reference, policy or lossless.Policy())
+    for name, compared in found.items():
+        results[name]["lossless"] = compared
     for name, run in results.items():
-        differ = [w for w in expected if run["outputs"].get(w) != expected[w]]
-        if differ:
-            failures.append(
-                f"greedy outputs of {name} differ from {reference}: {', '.join(differ)}"
-            )
+        for workload, m in run.get("workloads", {}).items():
+            per_position = m.get("per_position")
+            if per_position is None:
+                continue  # no speculation
+            if not m.get("drafts") or m.get("mean_length") is None:
+                failures.append(f"{name} {workload}: no drafts measured")
+            elif num_spec is not None and len(per_position) != num_spec:
+                failures.append(
+                    f"{name} {workload}: acceptance by position has {len(per_position)} "
+                    f"entries, num_speculative_tokens is {num_spec}"
+                )
+    contexts = [int(c) for c in on["contexts"]]
+    if golden is None and not any(c >= long_from or min_context <= c <= short_to for c in contexts):
+        failures.append(
+            f"no context of {contexts} is at least {long_from} (LONG_CONTEXT) or at most "
+            f"{short_to} (SHORT_CONTEXT), and no golden: the acceptance is checked nowhere"
+        )
     for ctx, got in on["contexts"].items():
         mean, without = got["mean_length"], off["contexts"][ctx]["mean_length"]
+        if mean is None or without is None:
+            continue  # no drafts: failed above
         if int(ctx) < min_context and abs(mean - without) > 0.1:
             failures.append(
                 f"{ctx}: below {MIN_CONTEXT_KEY}={min_context}, acceptance with "
@@ -210,10 +235,13 @@ def write_report(out_dir: Path, meta: dict, results: dict[str, dict], failures: 
                 f"{engaged} | {name} | {mean} | {rate} | {per_position} | "
                 f"{m['output_tokens_per_s']:.1f} | {m['tpot_ms']:.2f} | {read} |"
             )
+    lines += ["", *lossless_lines(meta.get("lossless", ""), results)]
     lines += [
         "",
         "Anchors (published, other setups):",
         *[f"- {a}" for a in ANCHORS],
+        "",
+        *produced_by_lines(meta.get("produced_by")),
         "",
         "Failures: " + ("none" if not failures else "; ".join(failures)),
         "",
@@ -222,6 +250,35 @@ def write_report(out_dir: Path, meta: dict, results: dict[str, dict], failures: 
     ]
     (out_dir / "report.md").write_text("\n".join(lines))
     plot(out_dir / "study.png", meta, results)
+
+
+def lossless_lines(policy: str, results: dict[str, dict]) -> list[str]:
+    """Each run's texts against the reference's, as measured (``lossless.py``)."""
+    lines = [f"Texts against the reference run (lossless check, {policy}):", ""]
+    for name, run in results.items():
+        found = run.get("lossless")
+        if found is None:
+            continue
+        where = lossless.describe_divergences(found["divergences"]) or "none"
+        lines.append(
+            f"- {name}: {found['identical']} of {found['total']} identical to "
+            f"{found['reference']}'s; divergences: {where}"
+        )
+    return lines
+
+
+def produced_by_lines(produced: dict | None) -> list[str]:
+    """What produced a report: the time, the versions, the models, the settings."""
+    if not produced:
+        return []
+    versions = ", ".join(f"{k} {v or 'not installed'}" for k, v in produced["versions"].items())
+    models = ", ".join(f"{k} {v}" for k, v in produced["models"].items())
+    settings = " ".join(f"{k}={v}" for k, v in produced["settings"].items()) or "(defaults)"
+    return [
+        f"Produced by: `{produced['command']}` from {produced['started']} to "
+        f"{produced.get('finished', '-')} on {produced['device']}; {versions}; checkout "
+        f"{produced.get('commit') or 'unknown'}; models: {models}; settings: {settings}."
+    ]
 
 
 def plot(path: Path, meta: dict, results: dict[str, dict]) -> bool:

@@ -144,6 +144,11 @@ class Sweep:
     def experiment(self) -> Path:
         return self.out / self.name
 
+    @property
+    def log(self) -> Path:
+        """Where ``run`` writes the sweep's output, its servers' included."""
+        return self.out / f"{self.name}.log"
+
     def files(self) -> dict[Path, str]:
         """The parameter files the command reads."""
         serve = [run.record() for run in self.runs]
@@ -185,14 +190,23 @@ def run(sweeps: list[Sweep], environ: dict[str, str], cwd: Path, at_once: int = 
         # Unbuffered: the sweep's own lines ([BEGIN SERVER], the server's name) land in the
         # log in order with the server's, which writes to the same file.
         env = {**environ, **sweep.env, "PYTHONUNBUFFERED": "1"}
-        with (sweep.out / f"{sweep.name}.log").open("w") as log:
+        with sweep.log.open("w") as log:
             done = subprocess.run(
                 sweep.command(), env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT
             )
         return done.returncode
 
+    if not sweeps:
+        return {}
     with ThreadPoolExecutor(max_workers=at_once) as pool:
         return dict(zip((s.name for s in sweeps), pool.map(one, sweeps), strict=True))
+
+
+def log_tail(sweep: Sweep, lines: int = 40) -> str:
+    """The last ``lines`` lines of the sweep's log (where vLLM's error is)."""
+    if not sweep.log.exists():
+        return f"(no log at {sweep.log})"
+    return "\n".join(sweep.log.read_text(errors="replace").splitlines()[-lines:])
 
 
 def results(sweep: Sweep) -> dict[tuple[str, str], dict]:
@@ -209,7 +223,7 @@ def results(sweep: Sweep) -> dict[tuple[str, str], dict]:
 def server_logs(sweep: Sweep) -> dict[str, str]:
     """Each run's part of the sweep's log: its server's output, from ``[BEGIN SERVER]`` to
     ``[END SERVER]``."""
-    path = sweep.out / f"{sweep.name}.log"
+    path = sweep.log
     logs: dict[str, list[str]] = {}
     name = None
     for line in path.read_text(errors="replace").splitlines() if path.exists() else []:

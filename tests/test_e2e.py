@@ -23,13 +23,15 @@ e2e = importlib.util.module_from_spec(spec)
 sys.modules["e2e_harness"] = e2e
 spec.loader.exec_module(e2e)
 
-ENV = ("E2E_SCENARIO", "DEVICE", "DRY_RUN", "TARGET_MODEL", "DRAFT_MODEL", "TP", "SINKS")
-ENV += ("DCP", "DCP_INTERLEAVE", "STUDY", "WINDOW", "MIN_CONTEXT")
+
+def clear_settings(monkeypatch):
+    """None of the harness's settings from this process's environment."""
+    for key in e2e.SETTINGS:
+        monkeypatch.delenv(key, raising=False)
 
 
 def plan_lines(capsys, argv, monkeypatch, tmp_path=None, **env):
-    for key in ENV:
-        monkeypatch.delenv(key, raising=False)
+    clear_settings(monkeypatch)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     out = ["--out", str(tmp_path)] if tmp_path is not None else []
@@ -261,12 +263,9 @@ def test_dcp_fits_the_tensor_parallel_size_and_passes_the_interleave(
             "DCP=4 needs a tensor parallel size that is a multiple of it "
             "(vLLM shards the KV over the TP ranks): TP=2 is not; set TP=4, or leave TP unset",
         ),
-        ({"DCP": "0"}, "DCP must be a positive integer, got '0'"),
-        ({"DCP": "two"}, "DCP must be a positive integer, got 'two'"),
-        (
-            {"DCP": "2", "DCP_INTERLEAVE": "-1"},
-            "DCP_INTERLEAVE must be a positive integer, got '-1'",
-        ),
+        ({"DCP": "0"}, "DCP='0' is not an integer >= 1"),
+        ({"DCP": "two"}, "DCP='two' is not an integer >= 1"),
+        ({"DCP": "2", "DCP_INTERLEAVE": "-1"}, "DCP_INTERLEAVE='-1' is not an integer >= 1"),
         ({"DCP_INTERLEAVE": "16"}, "DCP_INTERLEAVE=16 needs DCP > 1"),
         ({"DCP": "2", "STUDY": "long"}, "STUDY=long does not take DCP=2"),
     ],
@@ -296,37 +295,69 @@ def test_acceptance_is_what_vllm_bench_serve_measured():
 def result(outputs, per_pos, long_mean=None):
     mean = 1 + sum(per_pos)
     return {
-        "outputs": outputs,
+        "outputs": {"golden": outputs},
         "acceptance": {"per_position": per_pos, "mean_length": mean},
         "all_long": {"per_position": per_pos, "mean_length": long_mean or mean},
     }
 
 
-def test_a_missing_golden_stops_before_any_server_starts(tmp_path, monkeypatch):
+def test_without_a_golden_the_acceptance_is_checked_within_the_run():
+    """Every scenario without a golden file (DSpark, DFlash, sinks, MIN_CONTEXT, DCP, another
+    WINDOW) runs: the V2 run with the window against the same run without it."""
     scenario = e2e.scenarios({"WINDOW": "640"})["eagle3"]
     assert scenario.golden.name == "eagle3_qwen3_8b_w640.json" and not scenario.golden.exists()
-    monkeypatch.setattr(e2e, "install", lambda device: pytest.fail("installed before the check"))
-    with pytest.raises(SystemExit, match="RECORD_GOLDEN=1"):
-        e2e.run_scenario(scenario, "ascend", 1, tmp_path)
+    assert e2e.load_golden(scenario, False) == (None, 0.1)
+    runs = {
+        "v2_window": result(["a"], [0.7, 0.4, 0.3]),
+        "v2_no_window": result(["a"], [0.7, 0.5, 0.3]),
+    }
+    assert e2e.check(runs, None, num_spec=3) == []
+    runs["v2_window"] = result(["a"], [0.5, 0.3, 0.2])
+    assert e2e.check(runs, None, num_spec=3) == [
+        f"V2 with the window: mean acceptance 2.000 < V2 without it 2.500 - {e2e.WINDOW_MARGIN}"
+    ]
+
+
+@pytest.mark.parametrize("per_position", [[], [0.7, 0.4]])
+def test_an_empty_or_short_acceptance_by_position_fails(per_position):
+    runs = {
+        "v2_window": result(["a"], per_position),
+        "v2_no_window": result(["a"], [0.7, 0.4, 0.3]),
+    }
+    assert (
+        e2e.check(runs, [0.7, 0.4, 0.3], num_spec=3)
+        == [
+            f"v2_window: acceptance by position has {len(per_position)} entries, "
+            "num_speculative_tokens is 3"
+        ]
+        * 2
+    )
 
 
 def test_checks_flag_output_drift_golden_drift_and_a_v2_below_v1():
     good = {
         "v2_window": result(["a"], [0.7, 0.4, 0.3]),
-        "v2_no_window": result(["a"], [0.1] * 3),
+        "v2_no_window": result(["a"], [0.7, 0.4, 0.3]),
         "v1_window": result(["a"], [0.7, 0.4, 0.3]),
     }
-    assert e2e.check(good, [0.7, 0.4, 0.3]) == []
+    assert e2e.check(good, [0.7, 0.4, 0.3], num_spec=3) == []
     bad = {
         "v2_window": result(["a"], [0.5, 0.4, 0.3], long_mean=2.0),
-        "v2_no_window": result(["b"], [0.1] * 3),
+        "v2_no_window": result(["b"], [0.5, 0.4, 0.3], long_mean=2.0),
         "v1_window": result(["a"], [0.7, 0.4, 0.3], long_mean=2.1),
     }
-    assert e2e.check(bad, [0.7, 0.4, 0.3]) == [
-        "greedy outputs of v2_no_window differ from v2_window",
+    assert e2e.check(bad, [0.7, 0.4, 0.3], num_spec=3) == [
+        "greedy outputs of v2_no_window differ from v2_window in 1 of 1 prompts: golden "
+        "prompt 0 from character 0",
         "acceptance at position 0: 0.500, golden 0.700 (+-0.1)",
         "V2 with the window: mean acceptance 2.000 < V1 with the window 2.100 - 0.05",
     ]
+    assert bad["v2_no_window"]["lossless"] == {
+        "reference": "v2_window",
+        "identical": 0,
+        "total": 1,
+        "divergences": [{"workload": "golden", "prompt": 0, "character": 0}],
+    }
 
 
 def test_the_host_pairing_is_checked_against_the_supported_lines_before_any_server(capsys):

@@ -23,13 +23,8 @@ import e2e  # noqa: E402
 # The same code on every vLLM line: run once, in .venv (design/testing.md).
 pytestmark = pytest.mark.release_independent
 
-STUDY_ENV = (
-    *("E2E_SCENARIO", "DEVICE", "DRY_RUN", "TARGET_MODEL", "DRAFT_MODEL", "TP", "SINKS"),
-    *("MIN_CONTEXT", "DCP", "DCP_INTERLEAVE", "WINDOW"),
-    *("STUDY", "MAX_CONTEXT", "PROMPTS_PER_CONTEXT", "OUTPUT_TOKENS", "BLOCK_SIZE"),
-    *("CONTEXTS", "STUDY_TEXT", "LONG_CONTEXT", "SHORT_CONTEXT", "PARALLEL", "MAX_MODEL_LEN"),
-    *("NO_SPECULATION", "AUTO", "MORE_WINDOWS", "CONCURRENCY", "SHARED_PREFIX"),
-)
+# Every setting the harness reads.
+STUDY_ENV = e2e.SETTINGS
 
 
 from tests.test_e2e import runs_of, sweeps  # noqa: E402
@@ -136,7 +131,7 @@ def test_auto_and_more_windows_are_runs_of_their_own(dry_run, capsys, monkeypatc
         monkeypatch.setenv("MORE_WINDOWS", bad)
         with pytest.raises(SystemExit):
             e2e.main(["--dry-run"])
-        assert f"MORE_WINDOWS must be positive token counts, comma-separated; got {bad!r}" in (
+        assert f"MORE_WINDOWS={bad!r} is not a comma-separated list of integers >= 1" in (
             capsys.readouterr().err
         )
 
@@ -243,7 +238,8 @@ def test_checks_flag_every_rule():
         {"v2_window": bad_on, "v2_no_window": bad_off, "v1_window": v1}, golden, 0.15
     )
     assert (
-        "greedy outputs of v2_no_window differ from v2_window: context_32_concurrency_8" in failures
+        "greedy outputs of v2_no_window differ from v2_window in 1 of 1 prompts: "
+        "context_32_concurrency_8 prompt 0 from character 0" in failures
     )
     assert any(
         f.startswith("4096: acceptance with the window 2.800 is not within 0.1") for f in failures
@@ -351,12 +347,16 @@ def test_the_report_is_written_from_what_vllm_bench_serve_measured(tmp_path):
     assert (tmp_path / "study.png").stat().st_size > 0
 
 
-def test_a_missing_study_golden_stops_before_any_server_starts(tmp_path, monkeypatch):
-    scenario = e2e.scenarios({"WINDOW": "640"})["eagle3"]
-    monkeypatch.setattr(e2e, "install", lambda device: pytest.fail("installed before the check"))
-    settings = study.Settings([4096], 1, 16, 128)
-    with pytest.raises(SystemExit, match=r"study_eagle3_w640\.json: run once with RECORD_GOLDEN=1"):
-        e2e.run_study(scenario, "ascend", 1, tmp_path, settings, False)
+def test_without_a_golden_the_study_checks_the_window_against_no_window_and_never_nothing():
+    """No study golden is committed: every scenario's acceptance is checked within the run;
+    a study whose contexts reach neither side of the rule, with no golden, fails."""
+    assert not list((ROOT / "e2e" / "golden").glob("study_*.json"))
+    on = run(["a"], {8192: 2.0, 16384: 2.1})
+    off = run(["a"], {8192: 2.2, 16384: 2.3})
+    assert study.check({"v2_window": on, "v2_no_window": off}, None, 0.15) == [
+        "no context of [8192, 16384] is at least 32768 (LONG_CONTEXT) or at most 4096 "
+        "(SHORT_CONTEXT), and no golden: the acceptance is checked nowhere"
+    ]
 
 
 def test_without_npus_the_study_stops_at_once_with_exit_code_2():
@@ -432,7 +432,8 @@ def test_checks_compare_every_output_with_the_run_without_speculation_and_take_t
     assert study.check(results, None, 0.15, 0, long_from=512, short_to=32) == []
     worse = {**results, "v2_window": run(["b"], {32: 3.5, 512: 1.5})}
     assert study.check(worse, None, 0.15, 0, long_from=512, short_to=32) == [
-        "greedy outputs of v2_window differ from no_speculation: context_32_concurrency_8",
+        "greedy outputs of v2_window differ from no_speculation in 1 of 1 prompts: "
+        "context_32_concurrency_8 prompt 0 from character 0",
         "32: acceptance with the window 3.500 is not within 0.1 of without 3.800",
         "512: acceptance with the window 1.500 < without 1.700",
     ]

@@ -1,0 +1,356 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
+"""What a run of the end-to-end harness owns and what it refuses, without a server: a run
+reads only what it wrote (a stale result left in its folder never reaches its report, a
+second run into the folder gives its own numbers), a failed ``vllm bench sweep serve``
+fails the run with the end of its log, every report says what produced it, the lossless
+check over recorded texts (exact on CPU, the fraction identical on a device), every bad
+setting stopped by name before anything runs (the dry run too), and ``PARALLEL`` servers
+on cards of their own. ``vllm bench sweep serve`` is played by a stand-in that writes what
+vLLM's writes and, as vLLM 0.33's does, refuses an experiment folder that exists."""
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "e2e"))
+
+import lossless  # noqa: E402
+import study  # noqa: E402
+
+import e2e  # noqa: E402
+
+# The same code on every vLLM line: run once, in .venv (design/testing.md).
+pytestmark = pytest.mark.release_independent
+
+# What `vllm bench sweep serve` does, as far as the harness reads it: one folder per
+# experiment (refused when it exists), one run=0.json per run and workload with the fields
+# `vllm bench serve` saves, the server's start-up lines in its output.
+STAND_IN = """
+import argparse, json, os, sys
+from pathlib import Path
+p = argparse.ArgumentParser()
+for flag in ("--serve-cmd", "--bench-cmd", "--serve-params", "--bench-params", "--output-dir",
+             "--experiment-name", "--num-runs", "--server-ready-timeout"):
+    p.add_argument(flag)
+p.add_argument("--show-stdout", action="store_true")
+args, _ = p.parse_known_args(sys.argv[4:])
+experiment = Path(args.output_dir) / args.experiment_name
+if os.environ.get("STAND_IN_FAIL"):
+    print("RuntimeError: Server failed to start in time (stand-in)")
+    sys.exit(1)
+if experiment.exists():
+    print(f"ValueError: Cannot overwrite existing experiment_dir={experiment}")
+    sys.exit(1)
+length = float(os.environ["STAND_IN_LENGTH"])
+for serve in json.loads(Path(args.serve_params).read_text()):
+    name = serve["_benchmark_name"]
+    print(f"Server overrides: {{'_benchmark_name': '{name}'}}")
+    window = serve.get("additional_config", {}).get("draft_window_size")
+    if window is not None:
+        print(f"INFO Draft KV window on for eagle3: draft_window_size={window}, stand-in")
+    for bench in json.loads(Path(args.bench_params).read_text()):
+        prompts = Path(bench["dataset_path"]).read_text().splitlines()
+        result = {
+            "generated_texts": [f"text {i}" for i in range(len(prompts))],
+            "output_throughput": 10.0, "mean_tpot_ms": 1.0, "mean_ttft_ms": 1.0,
+            "completed": len(prompts),
+        }
+        if "speculative_config" in serve:
+            # Past the drafter's training context the window gains.
+            gain = 1.0 if window and "1024" in bench["_benchmark_name"] else 0.0
+            result |= {
+                "spec_decode_acceptance_length": length + gain,
+                "spec_decode_acceptance_rate": 50.0,
+                "spec_decode_per_position_acceptance_rates": [0.5, 0.3, 0.2],
+                "spec_decode_num_drafts": 10,
+            }
+        folder = experiment / f"SERVE--{name}-BENCH--{bench['_benchmark_name']}"
+        folder.mkdir(parents=True)
+        (folder / "run=0.json").write_text(json.dumps(result))
+    print("[END SERVER]")
+"""
+
+
+@pytest.fixture
+def study_run(tmp_path, monkeypatch):
+    """Runs the CPU study of the EAGLE3 head at 32 and 1024 tokens into ``tmp_path`` with
+    the stand-in for ``vllm bench sweep serve`` (its mean acceptance length ``length``):
+    its exit code and what it printed. The install, the pairing check and vLLM's cutter are
+    left out (each has its own test)."""
+    stand_in = tmp_path / "vllm"
+    stand_in.write_text(f"#!{sys.executable}\n{STAND_IN}")
+    stand_in.chmod(0o755)
+    monkeypatch.setattr(e2e.sweep, "vllm_command", lambda: str(stand_in))
+    monkeypatch.setattr(e2e, "install", lambda device: None)
+    monkeypatch.setattr(e2e, "check_pairing", lambda method: None)
+
+    def cut(commands, at_once):
+        for command in commands:
+            out = Path(command[command.index("--output") + 1])
+            prompts = int(command[command.index("--num-prompts") + 1])
+            e2e.sweep.write_dataset(out, ["prompt"] * prompts, 4)
+
+    monkeypatch.setattr(e2e, "cut_datasets", cut)
+    for key in e2e.SETTINGS:
+        monkeypatch.delenv(key, raising=False)
+    scenario = e2e.cpu_scenarios({"PROMPTS_PER_CONTEXT": "2"})["eagle3"]
+    settings = study.Settings([32, 1024], 2, 4, 32, long_from=512, short_to=32)
+    out = tmp_path / "results" / "study_eagle3"
+
+    def run(length: float, **env: str) -> int:
+        for key, value in {"STAND_IN_LENGTH": str(length), **env}.items():
+            monkeypatch.setenv(key, value)
+        return e2e.run_study(scenario, "cpu", 8123, out, settings, False)
+
+    return run, out
+
+
+def means(out: Path) -> dict[str, dict[str, float]]:
+    report = json.loads((out / "report.json").read_text())
+    return {
+        name: {c: m["mean_length"] for c, m in run["contexts"].items()}
+        for name, run in report["runs"].items()
+        if name != "no_speculation"
+    }
+
+
+def test_a_stale_result_in_the_folder_never_reaches_the_report(study_run, capsys):
+    run, out = study_run
+    # An earlier run's folder, with a result whose acceptance no run of this one gives.
+    stale = out / "v2" / "SERVE--v2_window-BENCH--context_1024_concurrency_2" / "run=0.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text(json.dumps({"spec_decode_acceptance_length": 9.99}))
+    (out / e2e.RUN_RECORD).write_text("{}")
+    assert run(2.0) == 0, capsys.readouterr().out
+    assert means(out) == {
+        "v2_window": {"32": 2.0, "1024": 3.0},
+        "v2_no_window": {"32": 2.0, "1024": 2.0},
+    }
+    assert "9.99" not in (out / "report.md").read_text() + (out / "report.json").read_text()
+    # A second run into the same folder gives its own numbers.
+    assert run(2.5) == 0, capsys.readouterr().out
+    assert means(out)["v2_no_window"] == {"32": 2.5, "1024": 2.5}
+
+
+def test_every_report_says_what_produced_it(study_run, capsys):
+    run, out = study_run
+    assert run(2.0, DTYPE="bfloat16") == 0, capsys.readouterr().out
+    produced = json.loads((out / "report.json").read_text())["produced_by"]
+    assert produced["versions"]["vllm"] == "0.33.0"
+    assert produced["versions"]["vllm-ascend"] is None
+    assert produced["models"] == {
+        "target": str(e2e.TRAINED_ROOT / "target"),
+        "draft": str(e2e.TRAINED_ROOT / "eagle3"),
+        "method": "eagle3",
+    }
+    assert produced["settings"] == {"DTYPE": "bfloat16"}
+    assert produced["started"] <= produced["finished"] and produced["device"] == "cpu"
+    md = (out / "report.md").read_text()
+    assert "Produced by: " in md and "vllm 0.33.0, vllm-ascend not installed" in md
+    assert "- v2_window: 4 of 4 identical to no_speculation's; divergences: none" in md
+
+
+def test_a_failed_sweep_fails_the_run_with_the_end_of_its_log(study_run, capsys):
+    run, out = study_run
+    assert run(2.0, STAND_IN_FAIL="1") == 1
+    printed = capsys.readouterr().out
+    assert f"vllm bench sweep serve (v2) exited 1; the end of its log, {out / 'v2.log'}:" in (
+        printed
+    )
+    assert "RuntimeError: Server failed to start in time (stand-in)" in printed
+    assert not (out / "report.json").exists()
+
+
+def test_a_folder_no_run_wrote_is_refused_by_name(tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("keep")
+    with pytest.raises(SystemExit, match=r"holds files no run of this harness wrote"):
+        e2e.own_folder(folder)
+    assert (folder / "notes.txt").read_text() == "keep"
+
+
+# make demo's texts (vLLM 0.33.0 on CPU, no speculation, 8 prompts of 1024 tokens of held-out
+# text, 16 tokens each), as the lossless check's reference.
+RECORDED = [
+    " None the the th",
+    "sser_state_state",
+    "str, torch.Tenso",
+    "e = self.config.",
+    "                ",
+    " str, str, torch",
+    "                ",
+    "alloade the the ",
+]
+
+
+def diverged(flips: dict[int, int]) -> list[str]:
+    """The recorded texts with the divergence a flipped near-tie token gives: the same up to
+    a character, another continuation from it."""
+    return [
+        text[:at] + "#" * (len(text) - at) if (at := flips.get(i)) is not None else text
+        for i, text in enumerate(RECORDED)
+    ]
+
+
+def test_the_exact_check_names_every_divergence():
+    reference = {"no_speculation": {"outputs": {"context_1024": RECORDED}}}
+    runs = {**reference, "v2_window": {"outputs": {"context_1024": diverged({5: 11})}}}
+    found, failures = lossless.check(runs, "no_speculation", lossless.Policy("exact"))
+    assert failures == [
+        "greedy outputs of v2_window differ from no_speculation in 1 of 8 prompts: "
+        "context_1024 prompt 5 from character 11"
+    ]
+    assert found["v2_window"]["identical"] == 7
+
+
+@pytest.mark.parametrize(
+    ("flips", "failure"),
+    [
+        # 6 of 8 (75%): passes, its divergences kept in the report.
+        ({2: 4, 6: 0}, None),
+        # 5 of 8 (62%): below the threshold.
+        (
+            {0: 1, 2: 4, 6: 0},
+            "v2_window: 5 of 8 texts identical to no_speculation's (62%), below "
+            "MIN_IDENTICAL=0.66; first divergences: context_1024 prompt 0 from character 1, "
+            "context_1024 prompt 2 from character 4, context_1024 prompt 6 from character 0",
+        ),
+    ],
+)
+def test_on_a_device_the_check_counts_identical_texts_against_a_threshold(flips, failure):
+    runs = {
+        "no_speculation": {"outputs": {"context_1024": RECORDED}},
+        "v2_window": {"outputs": {"context_1024": diverged(flips)}},
+    }
+    policy = lossless.Policy.for_run("ascend", {})
+    assert policy == lossless.Policy("fraction", 0.66)
+    found, failures = lossless.check(runs, "no_speculation", policy)
+    assert failures == ([failure] if failure else [])
+    assert found["v2_window"]["divergences"] == [
+        {"workload": "context_1024", "prompt": i, "character": at}
+        for i, at in sorted(flips.items())
+    ]
+
+
+def test_a_missing_text_diverges_and_cpu_is_exact_unless_asked():
+    compared = lossless.compare({"a": ["x", "y"]}, {"a": ["x"]})
+    assert compared == {
+        "identical": 1,
+        "total": 2,
+        "divergences": [{"workload": "a", "prompt": 1, "character": 0}],
+    }
+    assert lossless.Policy.for_run("cpu", {}).mode == "exact"
+    asked = lossless.Policy.for_run("cpu", {"LOSSLESS": "fraction", "MIN_IDENTICAL": "0.9"})
+    assert asked == lossless.Policy("fraction", 0.9)
+
+
+def dry_run(capsys, monkeypatch, tmp_path, **env) -> tuple[int, str, str]:
+    for key in e2e.SETTINGS:
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    try:
+        code = e2e.main(["--dry-run", "--out", str(tmp_path)])
+    except SystemExit as stop:
+        code = stop.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"SINKS": "-3"}, "SINKS='-3' is not an integer >= 0"),
+        ({"DEVICE": "tpu"}, "DEVICE='tpu' is not one of: ascend, cuda, cpu"),
+        ({"STUDY": "short"}, "STUDY='short' is not one of: long"),
+        ({"STUDY": "long", "PARALLEL": "0"}, "PARALLEL='0' is not an integer >= 1"),
+        (
+            {"E2E_SCENARIO": "bogus"},
+            "E2E_SCENARIO='bogus' is not one of: eagle3, dspark, draft_model, dflash, tiny",
+        ),
+        ({"DCP": "abc"}, "DCP='abc' is not an integer >= 1"),
+        ({"DTYPE": "fp8"}, "DTYPE='fp8' is not one of: auto, bfloat16, float16, float32"),
+        ({"MIN_IDENTICAL": "2"}, "MIN_IDENTICAL='2' is not a fraction from 0 to 1"),
+    ],
+)
+def test_a_bad_setting_stops_the_dry_run_with_one_error_naming_it(
+    env, message, capsys, monkeypatch, tmp_path
+):
+    code, out, err = dry_run(capsys, monkeypatch, tmp_path, **env)
+    assert code == 2 and out == ""
+    (error,) = [line for line in err.splitlines() if "error:" in line]
+    assert error.endswith(f"error: {message}")
+
+
+def test_make_passes_a_bad_setting_to_the_check():
+    result = subprocess.run(
+        ["make", "-s", "e2e-ascend", "DRY_RUN=1", "SINKS=-3"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable},
+    )
+    assert result.returncode == 2 and "SINKS='-3' is not an integer >= 0" in result.stderr
+    assert "bench sweep serve" not in result.stdout
+
+
+def sweep_envs(out: str) -> dict[str, dict[str, str]]:
+    """Each printed ``vllm bench sweep serve`` line's experiment name and environment."""
+    found = {}
+    for line in out.splitlines():
+        if " bench sweep serve " in line:
+            words = shlex.split(line)
+            at = next(i for i, w in enumerate(words) if w.endswith("vllm"))
+            name = words[words.index("--experiment-name") + 1]
+            found[name] = dict(w.split("=", 1) for w in words[:at])
+    return found
+
+
+def test_parallel_servers_get_cards_of_their_own(capsys, monkeypatch, tmp_path):
+    # CUDA: two servers of the EAGLE3 scenario (TP = 2), four cards split in two.
+    env = {"STUDY": "long", "DEVICE": "cuda", "PARALLEL": "2", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    code, out, err = dry_run(capsys, monkeypatch, tmp_path, **env)
+    assert code == 0, err
+    cards = {name: e.get("CUDA_VISIBLE_DEVICES") for name, e in sweep_envs(out).items()}
+    assert cards == {"v2_0": "0,1", "v2_1": "2,3"}
+    # Ascend: DSpark (TP = 1) on 4, 5 and 6 of what is given; V1 after V2, on the first's.
+    env = {
+        **env,
+        "DEVICE": "ascend",
+        "E2E_SCENARIO": "dspark",
+        "PARALLEL": "3",
+        "ASCEND_RT_VISIBLE_DEVICES": "4,5,6,7",
+    }
+    code, out, err = dry_run(capsys, monkeypatch, tmp_path, **env)
+    assert code == 0, err
+    found = sweep_envs(out)
+    cards = {name: e.get("ASCEND_RT_VISIBLE_DEVICES") for name, e in found.items()}
+    assert cards == {"v2_0": "4", "v2_1": "5", "v2_2": "6", "v1": "4"}
+    assert not any("CUDA_VISIBLE_DEVICES" in e for e in found.values())
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"DEVICE": "cuda", "CUDA_VISIBLE_DEVICES": "0,1,2"},
+            "PARALLEL=2 with --tensor-parallel-size 2 needs 4 cards, 2 per server: "
+            "CUDA_VISIBLE_DEVICES='0,1,2' names 3; name at least 4, or lower PARALLEL",
+        ),
+        (
+            {"DEVICE": "ascend"},
+            "PARALLEL=2 with --tensor-parallel-size 2 needs 4 cards, 2 per server: "
+            "ASCEND_RT_VISIBLE_DEVICES='' names 0; name at least 4, or lower PARALLEL",
+        ),
+    ],
+)
+def test_a_split_that_does_not_fit_is_refused_by_name(env, message, capsys, monkeypatch, tmp_path):
+    code, out, err = dry_run(capsys, monkeypatch, tmp_path, STUDY="long", PARALLEL="2", **env)
+    assert code == 2 and "bench sweep serve" not in out and err.endswith(f"error: {message}\n")
