@@ -87,6 +87,44 @@ def bench_long_context(out: Path) -> dict:
     return {"curves": curves, "avx2": avx2, "load": load}
 
 
+def run_label(report: dict, run: str) -> str:
+    """A run as its report's config names it: the window and sinks it was served with."""
+    window, sinks = report["window"], report["sinks"]
+    if run == "v2_no_window":
+        return "no window"
+    if run == "v2_window":
+        return f"W = {window}"
+    if run == "v2_window_sinks":
+        return f"W = {window} + {sinks} sinks"
+    if run == "v2_auto":
+        return "auto"
+    if run.startswith("v2_window_"):
+        return f"W = {run.removeprefix('v2_window_')}"
+    return run
+
+
+def trained_at(reports: dict) -> int:
+    """The drafters' training context, from their reports (the models' training record);
+    the same for every drafter the curves compare, else a ValueError."""
+    (context,) = {r["draft_training_context"] for r in reports.values()}
+    return context
+
+
+def setup_line(reports: dict) -> str:
+    """What the curves served, from their reports (the module's docstring says why)."""
+    base = reports["draft_model"]
+    runs = sorted({run_label(r, n) for r in reports.values() for n in r["runs"]} - {"no window"})
+    return (
+        "The long-context study of `make e2e-ascend` (`DEVICE=cpu STUDY=long`: `vllm bench "
+        "sweep serve` and `vllm bench serve`, prompts cut by `create_txt_slices_dataset`) over "
+        f"the committed tiny models, the draft model and the EAGLE3 head trained at "
+        f"{trained_at(reports)} tokens: contexts {', '.join(map(str, base['contexts']))}, "
+        f"{base['prompts_per_context']} prompts of held-out text per context sent together, "
+        f"{base['output_tokens']} new tokens each, greedy, K = {base['num_spec']}; each drafter "
+        f"without the window and with {', '.join(r for r in runs if r != 'no_speculation')}."
+    )
+
+
 def _by_context(report: dict, run: str, field: str) -> dict[int, float | None]:
     return {int(c): m[field] for c, m in report["runs"][run]["contexts"].items()}
 
@@ -96,28 +134,26 @@ def long_context_lines(studies: dict) -> list[str]:
     base = reports["draft_model"]
     contexts = base["contexts"]
     runs = [
-        ("draft_model", "v2_no_window", "draft model, no window"),
-        ("draft_model", "v2_window", "draft model, W = 33"),
-        ("draft_model", "v2_window_sinks", "draft model, W = 33 + 32 sinks"),
-        ("draft_model", "v2_window_64", "draft model, W = 64"),
-        ("eagle3", "v2_no_window", "EAGLE3, no window"),
-        ("eagle3", "v2_window", "EAGLE3, W = 33"),
-        ("eagle3", "v2_window_sinks", "EAGLE3, W = 33 + 32 sinks"),
+        (scenario, run, f"{LABELS[scenario]}, {run_label(report, run)}")
+        for scenario, report in reports.items()
+        for run in report["runs"]
+        if run != "no_speculation"
     ]
     lines = [
         "## What the window is for: a drafter trained short, served long (real engine, CPU)",
         "",
-        __doc__.split("\n\n", 1)[1].strip().replace("\n", " "),
+        setup_line(reports),
         "",
         "Mean acceptance length (vLLM's spec-decode metrics, bonus token included, at most "
-        "4) by context (tokens of prompt):",
+        f"{1 + base['num_spec']}) by context (tokens of prompt; the drafters trained at "
+        f"{trained_at(reports)}):",
         "",
         "| run | " + " | ".join(str(c) for c in contexts) + " |",
         "|---|" + "---:|" * len(contexts),
     ]
-    for scenario, run, label in runs:
+    for scenario, run, name in runs:
         means = _by_context(reports[scenario], run, "mean_length")
-        lines.append(f"| {label} | " + " | ".join(f"{means[c]:.2f}" for c in contexts) + " |")
+        lines.append(f"| {name} | " + " | ".join(f"{means[c]:.2f}" for c in contexts) + " |")
     lines += ["", *_avx2_lines(studies), "", *_load_lines(studies["load"])]
     reports_all = [*reports.values(), *studies["avx2"].values()]
     same = all(not r["failures"] for r in [*reports_all, *studies["load"].values()])
@@ -158,21 +194,21 @@ def _load_lines(load: dict) -> list[str]:
     ]
     for scenario, report in load.items():
         on, off = (report["runs"][run]["workloads"] for run in ("v2_window", "v2_no_window"))
-        label = LABELS[scenario]
-        for name, found in ((f"{label}, no window", off), (f"{label}, W = 33", on)):
+        drafter, window = LABELS[scenario], run_label(report, "v2_window")
+        for name, found in ((f"{drafter}, no window", off), (f"{drafter}, {window}", on)):
             lines.append(
                 f"| {name}, acceptance length | "
                 + " | ".join(f"{found[w]['mean_length']:.2f}" for w in workloads)
                 + " |"
             )
-        for name, found in ((f"{label}, no window", off), (f"{label}, W = 33", on)):
+        for name, found in ((f"{drafter}, no window", off), (f"{drafter}, {window}", on)):
             lines.append(
                 f"| {name}, tok/s | "
                 + " | ".join(f"{found[w]['output_tokens_per_s']:.1f}" for w in workloads)
                 + " |"
             )
         lines.append(
-            f"| {label}, W = 33 / no window | "
+            f"| {drafter}, {window} / no window | "
             + " | ".join(
                 f"{on[w]['output_tokens_per_s'] / off[w]['output_tokens_per_s']:.2f}"
                 for w in workloads
@@ -180,7 +216,7 @@ def _load_lines(load: dict) -> list[str]:
             + " |"
         )
         lines.append(
-            f"| {label}, W = 33 / no speculation | "
+            f"| {drafter}, {window} / no speculation | "
             + " | ".join(
                 f"{on[w]['output_tokens_per_s'] / alone[w]['output_tokens_per_s']:.2f}"
                 for w in workloads
@@ -200,8 +236,10 @@ def _avx2_lines(studies: dict) -> list[str]:
             diffs += [(abs(there[c] - here[c]), scenario, run, c) for c in here]
     worst, scenario, run, context = max(diffs)
     same = sum(d == 0 for d, *_ in diffs)
+    windows = sorted({run_label(r, "v2_window") for r in studies["avx2"].values()})
     return [
-        "The same curves (each drafter without the window and with W = 33) on an AVX2-only "
+        f"The same curves (each drafter without the window and with {', '.join(windows)}) on "
+        "an AVX2-only "
         "CPU's path, run on this machine: vLLM's AVX2 ops (`tools/cpu_ops.py`) and torch's "
         f"kernels at AVX2. {same} of {len(diffs)} mean acceptance lengths are the same; the "
         f"farthest apart is {scenario} {run} at {context} tokens, by {worst:.2f} (two runs "
@@ -212,7 +250,10 @@ def _avx2_lines(studies: dict) -> list[str]:
 
 
 def plot(path: Path, studies: dict) -> None:
+    # Drawn here, not by `vllm bench sweep plot`: the two drafters side by side, each with
+    # its training context marked, over the runs of two sweeps each (PARALLEL=2).
     reports = studies["curves"]
+    context = trained_at(reports)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -223,22 +264,17 @@ def plot(path: Path, studies: dict) -> None:
         axes, (("draft_model", "draft model"), ("eagle3", "EAGLE3 head")), strict=True
     ):
         report = reports[scenario]
-        for run, label in (
-            ("v2_no_window", "no window"),
-            ("v2_window", "W = 33"),
-            ("v2_window_sinks", "W = 33 + 32 sinks"),
-            ("v2_window_64", "W = 64"),
-        ):
-            if run not in report["runs"]:
+        for run in report["runs"]:
+            if run == "no_speculation":
                 continue
             means = _by_context(report, run, "mean_length")
-            ax.plot(list(means), list(means.values()), marker="o", label=label)
-        ax.axvline(64, color="grey", linestyle=":", label="training context")
+            ax.plot(list(means), list(means.values()), marker="o", label=run_label(report, run))
+        ax.axvline(context, color="grey", linestyle=":", label="training context")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("context (tokens)")
-        ax.set_title(f"{title}, trained at 64 tokens")
+        ax.set_title(f"{title}, trained at {context} tokens")
         ax.legend(fontsize=8)
-    axes[0].set_ylabel("mean acceptance length (K = 3)")
+    axes[0].set_ylabel(f"mean acceptance length (K = {reports['eagle3']['num_spec']})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -1120,6 +1120,7 @@ def run_study(
         "method": scenario.method,
         "target": scenario.target,
         "draft": scenario.draft,
+        "draft_training_context": study.training_context(scenario.draft),
         "window": scenario.window,
         "num_spec": scenario.num_spec,
         "alignment": settings.alignment,

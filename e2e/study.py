@@ -402,6 +402,25 @@ def model_limit(target: str) -> int:
     return 40960
 
 
+def training_context(model: str) -> int | None:
+    """The context a drafter was trained at: its training record where it was trained here
+    (``training.json`` beside it, its recipe's stage of that name), else what its
+    ``config.json`` declares (``max_position_embeddings``: a head declares its training
+    context there, which vLLM raises to the target's at start-up); None where neither says."""
+    path = Path(model)
+    record = path.parent / "training.json"
+    if record.is_file():
+        stage = json.loads(record.read_text()).get("recipe", {}).get(path.name, {})
+        if isinstance(stage, dict) and isinstance(stage.get("context"), int):
+            return stage["context"]
+    config = path / "config.json"
+    if config.is_file():
+        value = json.loads(config.read_text()).get("max_position_embeddings")
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
 def golden_path(root: Path, scenario: str, window: int, min_context: int = 0) -> Path:
     """The golden file of the V2 run with the window (sinks are a run of their own)."""
     suffix = f"_m{min_context}" if min_context else ""

@@ -354,3 +354,83 @@ def test_parallel_servers_get_cards_of_their_own(capsys, monkeypatch, tmp_path):
 def test_a_split_that_does_not_fit_is_refused_by_name(env, message, capsys, monkeypatch, tmp_path):
     code, out, err = dry_run(capsys, monkeypatch, tmp_path, STUDY="long", PARALLEL="2", **env)
     assert code == 2 and "bench sweep serve" not in out and err.endswith(f"error: {message}\n")
+
+
+def report(window: int, sinks: int, trained: int, runs: dict[str, float]) -> dict:
+    """A study report as far as make bench reads it: each run's mean acceptance length at
+    two contexts and under load at one workload."""
+
+    def measured(mean: float) -> dict:
+        return {"mean_length": mean, "output_tokens_per_s": 10.0 * mean, "shared_prefix": 0}
+
+    return {
+        "window": window,
+        "sinks": sinks,
+        "num_spec": 3,
+        "prompts_per_context": 8,
+        "output_tokens": 16,
+        "draft_training_context": trained,
+        "contexts": [32, 1024],
+        "workloads": ["context_1024_concurrency_4"],
+        "failures": [],
+        "runs": {
+            name: {
+                "contexts": {"32": measured(mean), "1024": measured(mean)},
+                "workloads": {"context_1024_concurrency_4": {**measured(mean), "concurrency": 4}},
+            }
+            for name, mean in runs.items()
+        },
+    }
+
+
+def test_make_bench_labels_its_runs_from_the_reports_config():
+    from benchmarks import long_context
+
+    runs = {"no_speculation": 1.0, "v2_window": 3.0, "v2_no_window": 2.0, "v2_window_sinks": 3.1}
+    curves = {
+        "draft_model": report(40, 16, 128, {**runs, "v2_window_96": 3.2}),
+        "eagle3": report(40, 16, 128, runs),
+    }
+    studies = {"curves": curves, "avx2": curves, "load": curves}
+    text = "\n".join(long_context.long_context_lines(studies))
+    for row in (
+        "| draft model, W = 40 | 3.00 | 3.00 |",
+        "| draft model, W = 40 + 16 sinks | 3.10 | 3.10 |",
+        "| draft model, W = 96 | 3.20 | 3.20 |",
+        "| EAGLE3, no window | 2.00 | 2.00 |",
+        "| EAGLE3, W = 40 / no window | 1.50 |",
+    ):
+        assert row in text
+    assert "at most 4) by context (tokens of prompt; the drafters trained at 128)" in text
+    assert "without the window and with W = 40, W = 40 + 16 sinks, W = 96." in text
+    assert "W = 33" not in text and "trained at 64" not in text
+    with pytest.raises(ValueError):
+        long_context.trained_at({"a": report(40, 0, 64, runs), "b": report(40, 0, 128, runs)})
+
+
+@pytest.mark.parametrize(
+    ("fused", "torch_us", "verdicts"),
+    [
+        # MRV1: 10 launches and 100 us a propose; at batch 256.
+        (1, 40.0, ["met", "met", "met"]),
+        (3, 60.0, ["not met", "not met", "not met"]),
+    ],
+)
+def test_make_bench_computes_its_verdicts_from_what_it_measured(fused, torch_us, verdicts):
+    from benchmarks import bench_window
+
+    row = {"batch": 256, "mrv1": 10, "torch": 12, "fused": fused, "mrv1_us": 100.0}
+    rows = [
+        {**row, "method": "dflash", "k": 0, "torch_us": torch_us},
+        {**row, "method": "eagle", "k": 3, "torch_us": torch_us, "fixed_torch": 1},
+        {**row, "method": "eagle", "k": 7, "torch_us": torch_us, "fixed_torch": 1},
+        {**row, "method": "draft_model", "k": 5, "torch_us": torch_us},
+    ]
+    for r in rows:
+        r |= {"fixed_fused": 1, "fixed_us": 1.0}
+    text = "\n".join(bench_window.launch_lines(rows))
+    ratio = f"{fused / 10:.2f}x"
+    assert f"- DFlash/DSpark launches: fused {ratio} MRV1 at most: {verdicts[0]}." in text
+    assert f"- EAGLE launches: fused {ratio} to {ratio} MRV1 (K = 3 to 7): {verdicts[1]}." in text
+    cpu = f"{torch_us / 100:.2f}x"
+    assert f"{cpu} to {cpu} MRV1 per propose: {verdicts[2]} (DFlash/DSpark {cpu} to {cpu}" in text

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from trained_models import DRAFT_CONTEXT as TRAINED_AT
+import trained_models as trained
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "e2e" / "results"
@@ -53,8 +53,8 @@ def serve_study(out: Path = OUT, parallel: int = 2, contexts: str = CONTEXTS) ->
     print(
         "\nWhat the window is for, in a real vLLM engine: the long-context study of make "
         "e2e-ascend, here on CPU (vllm serve, Model Runner V2) with an EAGLE3 head trained "
-        "at 64 tokens for a target sound to 1088 (both committed: trained_models/), "
-        "greedy, 3 speculative tokens.",
+        f"at {trained.DRAFT_CONTEXT} tokens for a target sound to {trained.TARGET_CONTEXT} "
+        f"(both committed: trained_models/), greedy, {trained.NUM_SPEC} speculative tokens.",
         flush=True,
     )
     command = [sys.executable, str(ROOT / "e2e" / "e2e.py"), "--out", str(out)]
@@ -78,11 +78,12 @@ def table(report: dict, folder: Path) -> str:
     runs = {name: report["runs"][name] for name in RUNS if name in report["runs"]}
     speculating = [name for name in runs if name != "no_speculation"]
     window, contexts = report["window"], report["contexts"]
+    trained_at = report["draft_training_context"]
     width = 11
     lines = [
         "",
         f"{report['prompts_per_context']} prompts of held-out text per context (the head "
-        f"trained at {TRAINED_AT} tokens), {report['output_tokens']} new tokens each; mean "
+        f"trained at {trained_at} tokens), {report['output_tokens']} new tokens each; mean "
         f"acceptance length from vLLM's spec-decode metrics (bonus token included, at most "
         f"{1 + report['num_spec']}); output tokens/s as vllm bench serve measures them, "
         "prefill included (no spec: the target alone):",
@@ -100,9 +101,13 @@ def table(report: dict, folder: Path) -> str:
         speeds = "".join(f"{row[n]['output_tokens_per_s']:>{width}.1f}" for n in runs)
         lines.append(f"  {ctx:>7}  {means}  {speeds}")
     lines += ["", *summary(report)]
-    same = not any("differ" in f for f in report["failures"])
+    compared = [run["lossless"] for run in runs.values() if "lossless" in run]
+    identical = sum(c["identical"] for c in compared)
+    total = sum(c["total"] for c in compared)
+    same = bool(compared) and identical == total
+    tokens = "the same in every run" if same else f"DIFFERENT ({identical} of {total} identical)"
     lines += [
-        f"Tokens: {'the same in every run' if same else 'DIFFERENT'} (greedy: the target "
+        f"Tokens: {tokens} (greedy: the target "
         f"decides every token). draft_window_size={window}: the draft reads {window} to "
         f"{window + report['alignment'] - 1} tokens (its start aligned down to a block of "
         f"{report['alignment']}).",
@@ -127,7 +132,7 @@ def summary(report: dict) -> list[str]:
         for n in ("v2_window", "v2_no_window")
     )
     inside, first = on[min(on)], min(on)
-    far = [c for c in sorted(on) if c >= 8 * TRAINED_AT]
+    far = [c for c in sorted(on) if c >= 8 * report["draft_training_context"]]
     lines = []
     if far:
         pairs = ", ".join(
