@@ -57,6 +57,7 @@ import platform
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -744,6 +745,15 @@ def run_sweeps(sweeps: list[sweep.Sweep], out: Path, at_once: int = 1) -> dict:
         logs.update(sweep.server_logs(planned))
         for serving_ in planned.runs:
             by_workload = {w: r for (run, w), r in results.items() if run == serving_.name}
+            for workload, result in by_workload.items():
+                if result.get("failed") or not result.get("completed"):
+                    errors = [e for e in result.get("errors") or [] if e]
+                    failures.append(
+                        f"{serving_.name} {workload}: {result.get('failed')} of "
+                        f"{result.get('num_prompts')} requests failed (vllm bench serve: "
+                        f"{errors[0] if errors else 'no error given'!r}; is another server on "
+                        f"its port? see {planned.log})"
+                    )
             missing = [w.name for w in planned.workloads if w.name not in by_workload]
             if missing:
                 failures.append(
@@ -1192,6 +1202,24 @@ def _additional_config(run: Run) -> dict:
     return additional
 
 
+def _port_free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_ports(count: int, start: int = 8123) -> int:
+    """The first port from ``start`` on with ``count`` free ports from it: a server already
+    on a run's port (another run's) would answer its requests, and its own would not start."""
+    for base in range(start, start + 1000):
+        if all(_port_free(base + i) for i in range(count)):
+            return base
+    raise SystemExit(f"no {count} free ports from {start}: set PORT")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     # Every setting is checked before anything runs (the dry run included).
@@ -1274,6 +1302,9 @@ def main(argv: list[str] | None = None) -> int:
             print("needs vllm-ascend installed in this environment", file=sys.stderr)
             return 2
     record = os.environ.get("RECORD_GOLDEN", "") not in ("", "0")
+    if not os.environ.get("PORT"):
+        # One port per sweep: PARALLEL of V2's, and V1's.
+        args.port = free_ports((settings.parallel if settings else 1) + 1, args.port)
     if args.study:
         return run_study(scenario, args.device, args.port, out, settings, record)
     return run_scenario(scenario, args.device, args.port, out, record)

@@ -59,8 +59,11 @@ for serve in json.loads(Path(args.serve_params).read_text()):
         result = {
             "generated_texts": [f"text {i}" for i in range(len(prompts))],
             "output_throughput": 10.0, "mean_tpot_ms": 1.0, "mean_ttft_ms": 1.0,
-            "completed": len(prompts),
+            "num_prompts": len(prompts), "completed": len(prompts), "failed": 0, "errors": [],
         }
+        if os.environ.get("STAND_IN_OTHER_SERVER"):
+            # What vllm bench serve saves where another server answers on the port.
+            result |= {"completed": 0, "failed": len(prompts), "errors": ["Not Found"] * 2}
         if "speculative_config" in serve:
             # Past the drafter's training context the window gains.
             gain = 1.0 if window and "1024" in bench["_benchmark_name"] else 0.0
@@ -165,6 +168,25 @@ def test_a_failed_sweep_fails_the_run_with_the_end_of_its_log(study_run, capsys)
     )
     assert "RuntimeError: Server failed to start in time (stand-in)" in printed
     assert not (out / "report.json").exists()
+
+
+def test_failed_requests_fail_the_run(study_run, capsys):
+    run, out = study_run
+    assert run(2.0, STAND_IN_OTHER_SERVER="1") == 1
+    printed = capsys.readouterr().out
+    assert (
+        "no_speculation context_32_concurrency_2: 2 of 2 requests failed (vllm bench serve: "
+        f"'Not Found'; is another server on its port? see {out / 'v2.log'})" in printed
+    )
+
+
+def test_a_run_takes_free_ports():
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        assert e2e.free_ports(2, port) > port
 
 
 def test_a_folder_no_run_wrote_is_refused_by_name(tmp_path):
