@@ -211,6 +211,7 @@ def write_report(out_dir: Path, meta: dict, results: dict[str, dict], failures: 
         "at the workload's concurrency (shared prefix: every prompt begins with the same that "
         f"many tokens). Window engaged: whether the threshold ({MIN_CONTEXT_KEY}: "
         f"{min_context or 'every context'}) lets the V2 run with the window crop this context. "
+        "Every figure from the sweeps' own `summary.csv` (`vllm bench sweep serve`). "
         "Acceptance from vLLM's spec-decode counters around the workload; output tok/s: its "
         "output tokens over its duration, prefill included (`vllm bench serve`'s output "
         "throughput).",

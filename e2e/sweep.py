@@ -22,6 +22,7 @@ their own, started together.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shlex
@@ -209,15 +210,43 @@ def log_tail(sweep: Sweep, lines: int = 40) -> str:
     return "\n".join(sweep.log.read_text(errors="replace").splitlines()[-lines:])
 
 
+# The columns of vLLM's summary.csv that hold a list (written as Python's repr).
+LIST_COLUMNS = ("generated_texts", "spec_decode_per_position_acceptance_rates", "errors")
+
+
 def results(sweep: Sweep) -> dict[tuple[str, str], dict]:
-    """Each (run, workload)'s ``vllm bench serve`` result, as the sweep saved it."""
+    """Each (run, workload)'s ``vllm bench serve`` result, from the sweep's ``summary.csv``
+    (vLLM's table: a row per run and workload, the result beside the run's serve and the
+    workload's bench parameters). A row's workload is its ``_benchmark_name`` (the bench
+    parameters', which vLLM writes over the run's), its run the one whose serve parameters
+    it carries; a column a row has no value in is left out of its result."""
+    import pandas as pd
+
+    path = sweep.experiment / "summary.csv"
+    if not path.exists():
+        return {}
+    table = pd.read_csv(path, index_col=0)
+    keys = sorted({key for run in sweep.runs for key in run.params})
+
+    def value(row, key):
+        cell = row.get(key)
+        return None if cell is None or (not isinstance(cell, str) and pd.isna(cell)) else cell
+
+    runs = {tuple(_cell(run.params.get(k)) for k in keys): run.name for run in sweep.runs}
     found = {}
-    for run in sweep.runs:
-        for workload in sweep.workloads:
-            path = sweep.experiment / f"SERVE--{run.name}-BENCH--{workload.name}" / "run=0.json"
-            if path.exists():
-                found[(run.name, workload.name)] = json.loads(path.read_text())
+    for _, row in table.iterrows():
+        name = runs.get(tuple(_cell(value(row, k)) for k in keys))
+        result = {k: value(row, k) for k in table.columns if value(row, k) is not None}
+        for key in LIST_COLUMNS:
+            if isinstance(result.get(key), str):
+                result[key] = ast.literal_eval(result[key])
+        found[(name, result["_benchmark_name"])] = result
     return found
+
+
+def _cell(value) -> str | None:
+    """A serve parameter as summary.csv holds it (a dict as its repr)."""
+    return None if value is None else str(value)
 
 
 def server_logs(sweep: Sweep) -> dict[str, str]:

@@ -34,6 +34,7 @@ pytestmark = pytest.mark.release_independent
 STAND_IN = """
 import argparse, json, os, sys
 from pathlib import Path
+import pandas as pd
 p = argparse.ArgumentParser()
 for flag in ("--serve-cmd", "--bench-cmd", "--serve-params", "--bench-params", "--output-dir",
              "--experiment-name", "--num-runs", "--server-ready-timeout"):
@@ -48,6 +49,7 @@ if experiment.exists():
     print(f"ValueError: Cannot overwrite existing experiment_dir={experiment}")
     sys.exit(1)
 length = float(os.environ["STAND_IN_LENGTH"])
+rows = []
 for serve in json.loads(Path(args.serve_params).read_text()):
     name = serve["_benchmark_name"]
     print(f"Server overrides: {{'_benchmark_name': '{name}'}}")
@@ -76,7 +78,10 @@ for serve in json.loads(Path(args.serve_params).read_text()):
         folder = experiment / f"SERVE--{name}-BENCH--{bench['_benchmark_name']}"
         folder.mkdir(parents=True)
         (folder / "run=0.json").write_text(json.dumps(result))
+        # As vLLM records a run: the serve parameters, then the bench ones over them.
+        rows.append({**result, "run_number": 0, **serve, **bench})
     print("[END SERVER]")
+pd.DataFrame.from_records(rows).to_csv(experiment / "summary.csv")
 """
 
 
