@@ -250,8 +250,7 @@ def _avx2_lines(studies: dict) -> list[str]:
 
 
 def plot(path: Path, studies: dict) -> None:
-    # Drawn here, not by `vllm bench sweep plot`: the two drafters side by side, each with
-    # its training context marked, over the runs of two sweeps each (PARALLEL=2).
+    # Drawn here: `vllm bench sweep plot` cannot curve by run (study.plot says why).
     reports = studies["curves"]
     context = trained_at(reports)
     import matplotlib

@@ -871,6 +871,7 @@ def write_report(
         "",
     ]
     (out_dir / "report.md").write_text("\n".join(lines))
+    # Drawn here: `vllm bench sweep plot` cannot curve by run (study.plot says why).
     plt = study.pyplot()
     if plt is None:
         return

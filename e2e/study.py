@@ -285,6 +285,8 @@ def produced_by_lines(produced: dict | None) -> list[str]:
 def plot(path: Path, meta: dict, results: dict[str, dict]) -> bool:
     """Acceptance and output throughput against context, one line per run; False where
     matplotlib is not installed."""
+    # Drawn here: `vllm bench sweep plot` cannot curve by run (its --curve-by cannot sort the
+    # dict-valued --speculative-config / --additional-config: TypeError, vLLM 0.33.0).
     plt = pyplot()
     if plt is None:
         return False
