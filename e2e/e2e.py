@@ -598,6 +598,7 @@ def install(device: str) -> None:
             cmd.insert(-1, "--no-build-isolation")
     except metadata.PackageNotFoundError:
         pass
+    print(f"[e2e] {shlex.join(cmd)}", flush=True)
     subprocess.run(cmd, check=True)
     if device == "ascend":
         after = record_hashes("vllm-ascend")
@@ -623,10 +624,6 @@ def check_pairing(method: str) -> None:
         raise SystemExit(result.stdout.strip().splitlines()[-1] if result.stdout else result.stderr)
 
 
-PAIRING_LINE = (
-    "# check: the host's vLLM pairing is a release the draft window supports, serving {method}; "
-    "else stop"
-)
 # Run in the host's Python after the install: the versions and the supported releases.
 PAIRING_PROBE = """
 import sys
@@ -1168,13 +1165,11 @@ def dry_run(scenario, device, port, out, settings=None, env=None) -> list[str]:
     and one ``vllm bench sweep serve`` per sweep (with the environment it needs). The folder
     is the run's own, as a real run's is (``start_run``)."""
     start_run(out, scenario, device, env or {})
-    python, root = shlex.quote(sys.executable), shlex.quote(str(ROOT))
-    lines = [f"{python} -m pip install --no-deps {root}"]
-    if device == "cpu":
-        lines = [f"# check: {PLUGIN_MODULE} imports (make installed this project)"]
-    elif device == "ascend":
-        lines.append("# verify: no vllm-ascend file was replaced (RECORD hashes before = after)")
-    lines.append(PAIRING_LINE.format(method=scenario.method))
+    # The install and its checks, and the pairing check, as the real run does them: a
+    # command that stops with the reason where one fails.
+    prepare = [sys.executable, str(Path(__file__).resolve()), "--prepare", "--device", device]
+    prepare += ["--scenario", scenario.name, *(("--study", "long") if settings else ())]
+    lines = [shlex.join(prepare)]
     if settings is None:
         sweeps = plan_sweeps(
             scenario, runs(scenario, device), e2e_workloads(scenario, out), device, port, out
@@ -1244,6 +1239,13 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("STUDY") or None,
         help="the long-context study (study.py)",
     )
+    parser.add_argument(
+        "--prepare",
+        action="store_true",
+        help="install this project into the host's environment (checking that no vllm-ascend "
+        "file changed and that it imports) and check the host's release pairing, then stop: "
+        "the dry run's first command",
+    )
     args = parser.parse_args(argv)
     if args.device == "cpu" and not args.study:
         parser.error("DEVICE=cpu runs the long-context study only: set STUDY=long")
@@ -1278,6 +1280,10 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as error:
             parser.error(str(error))
     out = args.out / (f"study_{scenario.name}" if args.study else scenario.name)
+    if args.prepare:
+        install(args.device)
+        check_pairing(scenario.method)
+        return 0
     if args.dry_run:
         print("\n".join(dry_run(scenario, args.device, args.port, out, settings, dict(os.environ))))
         return 0

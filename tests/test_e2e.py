@@ -70,8 +70,9 @@ def test_default_plan_installs_then_sweeps_v2_with_and_without_the_window_and_v1
     capsys, monkeypatch, tmp_path
 ):
     lines = plan_lines(capsys, ["--dry-run"], monkeypatch, tmp_path)
-    assert lines[0].endswith(f"-m pip install --no-deps {ROOT}")
-    assert "no vllm-ascend file was replaced" in lines[1]
+    # The install with its checks and the pairing check, as one command that fails loudly.
+    prepare = [sys.executable, str(ROOT / "e2e" / "e2e.py"), "--prepare"]
+    assert lines[0] == shlex.join([*prepare, "--device", "ascend", "--scenario", "eagle3"])
     v2, v1 = found = sweeps(lines)
     assert v2["env"] == {"VLLM_USE_V2_MODEL_RUNNER": "1"}
     assert v1["env"] == {"VLLM_USE_V2_MODEL_RUNNER": "0"}
@@ -358,6 +359,18 @@ def test_checks_flag_output_drift_golden_drift_and_a_v2_below_v1():
         "total": 1,
         "divergences": [{"workload": "golden", "prompt": 0, "character": 0}],
     }
+
+
+def test_the_dry_runs_prepare_command_installs_and_checks_the_pairing(monkeypatch, capsys):
+    done = []
+    monkeypatch.setattr(e2e, "install", lambda device: done.append(("install", device)))
+    monkeypatch.setattr(e2e, "check_pairing", lambda method: done.append(("pairing", method)))
+    for key in e2e.SETTINGS:
+        monkeypatch.delenv(key, raising=False)
+    argv = ["--prepare", "--device", "cpu", "--scenario", "draft_model", "--study", "long"]
+    assert e2e.main(argv) == 0
+    assert done == [("install", "cpu"), ("pairing", "draft_model")]
+    assert "bench sweep serve" not in capsys.readouterr().out
 
 
 def test_the_host_pairing_is_checked_against_the_supported_lines_before_any_server(capsys):
