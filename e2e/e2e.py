@@ -291,8 +291,15 @@ SETTINGS = (
     *INTEGER_AT_LEAST,
     *INTEGER_LISTS,
     *("E2E_SCENARIO", "TARGET_MODEL", "DRAFT_MODEL", "STUDY_TEXT", "MIN_IDENTICAL"),
-    *("ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"),
+    *("ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "TEMPERATURE", "TOP_P", "TOP_K"),
 )
+
+
+def sampling(env: dict[str, str]) -> dict[str, str]:
+    """The user's sampling (TEMPERATURE, TOP_P, TOP_K) for ``vllm bench serve``; greedy
+    where none is given."""
+    given = {key.lower(): env.get(key, "") for key in ("TEMPERATURE", "TOP_P", "TOP_K")}
+    return {key: value for key, value in given.items() if value}
 
 
 def _setting_problem(name: str, text: str, at_least: int) -> str | None:
@@ -317,6 +324,16 @@ def setting_problems(env: dict[str, str]) -> list[str]:
         words = [w.strip() for w in env.get(name, "").split(",") if w.strip()]
         if any(_setting_problem(name, w, 1) for w in words):
             problems.append(f"{name}={env[name]!r} is not a comma-separated list of integers >= 1")
+    for name, low, high in (("TEMPERATURE", 0, float("inf")), ("TOP_P", 0, 1)):
+        text = env.get(name, "")
+        try:
+            ok = text == "" or low <= float(text) <= high
+        except ValueError:
+            ok = False
+        if not ok:
+            problems.append(f"{name}={text!r} is not a number from {low} to {high}")
+    if env.get("TOP_K", "") not in ("", "-1"):
+        problems.append(_setting_problem("TOP_K", env["TOP_K"], 1))
     text = env.get("MIN_IDENTICAL", "")
     try:
         fraction_ok = text == "" or 0 <= float(text) <= 1
@@ -515,7 +532,7 @@ def plan_sweeps(
             sweep.Sweep(
                 name,
                 serve_base(scenario, lane_port),
-                sweep.bench_command(scenario.target, lane_port, scenario.chat),
+                sweep.bench_command(scenario.target, lane_port, scenario.chat, sampling(env or {})),
                 [serving(scenario, run) for run in lane],
                 workloads,
                 lane_env,
@@ -782,7 +799,8 @@ def run_scenario(
     install(device)
     check_pairing(scenario.method)
     workloads = e2e_workloads(scenario, out_dir)
-    sweeps = plan_sweeps(scenario, runs(scenario, device), workloads, device, port, out_dir)
+    planned = runs(scenario, device)
+    sweeps = plan_sweeps(scenario, planned, workloads, device, port, out_dir, 1, env)
     for planned in sweeps:
         print(f"[e2e] {planned.shell_lines()[0]}", flush=True)
     done = run_sweeps(sweeps, out_dir)
@@ -1144,6 +1162,7 @@ def run_study(
         "long_from": settings.long_from,
         "short_to": settings.short_to,
         "lossless": policy.describe(),
+        "sampling": sampling(env) or {"temperature": "0"},
         "produced_by": {**produced, "finished": now()},
     }
     study.write_report(out_dir, meta, results, failures)
@@ -1171,9 +1190,9 @@ def dry_run(scenario, device, port, out, settings=None, env=None) -> list[str]:
     prepare += ["--scenario", scenario.name, *(("--study", "long") if settings else ())]
     lines = [shlex.join(prepare)]
     if settings is None:
-        sweeps = plan_sweeps(
-            scenario, runs(scenario, device), e2e_workloads(scenario, out), device, port, out
-        )
+        workloads = e2e_workloads(scenario, out)
+        planned = runs(scenario, device)
+        sweeps = plan_sweeps(scenario, planned, workloads, device, port, out, 1, env or {})
     else:
         # The text the datasets are cut from, written as a real run writes it.
         (out / "study_text.txt").write_text(settings.text(), encoding="utf-8")

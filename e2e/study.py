@@ -207,7 +207,8 @@ def write_report(out_dir: Path, meta: dict, results: dict[str, dict], failures: 
         "",
         f"`vllm bench serve` of {meta['prompts_per_context']} prompts per workload, cut from "
         f"{meta['text']} to their context exactly with the target's tokenizer "
-        f"(`create_txt_slices_dataset`), {meta['output_tokens']} output tokens each, greedy, "
+        f"(`create_txt_slices_dataset`), {meta['output_tokens']} output tokens each, "
+        f"{sampled(meta.get('sampling'))}, "
         "at the workload's concurrency (shared prefix: every prompt begins with the same that "
         f"many tokens). Window engaged: whether the threshold ({MIN_CONTEXT_KEY}: "
         f"{min_context or 'every context'}) lets the V2 run with the window crop this context. "
@@ -251,6 +252,13 @@ def write_report(out_dir: Path, meta: dict, results: dict[str, dict], failures: 
     ]
     (out_dir / "report.md").write_text("\n".join(lines))
     plot(out_dir / "study.png", meta, results)
+
+
+def sampled(sampling: dict | None) -> str:
+    """How the requests sampled: greedy, or the user's sampling."""
+    if not sampling or float(sampling.get("temperature", 0)) == 0:
+        return "greedy"
+    return "sampled (" + ", ".join(f"{k} {v}" for k, v in sampling.items()) + ")"
 
 
 def lossless_lines(policy: str, results: dict[str, dict]) -> list[str]:

@@ -115,15 +115,20 @@ def write_dataset(path: Path, prompts: list[str], output_tokens: int) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def bench_command(target: str, port: int, chat: bool) -> list[str]:
-    """``vllm bench serve`` against the server on ``port``: greedy, every output token
-    generated (``--ignore-eos``), the texts kept; plain text prompts where the tokenizer has
-    no chat template (``chat`` False)."""
+def bench_command(
+    target: str, port: int, chat: bool, sampling: dict[str, str] | None = None
+) -> list[str]:
+    """``vllm bench serve`` against the server on ``port``: greedy unless ``sampling`` gives
+    the user's (``temperature``, ``top_p``, ``top_k``), every output token generated
+    (``--ignore-eos``), the texts kept; plain text prompts where the tokenizer has no chat
+    template (``chat`` False)."""
+    sampling = {"temperature": "0", **(sampling or {})}
     return [
         vllm_command(),
         *("bench", "serve", "--backend", "vllm", "--model", target),
         *("--host", "127.0.0.1", "--port", str(port), "--dataset-name", "custom"),
-        *("--temperature", "0", "--ignore-eos", "--save-detailed", "--disable-tqdm"),
+        *(w for key, value in sampling.items() for w in (f"--{key.replace('_', '-')}", value)),
+        *("--ignore-eos", "--save-detailed", "--disable-tqdm"),
         *(() if chat else ("--skip-chat-template",)),
     ]
 

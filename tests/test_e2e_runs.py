@@ -461,3 +461,27 @@ def test_make_bench_computes_its_verdicts_from_what_it_measured(fused, torch_us,
     assert f"- EAGLE launches: fused {ratio} to {ratio} MRV1 (K = 3 to 7): {verdicts[1]}." in text
     cpu = f"{torch_us / 100:.2f}x"
     assert f"{cpu} to {cpu} MRV1 per propose: {verdicts[2]} (DFlash/DSpark {cpu} to {cpu}" in text
+
+
+def test_the_users_sampling_goes_to_vllm_bench_serve_and_is_checked_on_acceptance_only(
+    capsys, monkeypatch, tmp_path
+):
+    env = {"STUDY": "long", "DEVICE": "cuda", "TEMPERATURE": "0.8", "TOP_P": "0.95"}
+    code, out, err = dry_run(capsys, monkeypatch, tmp_path, **env)
+    assert code == 0, err
+    (line,) = [line for line in out.splitlines() if " bench sweep serve " in line]
+    bench = shlex.split(line)[shlex.split(line).index("--bench-cmd") + 1]
+    assert " --temperature 0.8 --top-p 0.95 " in bench
+    policy = lossless.Policy.for_run("cpu", env)
+    assert policy.mode == "sampled"
+    runs = {
+        "no_speculation": {"outputs": {"context_1024": RECORDED}},
+        "v2_window": {"outputs": {"context_1024": diverged({0: 1, 1: 1, 2: 1, 3: 1})}},
+    }
+    found, failures = lossless.check(runs, "no_speculation", policy)
+    assert failures == [] and found["v2_window"]["identical"] == 4
+    assert study.sampled({"temperature": "0.8", "top_p": "0.95"}) == (
+        "sampled (temperature 0.8, top_p 0.95)"
+    )
+    code, out, err = dry_run(capsys, monkeypatch, tmp_path, TEMPERATURE="hot")
+    assert code == 2 and err.endswith("error: TEMPERATURE='hot' is not a number from 0 to inf\n")
