@@ -20,10 +20,14 @@ window) ``vllm bench sweep serve`` starts `vllm serve` and sends three workloads
 bench serve`` (``sweep.py``): the golden prompt (longer than W, the upstream MRV1 end-to-end
 test's), seven more long prompts and two short ones, greedy; ``vllm bench serve`` reads the
 spec-decode counters around each. The harness then asserts: greedy outputs identical across
-runs (the target decides the output), per-position acceptance of V2 with the window on the
-golden prompt within 0.1 of the golden file, and V2 with the window at least V1 with the
-window minus 0.05 on the long prompts; and writes a JSON and markdown report with a plot of
-acceptance by position. Model locations come from TARGET_MODEL and DRAFT_MODEL (local paths
+runs (the target decides the output; on a device at least MIN_IDENTICAL of them: lossless.py),
+every run's acceptance by position with K entries, V2 with the window at least V2 without it
+minus 0.1 on the long prompts (the acceptance checked within the run), per-position
+acceptance of V2 with the window on the golden prompt within 0.1 of the golden file where the
+scenario has one, and V2 with the window at least V1 with the window minus 0.05 on the long
+prompts; and writes a JSON and markdown report (with what produced it) and a plot of
+acceptance by position. Each run clears its own folder first (run.json marks it).
+Model locations come from TARGET_MODEL and DRAFT_MODEL (local paths
 work with no network). With SINKS, the V2 run with the window also keeps that many attention
 sinks (its golden file is one of its own); V1 has no sinks, so its run keeps the plain window
 as the floor to compare with. MIN_CONTEXT sets draft_window_min_context on the V2 run with
