@@ -84,7 +84,7 @@ UPSTREAM_TREE := .cache/upstream/vllm_ascend-0.30.0rc2-patched
 # ---- Targets.
 
 .DEFAULT_GOAL := help
-.PHONY: help host-cpu setup environments heldout trained-models compare-trained-models study-cpu test test-033 test-034 test-study test-030 test-029 test-upstream upstream-patch lint demo bench gpu-check e2e-ascend clean
+.PHONY: help host-cpu setup environments heldout trained-models compare-trained-models study-cpu test test-033 test-034 test-study test-030 test-029 test-upstream upstream-patch lint demo bench gpu-check e2e-ascend e2e-check clean
 
 help:  ## List the targets.
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -268,6 +268,12 @@ gpu-check:  ## The window's kernels checked and measured on a CUDA GPU (benchmar
 # Runs in the host's own environment (its NPU or CUDA builds of vLLM), not in .venv.
 e2e-ascend:  ## End to end with vllm serve on Ascend NPUs (DRY_RUN=1, DEVICE=cuda, E2E_SCENARIO=..., SINKS=N, MIN_CONTEXT=M, DCP=N, STUDY=long, PARALLEL=N with ASCEND_RT_VISIBLE_DEVICES or CUDA_VISIBLE_DEVICES, LOSSLESS=exact|fraction, MIN_IDENTICAL=0.66).
 	$(PYTHON) e2e/e2e.py
+
+# The checks of a run over what the dry run's printed commands wrote into their folder (the
+# dry run's --out: e2e/results/<scenario> or e2e/results/study_<scenario>), in the Python
+# that ran them (pandas reads each sweep's summary.csv; PYTHON=.venv/bin/python here).
+e2e-check:  ## Check the results of the pasted vllm bench commands (RESULTS=folder the dry run wrote): lossless, acceptance within the run, the window's start-up lines.
+	$(PYTHON) e2e/e2e.py --check "$(RESULTS)"
 
 # The long-context study of make e2e-ascend (e2e/study.py) here, on CPU: vllm serve of the
 # committed tiny models, acceptance and throughput by context with the window on and off.

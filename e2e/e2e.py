@@ -745,20 +745,38 @@ def check(
 
 def run_sweeps(sweeps: list[sweep.Sweep], out: Path, at_once: int = 1) -> dict:
     """Runs the sweeps, Model Runner V2's ``at_once`` side by side and then V1's, their
-    servers started in ``out``; each run's results by workload, its server's log, and the
-    failures: a sweep that exited non-zero (with the end of its log; nothing of it is read),
-    a run that produced no result."""
+    servers started in ``out``, and collects what they wrote (``collect``)."""
     environ = dict(os.environ)
     codes = sweep.run([s for s in sweeps if s.name != "v1"], environ, out, at_once)
     codes |= sweep.run([s for s in sweeps if s.name == "v1"], environ, out, 1)
+    return collect(sweeps, codes)
+
+
+def collect(sweeps: list[sweep.Sweep], codes: dict[str, int] | None = None) -> dict:
+    """Each run's results by workload, its server's log, and the failures: a sweep that
+    exited non-zero (with the end of its log; nothing of it is read), a run that produced no
+    result, a workload whose requests failed. ``codes`` None: the sweeps were run by hand
+    (the dry run's commands, ``--check``), and a log or summary.csv they did not leave is a
+    failure by name."""
     found, logs, failures = {}, {}, []
     for planned in sweeps:
-        if codes[planned.name] != 0:
+        code = None if codes is None else codes[planned.name]
+        if code not in (None, 0):
             failures.append(
-                f"vllm bench sweep serve ({planned.name}) exited {codes[planned.name]}; the "
+                f"vllm bench sweep serve ({planned.name}) exited {code}; the "
                 f"end of its log, {planned.log}:\n{sweep.log_tail(planned)}"
             )
             continue
+        if code is None:
+            summary = planned.experiment / "summary.csv"
+            missing = [p for p in (planned.log, summary) if not p.exists()]
+            if missing:
+                failures.append(
+                    f"{planned.name}: no {' and no '.join(map(str, missing))} (the printed "
+                    f"vllm bench sweep serve writes its results there and its servers' "
+                    f"output to {planned.log.name}; did it run to the end in this folder?)"
+                )
+                continue
         results = sweep.results(planned)
         logs.update(sweep.server_logs(planned))
         for serving_ in planned.runs:
@@ -775,8 +793,9 @@ def run_sweeps(sweeps: list[sweep.Sweep], out: Path, at_once: int = 1) -> dict:
             missing = [w.name for w in planned.workloads if w.name not in by_workload]
             if missing:
                 failures.append(
-                    f"{serving_.name}: no result for {', '.join(missing)} (vllm bench sweep "
-                    f"serve exited {codes[planned.name]}; see {out / (planned.name + '.log')})"
+                    f"{serving_.name}: no result for {', '.join(missing)} ("
+                    f"{'' if code is None else f'vllm bench sweep serve exited {code}; '}"
+                    f"see {planned.log})"
                 )
             found[serving_.name] = by_workload
     return {"results": found, "logs": logs, "failures": failures}
@@ -805,23 +824,15 @@ def run_scenario(
     workloads = e2e_workloads(scenario, out_dir)
     planned = runs(scenario, device)
     sweeps = plan_sweeps(scenario, planned, workloads, device, port, out_dir, 1, env)
-    for planned in sweeps:
-        print(f"[e2e] {planned.shell_lines()[0]}", flush=True)
+    record_plan(out_dir, scenario, planned, sweeps)
+    for one in sweeps:
+        print(f"[e2e] {one.shell_lines()[0]}", flush=True)
     done = run_sweeps(sweeps, out_dir)
     if done["failures"]:
         for failure in done["failures"]:
             print(f"[e2e] FAILED: {failure}")
         return 1
-    results = {}
-    for name, by_workload in done["results"].items():
-        log = done["logs"].get(name, "")
-        results[name] = {
-            "outputs": {w.name: by_workload[w.name]["generated_texts"] for w in workloads},
-            "acceptance": acceptance(by_workload["golden"]),
-            "all_long": acceptance(by_workload["long"]),
-            # The start-up line and the line of the first windowed build.
-            "window_active": "Draft KV window on for" in log and "Draft KV window active" in log,
-        }
+    results = scenario_results(done, workloads)
     if record and scenario.golden is not None:
         measured = results["v2_window"]["acceptance"]["per_position"]
         scenario.golden.write_text(
@@ -836,12 +847,34 @@ def run_scenario(
             + "\n"
         )
         print(f"[e2e] recorded {scenario.golden}")
+    return finish_scenario(scenario, device, out_dir, results, golden, tolerance, policy, produced)
+
+
+def scenario_results(done: dict, workloads: list[sweep.Workload]) -> dict[str, dict]:
+    """Each run's texts, acceptance (the golden prompt's and the long prompts') and whether
+    its server logged the window on and active."""
+    results = {}
+    for name, by_workload in done["results"].items():
+        log = done["logs"].get(name, "")
+        results[name] = {
+            "outputs": {w.name: by_workload[w.name]["generated_texts"] for w in workloads},
+            "acceptance": acceptance(by_workload["golden"]),
+            "all_long": acceptance(by_workload["long"]),
+            # The start-up line and the line of the first windowed build.
+            "window_active": "Draft KV window on for" in log and "Draft KV window active" in log,
+        }
+    return results
+
+
+def finish_scenario(scenario, device, out_dir, results, golden, tolerance, policy, produced) -> int:
+    """The scenario's checks over its runs' results (``check``, the window's start-up lines),
+    its report, and its exit code: a run's or ``--check``'s."""
     failures = check(results, golden, tolerance, scenario.num_spec, policy)
     if not results["v2_window"]["window_active"]:
         failures.append("the V2 server with the window did not log the window on and active")
     if results["v2_no_window"]["window_active"]:
         failures.append("the V2 server without the window logged the window as on")
-    produced["finished"] = now()
+    produced = {**(produced or {}), "finished": now()}
     write_report(out_dir, scenario, device, results, golden, failures, produced, policy)
     for failure in failures:
         print(f"[e2e] FAILED: {failure}")
@@ -1069,6 +1102,104 @@ def start_run(out_dir: Path, scenario: Scenario, device: str, env: dict[str, str
     return produced
 
 
+def record_plan(
+    out_dir: Path,
+    scenario: Scenario,
+    planned: list[Run],
+    sweeps: list[sweep.Sweep],
+    settings: study.Settings | None = None,
+) -> None:
+    """Adds the run's plan to its record (run.json): the scenario, its runs, its sweeps and
+    the study's settings, which ``--check`` reads back to check what the printed commands
+    wrote into the folder."""
+    record = json.loads((out_dir / RUN_RECORD).read_text())
+    record["plan"] = {
+        "scenario": dataclasses.asdict(scenario)
+        | {"golden": scenario.golden and str(scenario.golden)},
+        "runs": [dataclasses.asdict(run) for run in planned],
+        "sweeps": [one.name for one in sweeps],
+        "study": None if settings is None else dataclasses.asdict(settings),
+    }
+    (out_dir / RUN_RECORD).write_text(json.dumps(record, indent=2) + "\n")
+
+
+def check_results(folder: Path) -> int:
+    """``make e2e-check RESULTS=folder``: the checks of a real run over what the dry run's
+    commands wrote into ``folder`` (each sweep's summary.csv and its servers' log beside
+    it): lossless (``lossless.py``), the acceptance within the run (and a golden where one
+    was recorded), the window's start-up lines; a report as a run writes it. The plan comes
+    from the folder's run.json, the runs and workloads from the parameter files the
+    commands read."""
+    record_file = folder / RUN_RECORD
+    if not record_file.exists():
+        print(
+            f"[e2e] FAILED: no {record_file}: not a folder the dry run (DRY_RUN=1) or a run of "
+            "this harness wrote; pass the folder its vllm bench commands wrote into",
+            flush=True,
+        )
+        return 2
+    record = json.loads(record_file.read_text())
+    plan = record.get("plan")
+    if plan is None:
+        print(f"[e2e] FAILED: {record_file} holds no plan (written before --check existed)")
+        return 2
+    env, device = record.get("settings", {}), record["device"]
+    given = plan["scenario"]
+    scenario = Scenario(**given | {"golden": given["golden"] and Path(given["golden"])})
+    planned = [Run(**run) for run in plan["runs"]]
+    policy = lossless.Policy.for_run(device, env)
+    sweeps, failures = [], []
+    for name in plan["sweeps"]:
+        try:
+            sweeps.append(sweep.Sweep.read(name, folder))
+        except FileNotFoundError as missing:
+            failures.append(f"{name}: no {missing.filename} (the dry run writes it)")
+    done = collect(sweeps)
+    failures += done["failures"]
+    missing_runs = [run.name for run in planned if run.name not in done["results"]]
+    if missing_runs and not failures:
+        failures.append(f"no results for {', '.join(missing_runs)} in {folder}")
+    if failures:
+        for failure in failures:
+            print(f"[e2e] FAILED: {failure}")
+        return 1
+    workloads = sweeps[0].workloads
+    produced = {key: value for key, value in record.items() if key != "plan"}
+    produced["checked"] = f"{now()} by --check ({folder})"
+    print(f"[e2e] checking {folder}: {scenario.name} on {device}, {policy.describe()}")
+    if plan["study"] is not None:
+        settings = study.Settings(**plan["study"])
+        golden, tolerance = study_golden(scenario, device, False)
+        results = study_results(done, planned, workloads, settings)
+        return finish_study(
+            scenario,
+            device,
+            folder,
+            results,
+            workloads,
+            settings,
+            golden,
+            tolerance,
+            policy,
+            produced,
+            env,
+        )
+    golden, tolerance = load_golden(scenario, False)
+    results = scenario_results(done, workloads)
+    return finish_scenario(scenario, device, folder, results, golden, tolerance, policy, produced)
+
+
+def study_golden(scenario: Scenario, device: str, record: bool) -> tuple[dict | None, float]:
+    """(the golden mean acceptance length by context, its tolerance) where one was recorded
+    on a device; (None, 0.15) elsewhere: the acceptance is checked within the run, the
+    window against no window (study.check)."""
+    golden_file = study.golden_path(ROOT, scenario.name, scenario.window, scenario.min_context)
+    if record or device == "cpu" or not golden_file.exists():
+        return None, 0.15
+    data = json.loads(golden_file.read_text())
+    return data["mean_length"], float(data.get("tolerance", 0.15))
+
+
 def run_study(
     scenario: Scenario,
     device: str,
@@ -1080,12 +1211,7 @@ def run_study(
 ) -> int:
     env = dict(os.environ) if env is None else env
     golden_file = study.golden_path(ROOT, scenario.name, scenario.window, scenario.min_context)
-    golden, tolerance = None, 0.15
-    # Where a golden was recorded on a device it is checked too; without one (and on CPU)
-    # the acceptance is checked within the run: the window against no window (study.check).
-    if not record and device != "cpu" and golden_file.exists():
-        data = json.loads(golden_file.read_text())
-        golden, tolerance = data["mean_length"], float(data.get("tolerance", 0.15))
+    golden, tolerance = study_golden(scenario, device, record)
     if not settings.contexts:
         raise SystemExit("no study context fits the model: set MAX_CONTEXT")
     policy = lossless.Policy.for_run(device, env)
@@ -1094,23 +1220,18 @@ def run_study(
     check_pairing(scenario.method)
     (out_dir / "study_text.txt").write_text(settings.text(), encoding="utf-8")
     commands, workloads, sweeps = study_plan(scenario, device, port, settings, env, out_dir)
+    planned = study_runs(scenario, device, env)
+    record_plan(out_dir, scenario, planned, sweeps, settings)
     cut_datasets(commands, settings.parallel)
-    for planned in sweeps:
-        print(f"[e2e] study: {planned.shell_lines()[0]}", flush=True)
+    for one in sweeps:
+        print(f"[e2e] study: {one.shell_lines()[0]}", flush=True)
     # The servers start in the study's folder (on CPU: they import this project as installed).
     done = run_sweeps(sweeps, out_dir, settings.parallel)
     if done["failures"]:
         for failure in done["failures"]:
             print(f"[e2e] FAILED: {failure}")
         return 1
-    runs_by_name = {run.name: run for run in study_runs(scenario, device, env)}
-    results = {
-        name: study_run_results(
-            runs_by_name[name], by_workload, done["logs"].get(name, ""), workloads, settings
-        )
-        for name, by_workload in done["results"].items()
-    }
-    results = {run: results[run] for run in runs_by_name if run in results}
+    results = study_results(done, planned, workloads, settings)
     for name, found in results.items():
         for workload, m in found["workloads"].items():
             mean = m["mean_length"]
@@ -1134,6 +1255,65 @@ def run_study(
             + "\n"
         )
         print(f"[e2e] recorded {golden_file}")
+    return finish_study(
+        scenario,
+        device,
+        out_dir,
+        results,
+        workloads,
+        settings,
+        golden,
+        tolerance,
+        policy,
+        produced,
+        env,
+    )
+
+
+def study_results(done: dict, planned: list[Run], workloads: list, settings) -> dict:
+    """Each planned run's report entry (``study_run_results``), in the plan's order."""
+    runs_by_name = {run.name: run for run in planned}
+    results = {
+        name: study_run_results(
+            runs_by_name[name], by_workload, done["logs"].get(name, ""), workloads, settings
+        )
+        for name, by_workload in done["results"].items()
+        if name in runs_by_name
+    }
+    return {run: results[run] for run in runs_by_name if run in results}
+
+
+def startup_failures(results: dict[str, dict]) -> list[str]:
+    """The window's start-up line in each server's log: every run served with a window
+    logged it, no run without one did."""
+    failures = []
+    for name, r in results.items():
+        said = any(line.startswith("Draft KV window on for") for line in r["window_lines"])
+        if KEY in r["additional_config"] and not said:
+            failures.append(
+                f"{name}: its server did not log the window's start-up line "
+                f"('Draft KV window on for ...'): is this project installed where it served?"
+            )
+        elif KEY not in r["additional_config"] and said:
+            failures.append(f"{name}: served without the window, its server logged it on")
+    return failures
+
+
+def finish_study(
+    scenario,
+    device,
+    out_dir,
+    results,
+    workloads,
+    settings,
+    golden,
+    tolerance,
+    policy,
+    produced,
+    env,
+) -> int:
+    """The study's checks over its runs' results (``study.check``, the window's start-up
+    lines), its report, and its exit code: a run's or ``--check``'s."""
     failures = study.check(
         results,
         golden,
@@ -1144,6 +1324,7 @@ def run_study(
         policy=policy,
         num_spec=scenario.num_spec,
     )
+    failures += startup_failures(results)
     meta = {
         "scenario": scenario.name,
         "device": device,
@@ -1167,7 +1348,7 @@ def run_study(
         "short_to": settings.short_to,
         "lossless": policy.describe(),
         "sampling": sampling(env) or {"temperature": "0"},
-        "produced_by": {**produced, "finished": now()},
+        "produced_by": {**(produced or {}), "finished": now()},
     }
     study.write_report(out_dir, meta, results, failures)
     for failure in failures:
@@ -1197,12 +1378,14 @@ def dry_run(scenario, device, port, out, settings=None, env=None) -> list[str]:
         workloads = e2e_workloads(scenario, out)
         planned = runs(scenario, device)
         sweeps = plan_sweeps(scenario, planned, workloads, device, port, out, 1, env or {})
+        record_plan(out, scenario, planned, sweeps)
     else:
         # The text the datasets are cut from, written as a real run writes it.
         (out / "study_text.txt").write_text(settings.text(), encoding="utf-8")
         text = settings.text_path or "the documentation CPython ships (study.corpus())"
         lines.append(f"# wrote {out / 'study_text.txt'}: {text}")
         commands, _, sweeps = study_plan(scenario, device, port, settings, env or {}, out)
+        record_plan(out, scenario, study_runs(scenario, device, env or {}), sweeps, settings)
         lines += [shlex.join(command) for command in commands]
     sweep.write_files(sweeps)
     for planned in sweeps:
@@ -1269,7 +1452,18 @@ def main(argv: list[str] | None = None) -> int:
         "file changed and that it imports) and check the host's release pairing, then stop: "
         "the dry run's first command",
     )
+    parser.add_argument(
+        "--check",
+        type=Path,
+        metavar="RESULTS",
+        help="run the checks over the results the dry run's printed vllm bench commands "
+        "wrote into RESULTS (the folder the dry run wrote; make e2e-check RESULTS=...), then stop",
+    )
     args = parser.parse_args(argv)
+    if args.check is not None:
+        if not args.check.is_dir():
+            parser.error(f"RESULTS={str(args.check)!r} is not a folder")
+        return check_results(args.check)
     if args.device == "cpu" and not args.study:
         parser.error("DEVICE=cpu runs the long-context study only: set STUDY=long")
     try:

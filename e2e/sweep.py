@@ -175,9 +175,32 @@ class Sweep:
             *("--num-runs", "1", "--server-ready-timeout", "1800", "--show-stdout"),
         ]
 
+    @classmethod
+    def read(cls, name: str, out: Path) -> Sweep:
+        """The sweep ``name`` of ``out`` as far as its results are read (its runs and
+        workloads), from the parameter files its command read (``files``)."""
+        serve = json.loads((out / f"{name}_serve_params.json").read_text())
+        bench = json.loads((out / f"{name}_bench_params.json").read_text())
+        runs = [Serving(r.pop("_benchmark_name"), r) for r in serve]
+        workloads = [
+            Workload(
+                w["_benchmark_name"],
+                Path(w["dataset_path"]),
+                w["num_prompts"],
+                w["max_concurrency"],
+                w["custom_output_len"],
+            )
+            for w in bench
+        ]
+        return cls(name, [], [], runs, workloads, {}, out)
+
     def shell_lines(self) -> list[str]:
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
-        return [f"{env} {shlex.join(self.command())}".strip()]
+        """The command as a user pastes it: its output, its servers' included, kept in
+        ``log`` as a run keeps it (unbuffered, so that the sweep's lines and each server's
+        come in order), where ``--check`` reads the window's start-up lines."""
+        env = {**self.env, "PYTHONUNBUFFERED": "1"}
+        words = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+        return [f"{words} {shlex.join(self.command())} 2>&1 | tee {shlex.quote(str(self.log))}"]
 
 
 def write_files(sweeps: list[Sweep]) -> None:

@@ -49,6 +49,8 @@ def sweeps(lines) -> list[dict]:
         words = shlex.split(line)
         at = next(i for i, w in enumerate(words) if w.endswith("vllm"))
         env = dict(w.split("=", 1) for w in words[:at])
+        # Every sweep's output kept in the folder, in order (tests/test_e2e_runs.py).
+        assert env.pop("PYTHONUNBUFFERED") == "1"
         args = dict(zip(words[at + 4 :: 2], words[at + 5 :: 2], strict=False))
         found.append(
             {

@@ -56,6 +56,7 @@ for serve in json.loads(Path(args.serve_params).read_text()):
     window = serve.get("additional_config", {}).get("draft_window_size")
     if window is not None:
         print(f"INFO Draft KV window on for eagle3: draft_window_size={window}, stand-in")
+        print("INFO Draft KV window active: the first draft metadata build is windowed.")
     for bench in json.loads(Path(args.bench_params).read_text()):
         prompts = Path(bench["dataset_path"]).read_text().splitlines()
         result = {
@@ -336,7 +337,7 @@ def sweep_envs(out: str) -> dict[str, dict[str, str]]:
             words = shlex.split(line)
             at = next(i for i, w in enumerate(words) if w.endswith("vllm"))
             name = words[words.index("--experiment-name") + 1]
-            found[name] = dict(w.split("=", 1) for w in words[:at])
+            found[name] = dict(w.split("=", 1) for w in words[:at] if "PYTHONUNBUFFERED" not in w)
     return found
 
 
@@ -485,3 +486,98 @@ def test_the_users_sampling_goes_to_vllm_bench_serve_and_is_checked_on_acceptanc
     )
     code, out, err = dry_run(capsys, monkeypatch, tmp_path, TEMPERATURE="hot")
     assert code == 2 and err.endswith("error: TEMPERATURE='hot' is not a number from 0 to inf\n")
+
+
+# make study-cpu's dry run at two contexts (make e2e-check's test), and make e2e-ascend's
+# (W = 256: no golden recorded, the acceptance checked within the run).
+PASTED = {
+    "study": {
+        **{"DEVICE": "cpu", "STUDY": "long", "CONTEXTS": "32,1024"},
+        **{"PROMPTS_PER_CONTEXT": "2", "OUTPUT_TOKENS": "4"},
+        **{"LONG_CONTEXT": "512", "SHORT_CONTEXT": "32"},
+    },
+    "ascend": {"WINDOW": "256"},
+}
+
+
+def pasted(kind, tmp_path, monkeypatch, capsys) -> Path:
+    """A dry run's folder after its printed commands ran, as a user pastes them (by bash,
+    the stand-in playing vllm; vLLM's cutter played by writing each dataset it names):
+    each sweep's summary.csv and its servers' log, where the printed command writes them."""
+    stand_in = tmp_path / "vllm"
+    stand_in.write_text(f"#!{sys.executable}\n{STAND_IN}")
+    stand_in.chmod(0o755)
+    monkeypatch.setattr(e2e.sweep, "vllm_command", lambda: str(stand_in))
+    code, out, err = dry_run(capsys, monkeypatch, tmp_path / "results", **PASTED[kind])
+    assert code == 0, err
+    ran = 0
+    for line in out.splitlines():
+        if "create_txt_slices_dataset" in line:
+            words = shlex.split(line)
+            prompts = int(words[words.index("--num-prompts") + 1])
+            e2e.sweep.write_dataset(Path(words[words.index("--output") + 1]), ["p"] * prompts, 4)
+        elif " bench sweep serve " in line:
+            env = {"PATH": "/usr/bin:/bin", "STAND_IN_LENGTH": "2.0"}
+            done = subprocess.run(line, shell=True, executable="/bin/bash", env=env)
+            assert done.returncode == 0
+            ran += 1
+    assert ran == {"study": 1, "ascend": 2}[kind]
+    return tmp_path / "results" / ("study_eagle3" if kind == "study" else "eagle3")
+
+
+def e2e_check(folder: Path, capsys) -> tuple[int, list[str]]:
+    code = e2e.main(["--check", str(folder)])
+    printed = capsys.readouterr().out
+    return code, [line.removeprefix("[e2e] FAILED: ") for line in printed.splitlines()]
+
+
+@pytest.mark.parametrize("kind", ["study", "ascend"])
+def test_e2e_check_passes_what_the_printed_commands_wrote(kind, tmp_path, monkeypatch, capsys):
+    folder = pasted(kind, tmp_path, monkeypatch, capsys)
+    # The servers' output is in the folder, not only on the terminal.
+    assert "Draft KV window on for eagle3" in (folder / "v2.log").read_text()
+    code, printed = e2e_check(folder, capsys)
+    assert code == 0, printed
+    assert printed[-1] == f"[e2e] passed; report in {folder}"
+    report = json.loads((folder / "report.json").read_text())
+    assert report["failures"] == [] and "by --check" in report["produced_by"]["checked"]
+
+
+def test_e2e_check_fails_by_name(tmp_path, monkeypatch, capsys):
+    folder = pasted("study", tmp_path, monkeypatch, capsys)
+    log = folder / "v2.log"
+    kept = log.read_text()
+    # The server with the window did not log its start-up line.
+    log.write_text("\n".join(ln for ln in kept.splitlines() if "window_size=33" not in ln))
+    code, printed = e2e_check(folder, capsys)
+    assert code == 1
+    assert (
+        "v2_window: its server did not log the window's start-up line ('Draft KV window on "
+        "for ...'): is this project installed where it served?" in printed
+    )
+    log.write_text(kept)
+    # A text of the windowed run diverges from the run without speculation's.
+    import pandas as pd
+
+    summary = folder / "v2" / "summary.csv"
+    table = pd.read_csv(summary, index_col=0)
+    row = (table["_benchmark_name"] == "context_32_concurrency_2") & table[
+        "additional_config"
+    ].fillna("").str.contains("draft_window_size")
+    assert row.sum() == 1
+    table.loc[row, "generated_texts"] = repr(["text 0", "texT 1"])
+    table.to_csv(summary)
+    code, printed = e2e_check(folder, capsys)
+    assert code == 1
+    assert (
+        "greedy outputs of v2_window differ from no_speculation in 1 of 4 prompts: "
+        "context_32_concurrency_2 prompt 1 from character 3" in printed
+    )
+    # A file the commands write is missing.
+    summary.unlink()
+    code, printed = e2e_check(folder, capsys)
+    assert code == 1
+    assert any(line.startswith(f"v2: no {summary} (the printed") for line in printed), printed
+    # And a folder no dry run wrote.
+    code, printed = e2e_check(tmp_path, capsys)
+    assert code == 2 and "not a folder the dry run" in printed[0]
