@@ -17,7 +17,7 @@ measured with vLLM's own benchmark tools (`vllm bench sweep serve`, `vllm bench 
 
 For each run of the scenario (V2 runner with the window, V2 without it, V1 runner with the
 window) ``vllm bench sweep serve`` starts `vllm serve` and sends three workloads with ``vllm
-bench serve`` (``sweep.py``): the golden prompt (longer than W, the upstream MRV1 end-to-end
+bench serve`` (``sweep_plan.py``): the golden prompt (longer than W, the upstream MRV1 end-to-end
 test's), seven more long prompts and two short ones, greedy; ``vllm bench serve`` reads the
 spec-decode counters around each. The harness then asserts: greedy outputs identical across
 runs (the target decides the output; on a device at least MIN_IDENTICAL of them: lossless.py),
@@ -74,7 +74,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import lossless  # noqa: E402  (beside this file)
 import study  # noqa: E402  (beside this file)
-import sweep  # noqa: E402  (beside this file)
+import sweep_plan  # noqa: E402  (beside this file)
 
 KEY = "draft_window_size"
 SINKS_KEY = "draft_attention_sinks"
@@ -449,7 +449,7 @@ def _more_windows(env: dict[str, str]) -> list[int]:
 def serve_base(scenario: Scenario, port: int) -> list[str]:
     """``vllm serve`` of the scenario's target, before a run's own parameters (``serving``)."""
     cmd = [
-        sweep.vllm_command(),
+        sweep_plan.vllm_command(),
         *("serve", scenario.target, "--host", "127.0.0.1", "--port", str(port)),
         *("--tensor-parallel-size", str(scenario.tp)),
         *("--max-model-len", str(scenario.max_model_len)),
@@ -463,7 +463,7 @@ def serve_base(scenario: Scenario, port: int) -> list[str]:
     return cmd
 
 
-def serving(scenario: Scenario, run: Run) -> sweep.Serving:
+def serving(scenario: Scenario, run: Run) -> sweep_plan.Serving:
     """A run's serve parameters: its speculative config and the window's keys."""
     params: dict = {}
     if run.speculative:
@@ -474,7 +474,7 @@ def serving(scenario: Scenario, run: Run) -> sweep.Serving:
         }
     if run.window is not None:
         params["additional_config"] = _additional_config(run)
-    return sweep.Serving(run.name, params)
+    return sweep_plan.Serving(run.name, params)
 
 
 # The variable that names a server's cards, by device.
@@ -506,13 +506,13 @@ def device_split(
 def plan_sweeps(
     scenario: Scenario,
     planned: list[Run],
-    workloads: list[sweep.Workload],
+    workloads: list[sweep_plan.Workload],
     device: str,
     port: int,
     out: Path,
     parallel: int = 1,
     env: dict[str, str] | None = None,
-) -> list[sweep.Sweep]:
+) -> list[sweep_plan.Sweep]:
     """The runs as ``vllm bench sweep serve`` commands: Model Runner V2's dealt over
     ``parallel`` sweeps that run side by side (a port each, and on a device cards of their
     own: ``device_split``), V1's in one of its own (its runner variable; only where the
@@ -533,10 +533,12 @@ def plan_sweeps(
             lane_env["VLLM_USE_V2_MODEL_RUNNER"] = "1" if lane[0].v2 else "0"
         lane_port = port + len(sweeps)
         sweeps.append(
-            sweep.Sweep(
+            sweep_plan.Sweep(
                 name,
                 serve_base(scenario, lane_port),
-                sweep.bench_command(scenario.target, lane_port, scenario.chat, sampling(env or {})),
+                sweep_plan.bench_command(
+                    scenario.target, lane_port, scenario.chat, sampling(env or {})
+                ),
                 [serving(scenario, run) for run in lane],
                 workloads,
                 lane_env,
@@ -580,15 +582,15 @@ def prompts(scenario: Scenario) -> tuple[list[str], list[str], list[str]]:
     )
 
 
-def e2e_workloads(scenario: Scenario, out: Path) -> list[sweep.Workload]:
+def e2e_workloads(scenario: Scenario, out: Path) -> list[sweep_plan.Workload]:
     """The golden prompt (32 tokens), the long prompts (128 tokens each, together) and the
     short ones (32 tokens), each a custom dataset written into ``out``."""
     golden, more, short = prompts(scenario)
     workloads = []
     for name, texts, tokens in (("golden", golden, 32), ("long", more, 128), ("short", short, 32)):
         dataset = out / f"{name}.jsonl"
-        sweep.write_dataset(dataset, texts, tokens)
-        workloads.append(sweep.Workload(name, dataset, len(texts), len(texts), tokens))
+        sweep_plan.write_dataset(dataset, texts, tokens)
+        workloads.append(sweep_plan.Workload(name, dataset, len(texts), len(texts), tokens))
     return workloads
 
 
@@ -743,16 +745,16 @@ def check(
     return failures
 
 
-def run_sweeps(sweeps: list[sweep.Sweep], out: Path, at_once: int = 1) -> dict:
+def run_sweeps(sweeps: list[sweep_plan.Sweep], out: Path, at_once: int = 1) -> dict:
     """Runs the sweeps, Model Runner V2's ``at_once`` side by side and then V1's, their
     servers started in ``out``, and collects what they wrote (``collect``)."""
     environ = dict(os.environ)
-    codes = sweep.run([s for s in sweeps if s.name != "v1"], environ, out, at_once)
-    codes |= sweep.run([s for s in sweeps if s.name == "v1"], environ, out, 1)
+    codes = sweep_plan.run([s for s in sweeps if s.name != "v1"], environ, out, at_once)
+    codes |= sweep_plan.run([s for s in sweeps if s.name == "v1"], environ, out, 1)
     return collect(sweeps, codes)
 
 
-def collect(sweeps: list[sweep.Sweep], codes: dict[str, int] | None = None) -> dict:
+def collect(sweeps: list[sweep_plan.Sweep], codes: dict[str, int] | None = None) -> dict:
     """Each run's results by workload, its server's log, and the failures: a sweep that
     exited non-zero (with the end of its log; nothing of it is read), a run that produced no
     result, a workload whose requests failed. ``codes`` None: the sweeps were run by hand
@@ -764,7 +766,7 @@ def collect(sweeps: list[sweep.Sweep], codes: dict[str, int] | None = None) -> d
         if code not in (None, 0):
             failures.append(
                 f"vllm bench sweep serve ({planned.name}) exited {code}; the "
-                f"end of its log, {planned.log}:\n{sweep.log_tail(planned)}"
+                f"end of its log, {planned.log}:\n{sweep_plan.log_tail(planned)}"
             )
             continue
         if code is None:
@@ -777,8 +779,8 @@ def collect(sweeps: list[sweep.Sweep], codes: dict[str, int] | None = None) -> d
                     f"output to {planned.log.name}; did it run to the end in this folder?)"
                 )
                 continue
-        results = sweep.results(planned)
-        logs.update(sweep.server_logs(planned))
+        results = sweep_plan.results(planned)
+        logs.update(sweep_plan.server_logs(planned))
         for serving_ in planned.runs:
             by_workload = {w: r for (run, w), r in results.items() if run == serving_.name}
             for workload, result in by_workload.items():
@@ -850,7 +852,7 @@ def run_scenario(
     return finish_scenario(scenario, device, out_dir, results, golden, tolerance, policy, produced)
 
 
-def scenario_results(done: dict, workloads: list[sweep.Workload]) -> dict[str, dict]:
+def scenario_results(done: dict, workloads: list[sweep_plan.Workload]) -> dict[str, dict]:
     """Each run's texts, acceptance (the golden prompt's and the long prompts') and whether
     its server logged the window on and active."""
     results = {}
@@ -942,7 +944,7 @@ def write_report(
 
 def study_datasets(
     scenario: Scenario, settings: study.Settings, out: Path
-) -> tuple[list[sweep.Workload], list[list[str]]]:
+) -> tuple[list[sweep_plan.Workload], list[list[str]]]:
     """The study's workloads, and the commands that cut their datasets from the text
     (``out/study_text.txt``): each context's prompts at each concurrency, and with
     SHARED_PREFIX the longest context's prompts sharing their first tokens."""
@@ -951,27 +953,29 @@ def study_datasets(
     workloads, commands = [], []
     for context in settings.contexts:
         dataset = out / f"context_{context}.jsonl"
-        commands.append(sweep.slices_command(text, dataset, scenario.target, p, context, tokens))
+        commands.append(
+            sweep_plan.slices_command(text, dataset, scenario.target, p, context, tokens)
+        )
         for k in settings.concurrencies:
             workloads.append(
-                sweep.Workload(f"context_{context}_concurrency_{k}", dataset, p, k, tokens)
+                sweep_plan.Workload(f"context_{context}_concurrency_{k}", dataset, p, k, tokens)
             )
     if settings.shared_prefix:
         prefix, context = settings.shared_prefix, max(settings.contexts)
         parts = out / f"prefix_{prefix}.jsonl", out / f"suffixes_{context - prefix}.jsonl"
         dataset = out / f"shared_prefix_{prefix}_context_{context}.jsonl"
         commands += [
-            sweep.slices_command(text, parts[0], scenario.target, 1, prefix, tokens),
-            sweep.slices_command(text, parts[1], scenario.target, p, context - prefix, tokens),
-            sweep.shared_prefix_command(*parts, dataset),
+            sweep_plan.slices_command(text, parts[0], scenario.target, 1, prefix, tokens),
+            sweep_plan.slices_command(text, parts[1], scenario.target, p, context - prefix, tokens),
+            sweep_plan.shared_prefix_command(*parts, dataset),
         ]
         k = max(settings.concurrencies)
         name = f"shared_prefix_{prefix}_context_{context}_concurrency_{k}"
-        workloads.append(sweep.Workload(name, dataset, p, k, tokens))
+        workloads.append(sweep_plan.Workload(name, dataset, p, k, tokens))
     return workloads, commands
 
 
-def workload_metrics(result: dict, workload: sweep.Workload, speculative: bool) -> dict:
+def workload_metrics(result: dict, workload: sweep_plan.Workload, speculative: bool) -> dict:
     """One workload of one run, as ``vllm bench serve`` measured it."""
     found = re.match(r"(?:shared_prefix_(\d+)_)?context_(\d+)_concurrency_(\d+)", workload.name)
     prefix, context, concurrency = found.groups()
@@ -997,7 +1001,7 @@ def study_run_results(
 ) -> dict:
     """A run's report entry: every workload's metrics and texts, the study's curve (each
     context at the first concurrency), and the window's start-up lines."""
-    lines = sweep.window_lines(log)
+    lines = sweep_plan.window_lines(log)
     # "auto" reads as the window its start-up line says it became.
     window = run.window
     if window == "auto":
@@ -1106,7 +1110,7 @@ def record_plan(
     out_dir: Path,
     scenario: Scenario,
     planned: list[Run],
-    sweeps: list[sweep.Sweep],
+    sweeps: list[sweep_plan.Sweep],
     settings: study.Settings | None = None,
 ) -> None:
     """Adds the run's plan to its record (run.json): the scenario, its runs, its sweeps and
@@ -1151,7 +1155,7 @@ def check_results(folder: Path) -> int:
     sweeps, failures = [], []
     for name in plan["sweeps"]:
         try:
-            sweeps.append(sweep.Sweep.read(name, folder))
+            sweeps.append(sweep_plan.Sweep.read(name, folder))
         except FileNotFoundError as missing:
             failures.append(f"{name}: no {missing.filename} (the dry run writes it)")
     done = collect(sweeps)
@@ -1387,7 +1391,7 @@ def dry_run(scenario, device, port, out, settings=None, env=None) -> list[str]:
         commands, _, sweeps = study_plan(scenario, device, port, settings, env or {}, out)
         record_plan(out, scenario, study_runs(scenario, device, env or {}), sweeps, settings)
         lines += [shlex.join(command) for command in commands]
-    sweep.write_files(sweeps)
+    sweep_plan.write_files(sweeps)
     for planned in sweeps:
         lines += planned.shell_lines()
     return lines

@@ -10,7 +10,7 @@
     make study-cpu                           # here: the trained tiny models, vllm serve on CPU
 
 Drafters trained on 4k-8k contexts lose acceptance at 32k and beyond; the window is there to
-bring it back. It is vLLM's own benchmark, run as a vLLM user runs it (``sweep.py``): for
+bring it back. It is vLLM's own benchmark, run as a vLLM user runs it (``sweep_plan.py``): for
 each context vLLM's text cutter writes PROMPTS_PER_CONTEXT prompts of exactly that many
 tokens of one text (``create_txt_slices_dataset``, the target's tokenizer), and ``vllm bench
 sweep serve`` serves each run (no speculation, V2 without the window, with it, with sinks,

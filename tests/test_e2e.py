@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.testbed.vllm_cli import printed_sweeps as sweeps
+from tests.testbed.vllm_cli import runs_of
+
 # The same code on every vLLM line: run once, in .venv (design/testing.md).
 pytestmark = pytest.mark.release_independent
 
@@ -37,35 +40,6 @@ def plan_lines(capsys, argv, monkeypatch, tmp_path=None, **env):
     out = ["--out", str(tmp_path)] if tmp_path is not None else []
     assert e2e.main([*argv, *out]) == 0
     return capsys.readouterr().out.splitlines()
-
-
-def sweeps(lines) -> list[dict]:
-    """Each ``vllm bench sweep serve`` line: its environment, its serve and bench commands,
-    and the parameter files it names, read."""
-    found = []
-    for line in lines:
-        if " bench sweep serve " not in line:
-            continue
-        words = shlex.split(line)
-        at = next(i for i, w in enumerate(words) if w.endswith("vllm"))
-        env = dict(w.split("=", 1) for w in words[:at])
-        # Every sweep's output kept in the folder, in order (tests/test_e2e_runs.py).
-        assert env.pop("PYTHONUNBUFFERED") == "1"
-        args = dict(zip(words[at + 4 :: 2], words[at + 5 :: 2], strict=False))
-        found.append(
-            {
-                "env": env,
-                "serve": args["--serve-cmd"],
-                "bench": args["--bench-cmd"],
-                "runs": json.loads(Path(args["--serve-params"]).read_text()),
-                "workloads": json.loads(Path(args["--bench-params"]).read_text()),
-            }
-        )
-    return found
-
-
-def runs_of(found) -> dict[str, dict]:
-    return {run.pop("_benchmark_name"): run for s in found for run in s["runs"]}
 
 
 def test_default_plan_installs_then_sweeps_v2_with_and_without_the_window_and_v1(

@@ -95,7 +95,7 @@ def study_run(tmp_path, monkeypatch):
     stand_in = tmp_path / "vllm"
     stand_in.write_text(f"#!{sys.executable}\n{STAND_IN}")
     stand_in.chmod(0o755)
-    monkeypatch.setattr(e2e.sweep, "vllm_command", lambda: str(stand_in))
+    monkeypatch.setattr(e2e.sweep_plan, "vllm_command", lambda: str(stand_in))
     monkeypatch.setattr(e2e, "install", lambda device: None)
     monkeypatch.setattr(e2e, "check_pairing", lambda method: None)
 
@@ -103,7 +103,7 @@ def study_run(tmp_path, monkeypatch):
         for command in commands:
             out = Path(command[command.index("--output") + 1])
             prompts = int(command[command.index("--num-prompts") + 1])
-            e2e.sweep.write_dataset(out, ["prompt"] * prompts, 4)
+            e2e.sweep_plan.write_dataset(out, ["prompt"] * prompts, 4)
 
     monkeypatch.setattr(e2e, "cut_datasets", cut)
     for key in e2e.SETTINGS:
@@ -507,7 +507,7 @@ def pasted(kind, tmp_path, monkeypatch, capsys) -> Path:
     stand_in = tmp_path / "vllm"
     stand_in.write_text(f"#!{sys.executable}\n{STAND_IN}")
     stand_in.chmod(0o755)
-    monkeypatch.setattr(e2e.sweep, "vllm_command", lambda: str(stand_in))
+    monkeypatch.setattr(e2e.sweep_plan, "vllm_command", lambda: str(stand_in))
     code, out, err = dry_run(capsys, monkeypatch, tmp_path / "results", **PASTED[kind])
     assert code == 0, err
     ran = 0
@@ -515,7 +515,9 @@ def pasted(kind, tmp_path, monkeypatch, capsys) -> Path:
         if "create_txt_slices_dataset" in line:
             words = shlex.split(line)
             prompts = int(words[words.index("--num-prompts") + 1])
-            e2e.sweep.write_dataset(Path(words[words.index("--output") + 1]), ["p"] * prompts, 4)
+            e2e.sweep_plan.write_dataset(
+                Path(words[words.index("--output") + 1]), ["p"] * prompts, 4
+            )
         elif " bench sweep serve " in line:
             env = {"PATH": "/usr/bin:/bin", "STAND_IN_LENGTH": "2.0"}
             done = subprocess.run(line, shell=True, executable="/bin/bash", env=env)

@@ -27,7 +27,8 @@ pytestmark = pytest.mark.release_independent
 STUDY_ENV = e2e.SETTINGS
 
 
-from tests.test_e2e import runs_of, sweeps  # noqa: E402
+from tests.testbed.vllm_cli import printed_sweeps as sweeps  # noqa: E402
+from tests.testbed.vllm_cli import runs_of  # noqa: E402
 
 
 @pytest.fixture
@@ -161,7 +162,7 @@ def test_vllms_cutter_gives_every_prompt_exactly_its_context_of_the_held_out_tex
 
     models = trained_models.committed()
     out = tmp_path / "context_512.jsonl"
-    command = e2e.sweep.slices_command(models.heldout, out, models.target, 4, 512, 16)
+    command = e2e.sweep_plan.slices_command(models.heldout, out, models.target, 4, 512, 16)
     subprocess.run(command, check=True, capture_output=True)
     tokenizer = AutoTokenizer.from_pretrained(models.target)
     heldout = models.heldout.read_text(encoding="utf-8")
@@ -295,7 +296,7 @@ def test_the_report_is_written_from_what_vllm_bench_serve_measured(tmp_path):
     most KV one draft step reads."""
     settings = study.Settings([4096, 32768], 3, 16, 128, concurrency=[3], shared_prefix=1000)
     workloads = [
-        e2e.sweep.Workload(name, Path("x.jsonl"), 3, 3, 16)
+        e2e.sweep_plan.Workload(name, Path("x.jsonl"), 3, 3, 16)
         for name in (
             "context_4096_concurrency_3",
             "context_32768_concurrency_3",
@@ -441,9 +442,9 @@ def test_checks_compare_every_output_with_the_run_without_speculation_and_take_t
 
 def test_a_shared_prefix_dataset_begins_every_prompt_with_the_same_text(tmp_path):
     prefix, suffixes, out = tmp_path / "p.jsonl", tmp_path / "s.jsonl", tmp_path / "o.jsonl"
-    e2e.sweep.write_dataset(prefix, ["The shared start. "], 16)
-    e2e.sweep.write_dataset(suffixes, ["one", "two", "three"], 16)
-    subprocess.run(e2e.sweep.shared_prefix_command(prefix, suffixes, out), check=True)
+    e2e.sweep_plan.write_dataset(prefix, ["The shared start. "], 16)
+    e2e.sweep_plan.write_dataset(suffixes, ["one", "two", "three"], 16)
+    subprocess.run(e2e.sweep_plan.shared_prefix_command(prefix, suffixes, out), check=True)
     joined = [json.loads(line) for line in out.read_text().splitlines()]
     assert [j["prompt"] for j in joined] == [
         f"The shared start. {t}" for t in ("one", "two", "three")

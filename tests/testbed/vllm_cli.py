@@ -93,6 +93,35 @@ def unparsed(lines: list[str]) -> tuple[int, list[str]]:
     return count, refused
 
 
+def printed_sweeps(lines) -> list[dict]:
+    """Each ``vllm bench sweep serve`` line: its environment, its serve and bench commands,
+    and the parameter files it names, read."""
+    found = []
+    for line in lines:
+        if " bench sweep serve " not in line:
+            continue
+        words = shlex.split(line)
+        at = next(i for i, w in enumerate(words) if w.endswith("vllm"))
+        env = dict(w.split("=", 1) for w in words[:at])
+        # Every sweep's output kept in the folder, in order (e2e/sweep_plan.py's shell_lines).
+        assert env.pop("PYTHONUNBUFFERED") == "1"
+        args = dict(zip(words[at + 4 :: 2], words[at + 5 :: 2], strict=False))
+        found.append(
+            {
+                "env": env,
+                "serve": args["--serve-cmd"],
+                "bench": args["--bench-cmd"],
+                "runs": json.loads(Path(args["--serve-params"]).read_text()),
+                "workloads": json.loads(Path(args["--bench-params"]).read_text()),
+            }
+        )
+    return found
+
+
+def runs_of(found) -> dict[str, dict]:
+    return {run.pop("_benchmark_name"): run for s in found for run in s["runs"]}
+
+
 def dry_run_lines(name: str, out: Path, monkeypatch, capsys) -> list[str]:
     """What ``DRY_RUN=1`` prints for the dry run ``name`` (``DRY_RUNS``) into ``out``."""
     sys.path.insert(0, str(ROOT / "e2e"))

@@ -306,8 +306,8 @@ def window_lines(log: str) -> list[str]:
 
 
 if __name__ == "__main__":
-    # python e2e/sweep.py shared-prefix PREFIX.jsonl SUFFIXES.jsonl OUT.jsonl
+    # python e2e/sweep_plan.py shared-prefix PREFIX.jsonl SUFFIXES.jsonl OUT.jsonl
     command, *paths = sys.argv[1:]
     if command != "shared-prefix" or len(paths) != 3:
-        raise SystemExit("usage: sweep.py shared-prefix PREFIX.jsonl SUFFIXES.jsonl OUT.jsonl")
+        raise SystemExit("usage: sweep_plan.py shared-prefix PREFIX.jsonl SUFFIXES.jsonl OUT.jsonl")
     join_shared_prefix(*map(Path, paths))
