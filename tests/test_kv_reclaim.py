@@ -18,7 +18,7 @@ from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
 from tests.testbed import kv_manager
 from tests.testbed.kv_manager import Shape
 from tests.testbed.speculators import make_vllm_config, tiny_model_dir
-from vllm_ascend.worker.v2.spec_decode.draft_window import install, kv_cache, plugin
+from vllm_ascend.worker.v2.spec_decode.draft_window import install, kv_cache, kv_cost, plugin
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec, window_seq_lens
 
 # The CPU engine's trained models: a target and a draft model of 2 layers each, 4 KV heads
@@ -61,7 +61,7 @@ def test_only_the_drafts_full_attention_layers_get_the_sliding_window(vllm_confi
     layers = [sorted(g.layer_names) for g in groups]
     assert layers == [sorted(set(specs) - TOY.draft_names), sorted(TOY.draft_names)]
     assert (reclaim.groups, reclaim.groups_without, reclaim.draft_share) == (2, 1, 0.5)
-    assert reclaim.freed == kv_cache.Freed(W, frozenset(TOY.draft_names))
+    assert reclaim.freed == kv_cost.Freed(W, frozenset(TOY.draft_names))
 
 
 @pytest.mark.parametrize(
@@ -211,8 +211,8 @@ def test_at_long_context_the_draft_holds_the_window_and_the_target_the_whole_con
     assert target > 4096 // 32
     # What the start-up line says the draft holds at most: here 3 blocks decoding, 19 while
     # prefilling chunks of 512.
-    steady = kv_cache.held_blocks(W, 32, 1 + K, K, 0, 0)
-    prefill = kv_cache.held_blocks(W, 32, 512, K, 0, 0)
+    steady = kv_cost.held_blocks(W, 32, 1 + K, K, 0, 0)
+    prefill = kv_cost.held_blocks(W, 32, 512, K, 0, 0)
     assert draft <= steady < prefill and most[1] <= prefill
     whole_config = kv_manager.kv_cache_config(vllm_config, TOY.specs(), 1 << 30)
     kv = kv_manager.manager(vllm_config, whole_config, 131072)

@@ -71,6 +71,7 @@ SERVING_MODULES = {
     "groups.py",
     "install.py",
     "kv_cache.py",
+    "kv_cost.py",
     "log.py",
     "methods.py",
     "mrv2.py",

@@ -591,13 +591,13 @@ def test_free_kv_with_the_hybrid_kv_cache_manager_off_is_refused_by_name(
 def test_free_kv_under_decode_context_parallelism_is_refused_by_name(
     model_dir, restore_runner_choice
 ):
-    from vllm_ascend.worker.v2.spec_decode.draft_window import policy
+    from vllm_ascend.worker.v2.spec_decode.draft_window import kv_cache
     from vllm_ascend.worker.v2.spec_decode.draft_window.config import DraftWindowConfig
 
     config = tp4_dcp2_config(model_dir, "eagle3", None)
     message = "draft_window_free_kv=true cannot be served under decode context parallelism"
     with pytest.raises(ValueError, match=re.escape(message)):
-        policy.refuse_free_kv(config, DraftWindowConfig(**FREE_KV), RELEASE)
+        kv_cache.refuse_free_kv(config, DraftWindowConfig(**FREE_KV), RELEASE)
 
 
 @pytest.mark.model_runner_v1

@@ -67,7 +67,7 @@ def decide_groups(
     kv_cache_config: Any, attn_groups: list[list[Any]], freed: Any = None
 ) -> list[GroupDecision]:
     """One decision per KV-cache group the draft reads (a non-empty ``attn_groups[g]``);
-    ``freed``: what ``draft_window_free_kv`` did (``kv_cache.Freed``: the draft layers it
+    ``freed``: what ``draft_window_free_kv`` did (``kv_cost.Freed``: the draft layers it
     turned into a sliding window, and its tokens), or None."""
     decisions = []
     for g, groups in enumerate(attn_groups):

@@ -35,7 +35,8 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.groups import (
     decide_groups,
     describe_decisions,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.kv_cache import FREED_ATTR, Freed
+from vllm_ascend.worker.v2.spec_decode.draft_window.kv_cache import FREED_ATTR
+from vllm_ascend.worker.v2.spec_decode.draft_window.kv_cost import Freed
 from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
 from vllm_ascend.worker.v2.spec_decode.draft_window.methods import (
     METHODS,

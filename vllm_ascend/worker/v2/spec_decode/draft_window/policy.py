@@ -22,6 +22,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.groups import (
     GroupDecision,
     describe_decisions,
 )
+from vllm_ascend.worker.v2.spec_decode.draft_window.kv_cache import refuse_free_kv
 from vllm_ascend.worker.v2.spec_decode.draft_window.methods import METHODS, Kind
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release, dotted
 from vllm_ascend.worker.v2.spec_decode.draft_window.releases import SUPPORTED
@@ -43,12 +44,7 @@ def check_start_up(
     if model_runner_v2:
         method = getattr(vllm_config.speculative_config, "method", None)
         if METHODS.get(method) is Kind.MTP and config.draft_window_free_kv:
-            raise ValueError(
-                f"{FREE_KV_KEY}=true cannot be served for speculative method {method!r}: the "
-                "draft window leaves MTP drafts alone (their modules are trained over the "
-                "target's whole context, or read the target's own KV), so no draft KV is "
-                f"windowed and none can be freed. Remove {FREE_KV_KEY}."
-            )
+            refuse_free_kv(vllm_config, config, release)
         if method is not None and release is not None and METHODS.get(method) is not Kind.MTP:
             refuse_method(method, release, config.draft_window_size)
             refuse_config(vllm_config, release, config.draft_window_size)
@@ -80,41 +76,6 @@ def check_start_up(
             f"{MIN_CONTEXT_KEY}={config.draft_window_min_context} needs Model Runner V2 "
             "(VLLM_USE_V2_MODEL_RUNNER=1): vllm-ascend's Model Runner V1 draft window windows "
             f"every context. Set VLLM_USE_V2_MODEL_RUNNER=1 or remove {MIN_CONTEXT_KEY}."
-        )
-
-
-def refuse_free_kv(vllm_config: Any, config: Any, release: Release) -> None:
-    """Stop on ``draft_window_free_kv`` where freeing the draft's KV before the window cannot
-    be exact or is not freed at all (design doc, section 3.4). Where it would not pay, the
-    runner's KV-cache specs refuse it, once the layers are known (``kv_cache.py``)."""
-    reason = None
-    if release.free_kv_unserved is not None:
-        reason = f"on {release.name}: {release.free_kv_unserved}"
-    elif config.draft_attention_sinks:
-        reason = (
-            f"with {SINKS_KEY}={config.draft_attention_sinks}: vLLM's sliding-window KV cache "
-            "manager frees a request's first blocks too, the sinks' among them"
-        )
-    elif config.draft_window_min_context:
-        reason = (
-            f"with {MIN_CONTEXT_KEY}={config.draft_window_min_context}: a request below it "
-            "reads its whole context, which the draft would then have to keep"
-        )
-    elif vllm_config.parallel_config.decode_context_parallel_size > 1:
-        reason = (
-            "under decode context parallelism: vLLM's sliding-window KV cache is one rank's, "
-            "never sharded across decode-context-parallel ranks"
-        )
-    elif vllm_config.scheduler_config.disable_hybrid_kv_cache_manager:
-        reason = (
-            "with the hybrid KV cache manager off (--disable-hybrid-kv-cache-manager, or vLLM "
-            "turned it off, as for a KV connector without its support): vLLM then merges every "
-            "layer into one full-attention group and frees nothing"
-        )
-    if reason is not None:
-        raise ValueError(
-            f"{FREE_KV_KEY}=true cannot be served {reason}. Remove {FREE_KV_KEY} ({KEY} still "
-            "windows what the draft reads)."
         )
 
 

@@ -185,26 +185,24 @@ class WindowSpec:
         return self.read_cap()
 
     def retained_tokens(self, block_size: int) -> int:
-        """``N = W + a - b``: the fewest tokens below a pass's first query position ``C`` that
-        a group of ``block_size``-token columns (``b``, dividing ``a``) must keep so that no
-        pass reads a block wholly before ``C - N + 1`` (design doc, section 3.4: what vLLM's
-        sliding-window KV cache frees and nulls). Exact for a plain window only: sinks and a
-        threshold read before it."""
+        """``N = W + a - b``: the fewest tokens below a pass's first query position that a
+        group of ``block_size``-token columns must keep so that no read of a plain window
+        (no sinks, no threshold) reaches a block vLLM's sliding-window KV cache freed or
+        nulled (design doc, section 3.4)."""
         if self.sink_size or self.min_context:
             raise ValueError("retained_tokens is defined for a window without sinks or threshold")
-        if self.alignment % block_size != 0:
-            raise ValueError(
-                f"block_size {block_size} does not divide the alignment {self.alignment}"
-            )
-        return self.window_size + self.alignment - block_size
+        return self.window_size + self.alignment - self._divisor(block_size)
 
     def max_window_blocks(self, block_size: int) -> int:
         """Width of a cropped table whose columns are blocks of ``block_size`` tokens."""
+        return ceil_div(self.max_read_len, self._divisor(block_size))
+
+    def _divisor(self, block_size: int) -> int:
         if self.alignment % block_size != 0:
             raise ValueError(
                 f"block_size {block_size} does not divide the alignment {self.alignment}"
             )
-        return ceil_div(self.max_read_len, block_size)
+        return block_size
 
 
 def window_seq_lens(
