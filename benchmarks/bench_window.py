@@ -61,15 +61,15 @@ from torch.utils._pytree import tree_leaves
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from tests.testbed import use_triton_interpreter  # noqa: E402
+from testbed import use_triton_interpreter  # noqa: E402
 
 use_triton_interpreter()  # before vLLM's first import
 
 from benchmarks import long_context  # noqa: E402
 from benchmarks.engine import bench_engine, engine_lines  # noqa: E402
 from benchmarks.kv_reclaim import bench_kv_reclaim, kv_reclaim_lines  # noqa: E402
-from tests.testbed.mrv1_adapter import load_mrv1_adapter_module  # noqa: E402
-from tests.testbed.reference import PagedKVCache  # noqa: E402
+from testbed.mrv1_adapter import load_mrv1_adapter_module  # noqa: E402
+from testbed.reference import PagedKVCache  # noqa: E402
 from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import dcp_local_lengths  # noqa: E402
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow  # noqa: E402
 from vllm_ascend.worker.v2.spec_decode.draft_window.plan import Plan  # noqa: E402
@@ -676,8 +676,8 @@ def bench_attention(rounds: int) -> list[dict]:
 def bench_whole_build(rounds: int, iters: int) -> list[dict]:
     import tempfile
 
-    from tests.testbed.shims import apply_cpu_shims
-    from tests.testbed.speculators import tiny_model_dir
+    from testbed.shims import apply_cpu_shims
+    from testbed.speculators import tiny_model_dir
 
     apply_cpu_shims()
     context = 32 * 1024
@@ -703,8 +703,8 @@ def whole_build_row(
     from vllm.config.compilation import CUDAGraphMode
     from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
 
-    from tests.testbed.buffers import make_mrv2_batch
-    from tests.testbed.speculators import (
+    from testbed.buffers import make_mrv2_batch
+    from testbed.speculators import (
         SPECULATOR_CLASSES,
         GroupLayout,
         make_vllm_config,

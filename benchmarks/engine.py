@@ -18,8 +18,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from tests.testbed.engine.models import make_tiny_models
-from tests.testbed.engine.runs import Run, offline
+from testbed.engine.models import make_tiny_models
+from testbed.engine.runs import Run, offline
 
 ROOT = Path(__file__).resolve().parent.parent
 ROUNDS = 5

@@ -27,11 +27,11 @@ from pathlib import Path
 
 import torch
 
-from tests.testbed import kv_manager
-from tests.testbed.kv_manager import Shape
-from tests.testbed.shims import apply_cpu_shims
-from tests.testbed.speculators import make_vllm_config, tiny_model_dir
-from tests.testbed.vllm_line import get_block_table_width
+from testbed import kv_manager
+from testbed.kv_manager import Shape
+from testbed.shims import apply_cpu_shims
+from testbed.speculators import make_vllm_config, tiny_model_dir
+from testbed.vllm_line import get_block_table_width
 from vllm_ascend.worker.v2.spec_decode.draft_window import kv_cache
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,8 +132,8 @@ def engine_admission() -> dict:
     """The CPU engine's admission runs of tests/test_engine_load.py: four requests of 1024
     tokens, KV bytes for one with the draft's whole KV, with the key and without."""
     import trained_models as trained
+    from testbed.engine.runs import LOAD, engine_script
     from tests.test_engine_load import ADMISSION, FREE_KV, WINDOW, long_requests, speculative
-    from tests.testbed.engine.runs import LOAD, engine_script
 
     models = trained.committed()
     draft = speculative("draft_model", models.draft_model)

@@ -42,7 +42,7 @@ not take DCP (its golden files and draft KV estimates are for one rank's layout)
 
 DEVICE=cpu runs the long-context study only, in this project's ``.venv`` (``make
 study-cpu``): vLLM's CPU worker with the test bed's engine environment
-(``tests/testbed/engine/environment.py``), the committed tiny models (``trained_models/``:
+(``testbed/engine/environment.py``), the committed tiny models (``trained_models/``:
 ``draft_model`` and ``eagle3`` scenarios) and their held-out text (rebuilt from .venv's vLLM:
 ``make heldout``), contexts from inside the drafter's training context to 16 times it.
 """
@@ -233,7 +233,7 @@ def cpu_study_defaults() -> dict[str, str]:
 def cpu_engine_env() -> dict[str, str]:
     """What a vLLM engine needs on this CPU-only host (the test bed's engine environment)."""
     sys.path.insert(0, str(ROOT))
-    from tests.testbed.engine.environment import engine_env
+    from testbed.engine.environment import engine_env
 
     cache = ROOT / ".cache" / f"vllm-{metadata.version('vllm')}"
     full = engine_env(cache, host_has_model_runner_v1())

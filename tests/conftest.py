@@ -6,7 +6,7 @@ The shims run at import time, before any test builds a vLLM object.
 """
 
 # First, before any vLLM import: vLLM's Triton kernels run under Triton's interpreter.
-from tests.testbed import use_triton_interpreter
+from testbed import use_triton_interpreter
 
 use_triton_interpreter()
 
@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from vllm.triton_utils import HAS_TRITON  # noqa: E402
 
-from tests.testbed.shims import (  # noqa: E402
+from testbed.shims import (  # noqa: E402
     apply_cpu_shims,
 )
 
@@ -26,11 +26,11 @@ if not HAS_TRITON:
     )
 apply_cpu_shims()
 
-from tests.testbed.buffers import (  # noqa: E402
+from testbed.buffers import (  # noqa: E402
     Mrv2Batch,
     make_mrv2_batch,
 )
-from tests.testbed.mrv1_adapter import load_mrv1_adapter_module  # noqa: E402
+from testbed.mrv1_adapter import load_mrv1_adapter_module  # noqa: E402
 
 # tests/ascend runs in .venv-030 (the Ascend pairing), with its own conftest (make test).
 collect_ignore = ["ascend"]
@@ -40,7 +40,7 @@ def pytest_collection_modifyitems(config, items):
     """A test of what one vLLM line has and another lacks (its runner choice, a hooked
     method) runs on the lines that have it, and is deselected on the others: the release
     table of the installed vLLM says which."""
-    from tests.testbed.vllm_line import RELEASE
+    from testbed.vllm_line import RELEASE
 
     hooked = {hook.method for hook in RELEASE.hooks}
     applies = {
@@ -97,7 +97,7 @@ def mrv1():
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory):
     """A tiny model config written locally (no weights), for vLLM's configs and builders."""
-    from tests.testbed.speculators import tiny_model_dir
+    from testbed.speculators import tiny_model_dir
 
     return tiny_model_dir(tmp_path_factory.mktemp("tiny-llama"))
 
@@ -105,7 +105,7 @@ def model_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def drafts(tmp_path_factory):
     """A tiny draft config every MRV2 draft family here accepts (``startup.draft_dir``)."""
-    from tests.testbed.startup import draft_dir
+    from testbed.startup import draft_dir
 
     return draft_dir(tmp_path_factory.mktemp("tiny-draft"))
 
@@ -113,7 +113,7 @@ def drafts(tmp_path_factory):
 @pytest.fixture(scope="session")
 def mla_dir(tmp_path_factory):
     """A tiny MLA model config written locally (no weights), for vLLM's MLA builders."""
-    from tests.testbed.tiny_models import TINY_MLA_576, write_model_dir
+    from testbed.tiny_models import TINY_MLA_576, write_model_dir
 
     return write_model_dir(tmp_path_factory.mktemp("tiny-mla-576"), TINY_MLA_576)
 
@@ -123,7 +123,7 @@ def vllm_log_records():
     """What reaches vLLM's "vllm" logger at INFO and above, as a server configures it."""
     import logging
 
-    from tests.testbed.logs import recorded
+    from testbed.logs import recorded
 
     with recorded("vllm", logging.INFO) as records:
         yield records
@@ -135,7 +135,7 @@ def window_log():
     "warning"."""
     import logging
 
-    from tests.testbed.logs import recorded
+    from testbed.logs import recorded
 
     with recorded(
         "vllm.draft_window", logging.INFO, lambda r: (r.levelname.lower(), r.getMessage())

@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 from vllm.config.compilation import CUDAGraphMode
 
-from tests.testbed import graphs
-from tests.testbed.buffers import make_mrv2_batch
-from tests.testbed.configs import speculative_vllm_config
-from tests.testbed.speculators import SPECULATOR_CLASSES, GroupLayout, wire_speculator
-from tests.testbed.startup import (
+from testbed import graphs
+from testbed.buffers import make_mrv2_batch
+from testbed.configs import speculative_vllm_config
+from testbed.speculators import SPECULATOR_CLASSES, GroupLayout, wire_speculator
+from testbed.startup import (
     assert_launch_reads,
     capture,
     propose,
@@ -31,8 +31,8 @@ from tests.testbed.startup import (
     started,
     verify_step,
 )
-from tests.testbed.tiny_models import DRAFT_LAYOUTS, write_draft_dir, write_model_dir
-from tests.testbed.vllm_line import RELEASE
+from testbed.tiny_models import DRAFT_LAYOUTS, write_draft_dir, write_model_dir
+from testbed.vllm_line import RELEASE
 from vllm_ascend.worker.v2.spec_decode.draft_window import plugin, policy
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import DraftWindowConfig
 from vllm_ascend.worker.v2.spec_decode.draft_window.declared import FIELDS, declared_context
@@ -267,7 +267,7 @@ def test_the_lines_said_before_auto_is_resolved_name_it_as_set(model_dir, tmp_pa
     import torch
     from vllm.v1.kv_cache_interface import SlidingWindowSpec
 
-    from tests.testbed.speculators import HEAD_SIZE, NUM_KV_HEADS, make_vllm_config
+    from testbed.speculators import HEAD_SIZE, NUM_KV_HEADS, make_vllm_config
 
     sliding = SlidingWindowSpec(
         block_size=32,

@@ -13,14 +13,14 @@ from vllm.v1.worker.gpu.spec_decode.multi_module_mtp.speculator import (
     MultiModuleMTPSpeculator,
 )
 
-from tests.testbed.buffers import make_mrv2_batch
-from tests.testbed.speculators import (
+from testbed.buffers import make_mrv2_batch
+from testbed.speculators import (
     SPECULATOR_CLASSES,
     GroupLayout,
     make_vllm_config,
     wire_speculator,
 )
-from tests.testbed.vllm_line import RELEASE
+from testbed.vllm_line import RELEASE
 from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import DraftWindowConfig
 

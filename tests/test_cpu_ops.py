@@ -24,8 +24,8 @@ import pytest
 import torch
 import vllm
 
-from tests.testbed.engine.models import make_tiny_models
-from tests.testbed.engine.runs import Run, offline
+from testbed.engine.models import make_tiny_models
+from testbed.engine.runs import Run, offline
 from tools import cpu_ops
 
 # The same code on every line: once, in .venv.

@@ -17,8 +17,8 @@ import pytest
 import torch
 from vllm.v1.attention.backends.utils import get_dcp_local_seq_lens
 
-from tests.testbed.buffers import make_mrv2_batch
-from tests.testbed.dcp import (
+from testbed.buffers import make_mrv2_batch
+from testbed.dcp import (
     CP_LAYOUTS,
     LENGTHS,
     B,

@@ -19,17 +19,17 @@ import torch
 from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
 from vllm.v1.attention.backends.utils import get_dcp_local_seq_lens
 
-from tests.testbed.dcp import (
+from testbed.dcp import (
     B,
     assert_ranks_read_the_window,
     dcp_group,
     reference_caches,
 )
-from tests.testbed.eagle import MAX_MODEL_LEN, MAX_NUM_REQS, W, run_decode, run_prefill, setup_eagle
-from tests.testbed.reference import (
+from testbed.eagle import MAX_MODEL_LEN, MAX_NUM_REQS, W, run_decode, run_prefill, setup_eagle
+from testbed.reference import (
     unified_attention_read,
 )
-from tests.testbed.speculators import (
+from testbed.speculators import (
     GroupLayout,
     make_vllm_config,
 )
@@ -266,12 +266,12 @@ def replay_full_decode(e, monkeypatch) -> list[dict]:
     what the draft layers read at each replay."""
     from vllm.config.compilation import CUDAGraphMode
 
-    from tests.testbed import graphs
-    from tests.testbed.buffers import (
+    from testbed import graphs
+    from testbed.buffers import (
         fill_input_block_tables,
     )
-    from tests.testbed.eagle import DRAFT_STEP, prepare_decode, update_inputs
-    from tests.testbed.graphs import cuda_graphs_on_cpu
+    from testbed.eagle import DRAFT_STEP, prepare_decode, update_inputs
+    from testbed.graphs import cuda_graphs_on_cpu
 
     s, n = e.s, e.batch.num_reqs
     assert not s.supports_decode_metadata_update

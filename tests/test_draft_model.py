@@ -16,14 +16,14 @@ import torch
 from vllm.config.compilation import CUDAGraphMode
 from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
-from tests.testbed import graphs
-from tests.testbed.backends import wire_mla
-from tests.testbed.reference import (
+from testbed import graphs
+from testbed.backends import wire_mla
+from testbed.reference import (
     assert_kernel_reads,
     dense_attention,
     positions_read,
 )
-from tests.testbed.startup import (
+from testbed.startup import (
     BLOCK,
     assert_launch_reads,
     capture,
@@ -33,7 +33,7 @@ from tests.testbed.startup import (
     started,
     verify_step,
 )
-from tests.testbed.vllm_line import RELEASE
+from testbed.vllm_line import RELEASE
 
 pytestmark = pytest.mark.usefixtures("window_hooks")
 BUILD_PATH = DraftModelSpeculator._build_attn_metadata.__qualname__
@@ -208,7 +208,7 @@ def test_under_dcp_every_rank_reads_its_share_of_each_window(cp_size, drafts, mo
     the step's own tokens, equals dense attention over the window."""
     from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
 
-    from tests.testbed.dcp import assert_ranks_read_the_window, reference_caches
+    from testbed.dcp import assert_ranks_read_the_window, reference_caches
 
     ranks = []
     for rank in range(cp_size):

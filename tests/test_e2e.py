@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.testbed.vllm_cli import printed_sweeps as sweeps
-from tests.testbed.vllm_cli import runs_of
+from testbed.vllm_cli import printed_sweeps as sweeps
+from testbed.vllm_cli import runs_of
 
 # The same code on every vLLM line: run once, in .venv (design/testing.md).
 pytestmark = pytest.mark.release_independent

@@ -27,8 +27,8 @@ pytestmark = pytest.mark.release_independent
 STUDY_ENV = e2e.SETTINGS
 
 
-from tests.testbed.vllm_cli import printed_sweeps as sweeps  # noqa: E402
-from tests.testbed.vllm_cli import runs_of  # noqa: E402
+from testbed.vllm_cli import printed_sweeps as sweeps  # noqa: E402
+from testbed.vllm_cli import runs_of  # noqa: E402
 
 
 @pytest.fixture

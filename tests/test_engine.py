@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.testbed.engine.models import HEAD_METHODS, make_tiny_models
-from tests.testbed.engine.runs import NUM_SPEC, Run, Server, offline, spec_counter
+from testbed.engine.models import HEAD_METHODS, make_tiny_models
+from testbed.engine.runs import NUM_SPEC, Run, Server, offline, spec_counter
 
 WINDOW = {"draft_window_size": 32}
 # Sinks of one block, and a threshold one prompt (118 tokens) starts above, one (77) reaches

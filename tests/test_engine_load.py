@@ -6,7 +6,7 @@ and leave a running batch), of lengths from inside the drafters' training contex
 times it; chunked prefill with a small token budget; prompts that share a prefix
 (prefix-cache hits); a KV cache too small for the batch (preemption); and a request aborted
 mid-generation, as by a client that disconnects. ``LLMEngine`` is driven step by step, as a
-server drives it (``tests/testbed/engine/load.py``); what happened is vLLM's own counters.
+server drives it (``testbed/engine/load.py``); what happened is vLLM's own counters.
 
 Every finished request must generate the tokens a roomy engine without speculation
 generates for it, and the window must stay engaged and bring acceptance back as the study
@@ -25,7 +25,7 @@ import re
 import pytest
 
 import trained_models as trained
-from tests.testbed.engine.runs import LOAD, engine_script
+from testbed.engine.runs import LOAD, engine_script
 
 # What it measures is the trained models' (the window's hooks serve every line the same
 # tokens: test_engine.py, on both): once, on the newest line.

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 import trained_models as trained
-from tests.testbed.engine.runs import free_port
+from testbed.engine.runs import free_port
 
 # What it measures is the trained models' (the window's hooks serve every line the same
 # tokens: test_engine.py, on both): once, on the newest line.

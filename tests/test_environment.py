@@ -21,8 +21,8 @@ from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
 from vllm.v1.worker.gpu.spec_decode.mtp.speculator import MTPSpeculator
 from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
-from tests.testbed.buffers import Mrv2Batch
-from tests.testbed.vllm_line import RELEASE
+from testbed.buffers import Mrv2Batch
+from testbed.vllm_line import RELEASE
 
 SPECULATORS = [DFlashSpeculator, DSparkSpeculator, EagleSpeculator, MTPSpeculator]
 

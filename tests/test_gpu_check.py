@@ -149,7 +149,7 @@ def test_the_measurements_run_and_write_a_plot(tmp_path, monkeypatch):
 
 
 def mrv1_file() -> Path:
-    from tests.testbed.mrv1_adapter import (
+    from testbed.mrv1_adapter import (
         MEMBER,
         VLLM_ASCEND_VERSION,
         WHEEL_DIR,

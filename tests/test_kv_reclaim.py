@@ -15,9 +15,9 @@ import pytest
 import torch
 from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
 
-from tests.testbed import kv_manager
-from tests.testbed.kv_manager import Shape
-from tests.testbed.speculators import make_vllm_config, tiny_model_dir
+from testbed import kv_manager
+from testbed.kv_manager import Shape
+from testbed.speculators import make_vllm_config, tiny_model_dir
 from vllm_ascend.worker.v2.spec_decode.draft_window import install, kv_cache, kv_cost, plugin
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec, window_seq_lens
 
@@ -101,7 +101,7 @@ def test_the_extra_groups_cost_what_vllms_block_tables_allocate(vllm_config):
     of a DSpark shape's 13 groups less those of the one group it has without the key."""
     from vllm.v1.worker.gpu.block_table import BlockTables
 
-    from tests.testbed.vllm_line import get_block_table_width
+    from testbed.vllm_line import get_block_table_width
 
     shape = Shape("DSpark", 36, 3)
     scheduler = vllm_config.scheduler_config
@@ -415,8 +415,8 @@ def test_auto_keeps_the_declared_context_less_a_block_or_frees_nothing_and_says_
     at most the context its checkpoint declares. A checkpoint that declares none leaves the
     window off, and the key frees nothing, in one line. (The runner is a stand-in of what the
     hook reads: a real vLLM config over a DSpark checkpoint, and the draft's layer names.)"""
-    from tests.testbed.configs import speculative_vllm_config
-    from tests.testbed.tiny_models import write_draft_dir
+    from testbed.configs import speculative_vllm_config
+    from testbed.tiny_models import write_draft_dir
 
     draft = write_draft_dir(tmp_path / "dspark", "dspark", declares)
     additional = {"draft_window_size": "auto", "draft_window_free_kv": True}

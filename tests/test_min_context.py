@@ -14,8 +14,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.testbed.reference import dense_attention
-from tests.testbed.window_cases import Case, cases
+from testbed.reference import dense_attention
+from testbed.window_cases import Case, cases
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
     BlockTableWindow,
     WindowSpec,

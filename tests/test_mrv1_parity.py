@@ -10,8 +10,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.testbed.reference import dense_attention
-from tests.testbed.window_cases import build_case
+from testbed.reference import dense_attention
+from testbed.window_cases import build_case
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
     BlockTableWindow,
     WindowSpec,

@@ -12,11 +12,11 @@ import pytest
 import torch
 from vllm.config.compilation import CUDAGraphMode
 
-from tests.testbed.buffers import (
+from testbed.buffers import (
     fill_input_block_tables,
     prepare_dflash_step,
 )
-from tests.testbed.dflash import (
+from testbed.dflash import (
     LAYOUTS,
     MAX_MODEL_LEN,
     MAX_NUM_REQS,
@@ -33,8 +33,8 @@ from tests.testbed.dflash import (
     move_batch_into,
     wire,
 )
-from tests.testbed.mrv1_adapter import load_mrv1_adapter_module
-from tests.testbed.speculators import (
+from testbed.mrv1_adapter import load_mrv1_adapter_module
+from testbed.speculators import (
     GroupLayout,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window import plugin

@@ -14,11 +14,11 @@ from vllm.config.compilation import CUDAGraphMode
 from vllm.v1.attention.backends.utils import PAD_SLOT_ID
 from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
 
-from tests.testbed import graphs
-from tests.testbed.buffers import (
+from testbed import graphs
+from testbed.buffers import (
     fill_input_block_tables,
 )
-from tests.testbed.eagle import (
+from testbed.eagle import (
     DRAFT_STEP,
     FUSED_DECODE,
     LAYOUTS,
@@ -34,14 +34,14 @@ from tests.testbed.eagle import (
     setup_eagle,
     update_inputs,
 )
-from tests.testbed.graphs import cuda_graphs_on_cpu
-from tests.testbed.mrv1_adapter import load_mrv1_adapter_module
-from tests.testbed.reference import (
+from testbed.graphs import cuda_graphs_on_cpu
+from testbed.mrv1_adapter import load_mrv1_adapter_module
+from testbed.reference import (
     dense_attention,
     positions_read,
     unified_attention_read,
 )
-from tests.testbed.speculators import (
+from testbed.speculators import (
     HEAD_SIZE,
     NUM_KV_HEADS,
     GroupLayout,
@@ -440,7 +440,7 @@ def test_a_group_not_windowed_reads_what_vllm_gives_it(fused, model_dir, monkeyp
     keeps the target's prefill metadata and vLLM's own build at every decode step."""
     from vllm.v1.kv_cache_interface import SlidingWindowSpec
 
-    from tests.testbed.dflash import compare_cams
+    from testbed.dflash import compare_cams
 
     sliding = SlidingWindowSpec(
         block_size=32,

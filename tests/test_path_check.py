@@ -15,12 +15,12 @@ from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
 from vllm.v1.worker.gpu.spec_decode.dspark.speculator import DSparkSpeculator
 from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
-from tests.testbed.buffers import (
+from testbed.buffers import (
     fill_input_block_tables,
     fill_query_inputs,
     fill_slot_mappings,
 )
-from tests.testbed.dflash import (
+from testbed.dflash import (
     LAYOUTS,
     MAX_MODEL_LEN,
     MAX_NUM_REQS,
@@ -33,11 +33,11 @@ from tests.testbed.dflash import (
     make_batch,
     wire,
 )
-from tests.testbed.speculators import (
+from testbed.speculators import (
     make_vllm_config,
     wire_speculator,
 )
-from tests.testbed.vllm_line import RELEASE
+from testbed.vllm_line import RELEASE
 from vllm_ascend.worker.v2.spec_decode.draft_window import install
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
 from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import (

@@ -9,10 +9,10 @@ import re
 
 import pytest
 
-from tests.testbed.speculators import (
+from testbed.speculators import (
     make_speculative_vllm_config,
 )
-from tests.testbed.vllm_line import RELEASE
+from testbed.vllm_line import RELEASE
 from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
 
 ENTRY_POINT = "vllm_ascend.worker.v2.spec_decode.draft_window.plugin:register"
@@ -127,7 +127,7 @@ def restore_runner_choice():
 
 
 def config_for(model_dir, additional_config):
-    from tests.testbed.speculators import make_vllm_config
+    from testbed.speculators import make_vllm_config
 
     return make_vllm_config(model_dir, 512, 4, additional_config)
 
@@ -356,7 +356,7 @@ def another_plugins_wrapper(method, calls):
 
 def window_build(model_dir, monkeypatch):
     """A DSpark draft with draft_window_size=64: what its builder received."""
-    from tests.testbed.dflash import LAYOUTS, build, make_batch, wire
+    from testbed.dflash import LAYOUTS, build, make_batch, wire
 
     layouts = LAYOUTS["one_group"]
     wired = wire("dspark", layouts, make_batch(layouts), model_dir, monkeypatch)
@@ -451,7 +451,7 @@ def tp4_dcp2_config(model_dir, method, draft_dcp):
     default), with the window: the engine's validation, the window's start-up check included."""
     from vllm.config import ParallelConfig, SpeculativeConfig, VllmConfig
 
-    from tests.testbed.configs import tiny_model_config
+    from testbed.configs import tiny_model_config
 
     model = tiny_model_config(model_dir, 512)
     parallel = ParallelConfig(tensor_parallel_size=4, decode_context_parallel_size=2)
@@ -508,7 +508,7 @@ def test_a_dflash_draft_is_served_at_the_dcp_size_vllm_gives_it_by_default(
     """A DFlash-family draft without MLA runs replicated (DCP 1) under a DCP target, as on
     vLLM 0.33: served; sharded, a layout no earlier release made: refused. (The method is
     set after validation: a DFlash config validates against its draft checkpoint.)"""
-    from tests.testbed.configs import set_method
+    from testbed.configs import set_method
     from vllm_ascend.worker.v2.spec_decode.draft_window import policy
 
     config = set_method(tp4_dcp2_config(model_dir, "eagle3", None), "dflash")
@@ -576,7 +576,7 @@ def test_free_kv_with_the_hybrid_kv_cache_manager_off_is_refused_by_name(
     """vLLM would merge every layer into one full-attention group and free nothing."""
     from vllm.config import SchedulerConfig
 
-    from tests.testbed.configs import speculative_vllm_config
+    from testbed.configs import speculative_vllm_config
 
     plugin.register()
     scheduler = SchedulerConfig(

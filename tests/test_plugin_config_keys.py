@@ -15,8 +15,8 @@ import pydantic
 import pytest
 from pydantic.dataclasses import dataclass
 
-from tests.testbed.mrv1_adapter import load_released_file
-from tests.testbed.speculators import make_vllm_config
+from testbed.mrv1_adapter import load_released_file
+from testbed.speculators import make_vllm_config
 from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
 
 # The same code on every vLLM line: run once, in .venv (design/testing.md).

@@ -17,11 +17,11 @@ import vllm.plugins
 from vllm.config.compilation import CUDAGraphMode
 from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
-from tests.testbed.dflash import LAYOUTS, build, compare_cams, make_batch, wire
-from tests.testbed.speculators import (
+from testbed.dflash import LAYOUTS, build, compare_cams, make_batch, wire
+from testbed.speculators import (
     make_speculative_vllm_config,
 )
-from tests.testbed.vllm_line import RELEASE, use_model_runner_v2
+from testbed.vllm_line import RELEASE, use_model_runner_v2
 from vllm_ascend.worker.v2.spec_decode.draft_window import install, plugin, releases, versions
 
 # Per vLLM line, what the drifts below move: the module of its EAGLE speculator, and the
@@ -206,7 +206,7 @@ def test_without_a_draft_or_the_keys_no_config_is_refused(model_dir, monkeypatch
     vllm.plugins.load_general_plugins()
     use_model_runner_v2(monkeypatch)
     make_speculative_vllm_config(model_dir, {"other": 1})
-    from tests.testbed.speculators import make_vllm_config
+    from testbed.speculators import make_vllm_config
 
     make_vllm_config(model_dir, 512, 4, {"draft_window_size": 512})
 

@@ -28,12 +28,12 @@ from vllm.v1.kv_cache_interface import (
     UniformTypeKVCacheSpecs,
 )
 
-from tests.testbed.buffers import (
+from testbed.buffers import (
     fill_input_block_tables,
     fill_query_inputs,
     fill_slot_mappings,
 )
-from tests.testbed.dflash import (
+from testbed.dflash import (
     MAX_NUM_REQS,
     assert_reads_exactly_the_window,
     build,
@@ -42,7 +42,7 @@ from tests.testbed.dflash import (
     make_batch,
     wire,
 )
-from tests.testbed.speculators import (
+from testbed.speculators import (
     HEAD_SIZE,
     NUM_KV_HEADS,
     GroupLayout,
@@ -311,8 +311,8 @@ def test_a_deepseek_v4_dspark_draft_has_no_group_to_window(model_dir, monkeypatc
     the draft never reads past its own window, and the draft window has nothing to crop."""
     from vllm.v1.worker.gpu.spec_decode.dspark.speculator import DSparkSpeculator
 
-    from tests.testbed.dflash import MAX_MODEL_LEN, NUM_SPEC, W
-    from tests.testbed.speculators import (
+    from testbed.dflash import MAX_MODEL_LEN, NUM_SPEC, W
+    from testbed.speculators import (
         make_vllm_config,
         wire_speculator,
     )

@@ -8,11 +8,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.testbed.reference import (
+from testbed.reference import (
     dense_attention,
     window_positions,
 )
-from tests.testbed.window_cases import Case, build_case, cases
+from testbed.window_cases import Case, build_case, cases
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
     BlockTableWindow,
     WindowSpec,

@@ -21,12 +21,12 @@ from importlib.metadata import entry_points, version
 
 import pytest
 
+from testbed.tiny_models import TINY_LLAMA, TINY_MLA, write_model_dir
 from tests.ascend.npu_testbed.pairing import IN_TREE, check_in_tree
-from tests.testbed.tiny_models import TINY_LLAMA, TINY_MLA, write_model_dir
 
 # First, before anything imports vLLM (vllm-ascend's package __init__ files do): vLLM's and
 # vllm-ascend's Triton kernels run under Triton's interpreter, set up as
-# ``tests.testbed.use_triton_interpreter`` does for the 0.33 tests.
+# ``testbed.use_triton_interpreter`` does for the 0.33 tests.
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -46,8 +46,8 @@ import torch
 from vllm.triton_utils import HAS_TRITON
 
 import vllm_ascend.ops.triton.triton_utils as ascend_triton
-from tests.testbed.graphs import CpuGraph
-from tests.testbed.shims import (
+from testbed.graphs import CpuGraph
+from testbed.shims import (
     apply_cpu_shims,
 )
 
@@ -65,7 +65,7 @@ if IN_TREE:
     check_in_tree()
     collect_ignore += ["test_pairing.py", "test_upstream_patch.py"]
 
-# Stand-in for the NPU's graph object (tests.testbed.graphs), set before vllm-ascend's
+# Stand-in for the NPU's graph object (testbed.graphs), set before vllm-ascend's
 # UpdatableGraph subclasses it, so that UpdatableGraph is a real class here.
 assert "vllm_ascend.compilation.updatable_graph" not in sys.modules
 torch.npu.NPUGraph = CpuGraph
@@ -124,8 +124,8 @@ def loaded_plugins():
 
     import vllm.plugins
 
+    from testbed.logs import recorded
     from tests.ascend.npu_testbed.pairing import hooked_methods
-    from tests.testbed.logs import recorded
 
     with recorded("vllm.draft_window", logging.DEBUG, lambda r: r.getMessage()) as lines:
         before = hooked_methods()

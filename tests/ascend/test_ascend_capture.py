@@ -15,6 +15,7 @@ import pytest
 import torch
 from vllm.config.compilation import CUDAGraphMode
 
+from testbed.reference import assert_window_reads
 from tests.ascend.npu_testbed.acl_graphs import acl_graphs_on_cpu
 from tests.ascend.npu_testbed.npu_startup import (
     DRAFT_EXTRA,
@@ -28,7 +29,6 @@ from tests.ascend.npu_testbed.npu_startup import (
     verify_step,
 )
 from tests.ascend.npu_testbed.pairing import IN_TREE, draft_build_method, installed_release
-from tests.testbed.reference import assert_window_reads
 
 pytestmark = pytest.mark.usefixtures("registered")
 
@@ -50,7 +50,7 @@ def _draft_dir(tmp_path_factory, config: dict):
 @pytest.fixture(scope="session")
 def draft_dir(tmp_path_factory):
     """A tiny draft config that DFlash and DSpark drafts accept (a mask token)."""
-    from tests.testbed.tiny_models import TINY_LLAMA
+    from testbed.tiny_models import TINY_LLAMA
 
     return _draft_dir(tmp_path_factory, TINY_LLAMA)
 
@@ -58,7 +58,7 @@ def draft_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def mla_draft_dir(tmp_path_factory):
     """The same on a tiny MLA model (DeepSeek-V2 layout)."""
-    from tests.testbed.tiny_models import TINY_MLA
+    from testbed.tiny_models import TINY_MLA
 
     return _draft_dir(tmp_path_factory, TINY_MLA)
 

@@ -19,6 +19,7 @@ import pytest
 import torch
 from vllm.v1.attention.backends.utils import PAD_SLOT_ID
 
+from testbed.dcp import local_position, owner
 from tests.ascend.npu_testbed.dcp_ranks import (
     BLOCK,
     assert_ranks_read_the_window,
@@ -39,7 +40,6 @@ from tests.ascend.npu_testbed.wiring import (
     vllm_config,
     with_dcp,
 )
-from tests.testbed.dcp import local_position, owner
 from vllm_ascend.attention.attention_v1 import AscendAttentionBackend
 from vllm_ascend.attention.context_parallel.attention_cp import DCPFIAParamProvider
 from vllm_ascend.attention.context_parallel.common_cp import (

@@ -23,6 +23,10 @@ import torch
 from vllm.config import set_current_vllm_config
 from vllm.config.compilation import CUDAGraphMode
 
+from testbed.reference import (
+    dense_attention,
+    positions_read,
+)
 from tests.ascend.npu_testbed.compat import fia_params_before_replay
 from tests.ascend.npu_testbed.eagle import (
     MAX_NUM_REQS,
@@ -41,10 +45,6 @@ from tests.ascend.npu_testbed.wiring import (
     HEAD_SIZE,
     MAX_MODEL_LEN,
     NUM_KV_HEADS,
-)
-from tests.testbed.reference import (
-    dense_attention,
-    positions_read,
 )
 
 pytestmark = pytest.mark.usefixtures("registered")

@@ -7,7 +7,7 @@ parsed: nothing starts."""
 
 import pytest
 
-from tests.testbed import vllm_cli
+from testbed import vllm_cli
 
 
 @pytest.mark.parametrize("name", list(vllm_cli.DRY_RUNS))

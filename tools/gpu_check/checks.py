@@ -136,7 +136,7 @@ def check_attention(device, tiny: bool) -> list[Result]:
                 f"skipped: vLLM is not importable ({error}); set VLLM_PY",
             )
         ]
-    from tests.testbed.reference import positions_read
+    from testbed.reference import positions_read
 
     heads, kv_heads, dim = (4, 2, 32) if tiny else (32, 8, 128)
     window_size, b, sinks = (64, 16, 16) if tiny else (2048, 16, 64)

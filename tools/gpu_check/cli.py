@@ -55,7 +55,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.interpret:
-        from tests.testbed import use_triton_interpreter
+        from testbed import use_triton_interpreter
 
         use_triton_interpreter()  # before Triton's and vLLM's first import
     import torch

@@ -90,7 +90,7 @@ def inspect_method(args, method: str, model_dir) -> list[dict]:
     """Build every rank's draft metadata with the window on and off; check it; one row a
     request."""
 
-    from tests.testbed.reference import positions_read
+    from testbed.reference import positions_read
 
     k_spec = args.num_spec_tokens
     # DFlash/DSpark seq_lens count the whole query stretch; an EAGLE decode step, one token.
@@ -137,7 +137,7 @@ def _group_checks(args, built, g: int, b: int, i: int, length: int, query: int) 
     """Request ``i``'s checks in group ``g`` on every rank."""
     import torch
 
-    from tests.testbed.reference import positions_read
+    from testbed.reference import positions_read
 
     windowed, plain, spec, ids = built
     cp = args.dcp
@@ -176,8 +176,8 @@ def _build_every_rank(args, method: str, model_dir, seq_lens: list[int], query: 
     from vllm.config.compilation import CUDAGraphMode
     from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
 
-    from tests.testbed.buffers import make_mrv2_batch
-    from tests.testbed.speculators import (
+    from testbed.buffers import make_mrv2_batch
+    from testbed.speculators import (
         SPECULATOR_CLASSES,
         GroupLayout,
         make_vllm_config,
@@ -277,7 +277,7 @@ def _local_slots(
     statement of vLLM's layout (``testbed/dcp.py``), PAD (-1) where another rank holds it."""
     import torch
 
-    from tests.testbed.dcp import local_position, owner
+    from testbed.dcp import local_position, owner
 
     local = local_position(positions, cp, interleave, b)
     row = torch.tensor(ids, dtype=torch.int64)
@@ -294,12 +294,12 @@ def _reference_check(
     nothing else."""
     import torch
 
-    from tests.testbed.dcp import (
+    from testbed.dcp import (
         DcpCaches,
         combine,
         owner,
     )
-    from tests.testbed.reference import dense_attention
+    from testbed.reference import dense_attention
 
     gen = torch.Generator().manual_seed(i)
     shape = (length, CHECK_HEADS, CHECK_HEAD_DIM)

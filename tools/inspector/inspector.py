@@ -134,7 +134,7 @@ def _positive_ints(flag: str, text: str) -> list[int]:
 
 def inspect_method(args, method: str, model_dir: Path) -> list[dict]:
     """Build the draft metadata with the window on and off; check it; one row a request."""
-    from tests.testbed.buffers import make_mrv2_batch
+    from testbed.buffers import make_mrv2_batch
 
     query = query_len(method, args.num_spec_tokens)
     seq_lens = [length + query for length in args.seq_lens]
@@ -165,7 +165,7 @@ def _build(args, method: str, model_dir: Path, batch, max_model_len: int, window
     from vllm.config.compilation import CUDAGraphMode
     from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
 
-    from tests.testbed.speculators import (
+    from testbed.speculators import (
         SPECULATOR_CLASSES,
         GroupLayout,
         make_speculative_vllm_config,
@@ -210,7 +210,7 @@ def _build(args, method: str, model_dir: Path, batch, max_model_len: int, window
 
 def _request_row(args, batch, windowed, plain, i: int, length: int, query: int) -> dict:
     """Request ``i``'s row: what it reads with the window, and whether every check holds."""
-    from tests.testbed.reference import positions_read
+    from testbed.reference import positions_read
 
     (windowed_wired, windowed_metadata), (plain_wired, plain_metadata) = windowed, plain
     spec = windowed_wired.speculator.draft_window.spec
@@ -265,7 +265,7 @@ def _reference_check(batch, g, b, i, length, start, spec, kept, query, table) ->
     exactly the sinks and [start, length), and reads only their blocks."""
     import torch
 
-    from tests.testbed.reference import PagedKVCache, dense_attention
+    from testbed.reference import PagedKVCache, dense_attention
 
     gen = torch.Generator().manual_seed(i)
     shape = (length, CHECK_HEADS, CHECK_HEAD_DIM)
@@ -363,15 +363,15 @@ def plot(path: Path, method: str, args, rows: list[dict]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from tests.testbed import use_triton_interpreter
+    from testbed import use_triton_interpreter
 
     use_triton_interpreter()  # before vLLM's first import, just below
-    from tests.testbed.shims import apply_cpu_shims
+    from testbed.shims import apply_cpu_shims
 
     show_window_lines()
     apply_cpu_shims()
 
-    from tests.testbed.speculators import tiny_model_dir
+    from testbed.speculators import tiny_model_dir
     from tools.inspector import dcp as inspector_dcp
     from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
 

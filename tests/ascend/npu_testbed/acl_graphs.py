@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """ACL graph capture and replay on CPU for the Ascend pairing, with only the device boundary
-stood in (on top of ``tests.testbed.graphs``, shared with the upstream release).
+stood in (on top of ``testbed.graphs``, shared with the upstream release).
 
 On a host, vllm-ascend's model runner enters ``torch_cuda_wrapper()`` at start-up, which
 makes vLLM's ``CudaGraphManager.capture`` create vllm-ascend's ``UpdatableGraph`` and capture
@@ -35,8 +35,8 @@ from typing import Any
 
 import torch
 
-from tests.testbed.family_heads import FAMILY_TOP_K, FamilyHeads, candidates
-from tests.testbed.graphs import (
+from testbed.family_heads import FAMILY_TOP_K, FamilyHeads, candidates
+from testbed.graphs import (
     capturing,
     graph_context,
     process_groups_on_cpu,

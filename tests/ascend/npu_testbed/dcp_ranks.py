@@ -17,13 +17,13 @@ import pytest
 import torch
 import vllm.distributed.parallel_state as parallel_state
 
-from tests.testbed.dcp import (
+from testbed.dcp import (
     DcpCaches,
     combine,
     owner,
     partial_attention,
 )
-from tests.testbed.reference import (
+from testbed.reference import (
     dense_attention,
     positions_read,
 )

@@ -6,6 +6,12 @@ window."""
 
 import torch
 
+from testbed.reference import (
+    PagedKVCache,
+    assert_kernel_reads,
+    dense_attention,
+    positions_read,
+)
 from tests.ascend.npu_testbed.compat import draft_build
 from tests.ascend.npu_testbed.wiring import (
     HEAD_SIZE,
@@ -16,12 +22,6 @@ from tests.ascend.npu_testbed.wiring import (
     make_batch,
     speculator,
     vllm_config,
-)
-from tests.testbed.reference import (
-    PagedKVCache,
-    assert_kernel_reads,
-    dense_attention,
-    positions_read,
 )
 from vllm_ascend.worker.v2.attn_utils import build_attn_metadata_wrapper
 

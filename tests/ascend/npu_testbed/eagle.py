@@ -11,6 +11,13 @@ import pytest
 import torch
 from vllm.config.compilation import CUDAGraphMode
 
+from testbed.dcp import DcpCaches
+from testbed.reference import (
+    PagedKVCache,
+    assert_kernel_reads,
+    dense_attention,
+    positions_read,
+)
 from tests.ascend.npu_testbed.compat import draft_build, fia_params_before_replay
 from tests.ascend.npu_testbed.pairing import installed_release
 from tests.ascend.npu_testbed.wiring import (
@@ -21,13 +28,6 @@ from tests.ascend.npu_testbed.wiring import (
     eagle_speculator,
     load_tables,
     with_dcp,
-)
-from tests.testbed.dcp import DcpCaches
-from tests.testbed.reference import (
-    PagedKVCache,
-    assert_kernel_reads,
-    dense_attention,
-    positions_read,
 )
 from vllm_ascend.worker.v2.attn_utils import build_attn_metadata_wrapper
 from vllm_ascend.worker.v2.spec_decode.draft_window.speculator import propose_state

@@ -56,7 +56,7 @@ def draft_build_method() -> str:
 def speculative_config(model_dir, additional_config, method="eagle3"):
     """A real VllmConfig with a speculative config (EAGLE3 by default), as the engine builds
     it."""
-    from tests.testbed.configs import speculative_vllm_config
+    from testbed.configs import speculative_vllm_config
 
     return speculative_vllm_config(model_dir, 512, 2, method, additional_config)
 
@@ -66,7 +66,7 @@ def ascend_config(model_dir, additional_config):
     draft."""
     from vllm.config import VllmConfig
 
-    from tests.testbed.configs import tiny_model_config
+    from testbed.configs import tiny_model_config
     from vllm_ascend.ascend_config import init_ascend_config
 
     model = tiny_model_config(model_dir, 512)

@@ -23,8 +23,8 @@ from vllm.v1.kv_cache_interface import (
 from vllm.v1.worker.gpu.input_batch import InputBuffers
 from vllm.v1.worker.utils import AttentionGroup
 
-from tests.testbed.buffers import verify_step
-from tests.testbed.configs import set_method, speculative_vllm_config
+from testbed.buffers import verify_step
+from testbed.configs import set_method, speculative_vllm_config
 from vllm_ascend.attention.attention_v1 import AscendAttentionBackend
 from vllm_ascend.attention.mla_v1 import AscendMLABackend
 from vllm_ascend.worker.v2.block_table import AscendBlockTables

@@ -10,14 +10,14 @@ import torch
 from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig, VllmConfig
 from vllm.v1.kv_cache_interface import MLAAttentionSpec
 
-from tests.testbed.dflash import (
+from testbed.dflash import (
     MAX_MODEL_LEN,
     MAX_NUM_REQS,
     NUM_SPEC,
     W,
     make_batch,
 )
-from tests.testbed.speculators import (
+from testbed.speculators import (
     SPECULATOR_CLASSES,
     GroupLayout,
     wire_speculator,

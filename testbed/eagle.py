@@ -24,19 +24,19 @@ from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator import (
 )
 from vllm.v1.worker.utils import AttentionGroup
 
-from tests.testbed.buffers import (
+from testbed.buffers import (
     CPU,
     Mrv2Batch,
     fill_query_inputs,
     fill_slot_mappings,
     make_mrv2_batch,
 )
-from tests.testbed.reference import (
+from testbed.reference import (
     PagedKVCache,
     dense_attention,
     positions_read,
 )
-from tests.testbed.speculators import (
+from testbed.speculators import (
     HEAD_SIZE,
     NUM_KV_HEADS,
     GroupLayout,

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 import vllm.distributed.parallel_state as parallel_state
 
-from tests.testbed.buffers import CPU, make_mrv2_batch
-from tests.testbed.reference import (
+from testbed.buffers import CPU, make_mrv2_batch
+from testbed.reference import (
     dense_attention,
     positions_read,
 )

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 VLLM_ASCEND_VERSION = "0.26.0rc1"
-WHEEL_DIR = Path(__file__).resolve().parents[2] / ".cache" / "wheels"
+WHEEL_DIR = Path(__file__).resolve().parents[1] / ".cache" / "wheels"
 MEMBER = "vllm_ascend/spec_decode/utils.py"
 MODULE_NAME = "released_vllm_ascend_spec_decode_utils"
 

@@ -20,12 +20,12 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.testbed.engine.environment import engine_env
-from tests.testbed.engine.models import NUM_SPEC, VOCAB, TinyModels
+from testbed.engine.environment import engine_env
+from testbed.engine.models import NUM_SPEC, VOCAB, TinyModels
 
 OFFLINE = Path(__file__).with_name("offline.py")
 LOAD = Path(__file__).with_name("load.py")
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 # The KV-cache block size (the CPU attention backend takes multiples of 32): the window's
 # start moves in steps of one block.
 BLOCK = 32

@@ -9,23 +9,23 @@ import torch
 from vllm.config.compilation import CUDAGraphMode
 from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
 
-from tests.testbed.buffers import (
+from testbed.buffers import (
     Mrv2Batch,
     make_mrv2_batch,
     prepare_dflash_step,
 )
-from tests.testbed.graphs import (
+from testbed.graphs import (
     capturing,
     cuda_graphs_on_cpu,
     set_capture_sizes,
 )
-from tests.testbed.reference import (
+from testbed.reference import (
     PagedKVCache,
     assert_kernel_reads,
     dense_attention,
     positions_read,
 )
-from tests.testbed.speculators import (
+from testbed.speculators import (
     HEAD_SIZE,
     NUM_KV_HEADS,
     SPECULATOR_CLASSES,

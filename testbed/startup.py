@@ -6,7 +6,7 @@ vLLM's Triton backend, the target runner's attention groups and block tables, th
 speculator's own ``set_attn`` (through the window's hook), ``init_cudagraph_manager`` and
 ``capture``; then a target verify step written by vLLM's own kernels and the speculator's
 own ``propose``, which replays the captured graph. The device boundary is stood in by
-``tests.testbed.graphs``; the draft model (no weights on CPU) by ``DraftModel``, whose
+``testbed.graphs``; the draft model (no weights on CPU) by ``DraftModel``, whose
 layers record what the attention kernel would read at each launch.
 """
 
@@ -25,17 +25,17 @@ from vllm.config import (
 )
 from vllm.config.compilation import CompilationMode, CUDAGraphMode
 
-from tests.testbed import graphs
-from tests.testbed.buffers import (
+from testbed import graphs
+from testbed.buffers import (
     fill_persistent_block_tables,
     fill_query_inputs,
     fill_slot_mappings,
     make_mrv2_batch,
 )
-from tests.testbed.configs import set_method, speculative_vllm_config
-from tests.testbed.family_heads import FAMILY_TOP_K, FamilyHeads, candidates
-from tests.testbed.reference import PagedKVCache, assert_window_reads
-from tests.testbed.speculators import (
+from testbed.configs import set_method, speculative_vllm_config
+from testbed.family_heads import FAMILY_TOP_K, FamilyHeads, candidates
+from testbed.reference import PagedKVCache, assert_window_reads
+from testbed.speculators import (
     HEAD_SIZE,
     NUM_KV_HEADS,
     TINY_LLAMA,
@@ -228,7 +228,7 @@ def started(
     """The speculator (``cls``, default the method's own) through ``set_attn``, beside the
     target runner's state; the layers on ``backend`` (default: vLLM's Triton backend);
     ``cp``: one rank of decode context parallelism (ranks, rank; interleave 1), its process
-    group stood in (``tests.testbed.dcp``); ``draft``: a draft checkpoint folder of the
+    group stood in (``testbed.dcp``); ``draft``: a draft checkpoint folder of the
     method's own (``host_config``)."""
     from vllm.model_executor.layers.attention.attention import Attention
     from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
@@ -238,7 +238,7 @@ def started(
     from vllm.v1.worker.gpu.input_batch import InputBuffers
     from vllm.v1.worker.gpu.model_states.default import DefaultModelState
 
-    from tests.testbed.vllm_line import get_block_table_width
+    from testbed.vllm_line import get_block_table_width
 
     config = host_config(
         model_dir, method, num_spec, cudagraph_mode, additional, monkeypatch, draft=draft
@@ -248,7 +248,7 @@ def started(
     graphs.process_groups_on_cpu(monkeypatch)
     cp_size, cp_rank = cp
     if cp_size > 1:
-        from tests.testbed.dcp import dcp_group
+        from testbed.dcp import dcp_group
 
         dcp_group(monkeypatch, cp_size, cp_rank)
         config.parallel_config.decode_context_parallel_size = cp_size
@@ -413,7 +413,7 @@ def verify_step(
     for i, e in enumerate(ends):
         k.append(torch.randn(e, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64))
         v.append(torch.randn(e, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64))
-        if bt.cp_size == 1:  # under DCP the test writes every rank's share (tests.testbed.dcp)
+        if bt.cp_size == 1:  # under DCP the test writes every rank's share (testbed.dcp)
             row = torch.tensor(batch.req_block_ids[0][i], dtype=torch.int32)
             cache.write(row, torch.arange(e), k[i], v[i])
     by_layer = build_slot_mappings_by_layer(

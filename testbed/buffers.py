@@ -14,7 +14,7 @@ import torch
 from vllm.v1.worker.gpu.block_table import BlockTables
 from vllm.v1.worker.gpu.input_batch import InputBuffers
 
-from tests.testbed.vllm_line import get_block_table_width
+from testbed.vllm_line import get_block_table_width
 
 CPU = torch.device("cpu")
 

@@ -26,9 +26,9 @@ from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
 from vllm.v1.worker.gpu.spec_decode.mtp.speculator import MTPSpeculator
 from vllm.v1.worker.utils import AttentionGroup
 
-from tests.testbed.buffers import CPU, Mrv2Batch
-from tests.testbed.configs import speculative_vllm_config, tiny_model_config
-from tests.testbed.tiny_models import HEAD_SIZE, NUM_KV_HEADS, TINY_LLAMA, write_model_dir
+from testbed.buffers import CPU, Mrv2Batch
+from testbed.configs import speculative_vllm_config, tiny_model_config
+from testbed.tiny_models import HEAD_SIZE, NUM_KV_HEADS, TINY_LLAMA, write_model_dir
 
 
 def tiny_model_dir(root: Path, max_position_embeddings: int = 8192) -> Path:

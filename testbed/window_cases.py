@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from hypothesis import strategies as st
 
-from tests.testbed.reference import PagedKVCache
+from testbed.reference import PagedKVCache
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import align_sinks, lcm_alignment
 
 NUM_HEADS, HEAD_DIM = 2, 4
