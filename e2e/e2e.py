@@ -277,6 +277,7 @@ STUDIES = ("long",)
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 INTEGER_AT_LEAST = {
     **dict.fromkeys(("SINKS", "MIN_CONTEXT", "SHARED_PREFIX", "MAX_CONTEXT", "MAX_MODEL_LEN"), 0),
+    "SEED": 0,
     **dict.fromkeys(("PARALLEL", "WINDOW", "TP", "DCP", "DCP_INTERLEAVE", "PORT"), 1),
     **dict.fromkeys(("PROMPTS_PER_CONTEXT", "OUTPUT_TOKENS", "BLOCK_SIZE"), 1),
     **dict.fromkeys(("LONG_CONTEXT", "SHORT_CONTEXT"), 1),
@@ -301,9 +302,13 @@ SETTINGS = (
 
 def sampling(env: dict[str, str]) -> dict[str, str]:
     """The user's sampling (TEMPERATURE, TOP_P, TOP_K) for ``vllm bench serve``; greedy
-    where none is given."""
+    where none is given. Sampled requests carry vLLM's per-request seed (SEED, 0 unless
+    given), so that a rerun draws the same tokens and gives the same figures."""
     given = {key.lower(): env.get(key, "") for key in ("TEMPERATURE", "TOP_P", "TOP_K")}
-    return {key: value for key, value in given.items() if value}
+    chosen = {key: value for key, value in given.items() if value}
+    if float(chosen.get("temperature", 0)) > 0:
+        chosen["seed"] = env.get("SEED") or "0"
+    return chosen
 
 
 def _setting_problem(name: str, text: str, at_least: int) -> str | None:

@@ -119,15 +119,18 @@ def bench_command(
     target: str, port: int, chat: bool, sampling: dict[str, str] | None = None
 ) -> list[str]:
     """``vllm bench serve`` against the server on ``port``: greedy unless ``sampling`` gives
-    the user's (``temperature``, ``top_p``, ``top_k``), every output token generated
+    the user's (``temperature``, ``top_p``, ``top_k``, and the requests' ``seed``), every output token generated
     (``--ignore-eos``), the texts kept; plain text prompts where the tokenizer has no chat
     template (``chat`` False)."""
     sampling = {"temperature": "0", **(sampling or {})}
+    seed = sampling.pop("seed", None)
     return [
         vllm_command(),
         *("bench", "serve", "--backend", "vllm", "--model", target),
         *("--host", "127.0.0.1", "--port", str(port), "--dataset-name", "custom"),
         *(w for key, value in sampling.items() for w in (f"--{key.replace('_', '-')}", value)),
+        # vLLM's per-request seed (SamplingParams.seed) in every request's body.
+        *(("--extra-body", json.dumps({"seed": int(seed)})) if seed is not None else ()),
         *("--ignore-eos", "--save-detailed", "--disable-tqdm"),
         *(() if chat else ("--skip-chat-template",)),
     ]

@@ -472,7 +472,14 @@ def test_the_users_sampling_goes_to_vllm_bench_serve_and_is_checked_on_acceptanc
     assert code == 0, err
     (line,) = [line for line in out.splitlines() if " bench sweep serve " in line]
     bench = shlex.split(line)[shlex.split(line).index("--bench-cmd") + 1]
+    words = shlex.split(bench)
     assert " --temperature 0.8 --top-p 0.95 " in bench
+    # vLLM's per-request seed, in every request's body (a rerun draws the same tokens).
+    assert json.loads(words[words.index("--extra-body") + 1]) == {"seed": 0}
+    code, out, err = dry_run(capsys, monkeypatch, tmp_path, **env, SEED="7")
+    (line,) = [line for line in out.splitlines() if " bench sweep serve " in line]
+    words = shlex.split(shlex.split(line)[shlex.split(line).index("--bench-cmd") + 1])
+    assert json.loads(words[words.index("--extra-body") + 1]) == {"seed": 7}
     policy = lossless.Policy.for_run("cpu", env)
     assert policy.mode == "sampled"
     runs = {
