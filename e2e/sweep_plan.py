@@ -119,9 +119,9 @@ def bench_command(
     target: str, port: int, chat: bool, sampling: dict[str, str] | None = None
 ) -> list[str]:
     """``vllm bench serve`` against the server on ``port``: greedy unless ``sampling`` gives
-    the user's (``temperature``, ``top_p``, ``top_k``, and the requests' ``seed``), every output token generated
-    (``--ignore-eos``), the texts kept; plain text prompts where the tokenizer has no chat
-    template (``chat`` False)."""
+    the user's (``temperature``, ``top_p``, ``top_k``, and the requests' ``seed``), every
+    output token generated (``--ignore-eos``), the texts kept; plain text prompts where the
+    tokenizer has no chat template (``chat`` False)."""
     sampling = {"temperature": "0", **(sampling or {})}
     seed = sampling.pop("seed", None)
     return [
