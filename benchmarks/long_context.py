@@ -13,7 +13,9 @@ tokens each, greedy, K = 3, KV blocks of 32; each drafter without the window, wi
 the draft model also with W = 64 (its whole training context, so its reads reach 95); two
 servers at a time (acceptance does not depend on speed); and again, without the window and
 with W = 33, on an AVX2-only CPU's path (vLLM's AVX2 ops, torch's AVX2 kernels), to show
-how far another machine's curve moves. Under load: at 1024 tokens, 16 prompts at
+how far another machine's curve moves; and sampled as users serve (temperature 0.8, each
+request with vLLM's seed 0), each drafter without the window and with W = 33, the draft
+model's twice (how far a rerun moves). Under load: at 1024 tokens, 16 prompts at
 concurrency 1, 4 and 16, and 16 prompts that share their first 768 tokens (prefix-cache
 hits) at concurrency 16, against no speculation and each drafter without and with the
 window, one server at a time; output tokens/s as ``vllm bench serve`` measures them
@@ -40,6 +42,10 @@ CURVES = {
 }
 # The curves again on an AVX2-only CPU's path: without the window and with W = 33.
 AVX2 = {"NO_SPECULATION": "0", "PARALLEL": "2"}
+# The curves again sampled as users serve: temperature 0.8, every request with vLLM's seed 0
+# (the harness's SEED), without the window and with W = 33; the draft model's twice, to show
+# how far a rerun of a seeded sampled curve moves (which requests share an engine step).
+SAMPLED = {"TEMPERATURE": "0.8", "NO_SPECULATION": "0", "PARALLEL": "2"}
 # Under load, one server at a time (the runs without speculation: once, with the draft model).
 LOAD = {"CONTEXTS": str(LONGEST), "PROMPTS_PER_CONTEXT": "16", "CONCURRENCY": "1,4,16"}
 LOAD_SCENARIOS = {
@@ -83,8 +89,10 @@ def bench_long_context(out: Path) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         path = avx2_path(Path(tmp))
         avx2 = {s: study(s, out / "study" / "avx2", {**AVX2, **path}) for s in CURVES}
+    sampled = {s: study(s, out / "study" / "sampled", SAMPLED) for s in CURVES}
+    rerun = study("draft_model", out / "study" / "sampled_rerun", SAMPLED)
     load = {s: study(s, out / "study" / "load", extra) for s, extra in LOAD_SCENARIOS.items()}
-    return {"curves": curves, "avx2": avx2, "load": load}
+    return {"curves": curves, "avx2": avx2, "sampled": sampled, "rerun": rerun, "load": load}
 
 
 def run_label(report: dict, run: str) -> str:
@@ -154,14 +162,19 @@ def long_context_lines(studies: dict) -> list[str]:
     for scenario, run, name in runs:
         means = _by_context(reports[scenario], run, "mean_length")
         lines.append(f"| {name} | " + " | ".join(f"{means[c]:.2f}" for c in contexts) + " |")
-    lines += ["", *_avx2_lines(studies), "", *_load_lines(studies["load"])]
+    lines += ["", *_sampled_lines(studies), "", *_avx2_lines(studies)]
+    lines += ["", *_load_lines(studies["load"])]
     reports_all = [*reports.values(), *studies["avx2"].values()]
     same = all(not r["failures"] for r in [*reports_all, *studies["load"].values()])
+    sampled = [*studies["sampled"].values(), studies["rerun"]]
+    held = all(not r["failures"] for r in sampled)
     lines += [
         "",
-        f"Tokens: {'the same in every run' if same else 'DIFFERENT'} (every run's, workload by "
-        "workload, the target's greedy tokens: the harness's check; each run's start-up lines "
-        "are in its report, `benchmarks/results/study/`, not kept).",
+        f"Tokens: {'the same in every greedy run' if same else 'DIFFERENT'} (every run's, "
+        "workload by workload, the target's greedy tokens: the harness's check); the sampled "
+        f"runs' checks (acceptance within the run, the window's start-up lines): "
+        f"{'passed' if held else 'FAILED'}. Each run's report is in "
+        "`benchmarks/results/study/`, not kept.",
         "",
         "![acceptance by context](long_context.png)",
         "",
@@ -226,6 +239,50 @@ def _load_lines(load: dict) -> list[str]:
     return lines
 
 
+def _share(report: dict, run: str, longest: int) -> float:
+    """How much of the in-distribution acceptance (the shortest context, no window) ``run``
+    keeps at ``longest``."""
+    inside = _by_context(report, "v2_no_window", "mean_length")
+    return _by_context(report, run, "mean_length")[longest] / inside[min(inside)]
+
+
+def _sampled_lines(studies: dict) -> list[str]:
+    """The curves sampled as users serve, beside the greedy ones, and a rerun's distance."""
+    sampled, greedy = studies["sampled"], studies["curves"]
+    contexts = sampled["draft_model"]["contexts"]
+    longest = max(contexts)
+    sampling = ", ".join(f"{k} {v}" for k, v in sampled["draft_model"]["sampling"].items())
+    lines = [
+        f"Sampled as users serve ({sampling}: every request seeded): mean acceptance length "
+        "by context, the same prompts and servers as above; sampled runs are checked on "
+        "acceptance only (their tokens are not expected to match across runs):",
+        "",
+        "| run | " + " | ".join(str(c) for c in contexts) + " |",
+        "|---|" + "---:|" * len(contexts),
+    ]
+    for scenario, report in sampled.items():
+        for run in ("v2_no_window", "v2_window"):
+            means = _by_context(report, run, "mean_length")
+            name = f"{LABELS[scenario]}, {run_label(report, run)}"
+            lines.append(f"| {name} | " + " | ".join(f"{means[c]:.2f}" for c in contexts) + " |")
+    shares = [
+        f"{LABELS[s]} {_share(greedy[s], 'v2_window', longest):.0%} greedy, "
+        f"{_share(r, 'v2_window', longest):.0%} sampled"
+        for s, r in sampled.items()
+    ]
+    here = _by_context(sampled["draft_model"], "v2_window", "mean_length")
+    there = _by_context(studies["rerun"], "v2_window", "mean_length")
+    moved = max(abs(there[c] - here[c]) for c in contexts)
+    return [
+        *lines,
+        "",
+        f"At {longest} tokens the window keeps this share of the in-distribution acceptance "
+        f"(no window at {min(contexts)} tokens): {'; '.join(shares)}. A rerun of the draft "
+        f"model's sampled curve with the window, the same seed, moves it by at most "
+        f"{moved:.2f}.",
+    ]
+
+
 def _avx2_lines(studies: dict) -> list[str]:
     """How far the curve moves on an AVX2-only CPU's path, against this machine's."""
     diffs = []
@@ -268,6 +325,11 @@ def plot(path: Path, studies: dict) -> None:
                 continue
             means = _by_context(report, run, "mean_length")
             ax.plot(list(means), list(means.values()), marker="o", label=run_label(report, run))
+        sampled = studies["sampled"][scenario]
+        for run in ("v2_no_window", "v2_window"):
+            means = _by_context(sampled, run, "mean_length")
+            label = f"{run_label(sampled, run)}, temperature {sampled['sampling']['temperature']}"
+            ax.plot(list(means), list(means.values()), marker="x", linestyle="--", label=label)
         ax.axvline(context, color="grey", linestyle=":", label="training context")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("context (tokens)")
