@@ -79,6 +79,25 @@ INSTALL_PROJECT = $(1)/bin/python -m pip install -q --no-deps --force-reinstall 
 INSTALLED := $(VENV)/.project-installed $(VENV_034)/.project-installed $(ASCEND_VENVS:%=%/.overlay-installed)
 
 ASCEND_PYTEST := -m pytest tests/ascend --confcutdir=tests/ascend -p no:cacheprovider
+
+# The end-to-end harness's settings (python -m e2e --help): each make variable given, on make's
+# command line or from the environment (make e2e-ascend SINKS=32, SINKS=32 make e2e-ascend),
+# passed as its flag (--sinks=32); one not given is left out. VARIABLE:flag, as e2e/cli.py's
+# SETTINGS names them. The cards (ASCEND_RT_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES) stay the
+# environment's, which vLLM reads.
+E2E_SETTINGS := DEVICE:device E2E_SCENARIO:scenario STUDY:study DRY_RUN:dry-run \
+	TARGET_MODEL:target-model DRAFT_MODEL:draft-model WINDOW:window SINKS:sinks \
+	MIN_CONTEXT:min-context TP:tensor-parallel-size DCP:decode-context-parallel-size \
+	DCP_INTERLEAVE:cp-kv-cache-interleave-size PARALLEL:parallel PORT:port \
+	RECORD_GOLDEN:record-golden LOSSLESS:lossless MIN_IDENTICAL:min-identical \
+	TEMPERATURE:temperature TOP_P:top-p TOP_K:top-k SEED:seed CONTEXTS:contexts \
+	MAX_CONTEXT:max-context CONCURRENCY:concurrency SHARED_PREFIX:shared-prefix \
+	PROMPTS_PER_CONTEXT:prompts-per-context OUTPUT_TOKENS:output-tokens BLOCK_SIZE:block-size \
+	MAX_MODEL_LEN:max-model-len LONG_CONTEXT:long-context SHORT_CONTEXT:short-context \
+	STUDY_TEXT:study-text AUTO:auto MORE_WINDOWS:more-windows NO_SPECULATION:no-speculation \
+	DTYPE:dtype
+e2e_flag = $(if $($(1)),'--$(2)=$($(1))')
+E2E_FLAGS = $(strip $(foreach s,$(E2E_SETTINGS),$(call e2e_flag,$(word 1,$(subst :, ,$(s))),$(word 2,$(subst :, ,$(s))))))
 UPSTREAM_TREE := .cache/upstream/vllm_ascend-0.30.0rc2-patched
 
 # ---- Targets.
@@ -267,18 +286,18 @@ gpu-check:  ## The window's kernels checked and measured on a CUDA GPU (benchmar
 
 # Runs in the host's own environment (its NPU or CUDA builds of vLLM), not in .venv.
 e2e-ascend:  ## End to end with vllm serve on Ascend NPUs (DRY_RUN=1, DEVICE=cuda, E2E_SCENARIO=..., SINKS=N, MIN_CONTEXT=M, DCP=N, STUDY=long, PARALLEL=N with ASCEND_RT_VISIBLE_DEVICES or CUDA_VISIBLE_DEVICES, LOSSLESS=exact|fraction, MIN_IDENTICAL=0.66).
-	$(PYTHON) e2e/e2e.py
+	$(PYTHON) -m e2e $(E2E_FLAGS)
 
 # The checks of a run over what the dry run's printed commands wrote into their folder (the
 # dry run's --out: e2e/results/<scenario> or e2e/results/study_<scenario>), in the Python
 # that ran them (pandas reads each sweep's summary.csv; PYTHON=.venv/bin/python here).
 e2e-check:  ## Check the results of the pasted vllm bench commands (RESULTS=folder the dry run wrote): lossless, acceptance within the run, the window's start-up lines.
-	$(PYTHON) e2e/e2e.py --check "$(RESULTS)"
+	$(PYTHON) -m e2e --check "$(RESULTS)"
 
 # The long-context study of make e2e-ascend (e2e/study.py) here, on CPU: vllm serve of the
 # committed tiny models, acceptance and throughput by context with the window on and off.
 study-cpu: $(VENV)/.project-installed $(HELDOUT)  ## The long-context study on CPU with the committed tiny models (E2E_SCENARIO=eagle3, SINKS=N, AUTO=1, PARALLEL=2, DTYPE=bfloat16: the served dtype, float32 by default).
-	DEVICE=cpu STUDY=long $(PY) e2e/e2e.py
+	$(PY) -m e2e $(E2E_FLAGS) --device=cpu --study=long
 
 clean:  ## Remove .venv, caches and build output.
 	rm -rf $(VENV) $(VENV_034) $(ASCEND_VENVS) .cache build dist *.egg-info .pytest_cache .ruff_cache .hypothesis

@@ -56,9 +56,15 @@ LABELS = {"draft_model": "draft model", "eagle3": "EAGLE3"}
 
 
 def study(scenario: str, out: Path, extra: dict[str, str]) -> dict:
-    """One run of the harness; its report."""
-    env = {**os.environ, "DEVICE": "cpu", "STUDY": "long", "E2E_SCENARIO": scenario, **extra}
-    command = [sys.executable, str(ROOT / "e2e" / "e2e.py"), "--out", str(out)]
+    """One run of the harness (``python -m e2e``) with the settings of ``extra`` (the
+    Makefile's names) as its flags, and the rest of it (the engine's own variables: an AVX2
+    path) as its environment; its report."""
+    from e2e import cli
+
+    given = {"DEVICE": "cpu", "STUDY": "long", "E2E_SCENARIO": scenario}
+    given |= {k: v for k, v in extra.items() if k in cli.SETTINGS}
+    env = {**os.environ, **{k: v for k, v in extra.items() if k not in cli.SETTINGS}}
+    command = [sys.executable, "-m", "e2e", *cli.flags(given), "--out", str(out)]
     done = subprocess.run(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     print(
         "\n".join(f"  {line}" for line in done.stdout.splitlines() if ": mean" in line),

@@ -40,7 +40,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import lossless
+from e2e import lossless
 
 MIN_CONTEXT_KEY = "draft_window_min_context"
 # Standard library modules whose own documentation follows the language reference.
@@ -339,8 +339,8 @@ def pyplot():
 
 @dataclass
 class Settings:
-    """What the study runs, from the environment (``defaults``: a device's own, which the
-    environment overrides)."""
+    """What the study runs, from the settings given (``defaults``: a device's own, which
+    the settings given override)."""
 
     contexts: list[int]
     prompts_per_context: int
@@ -361,10 +361,10 @@ class Settings:
     shared_prefix: int = 0
 
     @classmethod
-    def from_env(
-        cls, env: dict[str, str], target: str, device: str, defaults: dict | None = None
+    def given(
+        cls, given: dict[str, str], target: str, device: str, defaults: dict | None = None
     ) -> Settings:
-        env = {**(defaults or {}), **env}
+        env = {**(defaults or {}), **given}
         output_tokens = int(env.get("OUTPUT_TOKENS", 256))
         if env.get("CONTEXTS"):
             contexts = sorted({int(c) for c in env["CONTEXTS"].split(",")})

@@ -123,15 +123,17 @@ def runs_of(found) -> dict[str, dict]:
 
 
 def dry_run_lines(name: str, out: Path, monkeypatch, capsys) -> list[str]:
-    """What ``DRY_RUN=1`` prints for the dry run ``name`` (``DRY_RUNS``) into ``out``."""
-    sys.path.insert(0, str(ROOT / "e2e"))
-    import e2e
+    """What ``python -m e2e --dry-run`` prints for the dry run ``name`` (``DRY_RUNS``: the
+    settings by the Makefile's names, passed as their flags; the cards as the environment's)
+    into ``out``."""
+    from e2e import cli, harness
 
-    for key in e2e.SETTINGS:
+    given = dict(DRY_RUNS[name])
+    for key in cli.DEVICE_ENV:
         monkeypatch.delenv(key, raising=False)
-    for key, value in {"DRY_RUN": "1", **DRY_RUNS[name]}.items():
-        monkeypatch.setenv(key, value)
-    assert e2e.main(["--out", str(out)]) == 0
+        if key in given:
+            monkeypatch.setenv(key, given.pop(key))
+    assert harness.main(["--dry-run", *cli.flags(given), "--out", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert any(" bench sweep serve " in line for line in lines), lines
     return lines

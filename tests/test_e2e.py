@@ -1,11 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""The end-to-end harness, as far as it runs without NPUs: the `vllm bench` commands it
-plans (``DRY_RUN=1``: what a user pastes), its refusals, what it reads of a ``vllm bench
-serve`` result, and its assertions. (Its sweeps run for real on CPU in
+"""The end-to-end harness (``python -m e2e``), as far as it runs without NPUs: the `vllm
+bench` commands it plans (``--dry-run``: what a user pastes), its refusals, what it reads of
+a ``vllm bench serve`` result, and its assertions. (Its sweeps run for real on CPU in
 ``tests/test_engine_study.py``.)"""
 
-import importlib.util
 import json
 import shlex
 import subprocess
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from e2e import cli, harness, scenarios
 from testbed.vllm_cli import printed_sweeps as sweeps
 from testbed.vllm_cli import runs_of
 
@@ -21,24 +21,13 @@ from testbed.vllm_cli import runs_of
 pytestmark = pytest.mark.release_independent
 
 ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("e2e_harness", ROOT / "e2e" / "e2e.py")
-e2e = importlib.util.module_from_spec(spec)
-sys.modules["e2e_harness"] = e2e
-spec.loader.exec_module(e2e)
 
 
-def clear_settings(monkeypatch):
-    """None of the harness's settings from this process's environment."""
-    for key in e2e.SETTINGS:
-        monkeypatch.delenv(key, raising=False)
-
-
-def plan_lines(capsys, argv, monkeypatch, tmp_path=None, **env):
-    clear_settings(monkeypatch)
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
+def plan_lines(capsys, argv, monkeypatch, tmp_path=None, **given):
+    """What ``python -m e2e`` prints with ``argv`` and the settings ``given`` (the
+    Makefile's names) as their flags."""
     out = ["--out", str(tmp_path)] if tmp_path is not None else []
-    assert e2e.main([*argv, *out]) == 0
+    assert harness.main([*argv, *cli.flags(given), *out]) == 0
     return capsys.readouterr().out.splitlines()
 
 
@@ -47,8 +36,9 @@ def test_default_plan_installs_then_sweeps_v2_with_and_without_the_window_and_v1
 ):
     lines = plan_lines(capsys, ["--dry-run"], monkeypatch, tmp_path)
     # The install with its checks and the pairing check, as one command that fails loudly.
-    prepare = [sys.executable, str(ROOT / "e2e" / "e2e.py"), "--prepare"]
-    assert lines[0] == shlex.join([*prepare, "--device", "ascend", "--scenario", "eagle3"])
+    prepare = [sys.executable, "-m", "e2e", "--prepare", "--device", "ascend"]
+    prepare = shlex.join([*prepare, "--scenario", "eagle3"])
+    assert lines[0] == f"cd {shlex.quote(str(ROOT))} && {prepare}"
     v2, v1 = found = sweeps(lines)
     assert v2["env"] == {"VLLM_USE_V2_MODEL_RUNNER": "1"}
     assert v1["env"] == {"VLLM_USE_V2_MODEL_RUNNER": "0"}
@@ -75,8 +65,8 @@ def test_default_plan_installs_then_sweeps_v2_with_and_without_the_window_and_v1
 
 def test_the_host_vllm_says_whether_it_still_has_model_runner_v1():
     """Asked of the host's vLLM (here 0.33.0, which has V1)."""
-    e2e.host_has_model_runner_v1.cache_clear()
-    assert e2e.host_has_model_runner_v1()
+    scenarios.host_has_model_runner_v1.cache_clear()
+    assert scenarios.host_has_model_runner_v1()
 
 
 @pytest.mark.parametrize("device", ["ascend", "cuda"])
@@ -85,7 +75,7 @@ def test_without_model_runner_v1_every_run_is_v2_with_nothing_to_set(
 ):
     """On a vLLM without Model Runner V1 (0.34) no run sets VLLM_USE_V2_MODEL_RUNNER (0.34
     refuses it unless 1 and warns it is redundant) and there is no V1 run to compare with."""
-    monkeypatch.setattr(e2e, "host_has_model_runner_v1", lambda: False)
+    monkeypatch.setattr(scenarios, "host_has_model_runner_v1", lambda: False)
     lines = plan_lines(capsys, ["--dry-run", "--device", device], monkeypatch, tmp_path)
     (only,) = sweeps(lines)
     assert only["env"] == {} and list(runs_of([only])) == ["v2_window", "v2_no_window"]
@@ -103,7 +93,7 @@ def test_sinks_go_to_the_v2_window_run_only_and_have_their_own_golden(
     }
     assert "additional_config" not in runs["v2_no_window"]
     assert runs["v1_window"]["additional_config"] == {"draft_window_size": 512}
-    scenario = e2e.scenarios({"SINKS": "64"})["eagle3"]
+    scenario = scenarios.scenarios({"SINKS": "64"})["eagle3"]
     assert scenario.golden.name == "eagle3_qwen3_8b_w512_s64.json"
 
 
@@ -133,23 +123,23 @@ def test_tiny_cuda_mode_serves_the_models_trained_here(capsys, monkeypatch, tmp_
         capsys, [], monkeypatch, tmp_path, DRY_RUN="1", E2E_SCENARIO="tiny", DEVICE="cuda"
     )
     (found,) = sweeps(lines)
-    assert f" serve {e2e.TRAINED_ROOT / 'target'} " in found["serve"]
+    assert f" serve {scenarios.TRAINED_ROOT / 'target'} " in found["serve"]
     assert "--skip-chat-template" in found["bench"]
     runs = runs_of([found])
-    assert runs["v2_window"]["speculative_config"]["model"] == str(e2e.TRAINED_ROOT / "eagle3")
+    assert runs["v2_window"]["speculative_config"]["model"] == str(
+        scenarios.TRAINED_ROOT / "eagle3"
+    )
     assert runs["v2_window"]["additional_config"] == {"draft_window_size": 33}
-    heldout = e2e.trained_models().HELDOUT.read_text()
+    heldout = scenarios.trained_models().HELDOUT.read_text()
     for workload in found["workloads"]:
         for line in Path(workload["dataset_path"]).read_text().splitlines():
             assert json.loads(line)["prompt"] in heldout
     assert not any("vllm-ascend" in line for line in lines)
 
 
-def test_tiny_mode_needs_cuda(monkeypatch, capsys):
-    monkeypatch.setenv("E2E_SCENARIO", "tiny")
-    monkeypatch.delenv("DEVICE", raising=False)
+def test_tiny_mode_needs_cuda(capsys):
     with pytest.raises(SystemExit) as info:
-        e2e.main(["--dry-run"])
+        harness.main(["--dry-run", "--scenario", "tiny"])
     assert info.value.code == 2 and "set DEVICE=cuda" in capsys.readouterr().err
 
 
@@ -187,8 +177,10 @@ def test_dcp_serves_every_run_alike_and_has_its_own_golden(capsys, monkeypatch, 
         assert "--tensor-parallel-size 2 " in s["serve"]
         assert s["serve"].endswith(" --decode-context-parallel-size 2")
     # The window aligns to 2 blocks under DCP=2: what the draft reads changes.
-    assert e2e.scenarios({"DCP": "2"})["eagle3"].golden.name == "eagle3_qwen3_8b_w512_dcp2.json"
-    assert e2e.scenarios({})["eagle3"].golden.name == "eagle3_qwen3_8b_w512.json"
+    assert (
+        scenarios.scenarios({"DCP": "2"})["eagle3"].golden.name == "eagle3_qwen3_8b_w512_dcp2.json"
+    )
+    assert scenarios.scenarios({})["eagle3"].golden.name == "eagle3_qwen3_8b_w512.json"
 
 
 @pytest.mark.parametrize(
@@ -262,7 +254,7 @@ def test_acceptance_is_what_vllm_bench_serve_measured():
         "spec_decode_per_position_acceptance_rates": [0.7, 0.4, 0.3],
         "spec_decode_acceptance_length": 2.4,
     }
-    assert e2e.acceptance(measured) == {
+    assert harness.acceptance(measured) == {
         "drafts": 100,
         "per_position": [0.7, 0.4, 0.3],
         "mean_length": 2.4,
@@ -281,17 +273,17 @@ def result(outputs, per_pos, long_mean=None):
 def test_without_a_golden_the_acceptance_is_checked_within_the_run():
     """Every scenario without a golden file (DSpark, DFlash, sinks, MIN_CONTEXT, DCP, another
     WINDOW) runs: the V2 run with the window against the same run without it."""
-    scenario = e2e.scenarios({"WINDOW": "640"})["eagle3"]
+    scenario = scenarios.scenarios({"WINDOW": "640"})["eagle3"]
     assert scenario.golden.name == "eagle3_qwen3_8b_w640.json" and not scenario.golden.exists()
-    assert e2e.load_golden(scenario, False) == (None, 0.1)
+    assert harness.load_golden(scenario, False) == (None, 0.1)
     runs = {
         "v2_window": result(["a"], [0.7, 0.4, 0.3]),
         "v2_no_window": result(["a"], [0.7, 0.5, 0.3]),
     }
-    assert e2e.check(runs, None, num_spec=3) == []
+    assert harness.check(runs, None, num_spec=3) == []
     runs["v2_window"] = result(["a"], [0.5, 0.3, 0.2])
-    assert e2e.check(runs, None, num_spec=3) == [
-        f"V2 with the window: mean acceptance 2.000 < V2 without it 2.500 - {e2e.WINDOW_MARGIN}"
+    assert harness.check(runs, None, num_spec=3) == [
+        f"V2 with the window: mean acceptance 2.000 < V2 without it 2.500 - {harness.WINDOW_MARGIN}"
     ]
 
 
@@ -302,7 +294,7 @@ def test_an_empty_or_short_acceptance_by_position_fails(per_position):
         "v2_no_window": result(["a"], [0.7, 0.4, 0.3]),
     }
     assert (
-        e2e.check(runs, [0.7, 0.4, 0.3], num_spec=3)
+        harness.check(runs, [0.7, 0.4, 0.3], num_spec=3)
         == [
             f"v2_window: acceptance by position has {len(per_position)} entries, "
             "num_speculative_tokens is 3"
@@ -317,13 +309,13 @@ def test_checks_flag_output_drift_golden_drift_and_a_v2_below_v1():
         "v2_no_window": result(["a"], [0.7, 0.4, 0.3]),
         "v1_window": result(["a"], [0.7, 0.4, 0.3]),
     }
-    assert e2e.check(good, [0.7, 0.4, 0.3], num_spec=3) == []
+    assert harness.check(good, [0.7, 0.4, 0.3], num_spec=3) == []
     bad = {
         "v2_window": result(["a"], [0.5, 0.4, 0.3], long_mean=2.0),
         "v2_no_window": result(["b"], [0.5, 0.4, 0.3], long_mean=2.0),
         "v1_window": result(["a"], [0.7, 0.4, 0.3], long_mean=2.1),
     }
-    assert e2e.check(bad, [0.7, 0.4, 0.3], num_spec=3) == [
+    assert harness.check(bad, [0.7, 0.4, 0.3], num_spec=3) == [
         "greedy outputs of v2_no_window differ from v2_window in 1 of 1 prompts: golden "
         "prompt 0 from character 0",
         "acceptance at position 0: 0.500, golden 0.700 (+-0.1)",
@@ -339,12 +331,10 @@ def test_checks_flag_output_drift_golden_drift_and_a_v2_below_v1():
 
 def test_the_dry_runs_prepare_command_installs_and_checks_the_pairing(monkeypatch, capsys):
     done = []
-    monkeypatch.setattr(e2e, "install", lambda device: done.append(("install", device)))
-    monkeypatch.setattr(e2e, "check_pairing", lambda method: done.append(("pairing", method)))
-    for key in e2e.SETTINGS:
-        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setattr(harness, "install", lambda device: done.append(("install", device)))
+    monkeypatch.setattr(harness, "check_pairing", lambda method: done.append(("pairing", method)))
     argv = ["--prepare", "--device", "cpu", "--scenario", "draft_model", "--study", "long"]
-    assert e2e.main(argv) == 0
+    assert harness.main(argv) == 0
     assert done == [("install", "cpu"), ("pairing", "draft_model")]
     assert "bench sweep serve" not in capsys.readouterr().out
 
@@ -353,7 +343,7 @@ def test_the_host_pairing_is_checked_against_the_supported_lines_before_any_serv
     """The probe runs in the host's Python (here the test environment, vLLM 0.33.0)."""
     from vllm_ascend.worker.v2.spec_decode.draft_window import releases
 
-    e2e.check_pairing("eagle3")
+    harness.check_pairing("eagle3")
     assert f"host: vLLM 0.33.0, vllm-ascend not installed; supported: {releases.SUPPORTED}" in (
         capsys.readouterr().out
     )
@@ -362,4 +352,4 @@ def test_the_host_pairing_is_checked_against_the_supported_lines_before_any_serv
         match=r"the draft window does not serve method "
         r"'ngram' on vLLM 0\.33\.x",
     ):
-        e2e.check_pairing("ngram")
+        harness.check_pairing("ngram")

@@ -17,13 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from e2e import cli, harness, lossless, scenarios, study, sweep_plan
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "e2e"))
-
-import lossless  # noqa: E402
-import study  # noqa: E402
-
-import e2e  # noqa: E402
 
 # The same code on every vLLM line: run once, in .venv (design/testing.md).
 pytestmark = pytest.mark.release_independent
@@ -95,27 +91,26 @@ def study_run(tmp_path, monkeypatch):
     stand_in = tmp_path / "vllm"
     stand_in.write_text(f"#!{sys.executable}\n{STAND_IN}")
     stand_in.chmod(0o755)
-    monkeypatch.setattr(e2e.sweep_plan, "vllm_command", lambda: str(stand_in))
-    monkeypatch.setattr(e2e, "install", lambda device: None)
-    monkeypatch.setattr(e2e, "check_pairing", lambda method: None)
+    monkeypatch.setattr(sweep_plan, "vllm_command", lambda: str(stand_in))
+    monkeypatch.setattr(harness, "install", lambda device: None)
+    monkeypatch.setattr(harness, "check_pairing", lambda method: None)
 
     def cut(commands, at_once):
         for command in commands:
             out = Path(command[command.index("--output") + 1])
             prompts = int(command[command.index("--num-prompts") + 1])
-            e2e.sweep_plan.write_dataset(out, ["prompt"] * prompts, 4)
+            sweep_plan.write_dataset(out, ["prompt"] * prompts, 4)
 
-    monkeypatch.setattr(e2e, "cut_datasets", cut)
-    for key in e2e.SETTINGS:
-        monkeypatch.delenv(key, raising=False)
-    scenario = e2e.cpu_scenarios({"PROMPTS_PER_CONTEXT": "2"})["eagle3"]
+    monkeypatch.setattr(harness, "cut_datasets", cut)
+    scenario = scenarios.cpu_scenarios({"PROMPTS_PER_CONTEXT": "2"})["eagle3"]
     settings = study.Settings([32, 1024], 2, 4, 32, long_from=512, short_to=32)
     out = tmp_path / "results" / "study_eagle3"
 
-    def run(length: float, **env: str) -> int:
+    def run(length: float, given: dict[str, str] | None = None, **env: str) -> int:
+        """The study with the settings ``given``, the stand-in's ``env``."""
         for key, value in {"STAND_IN_LENGTH": str(length), **env}.items():
             monkeypatch.setenv(key, value)
-        return e2e.run_study(scenario, "cpu", 8123, out, settings, False)
+        return harness.run_study(scenario, "cpu", 8123, out, settings, False, given)
 
     return run, out
 
@@ -135,7 +130,7 @@ def test_a_stale_result_in_the_folder_never_reaches_the_report(study_run, capsys
     stale = out / "v2" / "SERVE--v2_window-BENCH--context_1024_concurrency_2" / "run=0.json"
     stale.parent.mkdir(parents=True)
     stale.write_text(json.dumps({"spec_decode_acceptance_length": 9.99}))
-    (out / e2e.RUN_RECORD).write_text("{}")
+    (out / harness.RUN_RECORD).write_text("{}")
     assert run(2.0) == 0, capsys.readouterr().out
     assert means(out) == {
         "v2_window": {"32": 2.0, "1024": 3.0},
@@ -149,13 +144,13 @@ def test_a_stale_result_in_the_folder_never_reaches_the_report(study_run, capsys
 
 def test_every_report_says_what_produced_it(study_run, capsys):
     run, out = study_run
-    assert run(2.0, DTYPE="bfloat16") == 0, capsys.readouterr().out
+    assert run(2.0, {"DTYPE": "bfloat16"}) == 0, capsys.readouterr().out
     produced = json.loads((out / "report.json").read_text())["produced_by"]
     assert produced["versions"]["vllm"] == "0.33.0"
     assert produced["versions"]["vllm-ascend"] is None
     assert produced["models"] == {
-        "target": str(e2e.TRAINED_ROOT / "target"),
-        "draft": str(e2e.TRAINED_ROOT / "eagle3"),
+        "target": str(scenarios.TRAINED_ROOT / "target"),
+        "draft": str(scenarios.TRAINED_ROOT / "eagle3"),
         "method": "eagle3",
     }
     assert produced["settings"] == {"DTYPE": "bfloat16"}
@@ -192,7 +187,7 @@ def test_a_run_takes_free_ports():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         port = taken.getsockname()[1]
-        assert e2e.free_ports(2, port) > port
+        assert harness.free_ports(2, port) > port
 
 
 def test_a_folder_no_run_wrote_is_refused_by_name(tmp_path):
@@ -200,7 +195,7 @@ def test_a_folder_no_run_wrote_is_refused_by_name(tmp_path):
     folder.mkdir()
     (folder / "notes.txt").write_text("keep")
     with pytest.raises(SystemExit, match=r"holds files no run of this harness wrote"):
-        e2e.own_folder(folder)
+        harness.own_folder(folder)
     assert (folder / "notes.txt").read_text() == "keep"
 
 
@@ -279,13 +274,15 @@ def test_a_missing_text_diverges_and_cpu_is_exact_unless_asked():
     assert asked == lossless.Policy("fraction", 0.9)
 
 
-def dry_run(capsys, monkeypatch, tmp_path, **env) -> tuple[int, str, str]:
-    for key in e2e.SETTINGS:
+def dry_run(capsys, monkeypatch, tmp_path, **given) -> tuple[int, str, str]:
+    """``python -m e2e --dry-run`` with the settings ``given`` as their flags (the cards as
+    the environment's): its exit code, what it printed and its errors."""
+    for key in cli.DEVICE_ENV:
         monkeypatch.delenv(key, raising=False)
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
+        if key in given:
+            monkeypatch.setenv(key, given.pop(key))
     try:
-        code = e2e.main(["--dry-run", "--out", str(tmp_path)])
+        code = harness.main(["--dry-run", *cli.flags(given), "--out", str(tmp_path)])
     except SystemExit as stop:
         code = stop.code
     captured = capsys.readouterr()
@@ -314,7 +311,24 @@ def test_a_bad_setting_stops_the_dry_run_with_one_error_naming_it(
     code, out, err = dry_run(capsys, monkeypatch, tmp_path, **env)
     assert code == 2 and out == ""
     (error,) = [line for line in err.splitlines() if "error:" in line]
-    assert error.endswith(f"error: {message}")
+    # The flag, and in the message the setting as the Makefile names it.
+    flag = cli.SETTINGS[message.split("=")[0]][0]
+    assert error.endswith(f"error: argument {flag}: {message}")
+
+
+def test_the_makefile_passes_every_setting_as_its_flag_and_nothing_else():
+    """make's table (E2E_SETTINGS) is the command line's, and ``cli.flags`` refuses a name
+    that is no setting."""
+    text = (ROOT / "Makefile").read_text().split("E2E_SETTINGS := ")[1].split("\ne2e_flag")[0]
+    table = dict(pair.split(":") for pair in text.replace("\\", " ").split())
+    assert {name: f"--{flag}" for name, flag in table.items()} == {
+        name: flag for name, (flag, _, _) in cli.SETTINGS.items()
+    }
+    assert cli.flags({"SINKS": "32", "DRY_RUN": "1", "TOP_K": ""}) == [
+        *("--sinks", "32", "--dry-run", "1")
+    ]
+    with pytest.raises(ValueError, match="not a setting of python -m e2e: SINK"):
+        cli.flags({"SINK": "32"})
 
 
 def test_make_passes_a_bad_setting_to_the_check():
@@ -492,7 +506,9 @@ def test_the_users_sampling_goes_to_vllm_bench_serve_and_is_checked_on_acceptanc
         "sampled (temperature 0.8, top_p 0.95)"
     )
     code, out, err = dry_run(capsys, monkeypatch, tmp_path, TEMPERATURE="hot")
-    assert code == 2 and err.endswith("error: TEMPERATURE='hot' is not a number from 0 to inf\n")
+    assert code == 2 and err.endswith(
+        "error: argument --temperature: TEMPERATURE='hot' is not a number from 0 to inf\n"
+    )
 
 
 # make study-cpu's dry run at two contexts (make e2e-check's test), and make e2e-ascend's
@@ -514,7 +530,7 @@ def pasted(kind, tmp_path, monkeypatch, capsys) -> Path:
     stand_in = tmp_path / "vllm"
     stand_in.write_text(f"#!{sys.executable}\n{STAND_IN}")
     stand_in.chmod(0o755)
-    monkeypatch.setattr(e2e.sweep_plan, "vllm_command", lambda: str(stand_in))
+    monkeypatch.setattr(sweep_plan, "vllm_command", lambda: str(stand_in))
     code, out, err = dry_run(capsys, monkeypatch, tmp_path / "results", **PASTED[kind])
     assert code == 0, err
     ran = 0
@@ -522,9 +538,7 @@ def pasted(kind, tmp_path, monkeypatch, capsys) -> Path:
         if "create_txt_slices_dataset" in line:
             words = shlex.split(line)
             prompts = int(words[words.index("--num-prompts") + 1])
-            e2e.sweep_plan.write_dataset(
-                Path(words[words.index("--output") + 1]), ["p"] * prompts, 4
-            )
+            sweep_plan.write_dataset(Path(words[words.index("--output") + 1]), ["p"] * prompts, 4)
         elif " bench sweep serve " in line:
             env = {"PATH": "/usr/bin:/bin", "STAND_IN_LENGTH": "2.0"}
             done = subprocess.run(line, shell=True, executable="/bin/bash", env=env)
@@ -535,7 +549,7 @@ def pasted(kind, tmp_path, monkeypatch, capsys) -> Path:
 
 
 def e2e_check(folder: Path, capsys) -> tuple[int, list[str]]:
-    code = e2e.main(["--check", str(folder)])
+    code = harness.main(["--check", str(folder)])
     printed = capsys.readouterr().out
     return code, [line.removeprefix("[e2e] FAILED: ") for line in printed.splitlines()]
 

@@ -13,32 +13,21 @@ from pathlib import Path
 import pytest
 import torch
 
+from e2e import cli, harness, scenarios, study, sweep_plan
+from testbed.vllm_cli import printed_sweeps as sweeps
+from testbed.vllm_cli import runs_of
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "e2e"))
-
-import study  # noqa: E402
-
-import e2e  # noqa: E402
 
 # The same code on every vLLM line: run once, in .venv (design/testing.md).
 pytestmark = pytest.mark.release_independent
 
-# Every setting the harness reads.
-STUDY_ENV = e2e.SETTINGS
-
-
-from testbed.vllm_cli import printed_sweeps as sweeps  # noqa: E402
-from testbed.vllm_cli import runs_of  # noqa: E402
-
 
 @pytest.fixture
-def dry_run(capsys, monkeypatch, tmp_path):
-    def lines(**env):
-        for key in STUDY_ENV:
-            monkeypatch.delenv(key, raising=False)
-        for key, value in {"STUDY": "long", "DRY_RUN": "1", **env}.items():
-            monkeypatch.setenv(key, value)
-        assert e2e.main(["--out", str(tmp_path)]) == 0
+def dry_run(capsys, tmp_path):
+    def lines(**given):
+        flags = cli.flags({"STUDY": "long", "DRY_RUN": "1", **given})
+        assert harness.main([*flags, "--out", str(tmp_path)]) == 0
         return capsys.readouterr().out.splitlines()
 
     return lines
@@ -120,18 +109,14 @@ def test_min_context_goes_to_the_v2_window_run_and_sinks_are_a_run_of_their_own(
     assert study.golden_path(ROOT, "eagle3", 512, 8192).name == "study_eagle3_w512_m8192.json"
 
 
-def test_auto_and_more_windows_are_runs_of_their_own(dry_run, capsys, monkeypatch):
+def test_auto_and_more_windows_are_runs_of_their_own(dry_run, capsys):
     runs = runs_of(sweeps(dry_run(AUTO="1", MORE_WINDOWS="1024,4096", DEVICE="cuda")))
     assert runs["v2_auto"]["additional_config"] == {"draft_window_size": "auto"}
     assert runs["v2_window_1024"]["additional_config"] == {"draft_window_size": 1024}
     assert runs["v2_window_4096"]["additional_config"] == {"draft_window_size": 4096}
     for bad in ("0", "a,1"):
-        for key in STUDY_ENV:
-            monkeypatch.delenv(key, raising=False)
-        monkeypatch.setenv("STUDY", "long")
-        monkeypatch.setenv("MORE_WINDOWS", bad)
         with pytest.raises(SystemExit):
-            e2e.main(["--dry-run"])
+            harness.main(["--dry-run", "--study", "long", "--more-windows", bad])
         assert f"MORE_WINDOWS={bad!r} is not a comma-separated list of integers >= 1" in (
             capsys.readouterr().err
         )
@@ -149,7 +134,7 @@ def test_the_plan_reaches_128k_where_the_model_allows_and_cuda_has_no_v1_run(dry
 def test_the_study_of_the_tiny_scenario_serves_the_trained_models_on_cuda(dry_run):
     lines = dry_run(DEVICE="cuda", E2E_SCENARIO="tiny", CONTEXTS="32,512")
     (only,) = sweeps(lines)
-    assert f" serve {e2e.TRAINED_ROOT / 'target'} " in only["serve"]
+    assert f" serve {scenarios.TRAINED_ROOT / 'target'} " in only["serve"]
 
 
 def test_vllms_cutter_gives_every_prompt_exactly_its_context_of_the_held_out_text(tmp_path):
@@ -162,7 +147,7 @@ def test_vllms_cutter_gives_every_prompt_exactly_its_context_of_the_held_out_tex
 
     models = trained_models.committed()
     out = tmp_path / "context_512.jsonl"
-    command = e2e.sweep_plan.slices_command(models.heldout, out, models.target, 4, 512, 16)
+    command = sweep_plan.slices_command(models.heldout, out, models.target, 4, 512, 16)
     subprocess.run(command, check=True, capture_output=True)
     tokenizer = AutoTokenizer.from_pretrained(models.target)
     heldout = models.heldout.read_text(encoding="utf-8")
@@ -296,7 +281,7 @@ def test_the_report_is_written_from_what_vllm_bench_serve_measured(tmp_path):
     most KV one draft step reads."""
     settings = study.Settings([4096, 32768], 3, 16, 128, concurrency=[3], shared_prefix=1000)
     workloads = [
-        e2e.sweep_plan.Workload(name, Path("x.jsonl"), 3, 3, 16)
+        sweep_plan.Workload(name, Path("x.jsonl"), 3, 3, 16)
         for name in (
             "context_4096_concurrency_3",
             "context_32768_concurrency_3",
@@ -312,8 +297,8 @@ def test_the_report_is_written_from_what_vllm_bench_serve_measured(tmp_path):
             measured(c, 3, m, prefix)
             for (c, prefix), m in zip(((4096, 0), (32768, 0), (32768, 1000)), means, strict=True)
         )
-        planned = e2e.Run(name, True, window, min_context=8192 if window else 0)
-        results[name] = e2e.study_run_results(planned, found, "", workloads, settings)
+        planned = scenarios.Run(name, True, window, min_context=8192 if window else 0)
+        results[name] = harness.study_run_results(planned, found, "", workloads, settings)
     meta = {
         "scenario": "dspark",
         "device": "ascend",
@@ -402,24 +387,24 @@ def test_the_cpu_study_serves_the_trained_models_on_vllms_cpu_worker(dry_run):
     for s in found:
         # What the server's environment adds to this one's (which has Triton's interpreter on).
         assert s["env"]["VLLM_TARGET_DEVICE"] == "cpu"
-        assert f"serve {e2e.TRAINED_ROOT / 'target'} " in s["serve"]
+        assert f"serve {scenarios.TRAINED_ROOT / 'target'} " in s["serve"]
         assert "--max-model-len 1040" in s["serve"] and "--block-size 32" in s["serve"]
         assert "--dtype float32" in s["serve"] and "--max-num-seqs 8" in s["serve"]
         assert "--skip-chat-template" in s["bench"]
         assert len(s["workloads"]) == 6
     runs = runs_of(found)
-    assert runs["v2_window"]["speculative_config"]["model"] == str(e2e.TRAINED_ROOT / "eagle3")
+    assert runs["v2_window"]["speculative_config"]["model"] == str(
+        scenarios.TRAINED_ROOT / "eagle3"
+    )
     # The window auto picks for a head declaring 64 tokens with blocks of 32: 64 - 32 + 1.
     assert runs["v2_window"]["additional_config"] == {"draft_window_size": 33}
     assert runs["v2_auto"]["additional_config"] == {"draft_window_size": "auto"}
     assert trained.DRAFT_CONTEXT == 64
 
 
-def test_the_cpu_study_runs_the_study_only(capsys, monkeypatch):
-    for key in STUDY_ENV:
-        monkeypatch.delenv(key, raising=False)
+def test_the_cpu_study_runs_the_study_only(capsys):
     with pytest.raises(SystemExit) as info:
-        e2e.main(["--dry-run", "--device", "cpu"])
+        harness.main(["--dry-run", "--device", "cpu"])
     assert info.value.code == 2 and "DEVICE=cpu runs the long-context study only" in (
         capsys.readouterr().err
     )
@@ -442,9 +427,9 @@ def test_checks_compare_every_output_with_the_run_without_speculation_and_take_t
 
 def test_a_shared_prefix_dataset_begins_every_prompt_with_the_same_text(tmp_path):
     prefix, suffixes, out = tmp_path / "p.jsonl", tmp_path / "s.jsonl", tmp_path / "o.jsonl"
-    e2e.sweep_plan.write_dataset(prefix, ["The shared start. "], 16)
-    e2e.sweep_plan.write_dataset(suffixes, ["one", "two", "three"], 16)
-    subprocess.run(e2e.sweep_plan.shared_prefix_command(prefix, suffixes, out), check=True)
+    sweep_plan.write_dataset(prefix, ["The shared start. "], 16)
+    sweep_plan.write_dataset(suffixes, ["one", "two", "three"], 16)
+    subprocess.run(sweep_plan.shared_prefix_command(prefix, suffixes, out), check=True)
     joined = [json.loads(line) for line in out.read_text().splitlines()]
     assert [j["prompt"] for j in joined] == [
         f"The shared start. {t}" for t in ("one", "two", "three")

@@ -3,7 +3,7 @@
 """What the window is for, in a real vLLM engine on CPU: a drafter trained at a short
 context collapses past it, and the window brings it back.
 
-The long-context study of ``make e2e-ascend`` (``e2e/e2e.py STUDY=long``, ``DEVICE=cpu``),
+The long-context study of ``make e2e-ascend`` (``python -m e2e --study long --device cpu``),
 as ``make demo`` serves it, over the committed tiny models (``trained_models/``) with
 ``vllm serve``: an EAGLE3 head trained at C = 64
 tokens on the hidden states of a target sound to 1088. At each context (C/2, inside the
@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -57,12 +56,9 @@ def eagle3(tmp_path_factory):
     from tools.inspector import served
 
     out, printed = tmp_path_factory.mktemp("demo"), io.StringIO()
-    os.environ["PORT"] = str(free_port())
-    try:
-        with contextlib.redirect_stdout(printed):
-            ok = served.serve_study(out, parallel=1, contexts=",".join(map(str, CONTEXTS)))
-    finally:
-        del os.environ["PORT"]
+    with contextlib.redirect_stdout(printed):
+        contexts = ",".join(map(str, CONTEXTS))
+        ok = served.serve_study(out, parallel=1, contexts=contexts, port=free_port())
     report = out / "study_eagle3" / "report.json"
     assert report.exists(), printed.getvalue()
     return ok, json.loads(report.read_text()), printed.getvalue()

@@ -5,7 +5,7 @@
 study measures with them, not by their bytes: another CPU may train other weights, and
 what must hold is the curve a reader gets.
 
-Both sets are served by the CPU study of ``make study-cpu`` (``e2e/e2e.py``, vLLM's own
+Both sets are served by the CPU study of ``make study-cpu`` (``python -m e2e``, vLLM's own
 ``vllm bench sweep serve``), each drafter (the draft model and the EAGLE3 head) without the
 window and with W = 33, at 32 tokens (inside the training context), 512 and 1024 (8 and 16
 times it). Each mean acceptance length of the retrained set must be within ``TOLERANCE``
@@ -25,6 +25,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from e2e import cli
+
 ROOT = Path(__file__).resolve().parent.parent
 CONTEXTS = (32, 512, 1024)
 RUNS = {"v2_no_window": "no window", "v2_window": "W = 33"}
@@ -35,20 +37,13 @@ TOLERANCE = 0.25
 def curve(scenario: str, models: Path | None, out: Path) -> dict[str, dict[int, float]]:
     """One study of ``scenario`` over the models under ``models`` (None: the committed
     ones): mean acceptance length by run and context."""
-    env = {
-        **os.environ,
-        "DEVICE": "cpu",
-        "STUDY": "long",
-        "E2E_SCENARIO": scenario,
-        "CONTEXTS": ",".join(str(c) for c in CONTEXTS),
-        "NO_SPECULATION": "0",
-        "PARALLEL": "2",
-    }
+    given = {"DEVICE": "cpu", "STUDY": "long", "E2E_SCENARIO": scenario}
+    given |= {"CONTEXTS": ",".join(map(str, CONTEXTS)), "NO_SPECULATION": "0", "PARALLEL": "2"}
     if models is not None:
-        env["TARGET_MODEL"] = str(models / "target")
-        env["DRAFT_MODEL"] = str(models / SCENARIOS[scenario][0])
-    command = [sys.executable, str(ROOT / "e2e" / "e2e.py"), "--out", str(out)]
-    done = subprocess.run(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        given["TARGET_MODEL"] = str(models / "target")
+        given["DRAFT_MODEL"] = str(models / SCENARIOS[scenario][0])
+    command = [sys.executable, "-m", "e2e", *cli.flags(given), "--out", str(out)]
+    done = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     report = out / f"study_{scenario}" / "report.json"
     if not report.exists():
         raise RuntimeError(f"the {scenario} study did not run:\n{done.stdout[-4000:]}")

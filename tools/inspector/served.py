@@ -13,12 +13,12 @@ without speculation: the same tokens every way.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import trained_models as trained
+from e2e import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "e2e" / "results"
@@ -38,19 +38,14 @@ RUNS = {
 CONTEXTS = "32,512,1024"
 
 
-def serve_study(out: Path = OUT, parallel: int = 2, contexts: str = CONTEXTS) -> bool:
+def serve_study(
+    out: Path = OUT, parallel: int = 2, contexts: str = CONTEXTS, port: int | None = None
+) -> bool:
     """Runs the study (``parallel`` servers at a time, one core each) at ``contexts`` into
-    ``out`` and prints what it measured; False when it failed (a server did not start, or
-    the tokens differ)."""
-    env = {
-        **os.environ,
-        "DEVICE": "cpu",
-        "STUDY": "long",
-        "E2E_SCENARIO": SCENARIO,
-        "AUTO": "1",
-        "PARALLEL": str(parallel),
-        "CONTEXTS": contexts,
-    }
+    ``out`` (the servers from ``port`` on; None: the first free) and prints what it
+    measured; False when it failed (a server did not start, or the tokens differ)."""
+    given = {"DEVICE": "cpu", "STUDY": "long", "E2E_SCENARIO": SCENARIO, "AUTO": "1"}
+    given |= {"PARALLEL": str(parallel), "CONTEXTS": contexts, "PORT": str(port or "")}
     print(
         "\nWhat the window is for, in a real vLLM engine: the long-context study of make "
         "e2e-ascend, here on CPU (vllm serve, Model Runner V2) with an EAGLE3 head trained "
@@ -58,8 +53,8 @@ def serve_study(out: Path = OUT, parallel: int = 2, contexts: str = CONTEXTS) ->
         f"(both committed: trained_models/), greedy, {trained.NUM_SPEC} speculative tokens.",
         flush=True,
     )
-    command = [sys.executable, str(ROOT / "e2e" / "e2e.py"), "--out", str(out)]
-    done = subprocess.run(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    command = [sys.executable, "-m", "e2e", *cli.flags(given), "--out", str(out)]
+    done = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     for line in done.stdout.splitlines():
         if line.startswith("[e2e] study ") and ": mean acceptance length" not in line:
             continue  # the serve commands: in the report's folder, one log per run
