@@ -433,8 +433,17 @@ def test_make_bench_labels_its_runs_from_the_reports_config():
         "draft_model": report(40, 16, 128, {**runs, "v2_window_96": 3.2}),
         "eagle3": report(40, 16, 128, runs),
     }
-    studies = {"curves": curves, "avx2": curves, "load": curves}
+    seeded = {"temperature": "0.8", "seed": "0"}
+    one = {**report(40, 0, 128, {"v2_no_window": 1.5, "v2_window": 1.8}), "sampling": seeded}
+    sampled = {"draft_model": one, "eagle3": one}
+    rerun = report(40, 0, 128, {"v2_no_window": 1.5, "v2_window": 1.9})
+    studies = {"curves": curves, "avx2": curves, "load": curves, "sampled": sampled, "rerun": rerun}
     text = "\n".join(long_context.long_context_lines(studies))
+    # The sampled curve beside the greedy one, its shares and its rerun from the reports.
+    assert "Sampled as users serve (temperature 0.8, seed 0: every request seeded)" in text
+    assert "| draft model, W = 40 | 1.80 | 1.80 |" in text
+    assert "draft model 150% greedy, 120% sampled" in text
+    assert "the same seed, moves it by at most 0.10." in text
     for row in (
         "| draft model, W = 40 | 3.00 | 3.00 |",
         "| draft model, W = 40 + 16 sinks | 3.10 | 3.10 |",
