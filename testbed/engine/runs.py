@@ -16,9 +16,11 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import requests
+from vllm.benchmarks.sweep.server import ServerProcess
 
 from testbed.engine.environment import engine_env
 from testbed.engine.models import NUM_SPEC, VOCAB, TinyModels
@@ -152,75 +154,73 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class Server:
+class Server(ServerProcess):
     """``vllm serve`` of the tiny target on 127.0.0.1, in its own process group (stopped,
-    with everything it started, on exit); ``log`` holds what it printed."""
+    with everything it started, on exit), printing to ``log``; vLLM's sweep server, whose
+    readiness check (``wait_until_ready``, its address read from the command) it keeps."""
 
     def __init__(self, models: TinyModels, run: Run, workdir: Path) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / f"serve-{run.name}.log"
         plan = run.plan(models)
-        self.command = [
+        command = [
             sys.executable,
             "-m",
             "vllm.entrypoints.cli.main",
             "serve",
             models.target,
-            *("--host", "127.0.0.1", "--port", str(self.port), "--dtype", "float32"),
+            *("--host", "127.0.0.1", "--port", str(free_port()), "--dtype", "float32"),
             *("--enforce-eager", "--block-size", str(BLOCK), "--seed", "0"),
             *("--kv-cache-memory-bytes", str(64 * 1024 * 1024)),
             *("--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", str(len(PROMPT_LENS))),
         ]
         if plan["speculative_config"] is not None:
-            self.command += ["--speculative-config", json.dumps(plan["speculative_config"])]
+            command += ["--speculative-config", json.dumps(plan["speculative_config"])]
         if plan["additional_config"]:
-            self.command += ["--additional-config", json.dumps(plan["additional_config"])]
+            command += ["--additional-config", json.dumps(plan["additional_config"])]
+        super().__init__(command, [], show_stdout=False)
+        self.url = self._get_vllm_server_address()
         self.workdir = workdir
-        self.process: subprocess.Popen | None = None
         self.answered = False
 
-    def __enter__(self) -> Server:
+    def start(self) -> None:
+        # vLLM's runs in the caller's directory and environment and drops what it prints: the
+        # engine needs the scratch directory and its CPU environment, the tests its log.
         with open(self.log_path, "w") as log:
-            self.process = subprocess.Popen(
-                self.command,
+            self._server_process = subprocess.Popen(
+                self.server_cmd,
                 cwd=self.workdir,
                 env=environment(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        return self
+
+    @property
+    def process(self) -> subprocess.Popen:
+        return self._server_process
 
     def wait(self, timeout: float = 300) -> bool:
-        """Until the server answers /health (True) or exits (False)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                return False
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
-                    if response.status == 200:
-                        self.answered = True
-                        return True
-            except OSError:
-                pass
-            time.sleep(0.25)
-        raise TimeoutError(f"vllm serve not healthy after {timeout} s: {self.log_path}")
+        """Until the server answers /health (True) or exits (False: a refused start-up is a
+        result here, where vLLM's ``wait_until_ready`` raises)."""
+        try:
+            self.wait_until_ready(timeout)
+        except RuntimeError:
+            if self.process.poll() is None:
+                raise
+            return False
+        self.answered = True
+        return True
 
     def post(self, path: str, body: dict) -> dict:
-        request = urllib.request.Request(
-            f"{self.url}{path}",
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=600) as response:
-            return json.loads(response.read())
+        response = requests.post(f"{self.url}{path}", json=body, timeout=600)
+        response.raise_for_status()
+        return response.json()
 
     def get(self, path: str) -> str:
-        with urllib.request.urlopen(f"{self.url}{path}", timeout=60) as response:
-            return response.read().decode()
+        response = requests.get(f"{self.url}{path}", timeout=60)
+        response.raise_for_status()
+        return response.text
 
     def completions(self, models: TinyModels, max_tokens: int) -> list[list[int]]:
         """The token ids each prompt generates, greedily, in one request."""
@@ -239,23 +239,16 @@ class Server:
     def log(self) -> str:
         return self.log_path.read_text()
 
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
     def stop(self) -> None:
-        process = self.process
-        if process is None:
-            return
-        if process.poll() is None:
-            # The API server stops its engine core itself.
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        # vLLM's SIGKILLs the group at once, which leaves the server's semaphore in /dev/shm
+        # (and 0.33's spares an engine whose API server exited first): SIGTERM first.
+        if self.process.poll() is None:
+            self.process.terminate()  # the API server stops its engine itself
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=60)
         with contextlib.suppress(ProcessLookupError):  # whatever is left of its group
-            os.killpg(process.pid, signal.SIGKILL)
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
 
 
 def spec_counter(metrics: str, name: str) -> float:
