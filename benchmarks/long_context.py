@@ -2,7 +2,7 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """`make bench`, section 0: what the window is for, end to end in a real vLLM engine on CPU.
 
-The long-context study of ``make e2e-ascend`` (``e2e/e2e.py STUDY=long DEVICE=cpu``: vLLM's
+The long-context study of ``make e2e-ascend`` (``python -m e2e --study long --device cpu``: vLLM's
 own ``vllm bench sweep serve`` and ``vllm bench serve``, prompts cut by its
 ``create_txt_slices_dataset``) over the committed tiny models (``trained_models/``): a draft
 model trained at 64 tokens and an EAGLE3 head trained at 64 tokens on the target's hidden

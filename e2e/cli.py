@@ -183,6 +183,16 @@ def parse(argv: list[str] | None = None) -> Options:
     study_asked = given.get("STUDY")
     if device == "cpu" and not study_asked:
         found.error("DEVICE=cpu runs the long-context study only: set STUDY=long")
+    for name in ("TOP_P", "TOP_K"):
+        if device == "cpu" and name in given:
+            # vLLM applies top-p/top-k with its Triton kernel wherever Triton is installed
+            # (vllm/v1/sample/ops/topk_topp_triton.py), and Triton's interpreter, which runs
+            # every kernel here, fails in it (its loop index is a Python int).
+            found.error(
+                f"{name}={given[name]!r} is not run by vLLM's CPU engine (its top-p/top-k "
+                f"Triton kernel fails under Triton's interpreter): on DEVICE=cpu sample with "
+                f"TEMPERATURE alone"
+            )
     try:
         table = scenarios.scenarios(given, device)
     except ValueError as error:

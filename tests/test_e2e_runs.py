@@ -520,6 +520,24 @@ def test_the_users_sampling_goes_to_vllm_bench_serve_and_is_checked_on_acceptanc
     )
 
 
+@pytest.mark.parametrize("name", ["TOP_P", "TOP_K"])
+def test_the_cpu_study_refuses_the_sampling_its_engine_does_not_run(
+    name, capsys, monkeypatch, tmp_path
+):
+    """vLLM's top-p/top-k Triton kernel fails under Triton's interpreter (an engine run with
+    them died in it, InterpreterError): the CPU study refuses them before anything runs."""
+    value = {"TOP_P": "0.9", "TOP_K": "20"}[name]
+    cpu = {"DEVICE": "cpu", "STUDY": "long", "TEMPERATURE": "0.8"}
+    code, out, err = dry_run(capsys, monkeypatch, tmp_path, **cpu, **{name: value})
+    assert code == 2 and "bench sweep serve" not in out
+    assert err.endswith(
+        f"error: {name}={value!r} is not run by vLLM's CPU engine (its top-p/top-k Triton "
+        "kernel fails under Triton's interpreter): on DEVICE=cpu sample with TEMPERATURE alone\n"
+    )
+    code, out, err = dry_run(capsys, monkeypatch, tmp_path, **cpu)
+    assert code == 0, err
+
+
 # make study-cpu's dry run at two contexts (make e2e-check's test), and make e2e-ascend's
 # (W = 256: no golden recorded, the acceptance checked within the run).
 PASTED = {
