@@ -129,11 +129,12 @@ def bench_kv_reclaim() -> dict:
 
 
 def engine_admission() -> dict:
-    """The CPU engine's admission runs of tests/test_engine_load.py: four requests of 1024
-    tokens, KV bytes for one with the draft's whole KV, with the key and without."""
+    """The CPU engine's admission runs of tests/test_engine_load.py (their plan:
+    testbed/engine/load_plan.py): four requests of 1024 tokens, KV bytes for one with the
+    draft's whole KV, with the key and without."""
     import trained_models as trained
+    from testbed.engine.load_plan import ADMISSION, FREE_KV, WINDOW, long_requests, speculative
     from testbed.engine.runs import LOAD, engine_script
-    from tests.test_engine_load import ADMISSION, FREE_KV, WINDOW, long_requests, speculative
 
     models = trained.committed()
     draft = speculative("draft_model", models.draft_model)
