@@ -53,18 +53,21 @@ ELSEWHERE = {
     "512.00": "the inspector: KV MiB a 128k request reads without the window",
     "60.0": "the inspector: KV MiB the batch reads with the window",
     "1020.0": "the inspector: KV MiB the batch reads without it",
-    # The CPU study's report (make study-cpu), quoted by design/e2e.md: acceptance rates at 1024.
+    # make bench's study reports (benchmarks/results/study, not kept; 2026-12-05), quoted by
+    # design/e2e.md: acceptance rates at 1024.
     "16.6%": "the study's report: the draft model's acceptance rate without the window",
-    "65.8%": "the study's report: the draft model's with it",
+    "67.3%": "the study's report: the draft model's with it",
     "92.2%": "the study's report: the draft model's inside its training context",
     "33.1%": "the study's report: the EAGLE3 head's without the window",
-    "71.2%": "the study's report: the EAGLE3 head's with it",
+    "68.4%": "the study's report: the EAGLE3 head's with it",
     "86.1%": "the study's report: the EAGLE3 head's inside its training context",
     # design/e2e.md's bf16 run of the CPU study (measured once, issue 58): within 0.12 of
     # float32's, the points that differ from make bench's.
     "0.12": "design/e2e.md: the bf16 study's largest distance from float32's",
     "3.88": "design/e2e.md: the bf16 study, EAGLE3 with the window at 128",
     "2.28": "design/e2e.md: the bf16 study, EAGLE3 without the window at 256",
+    "3.47": "design/e2e.md: the bf16 study, EAGLE3 with the window at 256",
+    "3.03": "design/e2e.md: the bf16 study, EAGLE3 with the window at 1024",
     # Stated bounds, not measurements.
     "0.15": "design/e2e.md: the golden check's tolerance per context",
     "0.66": "vLLM's own spec-decode e2e threshold of identical outputs (MIN_IDENTICAL)",
