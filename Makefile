@@ -97,6 +97,8 @@ E2E_SETTINGS := DEVICE:device E2E_SCENARIO:scenario STUDY:study DRY_RUN:dry-run 
 	STUDY_TEXT:study-text AUTO:auto MORE_WINDOWS:more-windows NO_SPECULATION:no-speculation \
 	DTYPE:dtype
 e2e_flag = $(if $($(1)),'--$(2)=$($(1))')
+# Where a run writes (--out): OUT=folder, e2e/results by default.
+E2E_OUT = $(if $(OUT),'--out=$(OUT)')
 E2E_FLAGS = $(strip $(foreach s,$(E2E_SETTINGS),$(call e2e_flag,$(word 1,$(subst :, ,$(s))),$(word 2,$(subst :, ,$(s))))))
 UPSTREAM_TREE := .cache/upstream/vllm_ascend-0.30.0rc2-patched
 
@@ -285,8 +287,8 @@ gpu-check:  ## The window's kernels checked and measured on a CUDA GPU (benchmar
 	$(PYTHON) -m tools.gpu_check $(GPU_ARGS)
 
 # Runs in the host's own environment (its NPU or CUDA builds of vLLM), not in .venv.
-e2e-ascend:  ## End to end with vllm serve on Ascend NPUs (DRY_RUN=1, DEVICE=cuda, E2E_SCENARIO=..., SINKS=N, MIN_CONTEXT=M, DCP=N, STUDY=long, PARALLEL=N with ASCEND_RT_VISIBLE_DEVICES or CUDA_VISIBLE_DEVICES, LOSSLESS=exact|fraction, MIN_IDENTICAL=0.66).
-	$(PYTHON) -m e2e $(E2E_FLAGS)
+e2e-ascend:  ## End to end with vllm serve on Ascend NPUs (DRY_RUN=1, DEVICE=cuda, E2E_SCENARIO=..., SINKS=N, MIN_CONTEXT=M, DCP=N, STUDY=long, PARALLEL=N with ASCEND_RT_VISIBLE_DEVICES or CUDA_VISIBLE_DEVICES, LOSSLESS=exact|fraction, MIN_IDENTICAL=0.66; OUT=folder, e2e/results by default).
+	$(PYTHON) -m e2e $(E2E_FLAGS) $(E2E_OUT)
 
 # The checks of a run over what the dry run's printed commands wrote into their folder (the
 # dry run's --out: e2e/results/<scenario> or e2e/results/study_<scenario>), in the Python
@@ -297,7 +299,7 @@ e2e-check:  ## Check the results of the pasted vllm bench commands (RESULTS=fold
 # The long-context study of make e2e-ascend (e2e/study.py) here, on CPU: vllm serve of the
 # committed tiny models, acceptance and throughput by context with the window on and off.
 study-cpu: $(VENV)/.project-installed $(HELDOUT)  ## The long-context study on CPU with the committed tiny models (E2E_SCENARIO=eagle3, SINKS=N, AUTO=1, PARALLEL=2, DTYPE=bfloat16: the served dtype, float32 by default).
-	$(PY) -m e2e $(E2E_FLAGS) --device=cpu --study=long
+	$(PY) -m e2e $(E2E_FLAGS) $(E2E_OUT) --device=cpu --study=long
 
 clean:  ## Remove .venv, caches and build output.
 	rm -rf $(VENV) $(VENV_034) $(ASCEND_VENVS) .cache build dist *.egg-info .pytest_cache .ruff_cache .hypothesis

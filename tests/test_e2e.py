@@ -155,9 +155,9 @@ def test_without_npus_it_stops_at_once_with_exit_code_2():
 @pytest.mark.parametrize(
     ("extra", "flag"), [([], None), (["DCP=2"], "--decode-context-parallel-size 2")]
 )
-def test_make_dry_run_prints_the_sweeps_to_paste(extra, flag):
+def test_make_dry_run_prints_the_sweeps_to_paste(extra, flag, tmp_path):
     result = subprocess.run(
-        ["make", "-s", "e2e-ascend", "DRY_RUN=1", *extra],
+        ["make", "-s", "e2e-ascend", "DRY_RUN=1", f"OUT={tmp_path}", *extra],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -167,6 +167,8 @@ def test_make_dry_run_prints_the_sweeps_to_paste(extra, flag):
     found = sweeps(result.stdout.splitlines())
     assert len(found) == 2 and len(runs_of(found)) == 3
     assert all(flag is None or flag in s["serve"] for s in found)
+    # Into the folder named, not the checkout's.
+    assert (tmp_path / "eagle3" / "run.json").is_file()
 
 
 def test_dcp_serves_every_run_alike_and_has_its_own_golden(capsys, monkeypatch, tmp_path):
