@@ -298,7 +298,7 @@ e2e-check:  ## Check the results of the pasted vllm bench commands (RESULTS=fold
 
 # The long-context study of make e2e-ascend (e2e/study.py) here, on CPU: vllm serve of the
 # committed tiny models, acceptance and throughput by context with the window on and off.
-study-cpu: $(VENV)/.project-installed $(HELDOUT)  ## The long-context study on CPU with the committed tiny models (E2E_SCENARIO=eagle3, SINKS=N, AUTO=1, PARALLEL=2, DTYPE=bfloat16: the served dtype, float32 by default).
+study-cpu: $(VENV)/.project-installed $(HELDOUT)  ## The long-context study on CPU with the committed tiny models (E2E_SCENARIO=eagle3, SINKS=N, AUTO=1, PARALLEL=2, DTYPE=bfloat16: the served dtype, float32 by default; TEMPERATURE=0.8: sampled, seeded by SEED; OUT=folder).
 	$(PY) -m e2e $(E2E_FLAGS) $(E2E_OUT) --device=cpu --study=long
 
 clean:  ## Remove .venv, caches and build output.
