@@ -387,12 +387,7 @@ def write_report(
         "",
         *study.lossless_lines(policy.describe(), results),
         "",
-        *study.produced_by_lines(produced),
-        "",
-        "Failures: " + ("none" if not failures else "; ".join(failures)),
-        "",
-        "![acceptance](acceptance.png)",
-        "",
+        *study.report_end(produced, failures, "acceptance.png", "acceptance"),
     ]
     (out_dir / "report.md").write_text("\n".join(lines))
     # Drawn here: `vllm bench sweep plot` cannot curve by run (study.plot says why).

@@ -243,15 +243,25 @@ def write_report(out_dir: Path, meta: dict, results: dict[str, dict], failures: 
         "Anchors (published, other setups):",
         *[f"- {a}" for a in ANCHORS],
         "",
-        *produced_by_lines(meta.get("produced_by")),
-        "",
-        "Failures: " + ("none" if not failures else "; ".join(failures)),
-        "",
-        "![acceptance and throughput by context](study.png)",
-        "",
+        *report_end(
+            meta.get("produced_by"), failures, "study.png", "acceptance and throughput by context"
+        ),
     ]
     (out_dir / "report.md").write_text("\n".join(lines))
     plot(out_dir / "study.png", meta, results)
+
+
+def report_end(produced: dict | None, failures: list[str], image: str, plotted: str) -> list[str]:
+    """A report's last lines (the scenario's and the study's): what produced it, its
+    failures, and its plot ``image``, described as ``plotted``."""
+    return [
+        *produced_by_lines(produced),
+        "",
+        "Failures: " + ("none" if not failures else "; ".join(failures)),
+        "",
+        f"![{plotted}]({image})",
+        "",
+    ]
 
 
 def sampled(sampling: dict | None) -> str:
