@@ -105,14 +105,18 @@ UPSTREAM_TREE := .cache/upstream/vllm_ascend-0.30.0rc2-patched
 # ---- Targets.
 
 .DEFAULT_GOAL := help
-.PHONY: help host-cpu setup environments heldout trained-models compare-trained-models study-cpu test test-033 test-034 test-study test-030 test-029 test-upstream upstream-patch lint demo bench gpu-check e2e-ascend e2e-check clean
+.PHONY: help host-python host-cpu setup environments heldout trained-models compare-trained-models study-cpu test test-033 test-034 test-study test-030 test-029 test-upstream upstream-patch lint demo bench gpu-check e2e-ascend e2e-check clean
 
 help:  ## List the targets.
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-# The first step of every setup: a machine whose CPU runs none of vLLM's CPU op builds (x86-64
-# without AVX2, or not x86-64) stops here, with one message saying why and what to do.
-host-cpu:
+# The first steps of every setup: a PYTHON other than 3.11 (tools/host_python.py), or a machine
+# whose CPU runs none of vLLM's CPU op builds (x86-64 without AVX2, or not x86-64), stops here,
+# with one message saying why and what to do.
+host-python:
+	@$(PYTHON) tools/host_python.py
+
+host-cpu: host-python
 	@$(PYTHON) tools/cpu_ops.py build >/dev/null
 
 # The held-out text is rebuilt as soon as .venv exists, beside the other environments'
