@@ -273,6 +273,8 @@ def bench_launches(mrv1, rounds: int, iters: int) -> list[dict]:
                 "method": method,
                 "k": k,
                 "batch": batch,
+                "window": w,
+                "context": context,
                 "mrv1": mrv1_launches,
                 "torch": torch_launches,
                 "fused": refreshes,
@@ -407,6 +409,7 @@ def bench_sinks_cost(rounds: int, iters: int) -> list[dict]:
                     {
                         "context": context,
                         "batch": batch,
+                        "window": plain.spec.window_size,
                         "sinks": sinks,
                         "sink_size": size,
                         "sinks_us": t_sinks,
@@ -445,6 +448,7 @@ def bench_threshold_cost(rounds: int, iters: int) -> list[dict]:
                     {
                         "context": context,
                         "batch": batch,
+                        "window": plain.spec.window_size,
                         "min_context": min_context,
                         "below": int((seq_lens < min_context).sum()),
                         "width": engaged.windows[0].max_window_blocks,
@@ -471,7 +475,7 @@ def threshold_lines(rows: list[dict]) -> list[str]:
         "## Engaging the window by context length: extra per-step cost",
         "",
         f"The same MRV2 per-build work (`refresh` + host bound) with "
-        f"`draft_window_min_context` M against the plain window, W = {SINKS_WINDOW}, same "
+        f"`draft_window_min_context` M against the plain window, W = {windows(rows)}, same "
         f"inputs (lengths spread over the context, so rows fall on both sides of M), "
         f"interleaved; median microseconds per build. The threshold adds three small device "
         f"ops to the lengths (the engaged mask, folded into the skip), none to the host bound "
@@ -491,7 +495,9 @@ def threshold_lines(rows: list[dict]) -> list[str]:
             f"{r['ratio']:.2f} | {r['allocs'][0]} / {r['allocs'][1]} | "
             f"{r['launches']} ({r['plain_launches']}) |"
         )
-    by_m = {m: [r["ratio"] for r in rows if r["min_context"] == m] for m in MIN_CONTEXTS}
+    by_m = {}
+    for r in rows:
+        by_m.setdefault(r["min_context"], []).append(r["ratio"])
     summary = [
         f"M = {m}: median {statistics.median(v):.2f}, worst {max(v):.2f}" for m, v in by_m.items()
     ]
@@ -544,6 +550,7 @@ def bench_dcp_cost(rounds: int, iters: int) -> list[dict]:
                 {
                     "context": context,
                     "batch": batch,
+                    "window": plain.spec.window_size,
                     "cp": cp,
                     "alignment": dcp.spec.alignment,
                     "width": dcp.windows[0].max_window_blocks,
@@ -574,7 +581,7 @@ def dcp_lines(rows: list[dict]) -> list[str]:
         "",
         f"The same MRV2 per-build work (`refresh` + host bound) on one rank of "
         f"`decode_context_parallel_size` cp (interleave 1, rank 0) against the window without "
-        f"DCP, W = {SINKS_WINDOW}, {rows[0]['context'] // 1024}k contexts, same lengths, "
+        f"DCP, W = {windows(rows)}, {rows[0]['context'] // 1024}k contexts, same lengths, "
         f"interleaved; median microseconds per build. Under DCP a table column spans cp "
         f"blocks of a request (one on each rank), so the window's alignment is cp x "
         f"{BLOCK_SIZE} and its cropped table counts virtual blocks: fewer columns (a rank's "
@@ -654,6 +661,8 @@ def bench_attention(rounds: int) -> list[dict]:
             {
                 "context": context,
                 "window": window_size,
+                "heads": heads,
+                "head_dim": head_dim,
                 "windowed_len": windowed,
                 "windowed_ms": t_win / 1000,
                 "full_ms": t_full / 1000,
@@ -712,7 +721,7 @@ def whole_build_row(
     )
     from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
 
-    num_spec, q = 3, 4
+    num_spec, q = 3, 4  # K, and the tokens of each request's query
     data = make_mrv2_batch(
         [BLOCK_SIZE],
         [context - 7 * i for i in range(batch)],
@@ -766,6 +775,7 @@ def whole_build_row(
         "batch": batch,
         "context": context,
         "window": window,
+        "num_spec": num_spec,
         "plain": t_plain,
         "ours": t_ours,
         "watched": t_watched,
@@ -794,6 +804,16 @@ def machine() -> str:
 # >= 256, as fractions of MRV1's.
 LAUNCH_GOAL = 0.1
 CPU_TIME_GOAL = 0.5
+
+
+def listed(values) -> str:
+    """Distinct values, in order, as the reports name them: ``2048`` or ``512, 2048``."""
+    return ", ".join(str(v) for v in sorted(set(values)))
+
+
+def windows(rows: list[dict]) -> str:
+    """The windows W the rows were measured with."""
+    return listed(r["window"] for r in rows)
 
 
 def verdict(worst: float, goal: float) -> str:
@@ -834,8 +854,9 @@ def launch_lines(rows: list[dict]) -> list[str]:
         "window: its EAGLE apply stands beside it). Fused: the window's Triton "
         "kernel, one launch per refresh by construction, not counted (`fused.py`; used on a "
         "device after its "
-        "start-up self-check). One KV-cache group of 128-token blocks, W = 2048, contexts up "
-        "to 32k. CPU microseconds: median per propose, interleaved (the fused kernel is not "
+        f"start-up self-check). One KV-cache group of {BLOCK_SIZE}-token blocks, W = "
+        f"{windows(rows)}, contexts up to {max(r['context'] for r in rows) // 1024}k. CPU "
+        "microseconds: median per propose, interleaved (the fused kernel is not "
         "timed: on CPU it runs only under Triton's interpreter, whose timings mean nothing).",
         "",
         "| method | K | batch | MRV1 launches | torch launches | fused launches "
@@ -864,8 +885,9 @@ def launch_lines(rows: list[dict]) -> list[str]:
             else ""
         ),
         f"- Draft-model launches: fused {max(r['fused'] / r['mrv1'] for r in draft_model):.2f}x "
-        "MRV1's EAGLE apply (K = 5): the same shape as an EAGLE propose, one refresh per "
-        "build (its prefill and K - 1 decode steps).",
+        f"MRV1's EAGLE apply (K = {listed(r['k'] for r in draft_model)}): "
+        "the same shape as an EAGLE propose, one refresh per build (its prefill and K - 1 "
+        "decode steps).",
         "",
         "EAGLE, one window start per propose instead of one per step (the first decode step "
         "windows the last step's length, `L + K - 2`, so that its table covers the later "
@@ -901,6 +923,64 @@ def launch_lines(rows: list[dict]) -> list[str]:
         "",
     ]
     return lines
+
+
+def attention_lines(rows: list[dict]) -> list[str]:
+    """Section 4: the draft's attention with and without the window."""
+    first = rows[0]
+    lines = [
+        "## Draft attention with and without the window (reference paged attention)",
+        "",
+        f"One query token, {first['heads']} heads of {first['head_dim']}, fp32, "
+        f"W = {windows(rows)}: the time of the reference read "
+        "(gather of K/V through the table, then attention) through the cropped table against "
+        "the read of the whole context. The gather of the full context dominates at long "
+        "contexts, which is why the measured ratio can fall below the ideal one.",
+        "",
+        f"The last two columns read one block of sinks ({BLOCK_SIZE} tokens) ahead of the "
+        "window: its time against the window alone, and the ideal ratio (windowed + "
+        f"{BLOCK_SIZE}) / windowed. "
+        f"Reads of about 2k tokens are noisy on a shared CPU; the ratio is a median of "
+        f"{first['sinks_rounds']} interleaved rounds.",
+        "",
+        "| context | windowed length | window ms | full ms | ratio | ideal (windowed / L) "
+        "| with sinks / window | ideal |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['context'] // 1024}k | {r['windowed_len']} | {r['windowed_ms']:.2f} | "
+            f"{r['full_ms']:.2f} | {r['ratio']:.3f} | {r['ideal']:.3f} | "
+            f"{r['sinks_ratio']:.3f} | {r['sinks_ideal']:.3f} |"
+        )
+    return [*lines, ""]
+
+
+def whole_build_lines(rows: list[dict]) -> list[str]:
+    """Section 5: the whole draft metadata build, and the path check's share."""
+    return [
+        "## The whole draft metadata build, and the path check's share",
+        "",
+        "A DSpark speculator's `_build_uniform_attn_metadata` through vLLM's real path and "
+        f"Triton attention metadata builder (one KV-cache group of {BLOCK_SIZE}-token blocks, "
+        f"W = {windows(rows)}, K = {listed(r['num_spec'] for r in rows)}, "
+        f"contexts near {rows[0]['context'] // 1024}k), median microseconds per build, "
+        "interleaved. Windowed: the "
+        "wrapper (signature bind, view swaps, path name), the refresh, the host bound, and "
+        "the path check's builder watchers after their one check; against vLLM's own "
+        "build without the plugin. Path check: the same windowed build with the watchers "
+        "removed from the builders. On CPU every device op of the refresh runs eagerly "
+        "(section 1 measures it alone); the rest of the difference is the wrapper's Python.",
+        "",
+        "| batch | vLLM build us | windowed build us | ratio | path check's share us |",
+        "|---:|---:|---:|---:|---:|",
+        *[
+            f"| {r['batch']} | {r['plain']:.1f} | {r['ours']:.1f} | {r['ours'] / r['plain']:.2f} "
+            f"| {r['watched'] - r['unwatched']:+.1f} |"
+            for r in rows
+        ],
+        "",
+    ]
 
 
 def write_results(
@@ -957,7 +1037,7 @@ def write_results(
         "## Attention sinks: extra per-step cost",
         "",
         f"The same MRV2 per-build work (`refresh` + host bound) with `draft_attention_sinks` "
-        f"against the plain window, W = {SINKS_WINDOW}, same inputs, interleaved; median "
+        f"against the plain window, W = {windows(sinks)}, same inputs, interleaved; median "
         f"microseconds per build. Sinks add one small device op per KV-cache group and "
         f"build (it writes the sink columns of the cropped table's gather index), none to "
         f"the lengths or the host bound; the cropped tables are S / b columns wider, which "
@@ -988,49 +1068,8 @@ def write_results(
         "",
         *threshold_lines(threshold),
         *dcp_lines(dcp),
-        "## Draft attention with and without the window (reference paged attention)",
-        "",
-        "One query token, 8 heads of 128, fp32, W = 2048: the time of the reference read "
-        "(gather of K/V through the table, then attention) through the cropped table against "
-        "the read of the whole context. The gather of the full context dominates at long "
-        "contexts, which is why the measured ratio can fall below the ideal one.",
-        "",
-        "The last two columns read one block of sinks (128 tokens) ahead of the window: its "
-        "time against the window alone, and the ideal ratio (windowed + 128) / windowed. "
-        f"Reads of about 2k tokens are noisy on a shared CPU; the ratio is a median of "
-        f"{attention[0]['sinks_rounds']} interleaved rounds.",
-        "",
-        "| context | windowed length | window ms | full ms | ratio | ideal (windowed / L) "
-        "| with sinks / window | ideal |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in attention:
-        lines.append(
-            f"| {r['context'] // 1024}k | {r['windowed_len']} | {r['windowed_ms']:.2f} | "
-            f"{r['full_ms']:.2f} | {r['ratio']:.3f} | {r['ideal']:.3f} | "
-            f"{r['sinks_ratio']:.3f} | {r['sinks_ideal']:.3f} |"
-        )
-    lines += [
-        "",
-        "## The whole draft metadata build, and the path check's share",
-        "",
-        "A DSpark speculator's `_build_uniform_attn_metadata` through vLLM's real path and "
-        "Triton attention metadata builder (one KV-cache group of 128-token blocks, K = 3, "
-        "contexts near 32k), median microseconds per build, interleaved. Windowed: the "
-        "wrapper (signature bind, view swaps, path name), the refresh, the host bound, and "
-        "the path check's builder watchers after their one check; against vLLM's own "
-        "build without the plugin. Path check: the same windowed build with the watchers "
-        "removed from the builders. On CPU every device op of the refresh runs eagerly "
-        "(section 1 measures it alone); the rest of the difference is the wrapper's Python.",
-        "",
-        "| batch | vLLM build us | windowed build us | ratio | path check's share us |",
-        "|---:|---:|---:|---:|---:|",
-        *[
-            f"| {r['batch']} | {r['plain']:.1f} | {r['ours']:.1f} | {r['ours'] / r['plain']:.2f} "
-            f"| {r['watched'] - r['unwatched']:+.1f} |"
-            for r in whole
-        ],
-        "",
+        *attention_lines(attention),
+        *whole_build_lines(whole),
         *launch_lines(launch_rows),
         *engine_lines(engine),
         *kv_reclaim_lines(reclaim),
@@ -1055,8 +1094,8 @@ def plot(path: Path, steps: list[dict], attention: list[dict]) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for context in CONTEXTS:
-        for w in WINDOWS:
+    for context in sorted({r["context"] for r in steps}):
+        for w in sorted({r["window"] for r in steps}):
             rs = [r for r in steps if r["context"] == context and r["window"] == w]
             left.plot(
                 [r["batch"] for r in rs],
@@ -1077,7 +1116,7 @@ def plot(path: Path, steps: list[dict], attention: list[dict]) -> None:
     right.set_yscale("log")
     right.set_xlabel("context (k tokens)")
     right.set_ylabel("draft attention time, window / full")
-    right.set_title("Draft attention with W = 2048")
+    right.set_title(f"Draft attention with W = {windows(attention)}")
     right.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -1138,6 +1177,11 @@ def main() -> None:
         f"Wrote {args.out / 'README.md'}, {args.out / 'long_context.png'} and "
         f"{args.out / 'window_cost.png'}"
     )
+    # The report says each failed check where it measured it; the run fails on any.
+    reports = {**long_context.greedy_reports(studies), **long_context.sampled_reports(studies)}
+    failed = long_context.failed_checks(reports)
+    if failed:
+        raise SystemExit("make bench: the studies' checks failed:\n" + "\n".join(failed))
 
 
 if __name__ == "__main__":

@@ -18,11 +18,15 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from testbed.engine.models import make_tiny_models
-from testbed.engine.runs import Run, offline
+from testbed.engine.models import NUM_SPEC, make_tiny_models
+from testbed.engine.runs import PROMPT_LENS, Run, offline
 
 ROOT = Path(__file__).resolve().parent.parent
 ROUNDS = 5
+METHOD = "draft_model"
+# draft_window_size of the window that never crops (longer than every context) and of the
+# one that crops.
+NEVER, CROPS = 512, 32
 
 
 def bench_engine() -> dict:
@@ -30,10 +34,10 @@ def bench_engine() -> dict:
     runs = []
     for r in range(ROUNDS):
         runs += [
-            Run(f"no window {r}", "draft_model"),
-            Run(f"never crops {r}", "draft_model", {"draft_window_size": 512}),
+            Run(f"no window {r}", METHOD),
+            Run(f"never crops {r}", METHOD, {"draft_window_size": NEVER}),
         ]
-    runs.append(Run("crops", "draft_model", {"draft_window_size": 32}))
+    runs.append(Run("crops", METHOD, {"draft_window_size": CROPS}))
     with tempfile.TemporaryDirectory() as tmp:
         done = offline(models, runs, Path(tmp))
     results = done.results
@@ -56,33 +60,81 @@ def bench_engine() -> dict:
             label: (rows[0]["num_accepted_tokens"], rows[0]["num_draft_tokens"])
             for label, rows in (("plain", plain), ("never", never), ("crops", [crops]))
         },
-        "same_tokens": all(r["token_ids"] == reference for r in [*plain, *never, crops]),
+        # Each run's tokens against the first engine's without the window.
+        "same_tokens": {
+            label: all(r["token_ids"] == reference for r in rows)
+            for label, rows in (("plain", plain), ("never", never), ("crops", [crops]))
+        },
         "construct_s": statistics.median(r["construct_s"] for r in [*plain, *never]),
+        # What the engines ran, for the report's labels.
+        "config": {
+            "method": METHOD,
+            "num_spec": NUM_SPEC,
+            "prompt_lens": list(PROMPT_LENS),
+            "max_tokens": runs[0].max_tokens,
+            "windows": {"never": NEVER, "crops": CROPS},
+        },
     }
 
 
 def engine_lines(row: dict) -> list[str]:
-    acceptance = row["acceptance"]
+    acceptance, config = row["acceptance"], row["config"]
+    windows, lens = config["windows"], config["prompt_lens"]
+    # The longest context a draft reads: the longest prompt, its new tokens and K drafts.
+    longest = max(lens) + config["max_tokens"] + config["num_spec"]
 
     def share(label: str) -> str:
         accepted, drafted = acceptance[label]
         return f"{accepted} / {drafted}"
 
+    def rate(label: str) -> float:
+        accepted, drafted = acceptance[label]
+        return accepted / drafted if drafted else 0.0
+
+    def crops(label: str) -> str:
+        return "crops" if windows[label] < longest else "never crops"
+
+    def tokens(label: str) -> str:
+        return "the same" if row["same_tokens"][label] else "DIFFERENT"
+
+    def against_plain(label: str) -> str:
+        """The run's acceptance against the engine's without the window."""
+        if acceptance[label] == acceptance["plain"]:
+            return "the same acceptance as without it"
+        if rate(label) == rate("plain"):
+            return "the same acceptance rate as without it"
+        return f"acceptance {'lower' if rate(label) < rate('plain') else 'higher'} than without it"
+
+    def drafts_differ(label: str) -> str:
+        if acceptance[label] == acceptance["plain"]:
+            return ""
+        return ": other drafts, so its time is not the window's cost alone"
+
     ratio, ratios = row["never_s"] / row["plain_s"], row["ratios"]
+    never = f"draft_window_size={windows['never']} ({crops('never')})"
+    cropping = f"draft_window_size={windows['crops']} ({crops('crops')})"
     return [
         "## End to end in a real vLLM engine (CPU)",
         "",
-        __doc__.split("\n\n", 1)[1].strip().replace("\n", " "),
+        f"A tiny random model drafting for itself (method ``{config['method']}``, K = "
+        f"{config['num_spec']}) in vLLM's offline engine, ``LLM.generate`` of {len(lens)} "
+        f"prompts ({min(lens)} to {max(lens)} tokens, {config['max_tokens']} new tokens each, "
+        f"greedy; a draft reads at most {longest} tokens), with no window and with "
+        f"``{never}`` ({against_plain('never')}{drafts_differ('never')}), engines interleaved "
+        "in one process; median "
+        f"generate time of each, as a ratio. ``{cropping}`` is shown beside them "
+        f"({against_plain('crops')}{drafts_differ('crops')}). On CPU every device op of the "
+        "window and vLLM's Triton kernels (interpreted) run on the host: a ratio, not an "
+        "accelerator's time.",
         "",
         "| run | generate s (median) | accepted / drafted | tokens |",
         "|---|---:|---:|---|",
-        f"| no window | {row['plain_s']:.2f} | {share('plain')} | reference |",
-        f"| draft_window_size=512 (never crops) | {row['never_s']:.2f} | {share('never')} | "
-        f"{'the same' if row['same_tokens'] else 'DIFFERENT'} |",
-        f"| draft_window_size=32 (crops) | {row['crops_s']:.2f} | {share('crops')} | "
-        f"{'the same' if row['same_tokens'] else 'DIFFERENT'} |",
+        f"| no window | {row['plain_s']:.2f} | {share('plain')} | reference "
+        f"({tokens('plain')} in every round) |",
+        f"| {never} | {row['never_s']:.2f} | {share('never')} | {tokens('never')} |",
+        f"| {cropping} | {row['crops_s']:.2f} | {share('crops')} | {tokens('crops')} |",
         "",
-        f"The window's end-to-end cost where it changes nothing the draft reads: "
+        f"The window's end-to-end cost with ``{never}``: "
         f"{ratio:.2f}x the generate time without it (medians of {ROUNDS} engines each, "
         f"interleaved; round by round from {min(ratios):.2f}x to {max(ratios):.2f}x, the "
         f"spread of a shared CPU; an engine's construction, about "

@@ -155,7 +155,15 @@ def engine_admission() -> dict:
     }
     with tempfile.TemporaryDirectory() as tmp:
         done = engine_script(LOAD, plan, Path(tmp))
-    return {name: done.results[name] for name, _ in runs}
+    found = {name: done.results[name] for name, _ in runs}
+    # What the engines ran, for the report's words.
+    lengths = sorted({len(ids) for ids in long.values()})
+    return {
+        **found,
+        "window": WINDOW["draft_window_size"],
+        "requests": len(long),
+        "lengths": lengths,
+    }
 
 
 def kv_reclaim_lines(found: dict) -> list[str]:
@@ -185,10 +193,12 @@ def kv_reclaim_lines(found: dict) -> list[str]:
     whole, freed = engine["whole"], engine["freed"]
     same = "the same" if whole["tokens"] == freed["tokens"] else "DIFFERENT"
     preempted = [r["counters"]["vllm:num_preemptions"] for r in (whole, freed)]
+    requests, lengths = engine["requests"], " or ".join(map(str, engine["lengths"]))
     lines += [
         "",
-        "The real CPU engine (the draft model trained here, W = 33, four requests of 1024 tokens "
-        f"in KV bytes for one with the draft's whole KV): at most {whole['most_running']} "
+        f"The real CPU engine (the draft model trained here, W = {engine['window']}, {requests} "
+        f"requests of {lengths} tokens in KV bytes for one with the draft's whole KV): at most "
+        f"{whole['most_running']} "
         f"running at once without the key, {freed['most_running']} with it "
         f"(vLLM's `vllm:num_requests_running`); preemptions {preempted[0]} -> {preempted[1]}; "
         f"tokens {same}.",

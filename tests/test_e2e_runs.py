@@ -471,6 +471,7 @@ def test_make_bench_computes_its_verdicts_from_what_it_measured(fused, torch_us,
     from benchmarks import bench_window
 
     row = {"batch": 256, "mrv1": 10, "torch": 12, "fused": fused, "mrv1_us": 100.0}
+    row |= {"window": 2048, "context": 32768}
     rows = [
         {**row, "method": "dflash", "k": 0, "torch_us": torch_us},
         {**row, "method": "eagle", "k": 3, "torch_us": torch_us, "fixed_torch": 1},

@@ -1,0 +1,356 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
+"""What ``make bench`` writes comes from what it measured: each verdict (the greedy tokens
+from the lossless counts, the studies' checks, the engine's tokens and acceptance) and each
+label (W, K, contexts) from the rows and reports it is given, so other data gives other
+words; a study whose checks failed still reaches its report, and one that wrote none stops
+the run. And what the README says of ``vllm bench sweep plot``, run on results shaped as
+``vllm bench sweep serve`` writes them for the README's parameters."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# The same code on every vLLM line: run once, in .venv (design/testing.md).
+pytestmark = pytest.mark.release_independent
+
+
+def study_report(no_window: int | None, window: int | None, failures: list[str] = ()) -> dict:
+    """A study report as far as make bench reads it: a run without speculation (the
+    reference), and the runs without and with the window with that many of 48 texts the
+    reference's (None: not counted)."""
+
+    def run(mean: float, same: int | None) -> dict:
+        measured = {"mean_length": mean, "output_tokens_per_s": 10.0 * mean, "shared_prefix": 0}
+        found = {
+            "contexts": {"32": measured, "1024": measured},
+            "workloads": {"context_1024_concurrency_4": {**measured, "concurrency": 4}},
+        }
+        if same is not None:
+            divergences = [
+                {"workload": "context_1024", "prompt": i, "character": 5} for i in range(48 - same)
+            ]
+            found["lossless"] = {
+                "reference": "no_speculation",
+                "identical": same,
+                "total": 48,
+                "divergences": divergences,
+            }
+        return found
+
+    return {
+        "window": 33,
+        "sinks": 0,
+        "num_spec": 3,
+        "prompts_per_context": 8,
+        "output_tokens": 16,
+        "draft_training_context": 64,
+        "contexts": [32, 1024],
+        "workloads": ["context_1024_concurrency_4"],
+        "sampling": {"temperature": "0.8", "seed": "0"},
+        "failures": list(failures),
+        "runs": {
+            "no_speculation": run(1.0, None),
+            "v2_no_window": run(2.0, no_window),
+            "v2_window": run(3.0, window),
+        },
+    }
+
+
+def studies(eagle_load: int | None = 48, sampled_failures: list[str] = ()) -> dict:
+    """Every study make bench runs, each greedy run 48 of 48 but the EAGLE3 one with the
+    window under load (``eagle_load``), the sampled draft model's with ``sampled_failures``
+    (sampled texts differ, as they may)."""
+    whole = study_report(48, 48)
+    sampled = study_report(30, 29, sampled_failures)
+    pair = {"draft_model": whole, "eagle3": whole}
+    return {
+        "curves": pair,
+        "avx2": pair,
+        "load": {"draft_model": whole, "eagle3": study_report(48, eagle_load)},
+        "sampled": {"draft_model": sampled, "eagle3": study_report(20, 12)},
+        "rerun": study_report(31, 30),
+    }
+
+
+def tokens_line(found: dict) -> str:
+    from benchmarks import long_context
+
+    (line,) = [x for x in long_context.long_context_lines(found) if x.startswith("Tokens: ")]
+    return line
+
+
+def test_the_greedy_token_verdict_counts_the_texts_and_names_the_runs_that_differ():
+    same = tokens_line(studies())
+    # 6 greedy studies of 2 runs each (the sampled runs' texts are not counted).
+    assert same.startswith("Tokens: the same in every greedy run (576 of 576 texts, 12 runs) (")
+    # One text differs, and no check failed: the verdict is the counts', not the failures'.
+    differ = tokens_line(studies(eagle_load=47))
+    assert differ.startswith(
+        "Tokens: DIFFERENT (575 of 576 texts the same; EAGLE3 under load v2_window 47 of 48) ("
+    )
+    assert "the greedy runs' checks (the texts, acceptance within the run, the window's " in differ
+    assert "start-up lines): passed;" in differ
+    # No run counted: said, never taken as the same.
+    nothing = studies()
+    for group in ("curves", "avx2", "load"):
+        nothing[group] = {s: study_report(None, None) for s in nothing[group]}
+    assert tokens_line(nothing).startswith("Tokens: NOT COMPARED (no run's texts were counted)")
+
+
+def test_the_studies_checks_verdicts_are_their_reports_failures():
+    passed = tokens_line(studies())
+    assert (
+        "the sampled runs' checks (acceptance within the run, the window's start-up lines): "
+        "passed." in passed
+    )
+    failed = tokens_line(studies(48, ["1024: acceptance with the window 2.1 < 2.3"]))
+    assert (
+        "the sampled runs' checks (acceptance within the run, the window's start-up lines): "
+        "FAILED (draft model sampled: 1024: acceptance with the window 2.1 < 2.3)." in failed
+    )
+    load = studies()
+    load["load"]["eagle3"]["failures"] = ["v2_window: its server did not log the window"]
+    assert (
+        "greedy runs' checks (the texts, acceptance within the run, the window's start-up "
+        "lines): FAILED (EAGLE3 under load: v2_window: its server did not log the window);"
+        in tokens_line(load)
+    )
+
+
+def test_a_study_whose_checks_failed_gives_its_report_and_one_without_a_report_stops(
+    tmp_path, monkeypatch
+):
+    from benchmarks import long_context
+
+    report = tmp_path / "study_eagle3" / "report.json"
+    written = study_report(48, 40, ["greedy outputs of v2_window differ"])
+
+    def harness(command, **kwargs):
+        # The harness: its checks failed, it wrote its report and exits 1.
+        assert command[1:3] == ["-m", "e2e"] and command[-2:] == ["--out", str(tmp_path)]
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(json.dumps(written))
+        return subprocess.CompletedProcess(command, 1, stdout="[e2e] failed\n")
+
+    monkeypatch.setattr(long_context.subprocess, "run", harness)
+    found = long_context.study("eagle3", tmp_path, {})
+    assert found["failures"] == ["greedy outputs of v2_window differ"]
+    assert found["runs"]["v2_window"]["lossless"]["identical"] == 40
+
+    def refused(command, **kwargs):
+        # A sweep that failed: no report, the end of its output in the error.
+        return subprocess.CompletedProcess(command, 1, stdout="vllm bench sweep serve exited 1\n")
+
+    # The report left by the run before is not this run's.
+    monkeypatch.setattr(long_context.subprocess, "run", refused)
+    with pytest.raises(RuntimeError, match=r"wrote no report \(exit 1\):\nvllm bench sweep serve"):
+        long_context.study("eagle3", tmp_path, {})
+
+
+def launch_rows(window: int, context: int, draft_k: int) -> list[dict]:
+    row = {"batch": 256, "mrv1": 10, "torch": 12, "fused": 1, "mrv1_us": 100.0, "torch_us": 40.0}
+    row |= {"window": window, "context": context, "fixed_fused": 1, "fixed_us": 1.0}
+    return [
+        {**row, "method": "dflash", "k": 0},
+        {**row, "method": "eagle", "k": 3, "fixed_torch": 1},
+        {**row, "method": "draft_model", "k": draft_k},
+    ]
+
+
+@pytest.mark.parametrize(("window", "context", "k"), [(2048, 32768, 5), (4096, 65536, 7)])
+def test_the_sections_name_the_window_k_and_contexts_they_measured(window, context, k):
+    from benchmarks import bench_window
+
+    launches = "\n".join(bench_window.launch_lines(launch_rows(window, context, k)))
+    assert f"128-token blocks, W = {window}, contexts up to {context // 1024}k." in launches
+    assert f"MRV1's EAGLE apply (K = {k}): the same shape" in launches
+    attention = {"context": context, "window": window, "heads": 4, "head_dim": 64}
+    attention |= {"windowed_len": window + 64, "windowed_ms": 1.0, "full_ms": 4.0, "ratio": 0.25}
+    attention |= {"ideal": 0.2, "sinks_ratio": 1.1, "sinks_ideal": 1.05, "sinks_rounds": 15}
+    text = "\n".join(bench_window.attention_lines([attention]))
+    assert f"One query token, 4 heads of 64, fp32, W = {window}: the time" in text
+    whole = {"batch": 1, "context": context, "window": window, "num_spec": k, "plain": 10.0}
+    whole |= {"ours": 12.0, "watched": 12.0, "unwatched": 11.0}
+    text = "\n".join(bench_window.whole_build_lines([whole]))
+    assert f"blocks, W = {window}, K = {k}, contexts near {context // 1024}k)" in text
+    threshold = {"context": context, "batch": 1, "window": window, "min_context": 8192}
+    threshold |= {"below": 0, "width": 1, "plain_width": 1, "on_us": 1.0, "plain_us": 1.0}
+    threshold |= {"ratio": 1.0, "allocs": (0, 0), "launches": 1, "plain_launches": 1}
+    text = "\n".join(bench_window.threshold_lines([threshold]))
+    assert f"against the plain window, W = {window}, same inputs" in text
+    assert "M = 8192: median 1.00, worst 1.00." in text
+    dcp = {"context": context, "batch": 1, "window": window, "cp": 2, "alignment": 256}
+    dcp |= {"width": 1, "plain_width": 2, "dcp_us": 1.0, "local_us": 1.0, "plain_us": 1.0}
+    dcp |= {"ratio": 1.0, "local_ratio": 1.0, "allocs": (0, 0), "launches": 1}
+    dcp |= {"local_launches": 3, "plain_launches": 1}
+    text = "\n".join(bench_window.dcp_lines([dcp]))
+    assert f"without DCP, W = {window}, {context // 1024}k contexts" in text
+
+
+def engine_row(never: int, never_acceptance: tuple, crops_tokens: bool) -> dict:
+    return {
+        "ratios": [1.1, 1.3],
+        "plain_s": 1.0,
+        "never_s": 1.2,
+        "crops_s": 2.0,
+        "acceptance": {"plain": (72, 72), "never": never_acceptance, "crops": (38, 168)},
+        "same_tokens": {"plain": True, "never": True, "crops": crops_tokens},
+        "construct_s": 9.0,
+        "config": {
+            "method": "draft_model",
+            "num_spec": 3,
+            "prompt_lens": [9, 118],
+            "max_tokens": 24,
+            "windows": {"never": never, "crops": 32},
+        },
+    }
+
+
+def test_the_engine_rows_say_whether_the_window_cropped_and_what_each_run_generated():
+    from benchmarks.engine import engine_lines
+
+    text = "\n".join(engine_lines(engine_row(512, (72, 72), True)))
+    assert "greedy; a draft reads at most 145 tokens), with no window and with " in text
+    assert "``draft_window_size=512 (never crops)`` (the same acceptance as without it), " in text
+    assert "``draft_window_size=32 (crops)`` is shown beside them (acceptance lower" in text
+    assert "| draft_window_size=512 (never crops) | 1.20 | 72 / 72 | the same |" in text
+    assert "| draft_window_size=32 (crops) | 2.00 | 38 / 168 | the same |" in text
+    # A window shorter than the longest read crops, and changes the acceptance; the tokens of
+    # the run that differs are the only ones called different.
+    text = "\n".join(engine_lines(engine_row(128, (60, 72), False)))
+    assert (
+        "``draft_window_size=128 (crops)`` (acceptance lower than without it: other drafts, so "
+        "its time is not the window's cost alone)" in text
+    )
+    assert "| draft_window_size=128 (crops) | 1.20 | 60 / 72 | the same |" in text
+    assert "| draft_window_size=32 (crops) | 2.00 | 38 / 168 | DIFFERENT |" in text
+
+
+def test_the_free_kv_engine_sentence_comes_from_its_runs():
+    from benchmarks.kv_reclaim import kv_reclaim_lines
+
+    def run(tokens: dict, running: int) -> dict:
+        return {"tokens": tokens, "most_running": running, "counters": {"vllm:num_preemptions": 0}}
+
+    engine = {"window": 40, "requests": 2, "lengths": [512]}
+    same = {**engine, "whole": run({"a": [1]}, 1), "freed": run({"a": [1]}, 2)}
+    text = "\n".join(kv_reclaim_lines({"rows": [], "engine": same}))
+    assert "(the draft model trained here, W = 40, 2 requests of 512 tokens in KV" in text
+    assert "at most 1 running at once without the key, 2 with it" in text
+    assert text.rstrip().endswith("tokens the same.")
+    differ = {**engine, "whole": run({"a": [1]}, 1), "freed": run({"a": [2]}, 2)}
+    text = "\n".join(kv_reclaim_lines({"rows": [], "engine": differ}))
+    assert text.rstrip().endswith("tokens DIFFERENT.")
+
+
+# The README's serve and bench parameters ("Measure it on your hardware").
+SPEC = {
+    "method": "dspark",
+    "model": "deepseek-ai/dspark_qwen3_8b_block7",
+    "num_speculative_tokens": 7,
+}
+SERVE_PARAMS = [
+    {"_benchmark_name": "no_speculation"},
+    {"_benchmark_name": "v2_no_window", "speculative_config": SPEC},
+    {
+        "_benchmark_name": "v2_window",
+        "speculative_config": SPEC,
+        "additional_config": {"draft_window_size": "auto"},
+    },
+]
+
+
+def bench_params(context: int) -> dict:
+    return {
+        "_benchmark_name": f"context_{context}_concurrency_8",
+        "dataset_path": f"context_{context}.jsonl",
+        "num_prompts": 8,
+        "max_concurrency": 8,
+        "custom_output_len": 256,
+    }
+
+
+@pytest.fixture(scope="module")
+def readme_experiment(tmp_path_factory) -> Path:
+    """``results/window`` as ``vllm bench sweep serve`` (vLLM 0.33 and 0.34) leaves it for the
+    README's parameters at two contexts: per server and workload a folder
+    ``SERVE--<run>-BENCH--<workload>`` with ``run=0.json`` (what ``vllm bench serve`` saved,
+    then the run number, the serve parameters and the bench ones written over it, as
+    ``_update_run_data`` does: the workload's ``_benchmark_name`` replaces the server's) and
+    ``summary.json`` (its runs: what ``vllm bench sweep plot`` reads), and ``summary.csv`` of
+    every run."""
+    import pandas as pd
+
+    experiment = tmp_path_factory.mktemp("results") / "window"
+    rows = []
+    for serve in SERVE_PARAMS:
+        for context in (4096, 32768):
+            bench = bench_params(context)
+            saved = {
+                "date": "20261206-010000",
+                "backend": "vllm",
+                "model_id": "Qwen/Qwen3-8B",
+                "num_prompts": 8,
+                "request_rate": "inf",
+                "max_concurrency": 8,
+                "completed": 8,
+                "total_input_tokens": 8 * context,
+                "total_output_tokens": 8 * 256,
+                "output_throughput": 500.0,
+                "median_ttft_ms": 40.0,
+                "median_tpot_ms": 10.0,
+            }
+            if "speculative_config" in serve:
+                with_window = "additional_config" in serve
+                saved["spec_decode_acceptance_length"] = 4.5 if with_window else 1.1
+                saved["spec_decode_per_position_acceptance_rates"] = [0.5] * 7
+            run = {**saved, "run_number": 0, **serve, **bench}
+            folder = (
+                experiment / f"SERVE--{serve['_benchmark_name']}-BENCH--{bench['_benchmark_name']}"
+            )
+            folder.mkdir(parents=True)
+            (folder / "run=0.json").write_text(json.dumps(run, indent=4))
+            (folder / "summary.json").write_text(json.dumps([run], indent=4))
+            rows.append(run)
+    pd.DataFrame.from_records(rows).to_csv(experiment / "summary.csv")
+    return experiment
+
+
+def sweep_plot(experiment: Path, *by: str) -> subprocess.CompletedProcess:
+    """``vllm bench sweep plot`` of the experiment, acceptance length by total input tokens
+    (the context times 8 prompts), as a user runs it: the environment's ``vllm``."""
+    command = [str(Path(sys.executable).with_name("vllm")), "bench", "sweep", "plot"]
+    command += [str(experiment), "--var-x", "total_input_tokens"]
+    command += ["--var-y", "spec_decode_acceptance_length", *by]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize(
+    ("by", "error"),
+    [
+        # One curve per run: the plot sorts its rows by the curve's columns first, and dicts
+        # neither sort nor (for two columns) hash.
+        (("--curve-by", "speculative_config,additional_config"), "TypeError: unhashable type"),
+        (("--curve-by", "additional_config"), "TypeError: '<' not supported between instances"),
+        # One row, column or figure per run (--row-by, --fig-by alike): the run served without
+        # the key has none.
+        (("--col-by", "additional_config"), "ValueError: Cannot find metric 'additional_config'"),
+    ],
+)
+def test_vllm_bench_sweep_plot_cannot_tell_the_readmes_runs_apart(readme_experiment, by, error):
+    done = sweep_plot(readme_experiment, *by)
+    assert done.returncode != 0 and error in done.stderr
+    assert not list(readme_experiment.rglob("*.png"))
+
+
+def test_vllm_bench_sweep_plot_without_grouping_pools_every_run_in_one_curve(readme_experiment):
+    # The serve parameters are the only fields that tell the runs apart (each run's
+    # _benchmark_name is the workload's): ungrouped, one figure of one panel and one curve.
+    done = sweep_plot(readme_experiment, "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("[BEGIN FIGURE]") == 1
+    assert "Group: {}\nGrid: 1 rows x 1 cols\n" in done.stdout
