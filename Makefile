@@ -47,7 +47,7 @@ CPU_OPS := $(shell $(PYTHON) tools/cpu_ops.py build 2>/dev/null)
 CPU_OPS_STAMP := .cpu-ops-$(CPU_OPS)
 
 # uv installs every environment's pinned packages, each wheel unpacked once into one cache
-# and hard-linked from there into the five environments; pip stays for this project (as on
+# and hard-linked from there into the four environments; pip stays for this project (as on
 # a host) and for downloads (tools/fetch_pinned.sh).
 UV := .cache/uv-tool/bin/uv
 export UV_CACHE_DIR := $(CURDIR)/.cache/uv
@@ -66,8 +66,8 @@ TORCH_CPU := --find-links $(or $(TORCH_CPU_DIR),$(TORCH_CPU_INDEX)/torch/) torch
 export UV TORCH_CPU
 # Each environment's bytecode, compiled once when it is made: uv writes none, and where
 # PYTHONDONTWRITEBYTECODE is set (as on these machines) no process caches any either, so
-# every process that imports torch and vLLM compiles them again (about 9 s of CPU each; a
-# vllm serve start took 42 s, 20 s compiled, and make test 24 min, 14.5 min compiled).
+# every process that imports torch and vLLM compiles them again (what that cost:
+# design/testing.md, "Times and test counts").
 # Errors are ignored, as pip ignores them: a file for a newer Python (torch's py312 test
 # intrinsics) is never imported.
 COMPILE_BYTECODE = $(1)/bin/python -c "import compileall, sysconfig; compileall.compile_dir(sysconfig.get_path('purelib'), quiet=2, workers=0)"
@@ -147,8 +147,8 @@ $(TRAINED): trained_models/recipe.py | $(STAMP)
 	$(PY) -m trained_models train $(TRAINED_DIR)
 
 # By what matters: the retrained models' long-context curve against the committed ones', both
-# served here by the CPU study (tools/compare_trained.py; about 10 minutes on 2 cores, beside the
-# training when it has not run). Not in make test.
+# served here by the CPU study (tools/compare_trained.py; beside the training when it has not
+# run; its time: design/testing.md). Not in make test.
 compare-trained-models: $(TRAINED) $(VENV)/.project-installed $(HELDOUT)  ## Serve the retrained tiny models beside the committed ones; fail where a mean acceptance length differs by more than TOLERANCE (0.25).
 	$(PY) -m tools.compare_trained $(TRAINED_DIR)
 
@@ -236,9 +236,9 @@ $(ASCEND_VENVS:%=%/.overlay-installed): %/.overlay-installed: %/.setup-done $(PR
 # The suites run side by side on two cores, one thread each (torch's default, a thread per
 # core, has two suites' threads contend for the same two cores); each prints its output when
 # it ends. `setup` first, then this project into each environment, so that every suite is
-# ready and make starts them in the order named, longest first: the two upstream suites
-# (about 11 and 9 minutes here), then the engine study (8) and the Ascend suites (4, 2.5, 2)
-# on whichever core frees first, both cores finishing together.
+# ready and make starts them in the order named, longest first: the two upstream suites,
+# then the engine study and the Ascend suites on whichever core frees first, both cores
+# finishing together (each suite's time: design/testing.md).
 SUITE_INSTALLS := $(VENV)/.project-installed $(VENV_034)/.project-installed $(ASCEND_VENVS:%=%/.overlay-installed)
 test: setup  ## Run the test suites on CPU: vLLM 0.33 (.venv) and 0.34 (.venv-034), each Ascend release, the upstream patch's tree.
 	@$(MAKE) --no-print-directory -j2 $(SUITE_INSTALLS)
@@ -283,7 +283,7 @@ lint: $(STAMP)  ## ruff check and format check.
 demo: $(VENV)/.project-installed $(HELDOUT)  ## The main job: the window inspector on a 1k-128k batch (DSpark, EAGLE3; DEMO_ARGS="--dcp 4" per rank), then vllm serve of an EAGLE3 head trained short, at contexts past its training, window off, on and auto (DEMO_ARGS=--no-serve skips it).
 	$(PY) -m tools.inspector $(DEMO_ARGS)
 
-bench: $(VENV)/.project-installed $(VLLM_ASCEND_WHEEL_STAMP) $(HELDOUT)  ## Benchmarks into benchmarks/results/ (about 18 minutes; section 0, the long-context study, most of it).
+bench: $(VENV)/.project-installed $(VLLM_ASCEND_WHEEL_STAMP) $(HELDOUT)  ## Benchmarks into benchmarks/results/ (section 0, the long-context study, takes most of its time; how long: design/testing.md).
 	$(PY) -m benchmarks.bench_window
 
 # Runs in the host's own environment (its CUDA torch and Triton; vLLM optional), not in .venv.
