@@ -68,10 +68,22 @@ def test_only_the_drafts_full_attention_layers_get_the_sliding_window(vllm_confi
     ("shape", "refused"),
     [
         # Qwen3-8B-like targets (36 layers) and a Qwen3-32B-like one (64), bf16, blocks of 16.
-        (Shape("EAGLE3", 36, 1), "hold 2.7% of each token's KV"),
+        (Shape("EAGLE3", 36, 1), "does not pay here: the draft's 1 layer(s) hold 2.7% of"),
         (Shape("DSpark", 36, 3), None),
-        (Shape("DFlash", 36, 5), "in 9 KV-cache groups of equal size with 4 padding layers"),
-        (Shape("draft model", 64, 28), "in 4 KV-cache groups of equal size with 20 padding"),
+        (
+            Shape("DFlash", 36, 5),
+            "adds padding here: vLLM groups the 5 draft layers apart from the target's in 9 "
+            "KV-cache groups of equal size with 4 padding layers, against 0 padding layers in "
+            "the 1 group(s) it forms without the key, for a draft that holds 12.2% of each "
+            "token's KV",
+        ),
+        (
+            Shape("draft model", 64, 28),
+            "adds padding here: vLLM groups the 28 draft layers apart from the target's in 4 "
+            "KV-cache groups of equal size with 20 padding layers, against 0 padding layers in "
+            "the 1 group(s) it forms without the key, for a draft that holds 30.4% of each "
+            "token's KV",
+        ),
         # The CPU engine's: a draft model, and an EAGLE3 head (1 layer) on a 2-layer target.
         (TOY, None),
         (Shape("toy EAGLE3", 2, 1, 32, 4, 32, torch.float32), None),
@@ -91,9 +103,43 @@ def test_it_is_served_where_vllms_grouping_pays_and_refused_by_name_elsewhere(
         # The extra groups' tables cost far less than the draft KV freed per request.
         assert 0 < reclaim.table_bytes < reclaim.kv_bytes_freed
     else:
-        with pytest.raises(ValueError, match="draft_window_free_kv=true does not pay here") as info:
+        with pytest.raises(ValueError) as info:
             free(vllm_config, shape, window)
-        assert refused in str(info.value) and "Remove draft_window_free_kv" in str(info.value)
+        message = str(info.value)
+        assert message.startswith(f"draft_window_free_kv=true {refused}"), message
+        assert "Remove draft_window_free_kv" in message
+
+
+def test_a_target_vllm_pads_anyway_is_served_where_the_key_adds_no_padding(vllm_config):
+    """A target of 52 sliding-window and 10 full-attention layers (a Gemma-like 5:1 mix)
+    with a 10-layer draft: vLLM's own grouping pads 8 layers with the key and 8 without it
+    (groups of 10 against groups of 20), the draft holds 10 / 72 of each token's KV: the
+    key adds no padding and is served."""
+    shape = Shape("52 sliding + 10 full, 10-layer draft", 10, 10, target_sliding_layers=52)
+    converted, reclaim = free(vllm_config, shape, 2048)
+    with_key = sorted(len(g.layer_names) for g in kv_manager.groups(vllm_config, converted))
+    without = sorted(len(g.layer_names) for g in kv_manager.groups(vllm_config, shape.specs()))
+    assert with_key == [8, 8, 9, 9, 9, 9, 10, 10] and without == [17, 17, 18, 20]
+    assert 8 * 10 - 72 == 8 == reclaim.padding_layers
+    assert 4 * 20 - 72 == 8 == reclaim.padding_layers_without
+    assert (reclaim.groups, reclaim.groups_without) == (8, 4)
+    assert f"{reclaim.draft_share:.1%}" == "13.9%" and reclaim.refusal() is None
+
+
+def test_a_window_that_keeps_max_model_len_frees_nothing_and_gives_its_figures(
+    vllm_config, window_log
+):
+    """``N = W + a - b`` not below ``max_model_len``: nothing to free, said with the figures."""
+    assert free(vllm_config, TOY, 131072) is None
+    assert window_log == [
+        (
+            "info",
+            "draft_window_free_kv: with draft_window_size=131072 the draft's KV-cache groups "
+            "would keep N = W + a - b = 131072 + 32 - 32 = 131072 tokens per request, not below "
+            "max_model_len=131072, so draft_window_free_kv frees nothing: the draft's KV stays "
+            "whole.",
+        )
+    ]
 
 
 def test_the_extra_groups_cost_what_vllms_block_tables_allocate(vllm_config):
@@ -223,6 +269,39 @@ def test_at_long_context_the_draft_holds_the_window_and_the_target_the_whole_con
         pass
     (whole,) = kv_manager.held(kv, "r")
     assert whole == target  # without the key one group, every block held
+
+
+@pytest.mark.parametrize(
+    ("scheduled", "by_hand"),
+    [
+        # Steady decode: N - 1 = 32 tokens kept before the step, 1 + K = 4 scheduled, K = 3
+        # lookahead: 39 slots; from a block's last token, 1 + 32 + 6 of them: 3 blocks.
+        (1 + K, 3),
+        # A prefill chunk of 511 tokens (the second starts at 511, its kept tokens at 479,
+        # a block's last): 32 + 511 + 3 = 546 slots, 1 + 17 * 32 + 1 of them: 19 blocks.
+        (511, 19),
+    ],
+    ids=["steady decode", "prefill chunk of 511"],
+)
+def test_the_draft_holds_the_blocks_counted_by_hand_and_never_more(vllm_config, scheduled, by_hand):
+    """``held_blocks`` (the start-up line's counts) against a count by hand from the block
+    size (32), ``N`` (33) and the step, and against vLLM's own KV cache manager, which holds
+    exactly that many at its worst step (the accepted drafts cycle through 0..K, so the
+    decode steps' first positions take every residue of the block size)."""
+    assert kv_cost.held_blocks(W, 32, scheduled, K, 0, 0) == by_hand
+    converted, _ = free(vllm_config, TOY)
+    config = kv_manager.kv_cache_config(vllm_config, converted, 1 << 30)
+    kv = kv_manager.manager(vllm_config, config, 131072)
+    req = kv_manager.request("r", list(range(1, 2045)), 32)
+    group = draft_group(config)
+    most = {"prefill": 0, "decode": 0}
+    for running in kv_manager.serve(
+        kv, req, chunk=511, k=K, decode_steps=64, accepted=lambda i: i % (K + 1), overlap=False
+    ):
+        (step,) = running
+        kind = "prefill" if step.accepted is None else "decode"
+        most[kind] = max(most[kind], kv_manager.held(kv, "r")[group])
+    assert most["decode" if scheduled == 1 + K else "prefill"] == by_hand
 
 
 def reads(step: kv_manager.Step, k: int) -> list[tuple[int, int]]:
@@ -407,14 +486,17 @@ def test_prefix_hits_with_the_key_and_without(vllm_config):
     assert (hits["freed", "first sibling"], hits["freed", "second sibling"]) == (0, 512)
 
 
-@pytest.mark.parametrize("declares", [64, None], ids=["declares 64", "declares none"])
+@pytest.mark.parametrize(
+    "declares", [64, None, 8], ids=["declares 64", "declares none", "declares 8"]
+)
 def test_auto_keeps_the_declared_context_less_a_block_or_frees_nothing_and_says_so(
     model_dir, tmp_path, window_log, declares
 ):
     """With ``"auto"`` the window is ``C - a + 1``, so the draft keeps ``N = C - b + 1``:
     at most the context its checkpoint declares. A checkpoint that declares none leaves the
-    window off, and the key frees nothing, in one line. (The runner is a stand-in of what the
-    hook reads: a real vLLM config over a DSpark checkpoint, and the draft's layer names.)"""
+    window off, and one that declares less than a block sizes no window (``W < 1``): the key
+    frees nothing, in one line that says which. (The runner is a stand-in of what the hook
+    reads: a real vLLM config over a DSpark checkpoint, and the draft's layer names.)"""
     from testbed.configs import speculative_vllm_config
     from testbed.tiny_models import write_draft_dir
 
@@ -434,6 +516,18 @@ def test_auto_keeps_the_declared_context_less_a_block_or_frees_nothing_and_says_
             "so the draft window stays off and draft_window_free_kv frees "
             "nothing: the draft's KV stays whole."
         )
+        return
+    if declares == 8:
+        assert specs == shape.specs() and not hasattr(speculator, kv_cache.FREED_ATTR)
+        assert window_log == [
+            (
+                "info",
+                "draft_window_free_kv: draft_window_size=auto sizes no window over the draft's "
+                f"KV-cache groups: the draft checkpoint {draft} declares "
+                "max_position_embeddings=8, so W = 8 - 16 + 1 = -7 (alignment 16) is below 1 "
+                "token, and draft_window_free_kv frees nothing: the draft's KV stays whole.",
+            )
+        ]
         return
     draft_specs = {specs[name] for name in shape.draft_names}
     assert {s.sliding_window for s in draft_specs} == {64 - 16 + 1}

@@ -38,6 +38,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     DraftWindowConfig,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.declared import (
+    Declared,
     auto_window_size,
     declared_context,
 )
@@ -85,28 +86,21 @@ def draft_kv_cache_spec(runner: Any, specs: dict[str, Any], table_width: Any) ->
         )
     declared = None
     if config.auto:
-        found = declared_context(vllm_config)
-        if found.tokens is None:
+        declared = declared_context(vllm_config)
+        if declared.tokens is None:
             logger.info(
                 "%s: %s=%s and the draft checkpoint %s declares no training context, so the "
                 "draft window stays off and %s frees nothing: the draft's KV stays whole.",
                 FREE_KV_KEY,
                 KEY,
                 AUTO,
-                found.checkpoint,
+                declared.checkpoint,
                 FREE_KV_KEY,
             )
             return specs
-        declared = found.tokens
     window_size = None if config.auto else config.draft_window_size
     planned = free_draft_kv(vllm_config, specs, draft_layers, window_size, declared, table_width)
     if planned is None:
-        logger.info(
-            "%s: the draft window keeps every token up to max_model_len=%d, so the draft's KV "
-            "stays whole.",
-            FREE_KV_KEY,
-            vllm_config.model_config.max_model_len,
-        )
         return specs
     converted, found = planned
     setattr(speculator, FREED_ATTR, found.freed)
@@ -119,15 +113,15 @@ def free_draft_kv(
     kv_cache_spec: dict[str, Any],
     draft_layers: set[str],
     window_size: int | None,
-    declared: int | None = None,
+    declared: Declared | None = None,
     table_width: Any = None,
     refuse: bool = True,
 ) -> tuple[dict[str, Any], Reclaim] | None:
     """The model's KV-cache specs with each draft full-attention layer's turned into a
-    ``SlidingWindowSpec`` of ``N`` tokens, and what that frees; None where the window keeps
-    every token up to ``max_model_len`` (or ``"auto"`` cannot size one: set_attn says why).
+    ``SlidingWindowSpec`` of ``N`` tokens, and what that frees; None (said once) where it
+    would free nothing: ``"auto"`` sizes no window, or ``N`` reaches ``max_model_len``.
     ``window_size`` None: ``"auto"`` over the ``declared`` context. With ``refuse``, a
-    ``ValueError`` naming the key where it cannot be served or does not pay."""
+    ``ValueError`` naming the key where it cannot be served or is refused."""
     layers = {
         name for name in draft_layers & kv_cache_spec.keys() if convertible(kv_cache_spec[name])
     }
@@ -140,36 +134,58 @@ def free_draft_kv(
     # vLLM's grouping sets the draft groups' block sizes (it raises a smaller page's to unify
     # page sizes), and N is counted in them: a first grouping, whose block sizes do not
     # depend on the window's length, then N.
-    probe = sliding_draft_specs(kv_cache_spec, layers, window_size or declared)
+    probe = sliding_draft_specs(kv_cache_spec, layers, window_size or declared.tokens)
     block_sizes = draft_block_sizes(grouped(vllm_config, probe), layers)
-    spec = window_spec(window_size, declared, block_sizes)
-    if spec is None:
-        return None
-    tokens = spec.retained_tokens(min(block_sizes))
-    if tokens >= vllm_config.model_config.max_model_len:
+    alignment = math.lcm(*block_sizes)
+    asked = AUTO if window_size is None else window_size
+    if window_size is None:
+        window_size = auto_window_size(declared.tokens, alignment)
+        if window_size < 1:
+            logger.info(
+                "%s: %s=%s sizes no window over the draft's KV-cache groups: the draft "
+                "checkpoint %s declares %s=%d, so W = %d - %d + 1 = %d (alignment %d) is below "
+                "1 token, and %s frees nothing: the draft's KV stays whole.",
+                FREE_KV_KEY,
+                KEY,
+                AUTO,
+                declared.checkpoint,
+                declared.field,
+                declared.tokens,
+                declared.tokens,
+                alignment,
+                window_size,
+                alignment,
+                FREE_KV_KEY,
+            )
+            return None
+    block_size = min(block_sizes)
+    tokens = WindowSpec.derive(window_size, block_sizes).retained_tokens(block_size)
+    max_model_len = vllm_config.model_config.max_model_len
+    if tokens >= max_model_len:
+        logger.info(
+            "%s: with %s=%s the draft's KV-cache groups would keep N = W + a - b = %d + %d - "
+            "%d = %d tokens per request, not below max_model_len=%d, so %s frees nothing: "
+            "the draft's KV stays whole.",
+            FREE_KV_KEY,
+            KEY,
+            asked,
+            window_size,
+            alignment,
+            block_size,
+            tokens,
+            max_model_len,
+            FREE_KV_KEY,
+        )
         return None
     converted = sliding_draft_specs(kv_cache_spec, layers, tokens)
     found = reclaim(vllm_config, kv_cache_spec, converted, Freed(tokens, frozenset(layers)))
     found = dataclasses.replace(found, table_bytes=table_bytes(vllm_config, found, table_width))
     if refuse and (why := found.refusal()) is not None:
         raise ValueError(
-            f"{FREE_KV_KEY}=true does not pay here: {why}. Remove {FREE_KV_KEY} ({KEY} still "
-            "windows what the draft reads)."
+            f"{FREE_KV_KEY}=true {why}. Remove {FREE_KV_KEY} ({KEY} still windows what the "
+            "draft reads)."
         )
     return converted, found
-
-
-def window_spec(
-    window_size: int | None, declared: int | None, block_sizes: list[int]
-) -> WindowSpec | None:
-    """The window over draft groups of ``block_sizes``: ``window_size`` tokens, or with
-    ``"auto"`` (None) sized from the ``declared`` context; None where that is no window."""
-    alignment = math.lcm(*block_sizes)
-    if window_size is None:
-        window_size = auto_window_size(declared, alignment)
-        if window_size < 1:
-            return None
-    return WindowSpec.derive(window_size, block_sizes)
 
 
 def convertible(spec: Any) -> bool:

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """What ``draft_window_free_kv`` frees and costs, by vLLM's own grouping (``kv_cache.py`` asks):
-the draft layers the key converted (``Freed``), the groups vLLM forms from them and when that
-does not pay (``Reclaim``), the block tables extra groups take in Model Runner V2, and the most
+the draft layers the key converted (``Freed``), the groups vLLM forms from them and when the
+key is refused (``Reclaim``), the block tables extra groups take in Model Runner V2, and the most
 blocks one request's draft group holds (the start-up line)."""
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ class Reclaim:
     """vLLM's grouping of the converted specs and what it costs and frees: ``block_size``,
     the draft groups' (smallest) as vLLM's grouping set it; ``groups`` KV-cache groups with
     the key against ``groups_without``; the draft's share of each token's KV bytes; the
-    layers vLLM pads; per request at ``max_model_len``, the draft KV bytes freed; and the
-    device bytes the extra groups' block tables and slot mappings take."""
+    layers vLLM pads with the key and without it; per request at ``max_model_len``, the
+    draft KV bytes freed; and the device bytes the extra groups' block tables and slot
+    mappings take."""
 
     freed: Freed
     block_size: int
@@ -47,31 +48,35 @@ class Reclaim:
     groups_without: int
     draft_share: float
     padding_layers: int
+    padding_layers_without: int
     kv_bytes_freed: int
     table_bytes: int
 
     def refusal(self) -> str | None:
-        """Why the key does not pay here, or None."""
+        """Why the key is refused here, after ``draft_window_free_kv=true``; None: served.
+        Padding refuses it only where the key adds padding to vLLM's grouping."""
         draft = len(self.freed.layers)
-        if self.padding_layers:
+        if self.padding_layers > self.padding_layers_without:
             return (
-                f"vLLM groups the {draft} draft layers apart from the target's in "
-                f"{self.groups} KV-cache groups of equal size with {self.padding_layers} "
-                f"padding layers, which waste more KV than the draft's {self.draft_share:.1%} "
-                "share frees"
+                f"adds padding here: vLLM groups the {draft} draft layers apart from the "
+                f"target's in {self.groups} KV-cache groups of equal size with "
+                f"{self.padding_layers} padding layers, against {self.padding_layers_without} "
+                f"padding layers in the {self.groups_without} group(s) it forms without the "
+                f"key, for a draft that holds {self.draft_share:.1%} of each token's KV"
             )
         if self.draft_share < MIN_DRAFT_SHARE:
             return (
-                f"the draft's {draft} layer(s) hold {self.draft_share:.1%} of each token's KV, "
-                f"so freeing them gives back at most that much, for {self.groups} KV-cache "
-                f"groups instead of {self.groups_without} (below {MIN_DRAFT_SHARE:.0%} it is "
-                "refused)"
+                f"does not pay here: the draft's {draft} layer(s) hold {self.draft_share:.1%} "
+                f"of each token's KV, so freeing them gives back at most that much, for "
+                f"{self.groups} KV-cache groups instead of {self.groups_without} (below "
+                f"{MIN_DRAFT_SHARE:.0%} it is refused)"
             )
         if self.table_bytes >= self.kv_bytes_freed:
             return (
-                f"the {self.groups - self.groups_without} extra KV-cache groups' block tables "
-                f"and slot mappings take {self.table_bytes} bytes, at least the "
-                f"{self.kv_bytes_freed} bytes of draft KV freed per request at max_model_len"
+                f"does not pay here: the {self.groups - self.groups_without} extra KV-cache "
+                f"groups' block tables and slot mappings take {self.table_bytes} bytes, at "
+                f"least the {self.kv_bytes_freed} bytes of draft KV freed per request at "
+                "max_model_len"
             )
         return None
 
@@ -104,8 +109,7 @@ def reclaim(vllm_config: Any, whole: dict, converted: dict, freed: Freed) -> Rec
     """vLLM's own grouping of ``converted`` against ``whole`` (the specs without the key),
     and what the key frees per request at ``max_model_len`` (``table_bytes`` left 0)."""
     formed = grouped(vllm_config, converted)
-    layers = sum(len(group.layer_names) for group in formed)
-    padding = len(formed) * max(len(group.layer_names) for group in formed) - layers
+    formed_without = grouped(vllm_config, whole)
     per_token = {name: spec.page_size_bytes / spec.block_size for name, spec in whole.items()}
     draft_per_token = sum(per_token[name] for name in freed.layers)
     share = draft_per_token / sum(per_token.values())
@@ -114,12 +118,19 @@ def reclaim(vllm_config: Any, whole: dict, converted: dict, freed: Freed) -> Rec
         freed=freed,
         block_size=min(draft_block_sizes(formed, set(freed.layers))),
         groups=len(formed),
-        groups_without=len(grouped(vllm_config, whole)),
+        groups_without=len(formed_without),
         draft_share=share,
-        padding_layers=padding,
+        padding_layers=padding_layers(formed),
+        padding_layers_without=padding_layers(formed_without),
         kv_bytes_freed=int(draft_per_token * (max_model_len - freed.tokens)),
         table_bytes=0,
     )
+
+
+def padding_layers(formed: list[Any]) -> int:
+    """The layers vLLM pads ``formed`` with: it sizes every group as its largest."""
+    largest = max(len(group.layer_names) for group in formed)
+    return sum(largest - len(group.layer_names) for group in formed)
 
 
 def table_bytes(vllm_config: Any, found: Reclaim, table_width: Any = None) -> int:
