@@ -297,8 +297,8 @@ e2e-ascend:  ## End to end with vllm serve on Ascend NPUs (DRY_RUN=1, DEVICE=cud
 # The checks of a run over what the dry run's printed commands wrote into their folder (the
 # dry run's --out: e2e/results/<scenario> or e2e/results/study_<scenario>), in the Python
 # that ran them (pandas reads each sweep's summary.csv; PYTHON=.venv/bin/python here).
-e2e-check:  ## Check the results of the pasted vllm bench commands (RESULTS=folder the dry run wrote): lossless, acceptance within the run, the window's start-up lines.
-	$(PYTHON) -m e2e --check "$(RESULTS)"
+e2e-check:  ## Check the results of the pasted vllm bench commands (RESULTS=folder the dry run wrote; LOSSLESS=exact|fraction, MIN_IDENTICAL=0.66: the check's own): lossless, acceptance within the run, the window's start-up lines.
+	$(PYTHON) -m e2e --check "$(RESULTS)" $(call e2e_flag,LOSSLESS,lossless) $(call e2e_flag,MIN_IDENTICAL,min-identical)
 
 # The long-context study of make e2e-ascend (e2e/study.py) here, on CPU: vllm serve of the
 # committed tiny models, acceptance and throughput by context with the window on and off.

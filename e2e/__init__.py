@@ -26,10 +26,16 @@ harness then asserts: greedy outputs identical across runs (the target decides t
 on a device at least MIN_IDENTICAL of them: ``lossless``), every run's acceptance by
 position with K entries, V2 with the window at least V2 without it minus 0.1 on the long
 prompts (the acceptance checked within the run), per-position acceptance of V2 with the
-window on the golden prompt within 0.1 of the golden file where the scenario has one, and V2
-with the window at least V1 with the window minus 0.05 on the long prompts; and writes a
-JSON and markdown report (with what produced it) and a plot of acceptance by position. Each
-run clears its own folder first (run.json marks it).
+window on the golden prompt within 0.1 of the golden file where one was recorded under the
+run's conditions (device, runner, sampling, EOS, graphs, dtype, block size: written beside
+it; elsewhere the report shows it as a reference: the committed one is vllm-ascend Model
+Runner V1's figure), and V2 with the window at least V1 with the window minus 0.05 on the
+long prompts; and writes a JSON and markdown report (with what produced it) and a plot of
+acceptance by position. Every setting is checked against every other before anything runs
+or is deleted; a run clears its own folder (run.json marks it) after every check has passed,
+and a dry run never deletes results. Each printed sweep fails where vLLM's fails (pipefail)
+and stops where its experiment folder exists (pasted again); ``--check`` tells a log of
+another paste, or stale results, from a window that did not engage.
 Model locations come from TARGET_MODEL and DRAFT_MODEL (local paths
 work with no network). With SINKS, the V2 run with the window also keeps that many attention
 sinks (its golden file is one of its own); V1 has no sinks, so its run keeps the plain window

@@ -136,13 +136,64 @@ if problem:
 """
 
 
-def load_golden(scenario: Scenario, record: bool) -> tuple[list[float] | None, float]:
-    """(per-position golden, tolerance) where the scenario has a golden file; (None, 0.1)
-    where it has none: the acceptance is then checked within the run (``check``)."""
+@dataclass(frozen=True)
+class Golden:
+    """A golden file: its figures, their tolerance, where they come from, and the conditions
+    they were recorded under (``recorded``: ``run_conditions``'s keys). It gates only a run
+    of the same conditions; elsewhere the report shows it as a reference."""
+
+    values: list | dict
+    tolerance: float
+    source: str
+    recorded: dict
+
+    def differences(self, conditions: dict) -> list[str]:
+        """Each condition of this run the golden was recorded under otherwise."""
+        return [
+            f"{key} {self.recorded.get(key, 'unrecorded')!r} (this run: {value!r})"
+            for key, value in conditions.items()
+            if self.recorded.get(key) != value
+        ]
+
+    def describe(self, conditions: dict) -> str:
+        differs = self.differences(conditions)
+        if not differs:
+            return f"gates this run (+-{self.tolerance}): {self.source}"
+        return f"a reference, not a gate (recorded with {', '.join(differs)}): {self.source}"
+
+
+def run_conditions(scenario: Scenario, device: str, given: dict[str, str]) -> dict:
+    """What a golden must have been recorded under to gate this run's V2 run with the
+    window: the device, the runner, the sampling, whether the requests ignore EOS (every
+    ``vllm bench serve`` of the harness does: ``sweep_plan.bench_command``), eager or
+    graphs, the dtype and the block size the servers were given."""
+    bench = sweep_plan.bench_command(scenario.target, 0, scenario.chat)
+    served = scenario.extra_args
+    flag = {served[i]: served[i + 1] for i in range(len(served) - 1) if served[i].startswith("--")}
+    return {
+        "device": device,
+        "runner": "v2",
+        "sampling": sampling(given) or "greedy",
+        "ignore_eos": "--ignore-eos" in bench,
+        "eager": "--enforce-eager" in served,
+        "dtype": flag.get("--dtype", "auto"),
+        "block_size": int(flag["--block-size"]) if "--block-size" in flag else None,
+    }
+
+
+def load_golden(scenario: Scenario, record: bool) -> Golden | None:
+    """The scenario's golden file where it has one (and is not recording it); None: the
+    acceptance is checked within the run (``check``)."""
     if scenario.golden is None or record or not scenario.golden.exists():
-        return None, 0.1
+        return None
     data = json.loads(scenario.golden.read_text())
-    return data["per_position"], float(data.get("tolerance", 0.1))
+    source, recorded = data.get("source", str(scenario.golden)), data.get("recorded") or {}
+    return Golden(data["per_position"], float(data.get("tolerance", 0.1)), source, recorded)
+
+
+def gate(golden: Golden | None, conditions: dict) -> Golden | None:
+    """The golden where it gates this run (recorded under its conditions), else None."""
+    return golden if golden is not None and not golden.differences(conditions) else None
 
 
 def acceptance(result: dict) -> dict:
@@ -222,7 +273,44 @@ def run_sweeps(sweeps: list[sweep_plan.Sweep], out: Path, at_once: int = 1) -> d
     return collect(sweeps, codes)
 
 
-def collect(sweeps: list[sweep_plan.Sweep], codes: dict[str, int] | None = None) -> dict:
+# What vLLM's sweep prints where its experiment folder exists (vllm/benchmarks/sweep/serve.py).
+REFUSED = "Cannot overwrite existing experiment_dir"
+
+
+def pasted_problem(planned: sweep_plan.Sweep, since: float | None) -> str | None:
+    """Why a pasted sweep's log and results are not one run's, or None: a log of a paste vLLM
+    refused (pasted again over the results), results older than the dry run (``since``: its
+    run.json's time; stale), or results of runs whose servers the log never names (the log
+    of another paste). Checked before the window's start-up lines are read from the log."""
+    summary = planned.experiment / "summary.csv"
+    log = planned.log.read_text(errors="replace")
+    again = f"remove {planned.experiment} and {planned.log} and paste its command again"
+    if REFUSED in log:
+        return (
+            f"{planned.name}: {planned.log} is the output of a paste vLLM refused "
+            f"({planned.experiment} existed: the sweep was pasted again), not of the sweep "
+            f"that wrote {summary}: the log and the results are of different pastes; {again}"
+        )
+    if since is not None and summary.stat().st_mtime < since:
+        return (
+            f"{planned.name}: {summary} is older than the dry run's {RUN_RECORD}: stale "
+            f"results of an earlier run, not of the printed commands; {again}"
+        )
+    logged = sweep_plan.server_logs(planned)
+    written = sorted({run for run, _ in sweep_plan.results(planned) if run is not None})
+    unlogged = [run for run in written if run not in logged]
+    if unlogged:
+        return (
+            f"{planned.name}: {planned.log} names no server of {', '.join(unlogged)}, whose "
+            f"results {summary} holds: the log and the results are of different pastes; "
+            f"{again}"
+        )
+    return None
+
+
+def collect(
+    sweeps: list[sweep_plan.Sweep], codes: dict[str, int] | None = None, since: float | None = None
+) -> dict:
     """Each run's results by workload, its server's log, and the failures: a sweep that
     exited non-zero (with the end of its log; nothing of it is read), a run that produced no
     result, a workload whose requests failed. ``codes`` None: the sweeps were run by hand
@@ -246,6 +334,10 @@ def collect(sweeps: list[sweep_plan.Sweep], codes: dict[str, int] | None = None)
                     f"vllm bench sweep serve writes its results there and its servers' "
                     f"output to {planned.log.name}; did it run to the end in this folder?)"
                 )
+                continue
+            problem = pasted_problem(planned, since)
+            if problem:
+                failures.append(problem)
                 continue
         results = sweep_plan.results(planned)
         logs.update(sweep_plan.server_logs(planned))
@@ -279,17 +371,18 @@ def run_scenario(
     record: bool = False,
     given: dict[str, str] | None = None,
 ) -> int:
-    golden, _ = load_golden(scenario, record)
-    if golden is None and not record:
+    golden = load_golden(scenario, record)
+    conditions = run_conditions(scenario, device, given or {})
+    if gate(golden, conditions) is None and not record:
         print(
-            f"[e2e] no golden file {scenario.golden}: acceptance checked within the run, the "
-            "window against no window",
+            f"[e2e] no golden file {scenario.golden} recorded under this run's conditions: "
+            "acceptance checked within the run, the window against no window",
             flush=True,
         )
     job = Job(scenario, device, out_dir, given or {})
-    job.produced = start_run(job)
     install(device)
     check_pairing(scenario.method)
+    job.produced = start_run(job)
     workloads = e2e_workloads(scenario, out_dir)
     planned = runs(scenario, device)
     sweeps = plan_sweeps(scenario, planned, workloads, device, port, out_dir, 1, job.given)
@@ -302,14 +395,16 @@ def run_scenario(
     results = scenario_results(done, workloads)
     if record and scenario.golden is not None:
         measured = results["v2_window"]["acceptance"]["per_position"]
-        write_golden(scenario.golden, "per_position", measured, 0.1, device)
+        write_golden(scenario.golden, "per_position", measured, 0.1, conditions)
     return finish_scenario(job, results, record)
 
 
-def write_golden(path: Path, key: str, measured, tolerance: float, device: str) -> None:
-    """Records what the V2 run with the window measured as the golden (RECORD_GOLDEN=1)."""
-    data = {"source": f"recorded by python -m e2e on {device}", key: measured}
-    path.write_text(json.dumps(data | {"tolerance": tolerance}, indent=2) + "\n")
+def write_golden(path: Path, key: str, measured, tolerance: float, conditions: dict) -> None:
+    """Records what the V2 run with the window measured as the golden (RECORD_GOLDEN=1),
+    with the conditions it was measured under (it gates runs of the same only)."""
+    data = {"source": f"recorded by python -m e2e on {conditions['device']}", key: measured}
+    data |= {"tolerance": tolerance, "recorded": conditions}
+    path.write_text(json.dumps(data, indent=2) + "\n")
     print(f"[e2e] recorded {path}")
 
 
@@ -343,27 +438,36 @@ def finish_scenario(job: Job, results: dict, record: bool = False) -> int:
     """The scenario's checks over its runs' results (``check``, the window's start-up lines),
     its report, and its exit code: a run's or ``--check``'s."""
     scenario = job.scenario
-    golden, tolerance = load_golden(scenario, record)
-    failures = check(results, golden, tolerance, scenario.num_spec, job.policy)
+    golden = load_golden(scenario, record)
+    conditions = run_conditions(scenario, job.device, job.given)
+    gating = gate(golden, conditions)
+    tolerance = 0.1 if gating is None else gating.tolerance
+    values = None if gating is None else gating.values
+    failures = check(results, values, tolerance, scenario.num_spec, job.policy)
     if not results["v2_window"]["window_active"]:
         failures.append("the V2 server with the window did not log the window on and active")
     if results["v2_no_window"]["window_active"]:
         failures.append("the V2 server without the window logged the window as on")
     produced = {**(job.produced or {}), "finished": now()}
-    write_report(job.out, scenario, job.device, results, golden, failures, produced, job.policy)
+    note = golden and golden.describe(conditions)
+    write_report(
+        job.out, scenario, job.device, results, golden, failures, produced, job.policy, note
+    )
     return report_failures(failures, job.out)
 
 
 def write_report(
-    out_dir, scenario, device, results, golden, failures, produced=None, policy=None
+    out_dir, scenario, device, results, golden, failures, produced=None, policy=None, note=None
 ) -> None:
+    """report.json, report.md and acceptance.png; ``golden`` (a ``Golden`` or None) with
+    ``note``: whether it gated this run or is shown as a reference."""
     policy = policy or lossless.Policy()
     report = {
         "scenario": scenario.name,
         "device": device,
         "window": scenario.window,
         "runs": results,
-        "golden": golden,
+        "golden": golden and {**dataclasses.asdict(golden), "note": note},
         "lossless": policy.describe(),
         "failures": failures,
         "produced_by": produced,
@@ -383,6 +487,9 @@ def write_report(
             f"{', '.join(f'{x:.2f}' for x in a['per_position'])} | "
             f"{r['all_long']['mean_length']:.3f} |"
         )
+    if golden is not None:
+        shown = ", ".join(f"{x:.2f}" for x in golden.values)
+        lines += ["", f"Golden acceptance by position {shown}: {note}."]
     lines += [
         "",
         *study.lossless_lines(policy.describe(), results),
@@ -462,15 +569,16 @@ def study_run_results(
     }
 
 
-def study_golden(scenario: Scenario, device: str, record: bool) -> tuple[dict | None, float]:
-    """(the golden mean acceptance length by context, its tolerance) where one was recorded
-    on a device; (None, 0.15) elsewhere: the acceptance is checked within the run, the
-    window against no window (study.check)."""
+def study_golden(scenario: Scenario, device: str, record: bool) -> Golden | None:
+    """The golden mean acceptance length by context where one was recorded on a device;
+    None elsewhere: the acceptance is checked within the run, the window against no window
+    (study.check)."""
     golden_file = study.golden_path(ROOT, scenario.name, scenario.window, scenario.min_context)
     if record or device == "cpu" or not golden_file.exists():
-        return None, 0.15
+        return None
     data = json.loads(golden_file.read_text())
-    return data["mean_length"], float(data.get("tolerance", 0.15))
+    source, recorded = data.get("source", str(golden_file)), data.get("recorded") or {}
+    return Golden(data["mean_length"], float(data.get("tolerance", 0.15)), source, recorded)
 
 
 def run_study(
@@ -485,9 +593,9 @@ def run_study(
     if not settings.contexts:
         raise SystemExit("no study context fits the model: set MAX_CONTEXT")
     job = Job(scenario, device, out_dir, given or {}, settings=settings)
-    job.produced = start_run(job)
     install(device)
     check_pairing(scenario.method)
+    job.produced = start_run(job)
     (out_dir / "study_text.txt").write_text(settings.text(), encoding="utf-8")
     commands, workloads, sweeps = study_plan(scenario, device, port, settings, job.given, out_dir)
     planned = study_runs(scenario, device, job.given)
@@ -512,7 +620,8 @@ def run_study(
     if record:
         measured = {c: m["mean_length"] for c, m in results["v2_window"]["contexts"].items()}
         golden_file = study.golden_path(ROOT, scenario.name, scenario.window, scenario.min_context)
-        write_golden(golden_file, "mean_length", measured, 0.15, device)
+        conditions = run_conditions(scenario, device, job.given)
+        write_golden(golden_file, "mean_length", measured, 0.15, conditions)
     return finish_study(job, results, workloads, record)
 
 
@@ -549,11 +658,13 @@ def finish_study(job: Job, results: dict, workloads: list, record: bool = False)
     """The study's checks over its runs' results (``study.check``, the window's start-up
     lines), its report, and its exit code: a run's or ``--check``'s."""
     scenario, settings, policy = job.scenario, job.settings, job.policy
-    golden, tolerance = study_golden(scenario, job.device, record)
+    golden = study_golden(scenario, job.device, record)
+    conditions = run_conditions(scenario, job.device, job.given)
+    gating = gate(golden, conditions)
     failures = study.check(
         results,
-        golden,
-        tolerance,
+        None if gating is None else gating.values,
+        0.15 if gating is None else gating.tolerance,
         scenario.min_context,
         settings.long_from,
         settings.short_to,
@@ -584,6 +695,7 @@ def finish_study(job: Job, results: dict, workloads: list, record: bool = False)
         "short_to": settings.short_to,
         "lossless": policy.describe(),
         "sampling": sampling(job.given) or {"temperature": "0"},
+        "golden": golden and golden.describe(conditions),
         "produced_by": {**(job.produced or {}), "finished": now()},
     }
     study.write_report(job.out, meta, results, failures)
@@ -602,7 +714,7 @@ def dry_run(scenario, device, port, out, settings=None, given=None) -> list[str]
     and one ``vllm bench sweep serve`` per sweep (with the environment it needs). The folder
     is the run's own, as a real run's is (``start_run``)."""
     given = given or {}
-    start_run(Job(scenario, device, out, given))
+    start_run(Job(scenario, device, out, given), dry_run=True)
     # The install and its checks, and the pairing check, as the real run does them: a
     # command that stops with the reason where one fails (from the checkout, as make runs it).
     prepare = [sys.executable, "-m", "e2e", "--prepare", "--device", device]
@@ -627,30 +739,19 @@ def dry_run(scenario, device, port, out, settings=None, given=None) -> list[str]
     return lines
 
 
-# The record of what produced a run, written first into its folder: a folder holding one is a
-# run's of this harness, cleared by the next run into it.
-RUN_RECORD = "run.json"
+RUN_RECORD = cli.RUN_RECORD
 
 
-# The harness's own results folders (ignored by git): anything under them is a run's.
-OWN_RESULTS = (ROOT / "e2e" / "results", ROOT / "benchmarks" / "results" / "study")
-
-
-def own_folder(out_dir: Path) -> None:
+def own_folder(out_dir: Path, dry_run: bool = False) -> None:
     """Gives the run an empty ``out_dir``: a run's folder is cleared (vLLM's sweep refuses to
     write into an experiment folder that exists, and nothing of an earlier run may reach
-    this run's report); a folder that is not empty and that no run of this harness wrote
-    (no run.json, not under e2e/results or benchmarks/results/study) is refused."""
-    if out_dir.is_dir() and any(out_dir.iterdir()):
-        resolved = out_dir.resolve()
-        ours = (out_dir / RUN_RECORD).exists() or any(
-            resolved != r and resolved.is_relative_to(r) for r in OWN_RESULTS
-        )
-        if not ours:
-            raise SystemExit(
-                f"{out_dir} holds files no run of this harness wrote (no {RUN_RECORD}): "
-                "remove it or pass another --out"
-            )
+    this run's report); a folder the run may not have (``cli.folder_problem``: a file, a
+    folder no run of this harness wrote, results under a dry run) is refused. A dry run's
+    folder holds no results (refused), so clearing it deletes none."""
+    problem = cli.folder_problem(out_dir, dry_run)
+    if problem:
+        raise SystemExit(problem)
+    if out_dir.is_dir():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 
@@ -696,9 +797,10 @@ def now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
-def start_run(job: Job) -> dict:
-    """Clears the run's folder and records in it what produces the run."""
-    own_folder(job.out)
+def start_run(job: Job, dry_run: bool = False) -> dict:
+    """Clears the run's folder and records in it what produces the run: after every check
+    (the settings', the install's, the pairing's) has passed."""
+    own_folder(job.out, dry_run)
     produced = provenance(job)
     (job.out / RUN_RECORD).write_text(json.dumps(produced, indent=2) + "\n")
     return produced
@@ -720,18 +822,21 @@ def record_plan(
         | {"golden": scenario.golden and str(scenario.golden)},
         "runs": [dataclasses.asdict(run) for run in planned],
         "sweeps": [one.name for one in sweeps],
+        # What the servers were given: each sweep's vllm serve and its environment.
+        "servers": {one.name: {"serve": shlex.join(one.serve), "env": one.env} for one in sweeps},
         "study": None if settings is None else dataclasses.asdict(settings),
     }
     (out_dir / RUN_RECORD).write_text(json.dumps(record, indent=2) + "\n")
 
 
-def check_results(folder: Path) -> int:
+def check_results(folder: Path, asked: dict[str, str] | None = None) -> int:
     """``make e2e-check RESULTS=folder``: the checks of a real run over what the dry run's
     commands wrote into ``folder`` (each sweep's summary.csv and its servers' log beside
     it): lossless (``lossless.py``), the acceptance within the run (and a golden where one
     was recorded), the window's start-up lines; a report as a run writes it. The plan comes
     from the folder's run.json, the runs and workloads from the parameter files the
-    commands read."""
+    commands read. LOSSLESS and MIN_IDENTICAL given to the check (``asked``) are the
+    check's: both come from it, over the run's."""
     record_file = folder / RUN_RECORD
     if not record_file.exists():
         print(
@@ -746,6 +851,13 @@ def check_results(folder: Path) -> int:
         print(f"[e2e] FAILED: {record_file} holds no plan (written before --check existed)")
         return 2
     given, device = record.get("settings", {}), record["device"]
+    asked = {k: v for k, v in (asked or {}).items() if k in cli.CHECK_SETTINGS}
+    if asked:
+        given = {k: v for k, v in given.items() if k not in cli.CHECK_SETTINGS} | asked
+    problem = cli.lossless_problem(given, device)
+    if problem:
+        print(f"[e2e] FAILED: {problem}", flush=True)
+        return 2
     fields = plan["scenario"]
     scenario = Scenario(**fields | {"golden": fields["golden"] and Path(fields["golden"])})
     planned = [Run(**run) for run in plan["runs"]]
@@ -755,7 +867,7 @@ def check_results(folder: Path) -> int:
             sweeps.append(sweep_plan.Sweep.read(name, folder))
         except FileNotFoundError as missing:
             failures.append(f"{name}: no {missing.filename} (the dry run writes it)")
-    done = collect(sweeps)
+    done = collect(sweeps, since=record_file.stat().st_mtime)
     failures += done["failures"]
     missing_runs = [run.name for run in planned if run.name not in done["results"]]
     if missing_runs and not failures:
@@ -764,7 +876,8 @@ def check_results(folder: Path) -> int:
         return report_failures(failures)
     workloads = sweeps[0].workloads
     produced = {key: value for key, value in record.items() if key != "plan"}
-    produced["checked"] = f"{now()} by --check ({folder})"
+    by = " ".join(f"{k}={v}" for k, v in asked.items())
+    produced["checked"] = f"{now()} by --check ({folder}){f' with {by}' if by else ''}"
     settings = None if plan["study"] is None else study.Settings(**plan["study"])
     job = Job(scenario, device, folder, given, produced, settings)
     print(f"[e2e] checking {folder}: {scenario.name} on {device}, {job.policy.describe()}")
@@ -812,7 +925,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m e2e``: the command line (``cli``), then the run it asks for."""
     options = cli.parse(argv)
     if options.check is not None:
-        return check_results(options.check)
+        return check_results(options.check, options.given)
     scenario, device, settings = options.scenario, options.device, options.settings
     if options.prepare:
         install(device)

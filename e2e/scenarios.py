@@ -76,6 +76,7 @@ def scenarios(given: dict[str, str], device: str = "ascend") -> dict[str, Scenar
             int(given.get("TP", tp)),
             4096,
             golden / f"{name}_qwen3_8b_w{window}{suffix}.json",
+            served_flags(given),
         )
 
     found = {
@@ -87,11 +88,23 @@ def scenarios(given: dict[str, str], device: str = "ascend") -> dict[str, Scenar
         # DFlash drafts a block of 16 (K = 15) in one parallel pass.
         "dflash": qwen3_8b("dflash", "z-lab/Qwen3-8B-DFlash-b16", 15),
         # The committed tiny models (trained_models/): downloads nothing.
-        "tiny": trained_scenario("tiny", "eagle3", given, []),
+        "tiny": trained_scenario("tiny", "eagle3", given, served_flags(given)),
     }
     for scenario in found.values():
         scenario.sinks, scenario.min_context = sinks, min_context
         scenario.dcp, scenario.dcp_interleave = dcp, dcp_interleave
+    return found
+
+
+def served_flags(given: dict[str, str]) -> list[str]:
+    """The settings every server is given as vLLM's own flags on a device (DTYPE:
+    ``--dtype``, BLOCK_SIZE: ``--block-size``), so that what run.json records is what the
+    servers served (the CPU study passes its own: ``cpu_scenarios``)."""
+    found = []
+    if given.get("DTYPE"):
+        found += ["--dtype", given["DTYPE"]]
+    if given.get("BLOCK_SIZE"):
+        found += ["--block-size", given["BLOCK_SIZE"]]
     return found
 
 
@@ -120,7 +133,7 @@ def trained_scenario(name: str, draft: str, given: dict[str, str], extra_args: l
         draft,
         trained.NUM_SPEC,
         window,
-        1,
+        int(given.get("TP", 1)),
         trained.TARGET_CONTEXT,
         None,
         extra_args,

@@ -237,6 +237,8 @@ def write_report(out_dir: Path, meta: dict, results: dict[str, dict], failures: 
                 f"{engaged} | {name} | {mean} | {rate} | {per_position} | "
                 f"{m['output_tokens_per_s']:.1f} | {m['tpot_ms']:.2f} | {read} |"
             )
+    if meta.get("golden"):
+        lines += ["", f"Golden mean acceptance length by context: {meta['golden']}."]
     lines += ["", *lossless_lines(meta.get("lossless", ""), results)]
     lines += [
         "",

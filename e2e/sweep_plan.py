@@ -200,10 +200,24 @@ class Sweep:
     def shell_lines(self) -> list[str]:
         """The command as a user pastes it: its output, its servers' included, kept in
         ``log`` as a run keeps it (unbuffered, so that the sweep's lines and each server's
-        come in order), where ``--check`` reads the window's start-up lines."""
+        come in order), where ``--check`` reads the window's start-up lines. In a subshell
+        that fails where the sweep fails (``pipefail``: ``tee`` exits 0) and that stops
+        before the sweep where its experiment folder exists (pasted again: vLLM would refuse
+        it, and ``tee`` would replace the log of the sweep that wrote the results)."""
         env = {**self.env, "PYTHONUNBUFFERED": "1"}
         words = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-        return [f"{words} {shlex.join(self.command())} 2>&1 | tee {shlex.quote(str(self.log))}"]
+        refusal = (
+            f"{self.experiment} exists: this sweep already ran into it (its log: {self.log}); "
+            "to run it again, remove both"
+        )
+        guard = (
+            f"if [ -e {shlex.quote(str(self.experiment))} ]; then echo "
+            f"{shlex.quote(refusal)} >&2; exit 1; fi;"
+        )
+        return [
+            f"( set -o pipefail; {guard} {words} {shlex.join(self.command())} 2>&1 "
+            f"| tee {shlex.quote(str(self.log))} )"
+        ]
 
 
 def write_files(sweeps: list[Sweep]) -> None:

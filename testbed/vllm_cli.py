@@ -23,6 +23,7 @@ DRY_RUNS = {
     "ascend-sinks-min-context": {"SINKS": "64", "MIN_CONTEXT": "1024"},
     "ascend-dcp": {"DCP": "2", "DCP_INTERLEAVE": "16", "E2E_SCENARIO": "dspark"},
     "cuda": {"DEVICE": "cuda"},
+    "cuda-dtype-block-size": {"DEVICE": "cuda", "DTYPE": "float16", "BLOCK_SIZE": "32"},
     "ascend-study": {"STUDY": "long", "CONTEXTS": "4096,8192", "SHARED_PREFIX": "1000"},
     "cuda-study-sampled": {
         **{"STUDY": "long", "DEVICE": "cuda", "CONTEXTS": "4096", "PARALLEL": "2"},
@@ -93,6 +94,15 @@ def unparsed(lines: list[str]) -> tuple[int, list[str]]:
     return count, refused
 
 
+def sweep_words(line: str) -> tuple[dict[str, str], list[str]]:
+    """A printed ``vllm bench sweep serve`` line's environment (the assignments after the
+    guard's last ``;``) and its words from ``vllm`` on."""
+    words = shlex.split(line)
+    at = next(i for i, w in enumerate(words) if w.endswith("vllm"))
+    start = max((i + 1 for i, w in enumerate(words[:at]) if w.endswith(";")), default=0)
+    return dict(w.split("=", 1) for w in words[start:at]), words[at:]
+
+
 def printed_sweeps(lines) -> list[dict]:
     """Each ``vllm bench sweep serve`` line: its environment, its serve and bench commands,
     and the parameter files it names, read."""
@@ -100,12 +110,10 @@ def printed_sweeps(lines) -> list[dict]:
     for line in lines:
         if " bench sweep serve " not in line:
             continue
-        words = shlex.split(line)
-        at = next(i for i, w in enumerate(words) if w.endswith("vllm"))
-        env = dict(w.split("=", 1) for w in words[:at])
+        env, words = sweep_words(line)
         # Every sweep's output kept in the folder, in order (e2e/sweep_plan.py's shell_lines).
         assert env.pop("PYTHONUNBUFFERED") == "1"
-        args = dict(zip(words[at + 4 :: 2], words[at + 5 :: 2], strict=False))
+        args = dict(zip(words[4::2], words[5::2], strict=False))
         found.append(
             {
                 "env": env,

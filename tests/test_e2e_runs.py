@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from e2e import cli, harness, lossless, scenarios, study, sweep_plan
+from testbed.vllm_cli import sweep_words
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -348,10 +349,9 @@ def sweep_envs(out: str) -> dict[str, dict[str, str]]:
     found = {}
     for line in out.splitlines():
         if " bench sweep serve " in line:
-            words = shlex.split(line)
-            at = next(i for i, w in enumerate(words) if w.endswith("vllm"))
+            env, words = sweep_words(line)
             name = words[words.index("--experiment-name") + 1]
-            found[name] = dict(w.split("=", 1) for w in words[:at] if "PYTHONUNBUFFERED" not in w)
+            found[name] = {k: v for k, v in env.items() if k != "PYTHONUNBUFFERED"}
     return found
 
 
@@ -517,7 +517,7 @@ def test_the_users_sampling_goes_to_vllm_bench_serve_and_is_checked_on_acceptanc
     )
     code, out, err = dry_run(capsys, monkeypatch, tmp_path, TEMPERATURE="hot")
     assert code == 2 and err.endswith(
-        "error: argument --temperature: TEMPERATURE='hot' is not a number from 0 to inf\n"
+        "error: argument --temperature: TEMPERATURE='hot' is not a number from 0 to 100\n"
     )
 
 
@@ -562,6 +562,8 @@ def pasted(kind, tmp_path, monkeypatch, capsys) -> Path:
     code, out, err = dry_run(capsys, monkeypatch, tmp_path / "results", **PASTED[kind])
     assert code == 0, err
     ran = 0
+    # Kept for the tests that paste a line again (``printed``).
+    (tmp_path / "printed.txt").write_text(out)
     for line in out.splitlines():
         if "create_txt_slices_dataset" in line:
             words = shlex.split(line)
@@ -573,7 +575,25 @@ def pasted(kind, tmp_path, monkeypatch, capsys) -> Path:
             assert done.returncode == 0
             ran += 1
     assert ran == {"study": 1, "ascend": 2}[kind]
+    return results_folder(kind, tmp_path)
+
+
+def results_folder(kind: str, tmp_path: Path) -> Path:
     return tmp_path / "results" / ("study_eagle3" if kind == "study" else "eagle3")
+
+
+def paste(line: str, **env: str) -> subprocess.CompletedProcess:
+    """A printed line pasted into bash (the stand-in playing vllm)."""
+    env = {"PATH": "/usr/bin:/bin", "STAND_IN_LENGTH": "2.0", **env}
+    return subprocess.run(
+        line, shell=True, executable="/bin/bash", env=env, capture_output=True, text=True
+    )
+
+
+def printed(folder: Path) -> list[str]:
+    """The dry run's printed vllm bench sweep serve lines (kept by ``pasted``)."""
+    lines = (folder.parent.parent / "printed.txt").read_text().splitlines()
+    return [line for line in lines if " bench sweep serve " in line]
 
 
 def e2e_check(folder: Path, capsys) -> tuple[int, list[str]]:
@@ -632,3 +652,326 @@ def test_e2e_check_fails_by_name(tmp_path, monkeypatch, capsys):
     # And a folder no dry run wrote.
     code, printed = e2e_check(tmp_path, capsys)
     assert code == 2 and "not a folder the dry run" in printed[0]
+
+
+def test_a_printed_sweep_fails_where_vllms_sweep_fails(tmp_path, monkeypatch, capsys):
+    """``tee`` exits 0 whatever the sweep does: the printed line sets pipefail."""
+    folder = pasted("ascend", tmp_path, monkeypatch, capsys)
+    line = printed(folder)[0]
+    (folder / "v2.log").unlink()
+    import shutil
+
+    shutil.rmtree(folder / "v2")
+    done = paste(line, STAND_IN_FAIL="1")
+    assert done.returncode != 0
+    assert "Server failed to start in time" in (folder / "v2.log").read_text()
+
+
+def test_a_second_paste_fails_and_keeps_the_first_pastes_log(tmp_path, monkeypatch, capsys):
+    folder = pasted("ascend", tmp_path, monkeypatch, capsys)
+    line = printed(folder)[0]
+    log = (folder / "v2.log").read_text()
+    done = paste(line)
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"{folder / 'v2'} exists: this sweep already ran into it")
+    assert (folder / "v2.log").read_text() == log
+    code, lines = e2e_check(folder, capsys)
+    assert code == 0, lines
+
+
+def unguarded(line: str) -> str:
+    """A printed line as it was before its guard and pipefail: the sweep piped to tee."""
+    env, words = sweep_words(line)
+    end = words.index("2>&1")
+    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    log = words[words.index("tee") + 1]
+    return f"{assignments} {shlex.join(words[:end])} 2>&1 | tee {shlex.quote(log)}"
+
+
+def test_e2e_check_tells_a_log_of_another_paste_from_a_window_that_did_not_engage(
+    tmp_path, monkeypatch, capsys
+):
+    """Pasted twice in the old form, vLLM refuses the second (its experiment folder exists)
+    and tee replaces the first's log: the check names that, not the window."""
+    folder = pasted("study", tmp_path, monkeypatch, capsys)
+    done = paste(unguarded(printed(folder)[0]))
+    assert done.returncode == 0  # what the old form let through
+    assert harness.REFUSED in (folder / "v2.log").read_text()
+    code, lines = e2e_check(folder, capsys)
+    assert code == 1
+    assert any("is the output of a paste vLLM refused" in line for line in lines), lines
+    assert not any("did not log the window" in line for line in lines)
+    # A log that names none of the servers whose results summary.csv holds.
+    (folder / "v2.log").write_text("another sweep's output\n")
+    code, lines = e2e_check(folder, capsys)
+    assert code == 1
+    assert any("names no server of" in line for line in lines), lines
+    assert not any("installed where it served" in line for line in lines)
+
+
+def test_e2e_check_calls_results_older_than_the_dry_run_stale(tmp_path, monkeypatch, capsys):
+    import os
+
+    folder = pasted("ascend", tmp_path, monkeypatch, capsys)
+    summary = folder / "v2" / "summary.csv"
+    before = (folder / harness.RUN_RECORD).stat().st_mtime - 3600
+    os.utime(summary, (before, before))
+    code, lines = e2e_check(folder, capsys)
+    assert code == 1
+    assert f"v2: {summary} is older than the dry run's run.json: stale" in lines[0]
+
+
+def test_e2e_check_takes_lossless_and_min_identical_given_to_it(tmp_path, monkeypatch, capsys):
+    """The check's settings over the run's (the dry run's run.json says fraction 66% on
+    Ascend), from the command line and from make e2e-check."""
+    folder = pasted("ascend", tmp_path, monkeypatch, capsys)
+    assert harness.main(["--check", str(folder), "--min-identical", "0.5"]) == 0
+    report = json.loads((folder / "report.json").read_text())
+    assert report["lossless"] == "fraction: at least 50% of the prompts' texts identical"
+    assert "with MIN_IDENTICAL=0.5" in report["produced_by"]["checked"]
+    assert harness.main(["--check", str(folder), "--lossless", "exact"]) == 0
+    report = json.loads((folder / "report.json").read_text())
+    assert report["lossless"] == "exact: every text identical"
+    capsys.readouterr()
+    result = subprocess.run(
+        ["make", "-s", "e2e-check", f"RESULTS={folder}", "MIN_IDENTICAL=0.4"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads((folder / "report.json").read_text())
+    assert report["lossless"] == "fraction: at least 40% of the prompts' texts identical"
+    code, lines = e2e_check_with(folder, capsys, "--lossless", "exact", "--min-identical", "0.5")
+    assert code == 2
+    assert lines[-1] == (
+        "MIN_IDENTICAL='0.5' applies to LOSSLESS=fraction, the check is LOSSLESS=exact: set "
+        "LOSSLESS=fraction, or leave MIN_IDENTICAL out"
+    )
+    with pytest.raises(SystemExit) as info:
+        harness.main(["--check", str(folder), "--device", "cuda"])
+    assert info.value.code == 2
+    assert "DEVICE='cuda' is the run's, not the check's" in capsys.readouterr().err
+
+
+def e2e_check_with(folder: Path, capsys, *flags: str) -> tuple[int, list[str]]:
+    code = harness.main(["--check", str(folder), *flags])
+    out = capsys.readouterr().out
+    return code, [line.removeprefix("[e2e] FAILED: ") for line in out.splitlines()]
+
+
+# Bad values and combinations, each refused by name before anything is written.
+STUDY = {"STUDY": "long"}
+CPU_STUDY = {"DEVICE": "cpu", "STUDY": "long"}
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({**STUDY, "CONTEXTS": ","}, "CONTEXTS=',' is not a comma-separated list of distinct"),
+        ({**STUDY, "CONTEXTS": "32,,64"}, "CONTEXTS='32,,64' is not a comma-separated list"),
+        ({**STUDY, "CONTEXTS": "64,64"}, "CONTEXTS='64,64' is not a comma-separated list"),
+        ({**STUDY, "MORE_WINDOWS": "256,256"}, "MORE_WINDOWS='256,256' is not a comma"),
+        ({"PORT": "70000"}, "PORT='70000' is not an integer from 1 to 65535"),
+        ({"PORT": "0"}, "PORT='0' is not an integer from 1 to 65535"),
+        ({"TEMPERATURE": "inf"}, "TEMPERATURE='inf' is not a number from 0 to 100"),
+        ({"TEMPERATURE": "nan"}, "TEMPERATURE='nan' is not a number from 0 to 100"),
+        ({"TEMPERATURE": "0.8", "TOP_P": "0"}, "TOP_P='0' is not a number above 0 and at most 1"),
+        ({"WINDOW": "0"}, "WINDOW='0' is not an integer >= 1"),
+        ({**STUDY, "STUDY_TEXT": "/no/such/text"}, "STUDY_TEXT='/no/such/text' is not a file"),
+        (
+            {"TARGET_MODEL": str(ROOT / "Makefile")},
+            f"TARGET_MODEL={str(ROOT / 'Makefile')!r} is a file, not a model's folder or name",
+        ),
+        ({"CONTEXTS": "4096"}, "CONTEXTS='4096' is the long-context study's: set STUDY=long"),
+        ({"PARALLEL": "2"}, "PARALLEL='2' is the long-context study's: set STUDY=long"),
+        ({"MAX_MODEL_LEN": "8192"}, "MAX_MODEL_LEN='8192' is the long-context study's"),
+        ({"AUTO": "1"}, "AUTO='1' is the long-context study's"),
+        ({"OUTPUT_TOKENS": "64"}, "OUTPUT_TOKENS='64' is the long-context study's"),
+        ({"SEED": "7"}, "SEED='7' applies to sampled requests only: set TEMPERATURE above 0"),
+        ({"TOP_K": "20"}, "TOP_K='20' applies to sampled requests only"),
+        ({"TEMPERATURE": "0", "TOP_P": "0.9"}, "TOP_P='0.9' applies to sampled requests only"),
+        (
+            {"TEMPERATURE": "0.8", "LOSSLESS": "exact"},
+            "LOSSLESS='exact' chooses how greedy texts are checked; sampled (TEMPERATURE=0.8)",
+        ),
+        (
+            {"LOSSLESS": "exact", "MIN_IDENTICAL": "0.5"},
+            "MIN_IDENTICAL='0.5' applies to LOSSLESS=fraction, the check is LOSSLESS=exact",
+        ),
+        (
+            {**CPU_STUDY, "MIN_IDENTICAL": "0.5"},
+            "MIN_IDENTICAL='0.5' applies to LOSSLESS=fraction, the check is exact on DEVICE=cpu",
+        ),
+        ({**CPU_STUDY, "TP": "2"}, "TP='2' does not apply to DEVICE=cpu"),
+        ({**CPU_STUDY, "RECORD_GOLDEN": "1"}, "RECORD_GOLDEN='1': the CPU study has no golden"),
+        ({"RECORD_GOLDEN": "1"}, "RECORD_GOLDEN=1 with DRY_RUN=1: a dry run measures nothing"),
+        (
+            {**STUDY, "MAX_CONTEXT": "8192", "CONTEXTS": "4096"},
+            "MAX_CONTEXT='8192' with CONTEXTS='4096': CONTEXTS names every context",
+        ),
+        ({**STUDY, "MAX_CONTEXT": "100"}, "MAX_CONTEXT='100': no study context"),
+        (
+            {**STUDY, "CONTEXTS": "4096", "SHARED_PREFIX": "4096"},
+            "SHARED_PREFIX=4096 does not fit the longest context 4096",
+        ),
+        (
+            {**STUDY, "CONTEXTS": "4096", "MAX_MODEL_LEN": "4096"},
+            "MAX_MODEL_LEN=4096 does not hold the longest context 4096 and its OUTPUT_TOKENS=256",
+        ),
+        ({**STUDY, "SHORT_CONTEXT": "40000"}, "SHORT_CONTEXT=40000 is not below LONG_CONTEXT"),
+        (
+            {**STUDY, "CONTEXTS": "4096", "MIN_CONTEXT": "8192"},
+            "MIN_CONTEXT=8192 engages the window at none of the contexts",
+        ),
+        (
+            {**STUDY, "MORE_WINDOWS": "1024,512"},
+            "MORE_WINDOWS='1024,512' repeats the run with the window (WINDOW=512)",
+        ),
+        (
+            {"DEVICE": "cuda", "CUDA_VISIBLE_DEVICES": "0,1,0"},
+            "CUDA_VISIBLE_DEVICES='0,1,0' names card 0 twice",
+        ),
+        (
+            {"ASCEND_RT_VISIBLE_DEVICES": "3,3"},
+            "ASCEND_RT_VISIBLE_DEVICES='3,3' names card 3 twice",
+        ),
+        ({**STUDY, "PORT": "65535"}, "PORT='65535' leaves no port for each of 2 sweeps"),
+        (
+            {"E2E_SCENARIO": "dspark", "DCP": "2", "TP": "3"},
+            "DCP=2 needs a tensor parallel size that is a multiple of it",
+        ),
+    ],
+)
+def test_a_bad_value_or_combination_stops_before_anything_is_written(
+    env, message, capsys, monkeypatch, tmp_path
+):
+    code, out, err = dry_run(capsys, monkeypatch, tmp_path / "out", **env)
+    assert code == 2 and "bench sweep serve" not in out
+    assert message in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_out_that_is_a_file_is_refused_by_name(capsys, monkeypatch, tmp_path):
+    taken = tmp_path / "taken"
+    taken.write_text("mine")
+    code, out, err = dry_run(capsys, monkeypatch, taken)
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert f"OUT={str(taken)!r}: {taken} is a file, not a folder: pass OUT=a folder" in err
+    assert taken.read_text() == "mine"
+
+
+def test_a_dry_run_never_deletes_a_runs_results(capsys, monkeypatch, tmp_path):
+    folder = tmp_path / "eagle3"
+    (folder / "v2").mkdir(parents=True)
+    for name in (harness.RUN_RECORD, "report.md", "v2.log"):
+        (folder / name).write_text("a real run's")
+    code, out, err = dry_run(capsys, monkeypatch, tmp_path)
+    assert code == 2 and out == ""
+    assert (
+        f"{folder} holds a run's results (report.md, v2, v2.log): a dry run never deletes "
+        "results; remove them, or pass another OUT" in err
+    )
+    assert (folder / "report.md").read_text() == "a real run's"
+    # A dry run's own files (no results) are its to replace.
+    (folder / "report.md").unlink()
+    (folder / "v2.log").unlink()
+    (folder / "v2").rmdir()
+    code, out, err = dry_run(capsys, monkeypatch, tmp_path)
+    assert code == 0, err
+
+
+def test_a_real_run_clears_its_folder_only_after_the_install_and_pairing_pass(
+    monkeypatch, tmp_path
+):
+    folder = tmp_path / "eagle3"
+    folder.mkdir()
+    (folder / harness.RUN_RECORD).write_text("{}")
+    (folder / "report.md").write_text("the last run's")
+
+    def refuse(method):
+        raise SystemExit("cannot run: not a supported pairing")
+
+    monkeypatch.setattr(harness, "install", lambda device: None)
+    monkeypatch.setattr(harness, "check_pairing", refuse)
+    scenario = scenarios.scenarios({})["eagle3"]
+    with pytest.raises(SystemExit, match="not a supported pairing"):
+        harness.run_scenario(scenario, "ascend", 8123, folder, False, {})
+    assert (folder / "report.md").read_text() == "the last run's"
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"DEVICE": "cuda", "DTYPE": "float16", "BLOCK_SIZE": "32"},
+        {"DTYPE": "float16"},
+        {"DEVICE": "cuda", "E2E_SCENARIO": "tiny", "DTYPE": "bfloat16"},
+        {"DEVICE": "cuda", "STUDY": "long", "CONTEXTS": "4096", "DTYPE": "float16"},
+    ],
+)
+def test_dtype_and_block_size_reach_every_server_as_vllms_flags(env, capsys, monkeypatch, tmp_path):
+    """What run.json records (the settings) is what the servers were given."""
+    code, out, err = dry_run(capsys, monkeypatch, tmp_path, **env)
+    assert code == 0, err
+    serves = [shlex.split(line) for line in out.splitlines() if " bench sweep serve " in line]
+    assert serves
+    (record,) = [json.loads(p.read_text()) for p in tmp_path.glob("*/run.json")]
+    assert record["settings"]["DTYPE"] == env["DTYPE"]
+    for words in serves:
+        serve = words[words.index("--serve-cmd") + 1]
+        assert f" --dtype {env['DTYPE']}" in serve
+        assert ("BLOCK_SIZE" not in env) or f" --block-size {env['BLOCK_SIZE']}" in serve
+    recorded = [s["serve"] for s in record["plan"]["servers"].values()]
+    assert recorded and all(f" --dtype {env['DTYPE']}" in s for s in recorded)
+
+
+def golden_results(per_position: list[float]) -> dict:
+    """The scenario's runs as its checks read them, every text alike, the window active."""
+
+    def one(window: bool) -> dict:
+        measured = {"per_position": per_position, "mean_length": 1 + sum(per_position)}
+        return {
+            "outputs": {"golden": ["a"]},
+            "acceptance": dict(measured),
+            "all_long": dict(measured),
+            "window_active": window,
+        }
+
+    return {"v2_window": one(True), "v2_no_window": one(False)}
+
+
+def test_the_committed_golden_is_model_runner_v1s_and_gates_no_run_of_the_harness(tmp_path):
+    """It was measured by vllm-ascend's MRV1 test (eager, EOS honoured); the harness runs
+    Model Runner V2 with --ignore-eos and graphs: shown as a reference, not a gate."""
+    scenario = scenarios.scenarios({})["eagle3"]
+    golden = harness.load_golden(scenario, False)
+    assert golden.values == [0.7, 0.4, 0.3] and "Model Runner V1's figure" in golden.source
+    for device in ("ascend", "cuda"):
+        conditions = harness.run_conditions(scenario, device, {})
+        assert conditions["ignore_eos"] is True and conditions["eager"] is False
+        assert harness.gate(golden, conditions) is None
+    job = harness.Job(scenario, "ascend", tmp_path, {})
+    job.produced = harness.provenance(job)
+    assert harness.finish_scenario(job, golden_results([0.2, 0.1, 0.0])) == 0
+    md = (tmp_path / "report.md").read_text()
+    assert "Golden acceptance by position 0.70, 0.40, 0.30: a reference, not a gate" in md
+    assert "runner 'v1' (this run: 'v2')" in md and "ignore_eos False (this run: True)" in md
+
+
+def test_a_golden_recorded_under_the_runs_conditions_gates_it(tmp_path):
+    scenario = scenarios.scenarios({"DEVICE": "cuda"})["eagle3"]
+    scenario.golden = tmp_path / "golden.json"
+    conditions = harness.run_conditions(scenario, "cuda", {})
+    harness.write_golden(scenario.golden, "per_position", [0.7, 0.4, 0.3], 0.1, conditions)
+    out = tmp_path / "run"
+    out.mkdir()
+    job = harness.Job(scenario, "cuda", out, {})
+    job.produced = harness.provenance(job)
+    assert harness.finish_scenario(job, golden_results([0.2, 0.4, 0.3])) == 1
+    report = json.loads((out / "report.json").read_text())
+    assert report["failures"] == ["acceptance at position 0: 0.200, golden 0.700 (+-0.1)"]
+    # Sampled, the same golden is a reference only.
+    sampled = harness.Job(scenario, "cuda", out, {"TEMPERATURE": "0.8"})
+    sampled.produced = harness.provenance(sampled)
+    assert harness.finish_scenario(sampled, golden_results([0.2, 0.4, 0.3])) == 0

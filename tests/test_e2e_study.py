@@ -117,7 +117,7 @@ def test_auto_and_more_windows_are_runs_of_their_own(dry_run, capsys):
     for bad in ("0", "a,1"):
         with pytest.raises(SystemExit):
             harness.main(["--dry-run", "--study", "long", "--more-windows", bad])
-        assert f"MORE_WINDOWS={bad!r} is not a comma-separated list of integers >= 1" in (
+        assert f"MORE_WINDOWS={bad!r} is not a comma-separated list of distinct integers >= 1" in (
             capsys.readouterr().err
         )
 
