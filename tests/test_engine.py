@@ -69,8 +69,9 @@ def models(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engines(models, tmp_path_factory):
-    """Every run of ``RUNS``, one engine after another in one engine process."""
-    return offline(models, RUNS, tmp_path_factory.mktemp("offline"))
+    """Every run of ``RUNS``, one engine after another in one engine process (which inspects
+    the heads' model classes itself, where vLLM's cache lacks them: ``offline.py``)."""
+    return offline(models, RUNS, tmp_path_factory.mktemp("offline"), inspect_in_process=True)
 
 
 def first_difference(got: list[list[int]], expected: list[list[int]]) -> str | None:

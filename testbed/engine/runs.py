@@ -93,16 +93,23 @@ class Offline:
 
 
 def offline(
-    models: TinyModels, runs: list[Run], workdir: Path, env: dict[str, str] | None = None
+    models: TinyModels,
+    runs: list[Run],
+    workdir: Path,
+    env: dict[str, str] | None = None,
+    inspect_in_process: bool = False,
 ) -> Offline:
     """Every run, one engine after another, in one process of this environment's Python
-    (``env``: variables over the engine's environment)."""
+    (``env``: variables over the engine's environment; ``inspect_in_process``: vLLM inspects
+    the model classes in that process, not in a subprocess of its own, ``offline.py``; off
+    by default: ``test_cpu_ops.py`` checks the build that subprocess loads)."""
     plan = {
         "target": models.target,
         "max_model_len": MAX_MODEL_LEN,
         "block_size": BLOCK,
         "prompts": prompts(),
         "runs": [run.plan(models) for run in runs],
+        "inspect_in_process": inspect_in_process,
     }
     return engine_script(OFFLINE, plan, workdir, env)
 
