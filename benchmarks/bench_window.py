@@ -719,7 +719,7 @@ def whole_build_row(
         make_vllm_config,
         wire_speculator,
     )
-    from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
+    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import plugin
 
     num_spec, q = 3, 4  # K, and the tokens of each request's query
     data = make_mrv2_batch(

@@ -59,7 +59,7 @@ class Job:
         return lossless.Policy.for_run(self.device, self.given)
 
 
-PLUGIN_MODULE = "vllm_ascend.worker.v2.spec_decode.draft_window.plugin"
+PLUGIN_MODULE = "vllm_ascend.worker.v2.spec_decode.draft_window.overlay.plugin"
 
 
 def record_hashes(dist: str) -> dict[str, str]:
@@ -115,13 +115,13 @@ def check_pairing(method: str) -> None:
         raise SystemExit(result.stdout.strip().splitlines()[-1] if result.stdout else result.stderr)
 
 
-# Run in the host's Python after the install: the versions and the supported releases.
+# Run in the host's Python after the install: the versions and the supported supported.
 PAIRING_PROBE = """
 import sys
-from vllm_ascend.worker.v2.spec_decode.draft_window import releases, versions
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import supported, versions
 installed = versions.installed_versions()
-line = releases.release_for(installed["vllm"])
-print(f"host: {versions.describe_versions()}; supported: {releases.SUPPORTED}")
+line = supported.release_for(installed["vllm"])
+print(f"host: {versions.describe_versions()}; supported: {supported.SUPPORTED}")
 problem = None
 if line is None:
     problem = f"vLLM {installed['vllm']} is not a release the draft window supports"

@@ -44,7 +44,6 @@ from testbed.speculators import (
     make_vllm_config,
     wire_speculator,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.speculator import propose_state
 
 W = 64
 MAX_MODEL_LEN = 1024
@@ -90,7 +89,7 @@ def draft_prefill(speculator, input_batch, target_metadata, num_tokens: int) -> 
             input_batch.num_reqs, num_tokens, metadata, slot_mappings, None, skip_sample=True
         )
         return
-    state = propose_state(speculator)
+    state = speculator.draft_window.propose
     state.prefill_batch = input_batch
     try:
         speculator._prefill(

@@ -41,8 +41,9 @@ def pytest_collection_modifyitems(config, items):
     method) runs on the lines that have it, and is deselected on the others: the release
     table of the installed vLLM says which."""
     from testbed.vllm_line import RELEASE
+    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.supported import hooks_for
 
-    hooked = {hook.method for hook in RELEASE.hooks}
+    hooked = {hook.method for hook in hooks_for(RELEASE)}
     applies = {
         "model_runner_v1": lambda marker: RELEASE.model_runner_v1,
         "without_model_runner_v1": lambda marker: not RELEASE.model_runner_v1,
@@ -146,7 +147,7 @@ def window_log():
 @pytest.fixture
 def window_hooks():
     """The plugin installed for one test, as vLLM loads it; vLLM's own methods after."""
-    from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
+    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import plugin
 
     plugin.register()
     yield

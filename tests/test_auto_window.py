@@ -33,9 +33,10 @@ from testbed.startup import (
 )
 from testbed.tiny_models import DRAFT_LAYOUTS, write_draft_dir, write_model_dir
 from testbed.vllm_line import RELEASE
-from vllm_ascend.worker.v2.spec_decode.draft_window import plugin, policy
+from vllm_ascend.worker.v2.spec_decode.draft_window import policy
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import DraftWindowConfig
 from vllm_ascend.worker.v2.spec_decode.draft_window.declared import FIELDS, declared_context
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import plugin
 
 AUTO = {"draft_window_size": "auto"}
 # startup.py's: max_model_len 1024, one KV-cache group of 16-token blocks.

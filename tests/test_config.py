@@ -21,8 +21,8 @@ from testbed.speculators import (
     wire_speculator,
 )
 from testbed.vllm_line import RELEASE
-from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import DraftWindowConfig
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import plugin
 
 MAX_MODEL_LEN = 1024
 ONE_GROUP = (GroupLayout(16),)

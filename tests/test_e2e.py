@@ -342,10 +342,10 @@ def test_the_dry_runs_prepare_command_installs_and_checks_the_pairing(monkeypatc
 
 def test_the_host_pairing_is_checked_against_the_supported_lines_before_any_server(capsys):
     """The probe runs in the host's Python (here the test environment, vLLM 0.33.0)."""
-    from vllm_ascend.worker.v2.spec_decode.draft_window import releases
+    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import supported
 
     harness.check_pairing("eagle3")
-    assert f"host: vLLM 0.33.0, vllm-ascend not installed; supported: {releases.SUPPORTED}" in (
+    assert f"host: vLLM 0.33.0, vllm-ascend not installed; supported: {supported.SUPPORTED}" in (
         capsys.readouterr().out
     )
     with pytest.raises(

@@ -7,7 +7,7 @@ import shlex
 import pytest
 
 from tools.inspector import inspector
-from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import plugin
 
 # The same code on every vLLM line: run once, in .venv (design/testing.md).
 pytestmark = pytest.mark.release_independent

@@ -10,7 +10,7 @@ import torch
 
 from tools.inspector import dcp as inspector_dcp
 from tools.inspector import inspector
-from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import plugin
 
 # The same code on every vLLM line: run once, in .venv (design/testing.md).
 pytestmark = pytest.mark.release_independent

@@ -18,7 +18,8 @@ from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
 from testbed import kv_manager
 from testbed.kv_manager import Shape
 from testbed.speculators import make_vllm_config, tiny_model_dir
-from vllm_ascend.worker.v2.spec_decode.draft_window import install, kv_cache, kv_cost, plugin
+from vllm_ascend.worker.v2.spec_decode.draft_window import kv_cache, kv_cost
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import install, plugin
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec, window_seq_lens
 
 # The CPU engine's trained models: a target and a draft model of 2 layers each, 4 KV heads
@@ -506,9 +507,9 @@ def test_auto_keeps_the_declared_context_less_a_block_or_frees_nothing_and_says_
     shape = dataclasses.replace(TOY, block_size=16)
     speculator = SimpleNamespace(draft_attn_layer_names=shape.draft_names)
     made = SimpleNamespace(vllm_config=config, speculator=speculator)
-    specs = kv_cache.draft_kv_cache_spec(made, shape.specs(), None)
+    specs, freed = kv_cache.draft_kv_cache_spec(made, shape.specs(), None)
     if declares is None:
-        assert specs == shape.specs() and not hasattr(speculator, kv_cache.FREED_ATTR)
+        assert specs == shape.specs() and freed is None
         (said,) = [message for _, message in window_log]
         assert said.startswith(
             "draft_window_free_kv: draft_window_size=auto and the draft checkpoint "
@@ -518,7 +519,7 @@ def test_auto_keeps_the_declared_context_less_a_block_or_frees_nothing_and_says_
         )
         return
     if declares == 8:
-        assert specs == shape.specs() and not hasattr(speculator, kv_cache.FREED_ATTR)
+        assert specs == shape.specs() and freed is None
         assert window_log == [
             (
                 "info",
@@ -531,4 +532,85 @@ def test_auto_keeps_the_declared_context_less_a_block_or_frees_nothing_and_says_
         return
     draft_specs = {specs[name] for name in shape.draft_names}
     assert {s.sliding_window for s in draft_specs} == {64 - 16 + 1}
-    assert getattr(speculator, kv_cache.FREED_ATTR).tokens == 49
+    assert freed.tokens == 49
+
+
+def test_a_target_sliding_window_of_n_tokens_keeps_the_drafts_groups_apart(vllm_config, window_log):
+    """A target whose own sliding window is exactly the ``N`` the key would give the draft
+    (W + a - b = 33): vLLM groups layers of equal specs together (``is_draft`` is not part of
+    the equality), so at 33 tokens it puts the draft's layers in the target's sliding-window
+    groups; the key keeps one token more, the draft's groups its own, and the window's reads
+    covered."""
+    shape = dataclasses.replace(
+        TOY, name="target sliding window of N", target_sliding_layers=2, target_sliding_window=W
+    )
+    specs = shape.specs()
+    sliding = {n for n, s in specs.items() if type(s) is SlidingWindowSpec}
+    # What vLLM's own grouping does with the draft at N = 33: mixed with the target's.
+    at_n = kv_cache.sliding_draft_specs(specs, shape.draft_names, W)
+    assert any(
+        set(g.layer_names) & shape.draft_names and set(g.layer_names) & sliding
+        for g in kv_manager.groups(vllm_config, at_n)
+    )
+    converted, found = free(vllm_config, shape)
+    assert found.freed.tokens == W + 1
+    assert {converted[n].sliding_window for n in shape.draft_names} == {W + 1}
+    for group in kv_manager.groups(vllm_config, converted):
+        names = set(group.layer_names)
+        assert names <= shape.draft_names or not names & shape.draft_names
+    assert WindowSpec.derive(W, [32]).retained_tokens(32) <= found.freed.tokens
+    assert (
+        "info",
+        "draft_window_free_kv: the draft keeps 34 tokens per request, not 33: a layer outside "
+        "the draft has a sliding window of 33 tokens and the same KV layout, and vLLM would "
+        "group the two together.",
+    ) in window_log
+
+
+# ---- the key frees the draft's KV exactly where the window engages at set_attn ----
+
+
+@pytest.mark.usefixtures("window_hooks")
+@pytest.mark.parametrize(
+    ("window", "declares"),
+    [
+        # startup.py's max_model_len 1024, blocks of 16: W + a = 1024 crops its longest
+        # request, 1025 none (N = W stays below max_model_len in both).
+        (1008, None),
+        (1009, None),
+        # "auto": a declared context below max_model_len windows (W = C - a + 1), one at it
+        # leaves the window off (N = C - b + 1 would still be below max_model_len).
+        ("auto", 1023),
+        ("auto", 1024),
+    ],
+    ids=["W + a = max_model_len", "W + a above it", "auto below it", "auto at it"],
+)
+def test_the_key_frees_the_drafts_kv_exactly_where_the_window_engages(
+    model_dir, tmp_path, monkeypatch, window, declares
+):
+    """Both decisions, the key's (the runner's KV-cache specs, before the KV cache exists) and
+    the window's (a real speculator's set_attn), over the same config: where the window stays
+    off the key frees nothing, so nothing is refused after the KV cache is allocated."""
+    from vllm.config.compilation import CUDAGraphMode
+
+    from testbed.startup import started
+    from testbed.tiny_models import write_draft_dir
+    from vllm_ascend.worker.v2.spec_decode.draft_window.declared import declared_context
+
+    method, draft = "eagle3", None
+    if declares is not None:
+        method, draft = "dspark", write_draft_dir(tmp_path / "dspark", "dspark", declares)
+    additional = {"draft_window_size": window}
+    st = started(model_dir, method, 3, CUDAGraphMode.NONE, additional, monkeypatch, draft=draft)
+    shape = dataclasses.replace(TOY, block_size=16)
+    config = st.s.vllm_config
+    declared = declared_context(config) if window == "auto" else None
+    freed = kv_cache.free_draft_kv(
+        config,
+        shape.specs(),
+        shape.draft_names,
+        None if window == "auto" else window,
+        declared,
+    )
+    assert (freed is not None) == (st.s.draft_window is not None)
+    assert (st.s.draft_window is not None) == (window == 1008 or declares == 1023)

@@ -37,8 +37,7 @@ from testbed.mrv1_adapter import load_mrv1_adapter_module
 from testbed.speculators import (
     GroupLayout,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
-from vllm_ascend.worker.v2.spec_decode.draft_window.speculator import propose_state
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import plugin
 
 # Every test here runs with the plugin installed, as vLLM loads it.
 pytestmark = pytest.mark.usefixtures("window_hooks")
@@ -96,7 +95,7 @@ def test_builders_receive_windowed_inputs_and_untouched_slot_mappings(
     assert torch.equal(batch.block_tables.slot_mappings, slots_before)
     assert s.input_buffers is batch.input_buffers and s.block_tables is batch.block_tables
     assert s.draft_max_seq_len == MAX_MODEL_LEN
-    assert propose_state(wired.speculator).num_builds == 1
+    assert wired.speculator.draft_window.propose.num_builds == 1
 
 
 def test_groups_the_draft_does_not_read_are_not_windowed(model_dir, monkeypatch):

@@ -47,8 +47,7 @@ from testbed.speculators import (
     GroupLayout,
     make_vllm_config,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
-from vllm_ascend.worker.v2.spec_decode.draft_window.speculator import propose_state
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import plugin
 
 # Every test here runs with the plugin installed, as vLLM loads it.
 pytestmark = pytest.mark.usefixtures("window_hooks")
@@ -198,7 +197,7 @@ def test_propose_hands_the_target_batch_to_the_prefill_and_forgets_it(model_dir,
 
     def prepare_prefill_inputs(*args, **kwargs):
         # The first Triton kernel of propose; what the draft window holds then is recorded.
-        seen.append(propose_state(e.s).prefill_batch)
+        seen.append(e.s.draft_window.propose.prefill_batch)
         raise Stop
 
     monkeypatch.setattr(ar_module, "prepare_prefill_inputs", prepare_prefill_inputs)
@@ -226,7 +225,7 @@ def test_propose_hands_the_target_batch_to_the_prefill_and_forgets_it(model_dir,
             e.s.seeds,
         )
     assert seen == [e.input_batch]
-    assert propose_state(e.s).prefill_batch is None
+    assert e.s.draft_window.propose.prefill_batch is None
 
 
 @pytest.mark.hooks("_build_drafter_attn_metadata")
@@ -474,8 +473,8 @@ def test_a_group_not_windowed_reads_what_vllm_gives_it(fused, model_dir, monkeyp
 
 def test_before_set_attn_there_is_no_window_yet_and_nothing_is_decided(model_dir):
     """vLLM's profiling run proposes before the KV cache exists (before set_attn)."""
-    from vllm_ascend.worker.v2.spec_decode.draft_window import hooks, install
-    from vllm_ascend.worker.v2.spec_decode.draft_window.hooks import autoregressive
+    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import hooks, install
+    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks import autoregressive
 
     s = object.__new__(EagleSpeculator)
     s.vllm_config = make_vllm_config(
@@ -503,8 +502,8 @@ def test_before_set_attn_there_is_no_window_yet_and_nothing_is_decided(model_dir
 
 @pytest.mark.hooks("propose", "_prefill")
 def test_a_propose_whose_draft_prefill_skips_the_hook_is_stopped(model_dir, monkeypatch):
-    from vllm_ascend.worker.v2.spec_decode.draft_window import install
-    from vllm_ascend.worker.v2.spec_decode.draft_window.hooks import autoregressive
+    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import install
+    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks import autoregressive
     from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import WindowNotInPathError
 
     e = setup_eagle(model_dir, monkeypatch, 3, LAYOUTS["one_group"])
@@ -546,5 +545,5 @@ def test_a_draft_prefill_outside_propose_runs_only_in_a_graph_capture(model_dir,
     with pytest.raises(WindowNotInPathError, match=outside):
         e.s._prefill(*args, skip_sample=True)
     # As the speculator's capture hook marks it.
-    propose_state(e.s).capturing = True
+    e.s.draft_window.propose.capturing = True
     e.s._prefill(*args, skip_sample=True)

@@ -3,6 +3,7 @@
 """The wheel only adds files, under draft_window/ and one Triton kernel module beside
 vllm-ascend's own: installed beside vllm-ascend it never replaces one of vllm-ascend's files."""
 
+import ast
 import importlib.metadata
 import subprocess
 import sys
@@ -55,49 +56,76 @@ def test_parent_folders_have_no_init_file():
         assert not (ROOT / parent / "__init__.py").exists(), parent
 
 
-# What a server runs, and nothing else: the settings, the window arithmetic, the group and
-# refusal policy, the window, the hooks (one room per speculator family), the path check, the
-# fused refresh and its start-up check (its kernel: KERNEL), the supported releases, the
-# plugin. The inspector, the GPU check and the CPU test bed live in tools/ and tests/; a
-# module added here is a deliberate change to what a host installs.
-SERVING_MODULES = {
+# What a server runs, and nothing else. The core (what the upstream patch adds to
+# vllm-ascend, byte for byte): the settings, the window arithmetic, the group and refusal
+# policy, the window, the path check, the fused refresh and its start-up check (its kernel:
+# KERNEL), the release vllm-ascend names at its call sites. The overlay (the plugin form
+# only): the entry point, the hook installer, the hooks (one room per speculator family),
+# the other supported releases. The inspector, the GPU check and the CPU test bed live in
+# tools/ and tests/; a module added here is a deliberate change to what a host installs.
+CORE_MODULES = {
     "__init__.py",
-    "backends.py",
+    "ascend.py",
+    "autoregressive.py",
     "config.py",
     "dcp.py",
     "declared.py",
     "fused.py",
     "fused_check.py",
     "groups.py",
-    "install.py",
     "kv_cache.py",
     "kv_cost.py",
     "log.py",
     "methods.py",
     "mrv2.py",
-    "patches.py",
     "path_check.py",
     "plan.py",
-    "plugin.py",
     "policy.py",
     "release.py",
-    "releases.py",
-    "versions.py",
+    "speculator.py",
     "views.py",
     "window.py",
-    "hooks/__init__.py",
-    "hooks/common.py",
-    "hooks/kv_cache.py",
-    "hooks/speculator.py",
-    "hooks/dflash.py",
-    "hooks/autoregressive.py",
-    "autoregressive.py",
-    "ascend.py",
-    "speculator.py",
-    "hooks/ascend/__init__.py",
-    "hooks/ascend/autoregressive.py",
-    "hooks/ascend/dspark.py",
 }
+OVERLAY_MODULES = {
+    f"overlay/{name}"
+    for name in (
+        "__init__.py",
+        "install.py",
+        "patches.py",
+        "plugin.py",
+        "supported.py",
+        "versions.py",
+        "vllm_backends.py",
+        "hooks/__init__.py",
+        "hooks/common.py",
+        "hooks/kv_cache.py",
+        "hooks/speculator.py",
+        "hooks/dflash.py",
+        "hooks/autoregressive.py",
+        "hooks/ascend/__init__.py",
+        "hooks/ascend/autoregressive.py",
+        "hooks/ascend/dspark.py",
+    )
+}
+SERVING_MODULES = CORE_MODULES | OVERLAY_MODULES
+
+
+def test_the_core_imports_nothing_of_the_overlay():
+    """The upstream patch is the core by construction: no core module reaches the overlay,
+    by any import (at the top, inside a function, or under TYPE_CHECKING)."""
+    folder = ROOT / PACKAGE
+    core = sorted(p for p in folder.rglob("*.py") if "overlay" not in p.relative_to(folder).parts)
+    assert {str(p.relative_to(folder)) for p in core} == CORE_MODULES
+    overlay = PACKAGE.replace("/", ".") + "overlay"
+    for path in core:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            assert not [n for n in names if n.startswith(overlay)], (path.name, names)
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +154,7 @@ def test_wheel_installs_only_the_draft_window_package_its_kernel_and_the_entry_p
         entry_points = zf.read(f"{dist_info}/entry_points.txt").decode()
     assert "[vllm.general_plugins]" in entry_points
     assert (
-        "draft_window = vllm_ascend.worker.v2.spec_decode.draft_window.plugin:register"
+        "draft_window = vllm_ascend.worker.v2.spec_decode.draft_window.overlay.plugin:register"
         in entry_points
     )
 

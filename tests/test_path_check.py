@@ -38,8 +38,8 @@ from testbed.speculators import (
     wire_speculator,
 )
 from testbed.vllm_line import RELEASE
-from vllm_ascend.worker.v2.spec_decode.draft_window import install
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import install
 from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import (
     UPDATE_PATH,
     WindowNotInPathError,

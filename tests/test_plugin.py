@@ -13,9 +13,9 @@ from testbed.speculators import (
     make_speculative_vllm_config,
 )
 from testbed.vllm_line import RELEASE
-from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import plugin
 
-ENTRY_POINT = "vllm_ascend.worker.v2.spec_decode.draft_window.plugin:register"
+ENTRY_POINT = "vllm_ascend.worker.v2.spec_decode.draft_window.overlay.plugin:register"
 _SD = "vllm.v1.worker.gpu.spec_decode"
 _BASE = [
     (f"{_SD}.speculator", "DraftModelSpeculator", "set_attn"),

@@ -17,7 +17,7 @@ from pydantic.dataclasses import dataclass
 
 from testbed.mrv1_adapter import load_released_file
 from testbed.speculators import make_vllm_config
-from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import plugin
 
 # The same code on every vLLM line: run once, in .venv (design/testing.md).
 pytestmark = pytest.mark.release_independent

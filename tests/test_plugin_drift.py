@@ -5,7 +5,7 @@ loading completes and drafts run as without this package, while a config that as
 the window stops start-up with one error that says why.
 
 Drift is simulated on the real installed vLLM: a hooked module made unimportable, a hooked
-method removed, a parameter renamed, a version outside the supported releases.
+method removed, a parameter renamed, a version outside the supported supported.
 """
 
 import importlib
@@ -22,7 +22,12 @@ from testbed.speculators import (
     make_speculative_vllm_config,
 )
 from testbed.vllm_line import RELEASE, use_model_runner_v2
-from vllm_ascend.worker.v2.spec_decode.draft_window import install, plugin, releases, versions
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import (
+    install,
+    plugin,
+    supported,
+    versions,
+)
 
 # Per vLLM line, what the drifts below move: the module of its EAGLE speculator, and the
 # fused decode's driver with the parameter it must keep.
@@ -112,7 +117,7 @@ def vllm_methods():
     """Every method the window wraps on the installed line, as its class defines it now
     (modules a drift made unimportable are left out)."""
     methods = {}
-    for hook in RELEASE.hooks:
+    for hook in supported.hooks_for(RELEASE):
         if not hook.wrapped:
             continue
         try:
@@ -177,7 +182,7 @@ def test_with_the_window_building_the_config_stops_with_the_reason(
     ) in message
     installed = versions.installed_versions()
     assert f"vLLM {installed['vllm']}, vllm-ascend not installed" in message
-    assert f"supported: {releases.SUPPORTED}" in message
+    assert f"supported: {supported.SUPPORTED}" in message
     assert problem in message
     # No Model Runner V1 window to offer without vllm-ascend.
     assert ". Install a supported vLLM or remove draft_window_size from additional_config. " in (
@@ -246,7 +251,7 @@ def test_with_vllm_ascend_the_error_offers_its_model_runner_v1_window(
     message = refusal(model_dir, monkeypatch, {"draft_window_size": 512})
     assert (
         f"could not hook this vLLM (vLLM {vllm_version}, vllm-ascend {ascend_version}; "
-        f"supported: {releases.SUPPORTED}): vLLM {vllm_version} is not a supported "
+        f"supported: {supported.SUPPORTED}): vLLM {vllm_version} is not a supported "
         "release. Install a supported vLLM, run Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0), "
         "whose draft window is vllm-ascend's own, or remove draft_window_size from "
         "additional_config."
@@ -291,7 +296,7 @@ def test_a_check_that_fails_on_an_unknown_vllm_is_one_named_error(model_dir, mon
     message = str(error.value)
     assert (
         f"additional_config draft_window_size=512 could not be checked on this vLLM (vLLM "
-        f"{UNKNOWN}, vllm-ascend not installed; supported: {releases.SUPPORTED}): "
+        f"{UNKNOWN}, vllm-ascend not installed; supported: {supported.SUPPORTED}): "
         "AttributeError: module 'vllm.envs' has no attribute 'NOT_A_VLLM_VARIABLE'. Install a "
         "supported vLLM or remove draft_window_size from additional_config."
     ) in message
@@ -313,4 +318,4 @@ def test_the_installed_vllm_is_named_by_its_module(monkeypatch):
 
     monkeypatch.setattr(importlib.metadata, "version", version)
     assert versions.installed_versions()["vllm"] == vllm.__version__
-    assert releases.release_for(versions.installed_versions()["vllm"]) is RELEASE
+    assert supported.release_for(versions.installed_versions()["vllm"]) is RELEASE

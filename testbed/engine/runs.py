@@ -78,7 +78,7 @@ def cache_root() -> Path:
 
 
 def environment() -> dict[str, str]:
-    from vllm_ascend.worker.v2.spec_decode.draft_window import versions
+    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import versions
 
     return engine_env(cache_root(), versions.has_model_runner_v1())
 

@@ -140,7 +140,7 @@ def registered(loaded_plugins):
     if IN_TREE:
         yield
         return
-    from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
+    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import plugin
 
     yield
     plugin.register()

@@ -52,7 +52,7 @@ def test_fia_inputs_read_exactly_the_window(method, build, block, min_context, m
 
 @pytest.mark.overlay
 def test_without_the_window_builders_get_what_vllm_ascend_gives_them(model_dir):
-    from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
+    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import plugin
 
     s, batch = wired(model_dir, "dspark", additional_config={})
     assert s.draft_window is None
@@ -184,7 +184,7 @@ def test_an_eagle_draft_on_mla_stops_at_start_up(mla_model_dir):
     ):
         eagle_speculator(config, BLOCK, MAX_NUM_REQS, 3, backend=AscendMLABackend)
     if not IN_TREE:
-        from vllm_ascend.worker.v2.spec_decode.draft_window import install
+        from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import install
 
         assert install.installation().release is installed_release()
 

@@ -50,7 +50,7 @@ def test_any_other_word_is_still_rejected_by_vllm_ascend(registered, model_dir, 
 
 @pytest.mark.overlay
 def test_without_the_plugin_vllm_ascend_rejects_auto(registered, model_dir):
-    from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
+    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import plugin
 
     plugin.unregister()
     with pytest.raises(ValueError, match="draft_window_size"):
@@ -89,10 +89,11 @@ def test_a_config_json_gone_stops_vllm_ascends_validation_named(
     config.additional_config = dict(AUTO)
     with pytest.raises(ValueError, match=re.escape(f"checkpoint {draft}")):
         if not IN_TREE:
-            from vllm_ascend.worker.v2.spec_decode.draft_window import install, policy
+            from vllm_ascend.worker.v2.spec_decode.draft_window import policy
             from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
                 DraftWindowConfig,
             )
+            from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import install
 
             release = install.installation().release
             policy.check_start_up(

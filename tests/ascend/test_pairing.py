@@ -25,14 +25,14 @@ from tests.ascend.npu_testbed.pairing import (
     installed_release,
     speculative_config,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window import install
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import install, supported
 
 
 def test_the_environment_is_a_supported_ascend_release():
     release = installed_release()
-    assert release is not None and release.requires is not None
+    assert release is not None and supported.requires_for(release) is not None
     assert vllm.__version__.startswith("{}.{}.".format(*release.vllm_minor))
-    assert metadata.version("vllm-ascend") in release.requires[1]
+    assert metadata.version("vllm-ascend") in supported.requires_for(release)[1]
     import torch_npu
 
     assert type(torch_npu).__name__ == "StandIn"  # no NPU here
@@ -141,7 +141,8 @@ def test_without_the_window_configs_build_as_without_this_package(
 def test_eagle3_with_the_window_builds_on_model_runner_v2_and_other_methods_stop_named(
     registered, model_runner_v2, model_dir
 ):
-    from vllm_ascend.worker.v2.spec_decode.draft_window import install, policy
+    from vllm_ascend.worker.v2.spec_decode.draft_window import policy
+    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import install
 
     assert speculative_config(model_dir, {"draft_window_size": 512}).use_v2_model_runner
     # Every other Model Runner V2 method of vLLM 0.30 but MTP (which keeps its warning) is
@@ -171,7 +172,7 @@ def test_vllm_ascends_strict_ascend_config_takes_the_sinks_key_only_with_the_plu
     registered, model_dir
 ):
     """vllm-ascend's AscendConfig forbids unknown keys and has no sinks field."""
-    from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
+    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import plugin
 
     keys = {"draft_window_size": "512", "draft_attention_sinks": 64}
     assert ascend_config(model_dir, keys).draft_window_size == 512
@@ -189,7 +190,9 @@ def test_every_release_served_as_this_one_runs_exactly_its_code():
     same_code = (VENV / "vllm-ascend-same-code.txt").read_text().split()
     release = installed_release()
     # Every other release the table serves as this one was fetched (none beside 0.29.0rc1).
-    assert set(same_code) == set(release.requires[1]) - {metadata.version("vllm-ascend")}
+    assert set(same_code) == set(supported.requires_for(release)[1]) - {
+        metadata.version("vllm-ascend")
+    }
     installed = {}
     for line in (VENV / "vllm-ascend-files.sha256").read_text().splitlines():
         digest, path = line.split(maxsplit=1)
@@ -209,14 +212,14 @@ def test_every_release_served_as_this_one_runs_exactly_its_code():
 
 
 def test_vllm_ascend_0_30_0rc1_installs_the_same_hooks(monkeypatch):
-    from vllm_ascend.worker.v2.spec_decode.draft_window import releases, versions
+    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import versions
 
     release = installed_release()
-    for version in release.requires[1]:
+    for version in supported.requires_for(release)[1]:
         installed = {"vllm": vllm.__version__, "vllm-ascend": version}
         monkeypatch.setattr(versions, "installed_versions", lambda v=installed: v)
         assert versions.requirement_problem(release) is None
-        assert releases.release_for(vllm.__version__) is release
+        assert supported.release_for(vllm.__version__) is release
     monkeypatch.setattr(
         versions, "installed_versions", lambda: {"vllm": vllm.__version__, "vllm-ascend": "0.31.0"}
     )

@@ -69,9 +69,15 @@ def test_the_patch_touches_the_call_site_files_and_adds_only_new_ones(made):
     }
     assert (upstream.PRISTINE / upstream.KERNEL.parent / "prepare_dflash_inputs.py").is_file()
     assert not (upstream.PRISTINE / upstream.KERNEL).exists()
-    # Nothing of the overlay's: no plugin, hook installer, patch-by-identity or wrappers.
+    # The core by construction: every module of the package outside overlay/, nothing else.
     shipped = {p.removeprefix(f"{package}/") for p in new if p.startswith(package)}
-    assert not {p for p in shipped if p.split("/")[0] in upstream.OVERLAY_ONLY}
+    folder = upstream.ROOT / upstream.PACKAGE
+    core = {
+        str(p.relative_to(folder))
+        for p in folder.rglob("*.py")
+        if p.relative_to(folder).parts[0] != upstream.OVERLAY
+    }
+    assert shipped == core
     assert {"speculator.py", "autoregressive.py", "ascend.py", "window.py"} <= shipped
 
 
@@ -80,8 +86,7 @@ def test_the_new_modules_are_the_packages_own(made, tmp_path):
     tree = upstream.patched_tree(tmp_path / "tree")
     for target, source in upstream.new_files().items():
         assert (tree / target).read_bytes() == source.read_bytes(), target
-    for name in upstream.OVERLAY_ONLY:
-        assert not (tree / upstream.PACKAGE / name).exists(), name
+    assert not (tree / upstream.PACKAGE / upstream.OVERLAY).exists()
 
 
 def test_vllm_ascends_own_unit_tests_keep_every_outcome_and_the_patchs_own_pass(tmp_path):

@@ -373,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from testbed.speculators import tiny_model_dir
     from tools.inspector import dcp as inspector_dcp
-    from vllm_ascend.worker.v2.spec_decode.draft_window import plugin
+    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import plugin
 
     plugin.register()
     # With --dcp N, every rank's build (dcp.py).

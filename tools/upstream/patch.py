@@ -17,10 +17,8 @@ PRISTINE = ROOT / ".cache" / f"vllm-ascend-{RELEASE}" / f"vllm_ascend-{RELEASE}"
 PACKAGE = Path("vllm_ascend/worker/v2/spec_decode/draft_window")
 # The window's Triton refresh, beside vllm-ascend's Model Runner V2 spec-decode kernels.
 KERNEL = Path("vllm_ascend/ops/triton/v2/spec_decode/draft_window_refresh.py")
-# What only the overlay needs: the entry point, the hook installer, patch-by-identity, the
-# installed versions its start-up reads, and the wrappers (inside vllm-ascend the
-# speculators call the package's functions and name their release).
-OVERLAY_ONLY = ("plugin.py", "install.py", "patches.py", "versions.py", "hooks")
+# The plugin form's own folder: the core is everything else in the package, byte for byte.
+OVERLAY = "overlay"
 # vllm-ascend's files the call sites change (call_sites.diff).
 CHANGED = (
     "vllm_ascend/ascend_config.py",
@@ -32,12 +30,12 @@ OUT = ROOT / "dist" / f"vllm-ascend-{RELEASE}-draft-window.patch"
 
 
 def new_files() -> dict[Path, Path]:
-    """The patch's new files (path in vllm-ascend's tree -> source here): the package's
-    serving modules, less the overlay's, its Triton kernel, and the patch's own unit tests."""
+    """The patch's new files (path in vllm-ascend's tree -> source here): the package's core
+    (all of it but ``overlay/``), its Triton kernel, and the patch's own unit tests."""
     files = {KERNEL: ROOT / KERNEL}
     for source in sorted((ROOT / PACKAGE).rglob("*.py")):
         relative = source.relative_to(ROOT / PACKAGE)
-        if relative.parts[0] in OVERLAY_ONLY:
+        if relative.parts[0] == OVERLAY:
             continue
         files[PACKAGE / relative] = source
     tests = HERE / "tests"

@@ -30,7 +30,6 @@ from tests.ascend.npu_testbed.wiring import (
     with_dcp,
 )
 from vllm_ascend.worker.v2.attn_utils import build_attn_metadata_wrapper
-from vllm_ascend.worker.v2.spec_decode.draft_window.speculator import propose_state
 
 W = 128
 MAX_NUM_REQS = 12
@@ -226,12 +225,12 @@ def draft_prefill_seen(s, batch, n: int, num_tokens: int, target_metadata: dict)
     s.last_token_indices = torch.zeros(MAX_NUM_REQS, dtype=torch.int64)
     s.idx_mapping = torch.zeros(MAX_NUM_REQS, dtype=torch.int64)
     kept = s.input_batch
-    s.input_batch = propose_state(s).prefill_batch = batch
+    s.input_batch = s.draft_window.propose.prefill_batch = batch
     try:
         with pytest.raises(Stop):
             s._prefill(n, num_tokens, target_metadata, None, num_tokens_across_dp=None)
     finally:
-        propose_state(s).prefill_batch = None
+        s.draft_window.propose.prefill_batch = None
         s.input_batch = kept
     return seen
 

@@ -22,17 +22,15 @@ def check_in_tree() -> None:
     site = Path(sysconfig.get_paths()["purelib"])
     origin = Path(vllm_ascend.__file__).resolve()
     assert site not in origin.parents, f"vllm_ascend imported from {origin}, not the tree"
-    for overlay_only in ("plugin", "install", "patches", "versions", "hooks"):
-        assert importlib.util.find_spec(f"{_PACKAGE}.{overlay_only}") is None, overlay_only
+    assert importlib.util.find_spec(f"{_PACKAGE}.overlay") is None
 
 
 def installed_release():
-    """The supported release this environment is (its vLLM's minor version)."""
-    import vllm
+    """The supported release this environment is (its vLLM's minor version); in the tree
+    form, the one vllm-ascend's call sites name."""
+    from testbed.vllm_line import RELEASE
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window import releases
-
-    return releases.release_for(vllm.__version__)
+    return RELEASE
 
 
 def draft_build_path(speculator) -> str:
@@ -42,8 +40,12 @@ def draft_build_path(speculator) -> str:
     if IN_TREE:
         cls = next(c for c in type(speculator).__mro__ if "_build_attn_metadata" in vars(c))
         return f"{cls.__name__}._build_attn_metadata"
+    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import supported
+
     return next(
-        h.name for h in installed_release().hooks if h.wrapper_name == "build_attn_metadata"
+        h.name
+        for h in supported.hooks_for(installed_release())
+        if h.wrapper_name == "build_attn_metadata"
     )
 
 

@@ -421,7 +421,7 @@ def window_as_set_attn_makes_it(s) -> Any:
 
     if IN_TREE:
         return create_draft_window(s, installed_release())
-    from vllm_ascend.worker.v2.spec_decode.draft_window import install
+    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import install
 
     installed = install.installation()
     return create_draft_window(s, installed.release) if installed is not None else None

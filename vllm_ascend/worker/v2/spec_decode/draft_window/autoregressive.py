@@ -32,7 +32,6 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import dcp_local_lengths
 from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
-from vllm_ascend.worker.v2.spec_decode.draft_window.speculator import propose_state
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import window_seq_lens
 
 
@@ -138,7 +137,7 @@ def prefill_attn_metadata(
     metadata before it picks the prefill's graph): without FULL prefill graphs a PIECEWISE
     prefill may pad past the target's padded token count, and those slots must write
     nowhere (a graph may record the KV write)."""
-    propose_state(speculator).prefill_windowed = True
+    window.propose.prefill_windowed = True
     host_mirror = release.host_mirror[1] if release.host_mirror else None
     draft_metadata = windowed_prefill_metadata(speculator, window, batch, path, host_mirror)
     slot_mappings = speculator.block_tables.slot_mappings
@@ -162,7 +161,7 @@ def capturing(speculator: Any, window: Mrv2DraftWindow | None, path: str) -> Ite
     if window is None:
         yield
         return
-    state = propose_state(speculator)
+    state = window.propose
     state.capturing = True
     try:
         with window.on_path(path):

@@ -56,10 +56,6 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.methods import METHODS, Kind
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec
 
-# The speculator attribute holding what the key did (``Freed``), set where the runner returns
-# the specs and read at set_attn (plan.py, groups.py); absent: the draft's KV is whole.
-FREED_ATTR = "_draft_window_freed"
-
 
 def asks_free_kv(runner: Any) -> bool:
     """Whether the runner's config sets ``draft_window_free_kv`` to true; reads nothing else
@@ -68,13 +64,16 @@ def asks_free_kv(runner: Any) -> bool:
     return isinstance(additional, dict) and additional.get(FREE_KV_KEY) is True
 
 
-def draft_kv_cache_spec(runner: Any, specs: dict[str, Any], table_width: Any) -> dict[str, Any]:
+def draft_kv_cache_spec(
+    runner: Any, specs: dict[str, Any], table_width: Any
+) -> tuple[dict[str, Any], Freed | None]:
     """The runner's KV-cache specs with ``draft_window_free_kv`` (``asks_free_kv``): the
-    draft's full-attention layers freed before the window, what was done recorded on the
-    speculator, said once. ``table_width``: the release's ``get_block_table_width``."""
+    draft's full-attention layers freed before the window, said once; and what was freed,
+    for the speculator's ``set_attn`` (None: the draft's KV stays whole). ``table_width``:
+    the release's ``get_block_table_width``."""
     speculator = getattr(runner, "speculator", None)
     if speculator is None:
-        return specs
+        return specs, None
     vllm_config = runner.vllm_config
     config = DraftWindowConfig.from_additional_config(vllm_config.additional_config)
     draft_layers = set(getattr(speculator, "draft_attn_layer_names", None) or ())
@@ -97,15 +96,14 @@ def draft_kv_cache_spec(runner: Any, specs: dict[str, Any], table_width: Any) ->
                 declared.checkpoint,
                 FREE_KV_KEY,
             )
-            return specs
+            return specs, None
     window_size = None if config.auto else config.draft_window_size
     planned = free_draft_kv(vllm_config, specs, draft_layers, window_size, declared, table_width)
     if planned is None:
-        return specs
+        return specs, None
     converted, found = planned
-    setattr(speculator, FREED_ATTR, found.freed)
     logger.info(describe(found, vllm_config))
-    return converted
+    return converted, found.freed
 
 
 def free_draft_kv(
@@ -138,6 +136,23 @@ def free_draft_kv(
     block_sizes = draft_block_sizes(grouped(vllm_config, probe), layers)
     alignment = math.lcm(*block_sizes)
     asked = AUTO if window_size is None else window_size
+    max_model_len = vllm_config.model_config.max_model_len
+    if window_size is None and declared.tokens >= max_model_len:
+        # The same test turns the window off at set_attn (plan.py): nothing to free.
+        logger.info(
+            "%s: %s=%s and the draft checkpoint %s declares %s=%d, not below "
+            "max_model_len=%d, so the draft window stays off and %s frees nothing: the "
+            "draft's KV stays whole.",
+            FREE_KV_KEY,
+            KEY,
+            AUTO,
+            declared.checkpoint,
+            declared.field,
+            declared.tokens,
+            max_model_len,
+            FREE_KV_KEY,
+        )
+        return None
     if window_size is None:
         window_size = auto_window_size(declared.tokens, alignment)
         if window_size < 1:
@@ -159,8 +174,8 @@ def free_draft_kv(
             )
             return None
     block_size = min(block_sizes)
-    tokens = WindowSpec.derive(window_size, block_sizes).retained_tokens(block_size)
-    max_model_len = vllm_config.model_config.max_model_len
+    spec = WindowSpec.derive(window_size, block_sizes)
+    tokens = spec.retained_tokens(block_size)
     if tokens >= max_model_len:
         logger.info(
             "%s: with %s=%s the draft's KV-cache groups would keep N = W + a - b = %d + %d - "
@@ -177,7 +192,40 @@ def free_draft_kv(
             FREE_KV_KEY,
         )
         return None
+    if not spec.crops_within(max_model_len):
+        # The same test turns the window off at set_attn (plan.py): nothing to free.
+        logger.info(
+            "%s: %s=%s never crops with max_model_len=%d (it crops contexts of W + a = %d tokens "
+            "or more), so the draft window stays off and %s frees nothing: the draft's KV "
+            "stays whole.",
+            FREE_KV_KEY,
+            KEY,
+            asked,
+            max_model_len,
+            spec.reach,
+            FREE_KV_KEY,
+        )
+        return None
     converted = sliding_draft_specs(kv_cache_spec, layers, tokens)
+    kept = tokens
+    while _shared_with_other_layers(converted, layers):
+        # vLLM groups layers of equal specs together: one token more than the reads need
+        # keeps the draft's groups its own (and stays exact).
+        tokens += 1
+        converted = sliding_draft_specs(kv_cache_spec, layers, tokens)
+    if tokens != kept:
+        logger.info(
+            "%s: the draft keeps %d tokens per request, not %d: a layer outside the draft has "
+            "a sliding window of %d tokens and the same KV layout, and vLLM would group the "
+            "two together.",
+            FREE_KV_KEY,
+            tokens,
+            kept,
+            kept,
+        )
+        if tokens >= max_model_len:
+            logger.info("%s frees nothing: the draft's KV stays whole.", FREE_KV_KEY)
+            return None
     found = reclaim(vllm_config, kv_cache_spec, converted, Freed(tokens, frozenset(layers)))
     found = dataclasses.replace(found, table_bytes=table_bytes(vllm_config, found, table_width))
     if refuse and (why := found.refusal()) is not None:
@@ -195,6 +243,12 @@ def convertible(spec: Any) -> bool:
     from vllm.v1.kv_cache_interface import FullAttentionSpec
 
     return type(spec) is FullAttentionSpec and groups.classify(spec)[0]
+
+
+def _shared_with_other_layers(converted: dict[str, Any], layers: set[str]) -> bool:
+    """Whether a converted draft spec equals the spec of a layer outside ``layers``."""
+    others = [spec for name, spec in converted.items() if name not in layers]
+    return any(converted[name] in others for name in layers)
 
 
 def sliding_draft_specs(kv_cache_spec: dict[str, Any], layers: set[str], tokens: int) -> dict:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -34,6 +35,20 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
 
 if TYPE_CHECKING:
     from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import PathCheck
+
+
+@dataclass
+class ProposeState:
+    """A speculator's state within one propose: the target's batch its draft prefill reads,
+    whether that prefill went through the window, whether a graph capture is running, and
+    how many later decode steps reuse the metadata being built."""
+
+    prefill_batch: Any = None
+    prefill_windowed: bool = False
+    capturing: bool = False
+    extra_steps: int = 0
+    # Windowed builds so far (the first one is said once).
+    num_builds: int = 0
 
 
 class Mrv2DraftWindow:
@@ -96,6 +111,8 @@ class Mrv2DraftWindow:
         self.build_slot_mappings: torch.Tensor | None = None
         # The run-time check of the speculator's builders (set by its creator, if any).
         self.path_check: PathCheck | None = None
+        # What the speculator's calls within one propose tell each other.
+        self.propose = ProposeState()
 
     def _tables(
         self, full_widths: dict[int, int], max_num_reqs: int, device: torch.device, query: int

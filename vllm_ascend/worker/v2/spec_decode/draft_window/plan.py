@@ -35,7 +35,6 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.groups import (
     decide_groups,
     describe_decisions,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.kv_cache import FREED_ATTR
 from vllm_ascend.worker.v2.spec_decode.draft_window.kv_cost import Freed
 from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
 from vllm_ascend.worker.v2.spec_decode.draft_window.methods import (
@@ -108,7 +107,9 @@ class Plan:
         return [d.group_id for d in self.decisions if not d.windowed]
 
 
-def plan(speculator: Any, config: DraftWindowConfig, release: Release) -> Plan | None:
+def plan(
+    speculator: Any, config: DraftWindowConfig, release: Release, freed: Freed | None = None
+) -> Plan | None:
     """The window this speculator gets under ``config`` on ``release``; None: off (said
     once). ``draft_window_size="auto"`` is resolved once the windowed groups' alignment is
     known (``_auto_window_size``); the refusals before that name the value as set."""
@@ -133,7 +134,6 @@ def plan(speculator: Any, config: DraftWindowConfig, release: Release) -> Plan |
     if not config.auto:
         policy.refuse_shape(method, window_size, query_stretch, speculator.vllm_config)
     policy.refuse_config(speculator.vllm_config, release, window_size)
-    freed = getattr(speculator, FREED_ATTR, None)
     decisions = decide_groups(speculator.kv_cache_config, speculator.attn_groups, freed)
     policy.refuse_backends(speculator, release, decisions, window_size)
     layout = DcpLayout.of(speculator.block_tables)

@@ -25,7 +25,6 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.groups import (
 from vllm_ascend.worker.v2.spec_decode.draft_window.kv_cache import refuse_free_kv
 from vllm_ascend.worker.v2.spec_decode.draft_window.methods import METHODS, Kind
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release, dotted
-from vllm_ascend.worker.v2.spec_decode.draft_window.releases import SUPPORTED
 from vllm_ascend.worker.v2.spec_decode.draft_window.views import block_table_units
 
 
@@ -180,7 +179,7 @@ def refuse_dcp(
     if release.dcp_unserved is not None:
         raise ValueError(
             f"{where} is not supported on {release.name}: {release.dcp_unserved}. Use "
-            f"decode_context_parallel_size=1, a release that serves it ({SUPPORTED}), or "
+            f"decode_context_parallel_size=1, a release that serves it, or "
             f"remove {KEY}."
         )
     units = block_table_units(speculator.block_tables)
@@ -244,7 +243,7 @@ def refuse_backends(
                 raise ValueError(
                     f"{where} from {module}, defined outside {project}: the window is proven "
                     f"on this release for {project}'s own backends only. Use a supported "
-                    f"release for that platform ({SUPPORTED}), {v1}or remove {KEY}."
+                    f"release for that platform, {v1}or remove {KEY}."
                 )
             if backends is not None and name not in backends:
                 why = method_note or notes.get(

@@ -1,50 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""What a supported release is made of (``releases.py`` lists them): the hooks the window
-installs there, each in the room of its speculator family, and every fact about the
-release's attention backends and host lengths the window depends on."""
+"""What the window depends on in a release: its speculator classes, attention backends and
+host lengths. ``VLLM_0_30_ASCEND`` is vllm-ascend's, which its speculators name."""
 
 from __future__ import annotations
 
-import enum
 import importlib
 from dataclasses import dataclass
 from typing import Any
-
-
-class Room(enum.Enum):
-    """The speculator family a hook belongs to: the module of ``hooks/`` holding its wrapper
-    (``hooks.room``), named after the anchors' ``spec_decode/`` folders."""
-
-    SPECULATOR = "speculator"  # vLLM's DraftModelSpeculator, the base of every family
-    DFLASH = "dflash"  # vLLM's DFlashSpeculator (DSpark is a DFlash)
-    AUTOREGRESSIVE = "autoregressive"  # vLLM's EAGLE family and its graph manager
-    ASCEND_AUTOREGRESSIVE = "ascend.autoregressive"  # what vllm-ascend adds to EAGLE
-    ASCEND_DSPARK = "ascend.dspark"  # what vllm-ascend adds to DSpark
-    KV_CACHE = "kv_cache"  # the model runner's KV-cache specs (draft_window_free_kv)
-
-
-@dataclass(frozen=True)
-class Hook:
-    """One method the window wraps (``wrapper``: the function of that name in the room's
-    module; by default the method's name without leading underscores), or only calls
-    (``wrapped`` False; it may then be inherited), with the parameters it relies on."""
-
-    room: Room
-    module: str
-    cls: str
-    method: str
-    parameters: tuple[str, ...] = ()
-    wrapped: bool = True
-    wrapper: str | None = None
-
-    @property
-    def name(self) -> str:
-        return f"{self.cls}.{self.method}"
-
-    @property
-    def wrapper_name(self) -> str:
-        return self.wrapper or self.method.lstrip("_")
 
 
 @dataclass(frozen=True)
@@ -54,15 +17,11 @@ class Release:
 
     name: str
     vllm_minor: tuple[int, int]
-    hooks: tuple[Hook, ...]
     # Per speculative method the window serves on this release, the speculator classes (by
     # name) vLLM or vllm-ascend makes for it that the window is tested with: any other class
     # (a new draft family, a subclass that reads more) is refused by name, never windowed
     # untested.
     speculators: tuple[tuple[str, tuple[str, ...]], ...]
-    # (distribution, its releases whose code the hooks are proven on) that must be installed
-    # beside vLLM, or None. A local build of one (``0.30.0rc2+g1234``) is that release.
-    requires: tuple[str, tuple[str, ...]] | None = None
     # Per speculative method, the attention backend class names the window is proven for on
     # the draft's groups (a method not listed: any backend of ``backend_module``); a draft
     # whose kernel takes host lengths the window does not set is refused, with the reason
@@ -173,3 +132,75 @@ def dotted(obj: Any, path: str) -> Any:
     for name in path.split("."):
         obj = getattr(obj, name, None)
     return obj
+
+
+# vllm-ascend's speculator state that names a layout the window does not serve:
+# (attribute path, the layout, why, the fix).
+UNSERVED_STATE_ASCEND = (
+    (
+        "replicated_pcp",
+        "with vllm-ascend's replicated draft under prefill_context_parallel_size > 1",
+        "its draft prefill rebuilds metadata for the global batch outside the window's hooks",
+        "Use prefill_context_parallel_size=1",
+    ),
+    # vllm-ascend builds these buffers only with sparse_kv_offload_config enabled.
+    (
+        "_sparse_kv_offload_metadata.req_ids_buffers",
+        "with vllm-ascend's sparse_kv_offload_config enabled",
+        "its draft metadata reads offloaded KV by absolute slots the window does not crop",
+        "Disable the offload",
+    ),
+)
+
+# vllm-ascend's worker turns sliding-window specs back into full ones where DSpark reuses
+# the target's KV; the freed draft blocks are unproven on its kernels and graphs.
+FREE_KV_ASCEND = (
+    "vLLM 0.30's Model Runner V2 does not null a sliding-window group's freed blocks and "
+    "vllm-ascend turns sliding-window specs back into full ones for DSpark's KV reuse; "
+    "freeing draft blocks is unproven on its NPU kernels and graphs"
+)
+
+# vllm-ascend's init_speculator: its own subclass of each of vLLM's (DFlash2 by the draft's
+# architecture; eager only there).
+ASCEND_SPECULATORS = (
+    ("dflash", ("AscendDFlashSpeculator", "AscendDFlash2Speculator")),
+    ("dspark", ("AscendDSparkSpeculator",)),
+    ("eagle", ("AscendEagleSpeculator",)),
+    ("eagle3", ("AscendEagleSpeculator",)),
+)
+
+# vllm-ascend 0.30.0rc1/rc2 on vLLM 0.30.0. DFlash and DSpark: FIA
+# takes the device lengths the window sets (the per-propose build, the ACL graph replay
+# build and the capture all go through the build hook). EAGLE/EAGLE3: vLLM 0.30's
+# AutoRegressiveSpeculator runs the draft prefill and the per-step decode builds;
+# vllm-ascend's subclass hands FIA actual lengths of its own for each decode step
+# (_calc_next_seq_lens_cpu for seq_lens_list, build_fia_params for a FULL ACL graph replay)
+# and captures without super(), through its own graph manager. DSpark on GLM-family targets
+# and DFlash on MLA: the kernel takes the host bound plus the query stretch as exact.
+# DSpark on MLA: its exact host copy of the device lengths
+# (_prepare_draft_dcp_metadata_inputs, taken before any hook) is windowed.
+VLLM_0_30_ASCEND = Release(
+    name="vLLM 0.30.x with vllm-ascend 0.30.0rc1 or 0.30.0rc2",
+    vllm_minor=(0, 30),
+    speculators=ASCEND_SPECULATORS,
+    backends=(
+        ("dflash", ("AscendAttentionBackend", "AscendMLABackend")),
+        ("dspark", ("AscendAttentionBackend", "AscendMLABackend")),
+        ("eagle", ("AscendAttentionBackend",)),
+        ("eagle3", ("AscendAttentionBackend",)),
+    ),
+    actual_from_bound_backends=(("dflash", ("AscendMLABackend",)),),
+    dspark_host_length_targets=("glm",),
+    exact_copy_backends=(("dspark", ("AscendMLABackend",)),),
+    # Under DCP its GQA/MLA builders take per-rank lists split from the host bound plus the
+    # query stretch (DSpark: its DCP manager's equal lengths) as exact.
+    dcp_actual_from_bound=("dflash", "dspark"),
+    ar_actual_from_target=True,
+    backend_module=("vllm_ascend.", "vllm-ascend"),
+    host_mirror=("seq_lens_cpu", "seq_lens_np"),
+    built_host_lengths=("seq_lens_list", "decode.seq_lens_list"),
+    unsynced_target=("vllm_ascend.utils", "is_deepseek_v41"),
+    unserved_state=UNSERVED_STATE_ASCEND,
+    prefill_state=("kvpp_runtime", "device_metadata"),
+    free_kv_unserved=FREE_KV_ASCEND,
+)

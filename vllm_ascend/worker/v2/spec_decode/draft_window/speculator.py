@@ -11,13 +11,11 @@ speculators' explicit calls (``design/upstream.md``).
   builds through the windowed views;
 - ``capture_query_pass`` (around a DFlash-family ``capture``): the graphs captured through
   the windowed views;
-- ``ProposeState``: what a speculator's calls within one propose tell each other.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,7 +31,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.fused_check import enable_if_trusted
 from vllm_ascend.worker.v2.spec_decode.draft_window.groups import describe_decisions
-from vllm_ascend.worker.v2.spec_decode.draft_window.kv_cache import FREED_ATTR
+from vllm_ascend.worker.v2.spec_decode.draft_window.kv_cost import Freed
 from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
 from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import PathCheck
@@ -41,32 +39,11 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
 
 # The speculator attribute holding its window (None: off).
 WINDOW_ATTR = "draft_window"
-_STATE_ATTR = "_draft_window_propose"
 
 
-@dataclass
-class ProposeState:
-    """A speculator's state within one propose: the target's batch its draft prefill reads,
-    whether that prefill went through the window, whether a graph capture is running, and
-    how many later decode steps reuse the metadata being built."""
-
-    prefill_batch: Any = None
-    prefill_windowed: bool = False
-    capturing: bool = False
-    extra_steps: int = 0
-    # Windowed builds so far (the first one is said once).
-    num_builds: int = 0
-
-
-def propose_state(speculator: Any) -> ProposeState:
-    state = vars(speculator).get(_STATE_ATTR)
-    if state is None:
-        state = ProposeState()
-        setattr(speculator, _STATE_ATTR, state)
-    return state
-
-
-def create_draft_window(speculator: Any, release: Release) -> Mrv2DraftWindow | None:
+def create_draft_window(
+    speculator: Any, release: Release, freed: Freed | None = None
+) -> Mrv2DraftWindow | None:
     """The speculator's window on ``release``, or None (off): the settings validated, the
     plan made against the speculator, the window built from it, its builders watched."""
     # A config without additional_config (a stand-in) asks for no window.
@@ -74,8 +51,7 @@ def create_draft_window(speculator: Any, release: Release) -> Mrv2DraftWindow | 
     config = DraftWindowConfig.from_additional_config(additional)
     if not config.enabled:
         return None
-    plan = planning.plan(speculator, config, release)
-    freed = getattr(speculator, FREED_ATTR, None)
+    plan = planning.plan(speculator, config, release, freed)
     if plan is None and freed is not None:
         # The draft's KV before its last `freed.tokens` tokens is gone: unwindowed, it would
         # read freed blocks. Refused, never served.
@@ -169,7 +145,7 @@ def build_attn_metadata(
     windowed get vLLM's own build from vLLM's own inputs. ``path`` names the call."""
     if window is None:
         return build(**arguments)
-    state = propose_state(speculator)
+    state = window.propose
     state.num_builds += 1
     if state.num_builds == 1:
         logger.info("Draft KV window active: the first draft metadata build is windowed.")

@@ -184,6 +184,11 @@ class WindowSpec:
         or ``M - 1``."""
         return self.read_cap()
 
+    def crops_within(self, max_model_len: int) -> bool:
+        """Whether a request within ``max_model_len`` is ever cropped: a context reaching
+        ``S + W + a``, and the threshold if any."""
+        return self.reach <= max_model_len and self.min_context <= max_model_len
+
     def retained_tokens(self, block_size: int) -> int:
         """``N = W + a - b``: the fewest tokens below a pass's first query position that a
         group of ``block_size``-token columns must keep so that no read of a plain window

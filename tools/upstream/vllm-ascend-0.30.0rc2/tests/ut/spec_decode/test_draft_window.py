@@ -49,7 +49,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.declared import (
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
 from vllm_ascend.worker.v2.spec_decode.draft_window.plan import Plan
-from vllm_ascend.worker.v2.spec_decode.draft_window.releases import VLLM_0_30_ASCEND
+from vllm_ascend.worker.v2.spec_decode.draft_window.release import VLLM_0_30_ASCEND
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec, window_seq_lens
 from vllm_ascend.worker.v2.spec_decode.dspark.speculator import AscendDSparkSpeculator
 
@@ -352,7 +352,7 @@ def _ar_capture_speculator(monkeypatch, window, seen: dict) -> AscendAutoRegress
     monkeypatch.setattr(ar_module, "build_attn_metadata_wrapper", nullcontext)
 
     def capture_prefill(fn, model_state, input_buffers, block_tables, *args, **kwargs):
-        seen["prefill_capturing"] = draft_window.propose_state(spec).capturing
+        seen["prefill_capturing"] = window.propose.capturing if window else None
         seen["prefill_input_buffers"] = input_buffers
 
     def capture_decode(fn, model_state, input_buffers, block_tables, *args, **kwargs):
@@ -382,7 +382,7 @@ def test_ar_capture_records_the_decode_graphs_on_the_window_buffers(monkeypatch)
     # a capture's (its metadata is the target's dummy one).
     assert seen["prefill_capturing"] is True
     assert seen["prefill_input_buffers"] is spec.target_input_buffers
-    assert draft_window.propose_state(spec).capturing is False
+    assert spec.draft_window.propose.capturing is False
 
 
 def _ar_prefill_speculator(monkeypatch, window, received: dict):
@@ -425,7 +425,7 @@ def test_ar_prefill_during_capture_keeps_the_target_metadata(monkeypatch):
     prefill_attn_metadata = MagicMock()
     monkeypatch.setattr(draft_window_ar, "prefill_attn_metadata", prefill_attn_metadata)
     draft_metadata = object()
-    draft_window.propose_state(spec).capturing = True
+    spec.draft_window.propose.capturing = True
 
     spec._prefill(2, 16, {"draft.0": draft_metadata, "target.0": object()}, None, None)
 
@@ -539,7 +539,7 @@ def test_ar_without_window_builds_and_graphs_are_upstreams(monkeypatch):
     capture.capture()
     assert captured["decode_input_buffers"] is capture.input_buffers
     assert captured["decode_block_tables"] is capture.block_tables
-    assert captured["prefill_capturing"] is False
+    assert captured["prefill_capturing"] is None  # no window, no window state
 
     received = {}
     prefill = _ar_prefill_speculator(monkeypatch, None, received)

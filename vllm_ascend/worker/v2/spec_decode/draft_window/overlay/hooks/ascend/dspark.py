@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import Installed, after
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.common import Installed, after
 
 
 def prepare_draft_dcp_metadata_inputs(original: Callable, installed: Installed) -> Callable:

@@ -16,13 +16,7 @@ vLLM's.
 import functools
 import importlib
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import (
-    install,
-    patches,
-    policy,
-    releases,
-    versions,
-)
+from vllm_ascend.worker.v2.spec_decode.draft_window import policy
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     AUTO,
     FREE_KV_KEY,
@@ -34,6 +28,12 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     unknown_keys,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import (
+    install,
+    patches,
+    supported,
+    versions,
+)
 
 
 def register() -> None:
@@ -50,7 +50,7 @@ def register() -> None:
         logger.debug(
             "draft window: hooks not installed (%s; supported: %s): %s",
             versions.describe_versions(),
-            releases.SUPPORTED,
+            supported.SUPPORTED,
             "; ".join(state.problems),
         )
     if failed:
@@ -138,7 +138,7 @@ def _unchecked_message(vllm_config, error: Exception) -> str:
     keys = ", ".join(f"{k}={additional[k]!r}" for k in (KEY, *OWN_KEYS) if k in additional)
     return (
         f"additional_config {keys} could not be checked on this vLLM "
-        f"({versions.describe_versions()}; supported: {releases.SUPPORTED}): "
+        f"({versions.describe_versions()}; supported: {supported.SUPPORTED}): "
         f"{type(error).__name__}: {error}. Install a supported vLLM or remove {KEY} from "
         f"additional_config."
     )
@@ -161,7 +161,7 @@ def _unserved_message(config: DraftWindowConfig, state: install.Status) -> str:
     return (
         f"additional_config {keys} cannot be served on Model Runner V2 here: the draft "
         f"window could not hook this vLLM ({versions.describe_versions()}; supported: "
-        f"{releases.SUPPORTED}): {'; '.join(state.problems)}. Install a supported vLLM{v1} or "
+        f"{supported.SUPPORTED}): {'; '.join(state.problems)}. Install a supported vLLM{v1} or "
         f"remove {KEY} from additional_config."
     )
 
@@ -208,13 +208,13 @@ def _accept_own_keys() -> None:
     from pydantic.dataclasses import is_pydantic_dataclass, rebuild_dataclass
 
     try:
-        module = importlib.import_module(releases.STRICT_CONFIG[0])
+        module = importlib.import_module(supported.STRICT_CONFIG[0])
     except ModuleNotFoundError as exc:
-        package = releases.STRICT_CONFIG[0].split(".")[0]
+        package = supported.STRICT_CONFIG[0].split(".")[0]
         if exc.name != package and not (exc.name or "").startswith(f"{package}."):
             raise
         return
-    ascend_config = getattr(module, releases.STRICT_CONFIG[1], None)
+    ascend_config = getattr(module, supported.STRICT_CONFIG[1], None)
     if is_pydantic_dataclass(ascend_config):
         extra = ascend_config.__pydantic_config__.get("extra")
     elif isinstance(ascend_config, type) and issubclass(ascend_config, BaseModel):

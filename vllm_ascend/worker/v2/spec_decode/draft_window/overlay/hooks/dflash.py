@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import speculator
-from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import Installed, around
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.common import Installed, around
 
 
 def capture(original: Callable, installed: Installed) -> Callable:

@@ -20,8 +20,9 @@ from collections.abc import Callable
 from typing import Any
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import speculator
-from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import Installed, around
 from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.common import Installed, around
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.kv_cache import FREED_ATTR
 from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import UPDATE_PATH
 
 
@@ -31,8 +32,11 @@ def set_attn(original: Callable, installed: Installed) -> Callable:
     @functools.wraps(original)
     def wrapper(self, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
+        freed = getattr(self, FREED_ATTR, None)
         window = (
-            speculator.create_draft_window(self, installed.release) if installed.active else None
+            speculator.create_draft_window(self, installed.release, freed)
+            if installed.active
+            else None
         )
         setattr(self, speculator.WINDOW_ATTR, window)
 

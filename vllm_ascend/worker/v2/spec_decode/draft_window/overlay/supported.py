@@ -11,10 +11,53 @@ and ``hooks/`` holds their wrappers, one room per speculator family (``Room``).
 from __future__ import annotations
 
 import dataclasses
+import enum
+from dataclasses import dataclass
 from typing import Any
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import backends
-from vllm_ascend.worker.v2.spec_decode.draft_window.release import Hook, Release, Room
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import vllm_backends
+from vllm_ascend.worker.v2.spec_decode.draft_window.release import (
+    ASCEND_SPECULATORS,
+    FREE_KV_ASCEND,
+    UNSERVED_STATE_ASCEND,
+    VLLM_0_30_ASCEND,
+    Release,
+)
+
+
+class Room(enum.Enum):
+    """The speculator family a hook belongs to: the module of ``hooks/`` holding its wrapper
+    (``hooks.room``), named after the anchors' ``spec_decode/`` folders."""
+
+    SPECULATOR = "speculator"  # vLLM's DraftModelSpeculator, the base of every family
+    DFLASH = "dflash"  # vLLM's DFlashSpeculator (DSpark is a DFlash)
+    AUTOREGRESSIVE = "autoregressive"  # vLLM's EAGLE family and its graph manager
+    ASCEND_AUTOREGRESSIVE = "ascend.autoregressive"  # what vllm-ascend adds to EAGLE
+    ASCEND_DSPARK = "ascend.dspark"  # what vllm-ascend adds to DSpark
+    KV_CACHE = "kv_cache"  # the model runner's KV-cache specs (draft_window_free_kv)
+
+
+@dataclass(frozen=True)
+class Hook:
+    """One method the window wraps (``wrapper``: the function of that name in the room's
+    module; by default the method's name without leading underscores), or only calls
+    (``wrapped`` False; it may then be inherited), with the parameters it relies on."""
+
+    room: Room
+    module: str
+    cls: str
+    method: str
+    parameters: tuple[str, ...] = ()
+    wrapped: bool = True
+    wrapper: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.cls}.{self.method}"
+
+    @property
+    def wrapper_name(self) -> str:
+        return self.wrapper or self.method.lstrip("_")
 
 
 def _on(room: Room, module: str, cls: str) -> Any:
@@ -79,22 +122,6 @@ _ar_0_33 = _on(Room.AUTOREGRESSIVE, f"{_AR_0_33}.speculator", "TargetDependentAR
 VLLM_0_33 = Release(
     name="vLLM 0.33.x",
     vllm_minor=(0, 33),
-    hooks=(
-        _SET_ATTN,
-        _BUILD_ATTN_METADATA,
-        _UPDATE_DRAFT_DECODE_METADATA,
-        _DFLASH_CAPTURE,
-        *_autoregressive(
-            _AR_0_33,
-            "TargetDependentARSpeculator",
-            f"{_AR_0_33}.cudagraph_utils",
-            "SpeculatorCudaGraphManager",
-        ),
-        _ar_0_33("capture"),
-        _ar_0_33("_fused_multi_step_decode", "num_speculative_steps"),
-        _PREPARE_ATTN,
-        _GET_KV_CACHE_SPEC,
-    ),
     # vLLM's init_speculator: method "dflash" makes a DFlash, or by the draft's architecture
     # one of the DFlash family (their own passes read only hidden states and token ids).
     speculators=(
@@ -108,37 +135,20 @@ VLLM_0_33 = Release(
         ("draft_model", ("StandaloneARSpeculator",)),
     ),
     backends=(
-        ("dflash", backends.GQA_0_33 + backends.MLA_QUERY_PASS_0_33),
-        ("dspark", backends.GQA_0_33 + backends.MLA_QUERY_PASS_0_33),
-        ("eagle", backends.GQA_0_33 + backends.MLA_VARLEN_0_33),
-        ("eagle3", backends.GQA_0_33 + backends.MLA_VARLEN_0_33),
-        ("draft_model", backends.GQA_0_33),
+        ("dflash", vllm_backends.GQA_0_33 + vllm_backends.MLA_QUERY_PASS_0_33),
+        ("dspark", vllm_backends.GQA_0_33 + vllm_backends.MLA_QUERY_PASS_0_33),
+        ("eagle", vllm_backends.GQA_0_33 + vllm_backends.MLA_VARLEN_0_33),
+        ("eagle3", vllm_backends.GQA_0_33 + vllm_backends.MLA_VARLEN_0_33),
+        ("draft_model", vllm_backends.GQA_0_33),
     ),
-    backend_notes=backends.NOTES_0_33,
-    method_notes=backends.METHOD_NOTES_0_33,
-    dcp_backend_notes=backends.DCP_NOTES_0_33,
+    backend_notes=vllm_backends.NOTES_0_33,
+    method_notes=vllm_backends.METHOD_NOTES_0_33,
+    dcp_backend_notes=vllm_backends.DCP_NOTES_0_33,
     bound_as_exact_rows=("num_decodes", "num_prefills"),
 )
 
-# vllm-ascend 0.30.0rc1/rc2 on vLLM 0.30.0 (design doc, section 8.2). DFlash and DSpark: FIA
-# takes the device lengths the window sets (the per-propose build, the ACL graph replay
-# build and the capture all go through the build hook). EAGLE/EAGLE3: vLLM 0.30's
-# AutoRegressiveSpeculator runs the draft prefill and the per-step decode builds;
-# vllm-ascend's subclass hands FIA actual lengths of its own for each decode step
-# (_calc_next_seq_lens_cpu for seq_lens_list, build_fia_params for a FULL ACL graph replay)
-# and captures without super(), through its own graph manager. DSpark on GLM-family targets
-# and DFlash on MLA: the kernel takes the host bound plus the query stretch as exact.
-# DSpark on MLA: its exact host copy of the device lengths
-# (_prepare_draft_dcp_metadata_inputs, taken before any hook) is windowed.
-# Why draft_window_free_kv is not served with vllm-ascend: vLLM 0.30's Model Runner V2 does
-# not null a sliding-window group's freed blocks in the step's tables (0.33 does), and
-# vllm-ascend's worker turns sliding-window specs back into full ones where DSpark reuses
-# the target's KV; the freed draft blocks are unproven on its kernels and graphs.
-FREE_KV_ASCEND = (
-    "vLLM 0.30's Model Runner V2 does not null a sliding-window group's freed blocks and "
-    "vllm-ascend turns sliding-window specs back into full ones for DSpark's KV reuse; "
-    "freeing draft blocks is unproven on its NPU kernels and graphs"
-)
+# vllm-ascend 0.30.0rc1/rc2 (its facts: release.VLLM_0_30_ASCEND): vLLM's EAGLE hooks with
+# vllm-ascend's graph manager and the host lengths its subclass computes.
 _ASCEND_SD = "vllm_ascend.worker.v2.spec_decode"
 _ASCEND_AR = f"{_ASCEND_SD}.autoregressive"
 _ascend_ar = _on(
@@ -159,55 +169,19 @@ _ASCEND_AUTOREGRESSIVE = (
     ),
     _ascend_ar("_calc_next_seq_lens_cpu", "seq_lens_cpu", "num_reqs", "num_reqs_padded", "step"),
 )
-# vllm-ascend's init_speculator: its own subclass of each of vLLM's (DFlash2 by the draft's
-# architecture; eager only there).
-_ASCEND_SPECULATORS = (
-    ("dflash", ("AscendDFlashSpeculator", "AscendDFlash2Speculator")),
-    ("dspark", ("AscendDSparkSpeculator",)),
-    ("eagle", ("AscendEagleSpeculator",)),
-    ("eagle3", ("AscendEagleSpeculator",)),
-)
-VLLM_0_30_ASCEND = Release(
-    name="vLLM 0.30.x with vllm-ascend 0.30.0rc1 or 0.30.0rc2",
-    vllm_minor=(0, 30),
-    hooks=(
-        _SET_ATTN,
-        _BUILD_ATTN_METADATA,
-        _DFLASH_CAPTURE,
-        *_ASCEND_AUTOREGRESSIVE,
-        _ascend_ar(
-            "build_fia_params", "num_reqs_padded", "draft_attn_metadata", "is_draft_model_prefill"
-        ),
-        _ascend_ar("_build_attn_metadata", "num_reqs", "batch_desc", "step"),
-        _on(Room.ASCEND_DSPARK, f"{_ASCEND_SD}.dspark.speculator", "AscendDSparkSpeculator")(
-            "_prepare_draft_dcp_metadata_inputs", "num_reqs", "num_reqs_padded", "step"
-        ),
-        _PREPARE_ATTN,
+_HOOKS_0_30_ASCEND = (
+    _SET_ATTN,
+    _BUILD_ATTN_METADATA,
+    _DFLASH_CAPTURE,
+    *_ASCEND_AUTOREGRESSIVE,
+    _ascend_ar(
+        "build_fia_params", "num_reqs_padded", "draft_attn_metadata", "is_draft_model_prefill"
     ),
-    speculators=_ASCEND_SPECULATORS,
-    # rc2 is rc1 with new Dockerfiles: the Python package differs only in _version.py (a test
-    # compares the two trees).
-    requires=("vllm-ascend", ("0.30.0rc1", "0.30.0rc2")),
-    backends=(
-        ("dflash", ("AscendAttentionBackend", "AscendMLABackend")),
-        ("dspark", ("AscendAttentionBackend", "AscendMLABackend")),
-        ("eagle", ("AscendAttentionBackend",)),
-        ("eagle3", ("AscendAttentionBackend",)),
+    _ascend_ar("_build_attn_metadata", "num_reqs", "batch_desc", "step"),
+    _on(Room.ASCEND_DSPARK, f"{_ASCEND_SD}.dspark.speculator", "AscendDSparkSpeculator")(
+        "_prepare_draft_dcp_metadata_inputs", "num_reqs", "num_reqs_padded", "step"
     ),
-    actual_from_bound_backends=(("dflash", ("AscendMLABackend",)),),
-    dspark_host_length_targets=("glm",),
-    exact_copy_backends=(("dspark", ("AscendMLABackend",)),),
-    # Under DCP its GQA/MLA builders take per-rank lists split from the host bound plus the
-    # query stretch (DSpark: its DCP manager's equal lengths) as exact.
-    dcp_actual_from_bound=("dflash", "dspark"),
-    ar_actual_from_target=True,
-    backend_module=("vllm_ascend.", "vllm-ascend"),
-    host_mirror=("seq_lens_cpu", "seq_lens_np"),
-    built_host_lengths=("seq_lens_list", "decode.seq_lens_list"),
-    unsynced_target=("vllm_ascend.utils", "is_deepseek_v41"),
-    unserved_state=backends.UNSERVED_STATE_ASCEND,
-    prefill_state=("kvpp_runtime", "device_metadata"),
-    free_kv_unserved=FREE_KV_ASCEND,
+    _PREPARE_ATTN,
 )
 
 # vllm-ascend 0.29.0rc1 on vLLM 0.29.0 (design doc, section 8.3): the builds go through
@@ -223,40 +197,20 @@ VLLM_0_30_ASCEND = Release(
 VLLM_0_29_ASCEND = Release(
     name="vLLM 0.29.x with vllm-ascend 0.29.0rc1",
     vllm_minor=(0, 29),
-    hooks=(
-        _SET_ATTN,
-        _draft(
-            "_build_draft_attn_metadata",
-            *("num_reqs", "num_reqs_padded", "num_tokens_padded", "seq_lens_cpu_upper_bound"),
-            "step",
-            wrapper="build_attn_metadata",
-        ),
-        _DFLASH_CAPTURE,
-        *_ASCEND_AUTOREGRESSIVE,
-        _ascend_ar("build_fia_params", "num_reqs_padded", "is_draft_model_prefill"),
-        _ascend_ar(
-            "_build_draft_attn_metadata",
-            "num_reqs",
-            "step",
-            wrapper="build_draft_attn_metadata",
-        ),
-        _PREPARE_ATTN,
-    ),
-    speculators=_ASCEND_SPECULATORS,
-    requires=("vllm-ascend", ("0.29.0rc1",)),
+    speculators=ASCEND_SPECULATORS,
     backends=(
         ("dflash", ("AscendAttentionBackend",)),
         ("dspark", ("AscendAttentionBackend",)),
         ("eagle", ("AscendAttentionBackend",)),
         ("eagle3", ("AscendAttentionBackend",)),
     ),
-    backend_notes=backends.NOTES_ASCEND_0_29,
-    dcp_unserved=backends.DCP_UNSERVED_ASCEND_0_29,
+    backend_notes=vllm_backends.NOTES_ASCEND_0_29,
+    dcp_unserved=vllm_backends.DCP_UNSERVED_ASCEND_0_29,
     ar_actual_from_target=True,
     backend_module=("vllm_ascend.", "vllm-ascend"),
     host_mirror=("seq_lens_cpu", "seq_lens_np"),
     built_host_lengths=("seq_lens_list", "decode.seq_lens_list"),
-    unserved_state=backends.UNSERVED_STATE_ASCEND[:1],
+    unserved_state=UNSERVED_STATE_ASCEND[:1],
     prefill_state=("kvpp_runtime", "device_metadata"),
     fia_table_from_target=True,
     free_kv_unserved=FREE_KV_ASCEND,
@@ -276,48 +230,86 @@ VLLM_0_34 = dataclasses.replace(
     VLLM_0_33,
     name="vLLM 0.34.x",
     vllm_minor=(0, 34),
-    hooks=(
-        _SET_ATTN,
-        _BUILD_ATTN_METADATA,
-        _UPDATE_DRAFT_DECODE_METADATA,
-        # On the base class, its wrapper in the EAGLE family's room (its only caller).
-        _on(Room.AUTOREGRESSIVE, f"{_SD}.speculator", "DraftModelSpeculator")(
-            "_build_drafter_attn_metadata",
-            *("input_batch", "attn_metadata", "slot_mappings", "cg_mode"),
-        ),
-        _DFLASH_CAPTURE,
-        _ar_0_34("capture"),
-        _ar_0_34(
-            "_run_fused_multi_step_decode",
-            "num_speculative_steps",
-            wrapper="fused_multi_step_decode",
-        ),
-        *(
-            _on(Room.AUTOREGRESSIVE, f"{_SD}.{package}.speculator", cls)(
-                "init_cudagraph_manager", "cudagraph_mode"
-            )
-            for package, cls in (
-                ("target_dependent_ar", "TargetDependentARSpeculator"),
-                ("standalone_ar", "StandaloneARSpeculator"),
-            )
-        ),
-        # Called, not wrapped: the graph manager both prefill managers are made from.
-        _on(Room.AUTOREGRESSIVE, f"{_AR_0_34}.cudagraph_utils", "SpeculatorCudaGraphManager")(
-            "__init__",
-            *("vllm_config", "device", "cudagraph_mode", "decode_query_lens"),
-            wrapped=False,
-        ),
-        _on(Room.AUTOREGRESSIVE, f"{_AR_0_34}.cudagraph_utils", "SpeculatorCudaGraphManager")(
-            "capture", "input_buffers", "block_tables", wrapper="manager_capture"
-        ),
-        _PREPARE_ATTN,
-        _GET_KV_CACHE_SPEC,
-    ),
-    backend_notes=VLLM_0_33.backend_notes + backends.NOTES_0_34,
+    backend_notes=VLLM_0_33.backend_notes + vllm_backends.NOTES_0_34,
     model_runner_v1=False,
     block_table_width=("vllm.v1.kv_cache_interface", "get_block_table_width"),
-    unserved_config=backends.UNSERVED_CONFIG_0_34,
+    unserved_config=vllm_backends.UNSERVED_CONFIG_0_34,
     own_draft_dcp=True,
+)
+
+_HOOKS_0_33 = (
+    _SET_ATTN,
+    _BUILD_ATTN_METADATA,
+    _UPDATE_DRAFT_DECODE_METADATA,
+    _DFLASH_CAPTURE,
+    *_autoregressive(
+        _AR_0_33,
+        "TargetDependentARSpeculator",
+        f"{_AR_0_33}.cudagraph_utils",
+        "SpeculatorCudaGraphManager",
+    ),
+    _ar_0_33("capture"),
+    _ar_0_33("_fused_multi_step_decode", "num_speculative_steps"),
+    _PREPARE_ATTN,
+    _GET_KV_CACHE_SPEC,
+)
+
+_HOOKS_0_29_ASCEND = (
+    _SET_ATTN,
+    _draft(
+        "_build_draft_attn_metadata",
+        *("num_reqs", "num_reqs_padded", "num_tokens_padded", "seq_lens_cpu_upper_bound"),
+        "step",
+        wrapper="build_attn_metadata",
+    ),
+    _DFLASH_CAPTURE,
+    *_ASCEND_AUTOREGRESSIVE,
+    _ascend_ar("build_fia_params", "num_reqs_padded", "is_draft_model_prefill"),
+    _ascend_ar(
+        "_build_draft_attn_metadata",
+        "num_reqs",
+        "step",
+        wrapper="build_draft_attn_metadata",
+    ),
+    _PREPARE_ATTN,
+)
+
+_HOOKS_0_34 = (
+    _SET_ATTN,
+    _BUILD_ATTN_METADATA,
+    _UPDATE_DRAFT_DECODE_METADATA,
+    # On the base class, its wrapper in the EAGLE family's room (its only caller).
+    _on(Room.AUTOREGRESSIVE, f"{_SD}.speculator", "DraftModelSpeculator")(
+        "_build_drafter_attn_metadata",
+        *("input_batch", "attn_metadata", "slot_mappings", "cg_mode"),
+    ),
+    _DFLASH_CAPTURE,
+    _ar_0_34("capture"),
+    _ar_0_34(
+        "_run_fused_multi_step_decode",
+        "num_speculative_steps",
+        wrapper="fused_multi_step_decode",
+    ),
+    *(
+        _on(Room.AUTOREGRESSIVE, f"{_SD}.{package}.speculator", cls)(
+            "init_cudagraph_manager", "cudagraph_mode"
+        )
+        for package, cls in (
+            ("target_dependent_ar", "TargetDependentARSpeculator"),
+            ("standalone_ar", "StandaloneARSpeculator"),
+        )
+    ),
+    # Called, not wrapped: the graph manager both prefill managers are made from.
+    _on(Room.AUTOREGRESSIVE, f"{_AR_0_34}.cudagraph_utils", "SpeculatorCudaGraphManager")(
+        "__init__",
+        *("vllm_config", "device", "cudagraph_mode", "decode_query_lens"),
+        wrapped=False,
+    ),
+    _on(Room.AUTOREGRESSIVE, f"{_AR_0_34}.cudagraph_utils", "SpeculatorCudaGraphManager")(
+        "capture", "input_buffers", "block_tables", wrapper="manager_capture"
+    ),
+    _PREPARE_ATTN,
+    _GET_KV_CACHE_SPEC,
 )
 
 RELEASES = (VLLM_0_34, VLLM_0_33, VLLM_0_30_ASCEND, VLLM_0_29_ASCEND)
@@ -335,3 +327,29 @@ def release_for(vllm_version: str) -> Release | None:
     except (IndexError, ValueError):
         return None
     return next((r for r in RELEASES if r.vllm_minor == minor), None)
+
+
+# The hooks of each release, by its name.
+_HOOKS = {
+    VLLM_0_34.name: _HOOKS_0_34,
+    VLLM_0_33.name: _HOOKS_0_33,
+    VLLM_0_30_ASCEND.name: _HOOKS_0_30_ASCEND,
+    VLLM_0_29_ASCEND.name: _HOOKS_0_29_ASCEND,
+}
+# (distribution, its releases whose code the hooks are proven on) that must be installed
+# beside vLLM. A local build of one (``0.30.0rc2+g1234``) is that release. rc2 is rc1 with
+# new Dockerfiles: the Python package differs only in _version.py (a test compares the trees).
+_REQUIRES = {
+    VLLM_0_30_ASCEND.name: ("vllm-ascend", ("0.30.0rc1", "0.30.0rc2")),
+    VLLM_0_29_ASCEND.name: ("vllm-ascend", ("0.29.0rc1",)),
+}
+
+
+def hooks_for(release: Release) -> tuple[Hook, ...]:
+    """The methods the window wraps or calls on ``release``."""
+    return _HOOKS[release.name]
+
+
+def requires_for(release: Release) -> tuple[str, tuple[str, ...]] | None:
+    """The distribution and its releases that must be installed beside vLLM, or None."""
+    return _REQUIRES.get(release.name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.metadata
 from typing import Any
 
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import supported
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
 
 
@@ -26,9 +27,10 @@ def describe_versions() -> str:
 
 def requirement_problem(release: Release) -> str | None:
     """Why the release's companion distribution does not fit, or None."""
-    if release.requires is None:
+    requires = supported.requires_for(release)
+    if requires is None:
         return None
-    dist, versions = release.requires
+    dist, versions = requires
     installed = installed_versions()[dist]
     if installed.split("+")[0] not in versions:
         return f"{release.name} needs {dist} {' or '.join(versions)}, installed: {installed}"

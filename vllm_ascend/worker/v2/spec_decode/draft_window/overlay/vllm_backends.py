@@ -95,23 +95,6 @@ DCP_NOTES_0_33 = (
     ),
 )
 
-# vllm-ascend's speculator state that names a layout the window does not serve:
-# (attribute path, the layout, why, the fix).
-UNSERVED_STATE_ASCEND = (
-    (
-        "replicated_pcp",
-        "with vllm-ascend's replicated draft under prefill_context_parallel_size > 1",
-        "its draft prefill rebuilds metadata for the global batch outside the window's hooks",
-        "Use prefill_context_parallel_size=1",
-    ),
-    # vllm-ascend builds these buffers only with sparse_kv_offload_config enabled.
-    (
-        "_sparse_kv_offload_metadata.req_ids_buffers",
-        "with vllm-ascend's sparse_kv_offload_config enabled",
-        "its draft metadata reads offloaded KV by absolute slots the window does not crop",
-        "Disable the offload",
-    ),
-)
 
 # vllm-ascend 0.29.0rc1: its draft builds hand the kernel no per-request host lengths.
 _ONE_HOST_LENGTH_029 = (

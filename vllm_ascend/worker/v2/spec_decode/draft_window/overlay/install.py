@@ -18,8 +18,9 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import patches, releases, versions
-from vllm_ascend.worker.v2.spec_decode.draft_window.release import Hook, Release
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import patches, supported, versions
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.supported import Hook
+from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ def install() -> Status:
 
 def _install() -> Status:
     version = versions.installed_versions()["vllm"]
-    release = releases.release_for(version)
+    release = supported.release_for(version)
     if release is None:
         problems = [f"vLLM {version} is not a supported release"]
     elif (problem := versions.requirement_problem(release)) is not None:
@@ -67,7 +68,7 @@ def _install() -> Status:
         found, problems = resolve(release)
     if not problems:
         try:
-            from vllm_ascend.worker.v2.spec_decode.draft_window import hooks
+            from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import hooks
 
             factories = [(r, hooks.wrapper_factory(r.hook)) for r in found if r.hook.wrapped]
         except Exception as error:  # what the hooks import from vLLM moved
@@ -122,7 +123,7 @@ def resolve(release: Release) -> tuple[list[Resolved], list[str]]:
     the missing module, class, method or parameters.
     """
     found, problems = [], []
-    for hook in release.hooks:
+    for hook in supported.hooks_for(release):
         try:
             module = importlib.import_module(hook.module)
         except Exception as error:  # any import-time failure of a module we hook

@@ -13,7 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import kv_cache
-from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import Installed
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.common import Installed
+
+# The speculator attribute holding what the key freed (``kv_cost.Freed``), set where the
+# runner returns the specs and handed to the window at set_attn; absent: the KV is whole.
+FREED_ATTR = "_draft_window_freed"
 
 
 def get_kv_cache_spec(original: Callable, installed: Installed) -> Callable:
@@ -26,6 +30,9 @@ def get_kv_cache_spec(original: Callable, installed: Installed) -> Callable:
         if not installed.active or not kv_cache.asks_free_kv(self):
             return specs
         width = installed.release.block_table_width_function()
-        return kv_cache.draft_kv_cache_spec(self, specs, width)
+        specs, freed = kv_cache.draft_kv_cache_spec(self, specs, width)
+        if freed is not None:
+            setattr(self.speculator, FREED_ATTR, freed)
+        return specs
 
     return wrapper

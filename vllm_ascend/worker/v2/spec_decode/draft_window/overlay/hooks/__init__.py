@@ -21,29 +21,33 @@ when they did not. With the window off each wrapper costs one attribute check.
 from collections.abc import Callable
 from types import ModuleType
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import Installed, window_of
-from vllm_ascend.worker.v2.spec_decode.draft_window.release import Hook, Room
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.common import Installed, window_of
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.supported import Hook, Room
 
 
 def room(family: Room) -> ModuleType:
     """The module holding a family's wrappers (one branch per family, as vLLM's
     ``init_speculator`` picks a speculator class by method)."""
     if family is Room.SPECULATOR:
-        from vllm_ascend.worker.v2.spec_decode.draft_window.hooks import speculator as module
+        from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks import (
+            speculator as module,
+        )
     elif family is Room.DFLASH:
-        from vllm_ascend.worker.v2.spec_decode.draft_window.hooks import dflash as module
+        from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks import dflash as module
     elif family is Room.AUTOREGRESSIVE:
-        from vllm_ascend.worker.v2.spec_decode.draft_window.hooks import (
+        from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks import (
             autoregressive as module,
         )
     elif family is Room.ASCEND_AUTOREGRESSIVE:
-        from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.ascend import (
+        from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.ascend import (
             autoregressive as module,
         )
     elif family is Room.ASCEND_DSPARK:
-        from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.ascend import dspark as module
+        from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.ascend import (
+            dspark as module,
+        )
     elif family is Room.KV_CACHE:
-        from vllm_ascend.worker.v2.spec_decode.draft_window.hooks import kv_cache as module
+        from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks import kv_cache as module
     else:
         raise ValueError(f"no room of hooks for {family}")
     return module

@@ -26,12 +26,12 @@ from typing import Any
 import torch
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import ascend
-from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import (
+from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.common import (
     Installed,
     after,
     around,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
 
 
 def calc_next_seq_lens_cpu(original: Callable, installed: Installed) -> Callable:

@@ -32,14 +32,14 @@ from typing import Any
 from vllm.config.compilation import CUDAGraphMode
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import autoregressive
-from vllm_ascend.worker.v2.spec_decode.draft_window.hooks.common import (
+from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.common import (
     Installed,
     around,
     window_of,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
 from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import not_in_path
-from vllm_ascend.worker.v2.spec_decode.draft_window.speculator import WINDOW_ATTR, propose_state
+from vllm_ascend.worker.v2.spec_decode.draft_window.speculator import WINDOW_ATTR
 
 
 def propose(original: Callable, installed: Installed) -> Callable:
@@ -49,7 +49,7 @@ def propose(original: Callable, installed: Installed) -> Callable:
     def body(
         self: Any, window: Mrv2DraftWindow, input_batch: Any, *args: Any, **kwargs: Any
     ) -> Any:
-        state = propose_state(self)
+        state = window.propose
         state.prefill_batch, state.prefill_windowed = input_batch, False
         try:
             drafts = original(self, input_batch, *args, **kwargs)
@@ -77,7 +77,7 @@ def prefill(original: Callable, installed: Installed) -> Callable:
     path = original.__qualname__
 
     def body(self: Any, window: Mrv2DraftWindow, *args: Any, **kwargs: Any) -> Any:
-        state = propose_state(self)
+        state = window.propose
         bound = signature.bind(self, *args, **kwargs)
         target_metadata = bound.arguments["attn_metadata"]
         if target_metadata is None:
@@ -223,7 +223,7 @@ def fused_multi_step_decode(original: Callable, installed: Installed) -> Callabl
 
     def body(self: Any, window: Mrv2DraftWindow, *args: Any, **kwargs: Any) -> None:
         steps = signature.bind(self, *args, **kwargs).arguments["num_speculative_steps"]
-        state = propose_state(self)
+        state = window.propose
         state.extra_steps = max(steps - 2, 0)
         try:
             return original(self, *args, **kwargs)
