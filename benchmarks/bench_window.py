@@ -6,7 +6,7 @@
    trained at 64 tokens, served at contexts up to 16 times it, without the window and with
    it: acceptance by context and output tokens/s as ratios (``benchmarks/long_context.py``).
 1. Window cost per build: the device and host work the MRV2 hook adds to one metadata build
-   (`Mrv2DraftWindow.refresh` plus the host bound) against one released MRV1
+   (`DraftWindow.refresh` plus the host bound) against one released MRV1
    `SlidingWindowAdapter.apply`, on identical inputs, interleaved, as a ratio, for batch
    sizes x windows x block-table widths. Not in it: the wrapper's Python overhead per build
    (a signature bind and three attribute swaps), and how often each runs: DFlash/DSpark build
@@ -71,8 +71,8 @@ from benchmarks.kv_reclaim import bench_kv_reclaim, kv_reclaim_lines  # noqa: E4
 from testbed.mrv1_adapter import load_mrv1_adapter_module  # noqa: E402
 from testbed.reference import PagedKVCache  # noqa: E402
 from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import dcp_local_lengths  # noqa: E402
-from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow  # noqa: E402
 from vllm_ascend.worker.v2.spec_decode.draft_window.plan import Plan  # noqa: E402
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow  # noqa: E402
 
 BLOCK_SIZE = 128
 BATCH_SIZES = [1, 64, 256, 1024]
@@ -96,7 +96,7 @@ def make_inputs(batch: int, context: int, seed: int = 0):
     return seq_lens, table
 
 
-def mrv2_step(window: Mrv2DraftWindow, bound: torch.Tensor, n: int) -> None:
+def mrv2_step(window: DraftWindow, bound: torch.Tensor, n: int) -> None:
     window.refresh(n)
     window.host_upper_bound(bound, n, 0)
 
@@ -107,13 +107,13 @@ def window_over(
     window_size: int = 0,
     block_tables: SimpleNamespace | None = None,
     **plan: int,
-) -> Mrv2DraftWindow:
+) -> DraftWindow:
     """A window over these lengths and one group's table (``block_tables``: a layout of its
     own, such as one DCP rank's), W = SINKS_WINDOW unless given; ``plan``: ``Plan.of``'s
     ``sink_tokens`` or ``min_context``."""
     tables = block_tables or SimpleNamespace(block_sizes=[BLOCK_SIZE], input_block_tables=[table])
     lengths = SimpleNamespace(seq_lens=seq_lens)
-    return Mrv2DraftWindow(
+    return DraftWindow(
         Plan.of(window_size or SINKS_WINDOW, tables, [0], **plan),
         lengths,
         tables,
@@ -122,7 +122,7 @@ def window_over(
     )
 
 
-def step_of(window: Mrv2DraftWindow, bound: torch.Tensor):
+def step_of(window: DraftWindow, bound: torch.Tensor):
     """One build's window work (``mrv2_step``) over the window's whole batch, as a call."""
     n = bound.shape[0]
     return lambda: mrv2_step(window, bound, n)
@@ -243,7 +243,7 @@ def bench_launches(mrv1, rounds: int, iters: int) -> list[dict]:
             base_bt = SimpleNamespace(block_sizes=[BLOCK_SIZE], input_block_tables=[table])
             # A draft model's prefill: the verify chunk and one correction token per request.
             chunk = k + 2 if method == "draft_model" else 4
-            window = Mrv2DraftWindow(
+            window = DraftWindow(
                 Plan.of(w, base_bt, [0], max_chunk_len=chunk if k else None),
                 base_ib,
                 base_bt,
@@ -314,10 +314,8 @@ def fixed_start_cost(k, batch, w, seq_lens, table, bound, qsl, per_step, rounds,
     base_bt = SimpleNamespace(block_sizes=[BLOCK_SIZE], input_block_tables=[table])
     cpu = torch.device("cpu")
     # The draft prefill is windowed for itself, as in the per-step path.
-    prefill = Mrv2DraftWindow(
-        Plan.of(w, base_bt, [0], max_chunk_len=4), base_ib, base_bt, batch, cpu
-    )
-    window = Mrv2DraftWindow(Plan.of(w, base_bt, [0]), base_ib, base_bt, batch, cpu)
+    prefill = DraftWindow(Plan.of(w, base_bt, [0], max_chunk_len=4), base_ib, base_bt, batch, cpu)
+    window = DraftWindow(Plan.of(w, base_bt, [0]), base_ib, base_bt, batch, cpu)
     # [batch] int32: the last step's lengths, a persistent buffer.
     last = torch.empty_like(seq_lens)
 
@@ -351,7 +349,7 @@ def bench_step_cost(mrv1, rounds: int, iters: int) -> list[dict]:
             for w in WINDOWS:
                 base_ib = SimpleNamespace(seq_lens=seq_lens)
                 base_bt = SimpleNamespace(block_sizes=[BLOCK_SIZE], input_block_tables=[table])
-                window = Mrv2DraftWindow(
+                window = DraftWindow(
                     Plan.of(w, base_bt, [0]), base_ib, base_bt, batch, torch.device("cpu")
                 )
                 adapter = mrv1.SlidingWindowAdapter(w, BLOCK_SIZE, batch, 0, torch.device("cpu"))
@@ -847,7 +845,7 @@ def launch_lines(rows: list[dict]) -> list[str]:
         "Counted on CPU with a torch dispatch mode: every aten op but views and but ops on "
         "host tensors only, i.e. what would launch a device kernel (after a warm-up call). "
         "MRV1: the released `SlidingWindowAdapter.apply`, once per propose (future offset K "
-        "for EAGLE, 0 for DFlash/DSpark). MRV2 torch path: `Mrv2DraftWindow.refresh` and the "
+        "for EAGLE, 0 for DFlash/DSpark). MRV2 torch path: `DraftWindow.refresh` and the "
         "host bound per build; an EAGLE propose builds for its prefill (a 4-token verify chunk "
         "per request) and for each of its K - 1 later steps, a draft model's (`draft_model`) "
         "the same with K + 2 tokens per request in its prefill (MRV1 has no draft-model "
@@ -1009,7 +1007,7 @@ def write_results(
         "## Per-step window cost: MRV2 hook vs the released MRV1 adapter",
         "",
         "Same seq_lens and block table for both; median microseconds per build, interleaved. "
-        "MRV2: `Mrv2DraftWindow.refresh` + host bound (persistent buffers), without the "
+        "MRV2: `DraftWindow.refresh` + host bound (persistent buffers), without the "
         "wrapper's Python overhead (a signature bind and three attribute swaps); MRV1: "
         "`SlidingWindowAdapter.apply` (windows the device lengths, the table and a host "
         "mirror). DFlash/DSpark build once per propose on both; an EAGLE propose refreshes "

@@ -22,8 +22,8 @@ from testbed.reference import (
     dense_attention,
     positions_read,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
 from vllm_ascend.worker.v2.spec_decode.draft_window.plan import Plan
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
 
 def owner(p: torch.Tensor, cp_size: int, interleave: int) -> torch.Tensor:
@@ -214,7 +214,7 @@ def window_per_rank(cp_size, interleave, window, sinks=0, min_context=0, dcp_sha
             cp=(cp_size, rank, interleave),
             dcp_sharded=dcp_sharded,
         )
-        w = Mrv2DraftWindow(
+        w = DraftWindow(
             Plan.of(window, batch.block_tables, [0], sink_tokens=sinks, min_context=min_context),
             batch.input_buffers,
             batch.block_tables,

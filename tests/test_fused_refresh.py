@@ -23,8 +23,8 @@ import pytest
 import torch
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import fused, fused_check
-from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
 from vllm_ascend.worker.v2.spec_decode.draft_window.plan import ActualSeqLens, Plan
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
 # The same code on every vLLM line: run once, in .venv (design/testing.md).
 pytestmark = pytest.mark.release_independent
@@ -43,7 +43,7 @@ def make_window(gen, block_sizes, window_size, sinks, rows, extra_cols, actual=N
         )
         for b in block_sizes
     ]
-    window = Mrv2DraftWindow(
+    window = DraftWindow(
         Plan.of(
             window_size,
             SimpleNamespace(input_block_tables=tables, block_sizes=block_sizes),
@@ -245,7 +245,7 @@ def test_tables_wider_than_one_column_block_equal_the_torch_path():
     gen = torch.Generator().manual_seed(7)
     rows, b = 5, 16
     table = torch.randint(1, 50_000, (rows, 2600), generator=gen, dtype=torch.int32)
-    window = Mrv2DraftWindow(
+    window = DraftWindow(
         Plan.of(
             64,
             SimpleNamespace(input_block_tables=[table], block_sizes=[b]),

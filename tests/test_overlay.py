@@ -5,6 +5,7 @@ vllm-ascend's own: installed beside vllm-ascend it never replaces one of vllm-as
 
 import ast
 import importlib.metadata
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -32,6 +33,9 @@ PARENTS = [
 
 
 def build_wheel(out_dir: Path) -> Path:
+    # setuptools builds in the source tree's build/: a module removed since an earlier build
+    # would still ship from there (as make's wheel rule does, it goes before and after).
+    shutil.rmtree(ROOT / "build", ignore_errors=True)
     subprocess.run(
         [
             sys.executable,
@@ -47,6 +51,7 @@ def build_wheel(out_dir: Path) -> Path:
         ],
         check=True,
     )
+    shutil.rmtree(ROOT / "build", ignore_errors=True)
     (wheel,) = out_dir.glob("*.whl")
     return wheel
 
@@ -60,7 +65,7 @@ def test_parent_folders_have_no_init_file():
 # vllm-ascend, byte for byte): the settings, the window arithmetic, the group and refusal
 # policy, the window, the path check, the fused refresh and its start-up check (its kernel:
 # KERNEL), the release vllm-ascend names at its call sites. The overlay (the plugin form
-# only): the entry point, the hook installer, the hooks (one room per speculator family),
+# only): the entry point, the hook installer, the hooks (one module per speculator family),
 # the other supported releases. The inspector, the GPU check and the CPU test bed live in
 # tools/ and tests/; a module added here is a deliberate change to what a host installs.
 CORE_MODULES = {
@@ -77,7 +82,7 @@ CORE_MODULES = {
     "kv_cost.py",
     "log.py",
     "methods.py",
-    "mrv2.py",
+    "window_buffers.py",
     "path_check.py",
     "plan.py",
     "policy.py",

@@ -38,12 +38,12 @@ from testbed.speculators import (
     wire_speculator,
 )
 from testbed.vllm_line import RELEASE
-from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import install
 from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import (
     UPDATE_PATH,
     WindowNotInPathError,
 )
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
 pytestmark = pytest.mark.usefixtures("window_hooks")
 LAYOUT = [*LAYOUTS["target_group_and_two_draft_groups"], *LAYOUTS["one_group"]]
@@ -224,7 +224,7 @@ def test_host_lengths_past_the_window_are_stopped(model_dir, monkeypatch):
     """A host bound that escaped the window (here the window's own host arithmetic is
     switched off; vllm-ascend's DSpark MLA path hands its builders unwindowed host lengths)."""
     monkeypatch.setattr(
-        Mrv2DraftWindow, "host_upper_bound", lambda self, bound, num_reqs, step, **kwargs: bound
+        DraftWindow, "host_upper_bound", lambda self, bound, num_reqs, step, **kwargs: bound
     )
     wired = wire_class(DSparkSpeculator, model_dir)
     with pytest.raises(WindowNotInPathError) as error:

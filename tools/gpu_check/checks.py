@@ -31,16 +31,16 @@ def synthetic_window(
     fused refresh enabled."""
     import torch
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
     from vllm_ascend.worker.v2.spec_decode.draft_window.plan import ActualSeqLens, Plan
     from vllm_ascend.worker.v2.spec_decode.draft_window.window import ceil_div
+    from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
     def i32(*shape, high=1 << 30):
         return torch.randint(1, high, shape, generator=gen, dtype=torch.int32).to(device)
 
     tables = [i32(batch, ceil_div(context, b) + 1) for b in block_sizes]
     actual = ActualSeqLens(torch.zeros(batch, dtype=torch.int32, device=device), context + 8)
-    window = Mrv2DraftWindow(
+    window = DraftWindow(
         Plan.of(
             window_size,
             SimpleNamespace(input_block_tables=tables, block_sizes=list(block_sizes)),

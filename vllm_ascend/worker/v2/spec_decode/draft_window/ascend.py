@@ -5,7 +5,7 @@ parameters of a FULL decode graph's replay (``build_fia_params``), windowed like
 side of each recorded step. Both forms call it: the overlay's
 ``hooks/ascend/autoregressive.py`` and vllm-ascend's explicit call. The host lengths
 vllm-ascend computes for each step (``_calc_next_seq_lens_cpu``, its DCP manager's, DSpark's
-exact copy) are windowed in place by ``Mrv2DraftWindow.window_actual_seq_lens``.
+exact copy) are windowed in place by ``DraftWindow.window_actual_seq_lens``.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from typing import Any
 import torch
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import dcp_local_lengths
-from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
 from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import not_in_path
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
 
 def fia_params(
     speculator: Any,
-    window: Mrv2DraftWindow | None,
+    window: DraftWindow | None,
     params: list,
     num_reqs_padded: int,
     is_draft_model_prefill: bool,
@@ -59,7 +59,7 @@ def fia_params(
 
 
 def _cropped_tables(
-    speculator: Any, window: Mrv2DraftWindow, params: list, num_reqs_padded: int
+    speculator: Any, window: DraftWindow, params: list, num_reqs_padded: int
 ) -> None:
     """Each layer's ``block_table`` the window's cropped table of its group: the table the
     graph recorded (through the window's views), which the recorded refresh of every step
@@ -80,7 +80,7 @@ def _cropped_tables(
         param["block_table"] = window.windows[g].block_table[:num_reqs_padded]
 
 
-def _dcp_shares(speculator: Any, window: Mrv2DraftWindow, params: list) -> list:
+def _dcp_shares(speculator: Any, window: DraftWindow, params: list) -> list:
     """Under DCP each step's ``actual_seq_lengths_kv`` is this rank's share of the step's
     global lengths (the target's length plus the step), which only the global lengths can be
     windowed from: each step's are recomputed as vllm-ascend computes them for the eager

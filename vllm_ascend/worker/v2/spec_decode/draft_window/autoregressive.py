@@ -30,13 +30,13 @@ from vllm.v1.attention.backends.utils import PAD_SLOT_ID
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY
 from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import dcp_local_lengths
 from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
-from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import window_seq_lens
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
 
 def windowed_prefill_metadata(
-    speculator: Any, window: Mrv2DraftWindow, batch: Any, path: str, host_mirror: str | None = None
+    speculator: Any, window: DraftWindow, batch: Any, path: str, host_mirror: str | None = None
 ) -> dict:
     """The draft layers' prefill metadata: the target's batch, read through the window.
 
@@ -109,7 +109,7 @@ def windowed_prefill_metadata(
         window.block_tables.windows = window.windows
 
 
-def _window_exact(window: Mrv2DraftWindow, exact: torch.Tensor, query_lens: torch.Tensor):
+def _window_exact(window: DraftWindow, exact: torch.Tensor, query_lens: torch.Tensor):
     """Exact host lengths of a multi-token pass, windowed by the device's arithmetic."""
     windowed = torch.empty_like(exact)
     window_seq_lens(
@@ -124,7 +124,7 @@ def _window_exact(window: Mrv2DraftWindow, exact: torch.Tensor, query_lens: torc
 
 def prefill_attn_metadata(
     speculator: Any,
-    window: Mrv2DraftWindow,
+    window: DraftWindow,
     batch: Any,
     target_metadata: dict[str, Any],
     num_tokens: int | None,
@@ -155,7 +155,7 @@ def makes_prefill_manager(arguments: dict[str, Any]) -> bool:
 
 
 @contextmanager
-def capturing(speculator: Any, window: Mrv2DraftWindow | None, path: str) -> Iterator[None]:
+def capturing(speculator: Any, window: DraftWindow | None, path: str) -> Iterator[None]:
     """The speculator's ``capture`` running on ``path``: its draft prefill (outside propose)
     may read the target's dummy metadata, since its graphs are PIECEWISE at most."""
     if window is None:
@@ -188,7 +188,7 @@ def prefill_cudagraph_mode(cudagraph_mode: CUDAGraphMode) -> CUDAGraphMode:
 
 
 @contextmanager
-def decode_capture(window: Mrv2DraftWindow | None, path: str) -> Iterator[None]:
+def decode_capture(window: DraftWindow | None, path: str) -> Iterator[None]:
     """The decode graph manager's ``capture`` on ``path``, handed ``window.input_buffers``
     and ``window.block_tables`` by the caller: every build under it is checked."""
     if window is None:

@@ -3,7 +3,7 @@
 """One kernel launch per window refresh: the windowed lengths and every group's cropped
 table, for the padded batch, written into persistent buffers.
 
-The torch path (``Mrv2DraftWindow.refresh`` without a fused refresh: ``window_seq_lens``
+The torch path (``DraftWindow.refresh`` without a fused refresh: ``window_seq_lens``
 and one ``BlockTableWindow.gather`` per group) is the reference: this kernel computes the
 same integers (window.py's arithmetic, row by row) and must equal it bit for bit
 (``fused_check.py`` checks that before it is used). It launches a fixed grid

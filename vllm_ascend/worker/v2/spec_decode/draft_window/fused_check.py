@@ -11,13 +11,13 @@ from typing import Any
 import torch
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.fused import triton_available
-from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
 from vllm_ascend.worker.v2.spec_decode.draft_window.plan import ActualSeqLens, Plan
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import ceil_div
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
 
 def compare_with_torch(
-    window: Mrv2DraftWindow,
+    window: DraftWindow,
     num_reqs_padded: int,
     source: torch.Tensor,
     query_start_loc: torch.Tensor | None = None,
@@ -53,7 +53,7 @@ def _outputs(window: Any, windows: dict, n: int, actual: bool) -> dict[str, torc
     return out
 
 
-def self_check(window: Mrv2DraftWindow, seed: int = 0) -> list[str]:
+def self_check(window: DraftWindow, seed: int = 0) -> list[str]:
     """The start-up check on the window's device: a synthetic window of the same shape (W,
     alignment, sinks, threshold, groups and block sizes, actual lengths; its own small tables and
     lengths) refreshed by both paths, for every variant the window uses. Returns what
@@ -81,7 +81,7 @@ def self_check(window: Mrv2DraftWindow, seed: int = 0) -> list[str]:
         actual = ActualSeqLens(source.to(device), window.actual.max_model_len)
     # The window's own shape, over tables of the same column units.
     plan = Plan(spec, window.group_block_sizes, max_chunk_len=2 * spec.window_size, actual=actual)
-    synthetic = Mrv2DraftWindow(
+    synthetic = DraftWindow(
         plan,
         SimpleNamespace(seq_lens=torch.zeros(rows, dtype=torch.int32, device=device)),
         SimpleNamespace(input_block_tables=tables, block_sizes=sizes),
@@ -108,9 +108,7 @@ def self_check(window: Mrv2DraftWindow, seed: int = 0) -> list[str]:
     return problems
 
 
-def enable_if_trusted(
-    window: Mrv2DraftWindow, logger: Any, key: str, allow_cpu: bool = False
-) -> bool:
+def enable_if_trusted(window: DraftWindow, logger: Any, key: str, allow_cpu: bool = False) -> bool:
     """Use the one-launch refresh on the window's device only after the self-check there
     agrees with the torch path; otherwise say why once and keep the torch path. On CPU only
     with ``allow_cpu`` (Triton's interpreter there says nothing about speed)."""

@@ -3,7 +3,7 @@
 """What one speculator's window is made of, decided once at ``set_attn``: ``plan`` walks the
 settings through every refusal (``policy.py``) and the group decisions (``groups.py``) to a
 ``Plan``, the window's shape derived once (``WindowSpec``: alignment, sinks, threshold,
-reach) with everything else the window needs; ``Mrv2DraftWindow`` is built from it. A
+reach) with everything else the window needs; ``DraftWindow`` is built from it. A
 window that would change nothing stays off with one line saying why.
 """
 

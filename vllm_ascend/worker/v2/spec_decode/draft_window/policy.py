@@ -2,7 +2,7 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """What the window refuses, and why: every start-up refusal ``plan.py`` makes, each a
 ``ValueError`` naming the key, the value and the fix. The arithmetic (``window.py``) and the
-window (``mrv2.py``) never see these decisions, only their outcome (``plan.Plan``).
+window (``window_buffers.py``) never see these decisions, only their outcome (``plan.Plan``).
 """
 
 from __future__ import annotations

@@ -33,9 +33,9 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.fused_check import enable_if
 from vllm_ascend.worker.v2.spec_decode.draft_window.groups import describe_decisions
 from vllm_ascend.worker.v2.spec_decode.draft_window.kv_cost import Freed
 from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
-from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
 from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import PathCheck
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
 # The speculator attribute holding its window (None: off).
 WINDOW_ATTR = "draft_window"
@@ -43,7 +43,7 @@ WINDOW_ATTR = "draft_window"
 
 def create_draft_window(
     speculator: Any, release: Release, freed: Freed | None = None
-) -> Mrv2DraftWindow | None:
+) -> DraftWindow | None:
     """The speculator's window on ``release``, or None (off): the settings validated, the
     plan made against the speculator, the window built from it, its builders watched."""
     # A config without additional_config (a stand-in) asks for no window.
@@ -62,7 +62,7 @@ def create_draft_window(
         )
     if plan is None:
         return None
-    window = Mrv2DraftWindow(
+    window = DraftWindow(
         plan,
         speculator.input_buffers,
         speculator.block_tables,
@@ -78,7 +78,7 @@ def create_draft_window(
     return window
 
 
-def _say_on(method: str, window: Mrv2DraftWindow) -> None:
+def _say_on(method: str, window: DraftWindow) -> None:
     """The one start-up line: what the window will do."""
     spec, plan = window.spec, window.plan
     sinks = ""
@@ -133,7 +133,7 @@ def _say_on(method: str, window: Mrv2DraftWindow) -> None:
 
 def build_attn_metadata(
     speculator: Any,
-    window: Mrv2DraftWindow | None,
+    window: DraftWindow | None,
     build: Callable[..., Any],
     arguments: dict[str, Any],
     path: str,
@@ -194,7 +194,7 @@ def build_attn_metadata(
     return metadata
 
 
-def _chunk_query_lens(window: Mrv2DraftWindow, query_start_loc_np: Any, num_reqs: int) -> Any:
+def _chunk_query_lens(window: DraftWindow, query_start_loc_np: Any, num_reqs: int) -> Any:
     """The host query lengths of a build whose queries are longer than the window's per-step
     passes (``plan.max_query_len``), where the plan has tables for such chunks; else None."""
     if query_start_loc_np is None or window.chunk_windows is window.windows:
@@ -206,7 +206,7 @@ def _chunk_query_lens(window: Mrv2DraftWindow, query_start_loc_np: Any, num_reqs
 
 
 def capture_query_pass(
-    speculator: Any, window: Mrv2DraftWindow | None, capture: Callable[[], None], path: str
+    speculator: Any, window: DraftWindow | None, capture: Callable[[], None], path: str
 ) -> None:
     """A DFlash-family ``capture`` (DSpark is a DFlash), ``capture()``: its graphs captured
     through the windowed views, so that they read the persistent windowed buffers every

@@ -47,10 +47,10 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.declared import (
     auto_window_size,
     declared_context,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
 from vllm_ascend.worker.v2.spec_decode.draft_window.plan import Plan
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import VLLM_0_30_ASCEND
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec, window_seq_lens
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 from vllm_ascend.worker.v2.spec_decode.dspark.speculator import AscendDSparkSpeculator
 
 CPU = torch.device("cpu")
@@ -100,12 +100,12 @@ def _block_tables(max_num_reqs: int = MAX_NUM_REQS) -> BlockTables:
 
 def _window(
     input_buffers=None, max_num_reqs: int = MAX_NUM_REQS, max_query_len: int = 1
-) -> Mrv2DraftWindow:
+) -> DraftWindow:
     """A window of ``WINDOW`` tokens over vLLM's real block tables and input buffers."""
     block_tables = _block_tables(max_num_reqs)
     if input_buffers is None:
         input_buffers = AscendInputBuffers(max_num_reqs, MAX_NUM_TOKENS, CPU)
-    window = Mrv2DraftWindow(
+    window = DraftWindow(
         Plan.of(WINDOW, block_tables, [0], max_query_len=max_query_len),
         input_buffers,
         block_tables,
@@ -257,7 +257,7 @@ def _build(spec, step=1, num_reqs=2, query_per_req=1, cg_mode=CUDAGraphMode.NONE
     )
 
 
-def _assert_built_through_the_window(seen: dict, window: Mrv2DraftWindow, step: int):
+def _assert_built_through_the_window(seen: dict, window: DraftWindow, step: int):
     """vLLM's build read the window's persistent buffers and a windowed host bound."""
     assert seen["input_buffers"] is window.input_buffers
     assert seen["seq_lens"] is window.seq_lens
@@ -576,7 +576,7 @@ def _dflash_family(cls, window, seen: dict | None = None, monkeypatch=None):
     return spec
 
 
-def _dflash_window() -> Mrv2DraftWindow:
+def _dflash_window() -> DraftWindow:
     return _window(InputBuffers(MAX_NUM_REQS, MAX_NUM_TOKENS, CPU), max_query_len=QUERY_PER_REQ)
 
 

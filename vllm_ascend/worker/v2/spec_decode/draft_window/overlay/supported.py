@@ -5,7 +5,7 @@ one place that knows versions, module paths, class names and parameters.
 
 The rest of the package reads versions only through this module and ``versions.py`` (what
 the host has installed); ``install.py`` resolves a release's hooks on the installed vLLM,
-and ``hooks/`` holds their wrappers, one room per speculator family (``Room``).
+and ``hooks/`` holds their wrappers, one module per speculator family (``Family``).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.release import (
 )
 
 
-class Room(enum.Enum):
+class Family(enum.Enum):
     """The speculator family a hook belongs to: the module of ``hooks/`` holding its wrapper
-    (``hooks.room``), named after the anchors' ``spec_decode/`` folders."""
+    (``hooks.family_module``), named after the anchors' ``spec_decode/`` folders."""
 
     SPECULATOR = "speculator"  # vLLM's DraftModelSpeculator, the base of every family
     DFLASH = "dflash"  # vLLM's DFlashSpeculator (DSpark is a DFlash)
@@ -39,11 +39,11 @@ class Room(enum.Enum):
 
 @dataclass(frozen=True)
 class Hook:
-    """One method the window wraps (``wrapper``: the function of that name in the room's
+    """One method the window wraps (``wrapper``: the function of that name in the family's
     module; by default the method's name without leading underscores), or only calls
     (``wrapped`` False; it may then be inherited), with the parameters it relies on."""
 
-    room: Room
+    family: Family
     module: str
     cls: str
     method: str
@@ -60,17 +60,17 @@ class Hook:
         return self.wrapper or self.method.lstrip("_")
 
 
-def _on(room: Room, module: str, cls: str) -> Any:
+def _on(family: Family, module: str, cls: str) -> Any:
     """The hooks of one class: ``hook(method, *parameters, **fields)``."""
 
     def hook(method: str, *parameters: str, **fields: Any) -> Hook:
-        return Hook(room, module, cls, method, parameters, **fields)
+        return Hook(family, module, cls, method, parameters, **fields)
 
     return hook
 
 
 _SD = "vllm.v1.worker.gpu.spec_decode"
-_draft = _on(Room.SPECULATOR, f"{_SD}.speculator", "DraftModelSpeculator")
+_draft = _on(Family.SPECULATOR, f"{_SD}.speculator", "DraftModelSpeculator")
 # Hooked alike on both releases.
 _SET_ATTN = _draft(
     "set_attn",
@@ -82,13 +82,15 @@ _BUILD_ATTN_METADATA = _draft(
     *("num_reqs", "batch_desc", "query_start_loc_np", "seq_lens_cpu_upper_bound", "step"),
 )
 _UPDATE_DRAFT_DECODE_METADATA = _draft("_update_draft_decode_metadata", "attn_metadata", "num_reqs")
-_DFLASH_CAPTURE = Hook(Room.DFLASH, f"{_SD}.dflash.speculator", "DFlashSpeculator", "capture")
+_DFLASH_CAPTURE = Hook(Family.DFLASH, f"{_SD}.dflash.speculator", "DFlashSpeculator", "capture")
 # Called, not wrapped: the EAGLE draft prefill builds through it.
 # The draft's KV-cache specs (draft_window_free_kv): the model runner's, after vLLM's own.
-_GET_KV_CACHE_SPEC = _on(Room.KV_CACHE, "vllm.v1.worker.gpu.model_runner", "GPUModelRunner")(
+_GET_KV_CACHE_SPEC = _on(Family.KV_CACHE, "vllm.v1.worker.gpu.model_runner", "GPUModelRunner")(
     "get_kv_cache_spec"
 )
-_PREPARE_ATTN = _on(Room.AUTOREGRESSIVE, "vllm.v1.worker.gpu.model_states.interface", "ModelState")(
+_PREPARE_ATTN = _on(
+    Family.AUTOREGRESSIVE, "vllm.v1.worker.gpu.model_states.interface", "ModelState"
+)(
     "prepare_attn",
     *("input_batch", "cudagraph_mode", "block_tables", "slot_mappings", "attn_groups"),
     "kv_cache_config",
@@ -99,15 +101,15 @@ _PREPARE_ATTN = _on(Room.AUTOREGRESSIVE, "vllm.v1.worker.gpu.model_states.interf
 def _autoregressive(package: str, cls: str, graph_manager_module: str, graph_manager: str):
     """vLLM's EAGLE speculator hooks, alike on both releases but for where the speculator and
     its decode graph manager live."""
-    speculator = _on(Room.AUTOREGRESSIVE, f"{package}.speculator", cls)
-    manager = _on(Room.AUTOREGRESSIVE, graph_manager_module, graph_manager)
+    speculator = _on(Family.AUTOREGRESSIVE, f"{package}.speculator", cls)
+    manager = _on(Family.AUTOREGRESSIVE, graph_manager_module, graph_manager)
     return (
         speculator("propose", "input_batch", "attn_metadata"),
         speculator("_prefill", "num_reqs", "num_tokens", "attn_metadata"),
         speculator("init_cudagraph_manager", "cudagraph_mode"),
         # Called, not wrapped: the graph manager class the speculator module names (which
         # init_cudagraph_manager makes; vllm-ascend replaces the name with its own class).
-        _on(Room.AUTOREGRESSIVE, f"{package}.speculator", "SpeculatorCudaGraphManager")(
+        _on(Family.AUTOREGRESSIVE, f"{package}.speculator", "SpeculatorCudaGraphManager")(
             "__init__",
             *("vllm_config", "device", "cudagraph_mode", "decode_query_len"),
             wrapped=False,
@@ -118,7 +120,7 @@ def _autoregressive(package: str, cls: str, graph_manager_module: str, graph_man
 
 
 _AR_0_33 = f"{_SD}.target_dependent_ar"
-_ar_0_33 = _on(Room.AUTOREGRESSIVE, f"{_AR_0_33}.speculator", "TargetDependentARSpeculator")
+_ar_0_33 = _on(Family.AUTOREGRESSIVE, f"{_AR_0_33}.speculator", "TargetDependentARSpeculator")
 VLLM_0_33 = Release(
     name="vLLM 0.33.x",
     vllm_minor=(0, 33),
@@ -152,7 +154,7 @@ VLLM_0_33 = Release(
 _ASCEND_SD = "vllm_ascend.worker.v2.spec_decode"
 _ASCEND_AR = f"{_ASCEND_SD}.autoregressive"
 _ascend_ar = _on(
-    Room.ASCEND_AUTOREGRESSIVE, f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator"
+    Family.ASCEND_AUTOREGRESSIVE, f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator"
 )
 # vLLM's EAGLE hooks with vllm-ascend's graph manager and capture, and the host lengths its
 # subclass computes for each decode step: alike on every vllm-ascend release.
@@ -164,7 +166,7 @@ _ASCEND_AUTOREGRESSIVE = (
         "AutoRegressiveAclGraphManager",
     ),
     # vllm-ascend reimplements capture without super(): vLLM's capture wrapper serves it.
-    _on(Room.AUTOREGRESSIVE, f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator")(
+    _on(Family.AUTOREGRESSIVE, f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator")(
         "capture"
     ),
     _ascend_ar("_calc_next_seq_lens_cpu", "seq_lens_cpu", "num_reqs", "num_reqs_padded", "step"),
@@ -178,7 +180,7 @@ _HOOKS_0_30_ASCEND = (
         "build_fia_params", "num_reqs_padded", "draft_attn_metadata", "is_draft_model_prefill"
     ),
     _ascend_ar("_build_attn_metadata", "num_reqs", "batch_desc", "step"),
-    _on(Room.ASCEND_DSPARK, f"{_ASCEND_SD}.dspark.speculator", "AscendDSparkSpeculator")(
+    _on(Family.ASCEND_DSPARK, f"{_ASCEND_SD}.dspark.speculator", "AscendDSparkSpeculator")(
         "_prepare_draft_dcp_metadata_inputs", "num_reqs", "num_reqs_padded", "step"
     ),
     _PREPARE_ATTN,
@@ -223,7 +225,7 @@ VLLM_0_29_ASCEND = Release(
 # model builds its prefill through _build_attn_metadata). Both prefill graph managers are
 # made in their speculators' modules, the decode one in AutoRegressiveSpeculator's.
 _AR_0_34 = f"{_SD}.autoregressive"
-_ar_0_34 = _on(Room.AUTOREGRESSIVE, f"{_AR_0_34}.speculator", "AutoRegressiveSpeculator")
+_ar_0_34 = _on(Family.AUTOREGRESSIVE, f"{_AR_0_34}.speculator", "AutoRegressiveSpeculator")
 # What 0.34 keeps of 0.33 (its methods, speculator classes and backend facts) and what
 # differs: the hooks, one more backend refused, no Model Runner V1, the layouts refused.
 VLLM_0_34 = dataclasses.replace(
@@ -278,8 +280,8 @@ _HOOKS_0_34 = (
     _SET_ATTN,
     _BUILD_ATTN_METADATA,
     _UPDATE_DRAFT_DECODE_METADATA,
-    # On the base class, its wrapper in the EAGLE family's room (its only caller).
-    _on(Room.AUTOREGRESSIVE, f"{_SD}.speculator", "DraftModelSpeculator")(
+    # On the base class, its wrapper in the EAGLE family's module (its only caller).
+    _on(Family.AUTOREGRESSIVE, f"{_SD}.speculator", "DraftModelSpeculator")(
         "_build_drafter_attn_metadata",
         *("input_batch", "attn_metadata", "slot_mappings", "cg_mode"),
     ),
@@ -291,7 +293,7 @@ _HOOKS_0_34 = (
         wrapper="fused_multi_step_decode",
     ),
     *(
-        _on(Room.AUTOREGRESSIVE, f"{_SD}.{package}.speculator", cls)(
+        _on(Family.AUTOREGRESSIVE, f"{_SD}.{package}.speculator", cls)(
             "init_cudagraph_manager", "cudagraph_mode"
         )
         for package, cls in (
@@ -300,12 +302,12 @@ _HOOKS_0_34 = (
         )
     ),
     # Called, not wrapped: the graph manager both prefill managers are made from.
-    _on(Room.AUTOREGRESSIVE, f"{_AR_0_34}.cudagraph_utils", "SpeculatorCudaGraphManager")(
+    _on(Family.AUTOREGRESSIVE, f"{_AR_0_34}.cudagraph_utils", "SpeculatorCudaGraphManager")(
         "__init__",
         *("vllm_config", "device", "cudagraph_mode", "decode_query_lens"),
         wrapped=False,
     ),
-    _on(Room.AUTOREGRESSIVE, f"{_AR_0_34}.cudagraph_utils", "SpeculatorCudaGraphManager")(
+    _on(Family.AUTOREGRESSIVE, f"{_AR_0_34}.cudagraph_utils", "SpeculatorCudaGraphManager")(
         "capture", "input_buffers", "block_tables", wrapper="manager_capture"
     ),
     _PREPARE_ATTN,

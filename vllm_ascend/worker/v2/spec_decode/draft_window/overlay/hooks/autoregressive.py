@@ -32,7 +32,6 @@ from typing import Any
 from vllm.config.compilation import CUDAGraphMode
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import autoregressive
-from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.common import (
     Installed,
     around,
@@ -40,15 +39,14 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.common import 
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import not_in_path
 from vllm_ascend.worker.v2.spec_decode.draft_window.speculator import WINDOW_ATTR
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
 
 def propose(original: Callable, installed: Installed) -> Callable:
     """``propose``: hands the target's batch to the draft prefill, and checks the prefill
     went through the window."""
 
-    def body(
-        self: Any, window: Mrv2DraftWindow, input_batch: Any, *args: Any, **kwargs: Any
-    ) -> Any:
+    def body(self: Any, window: DraftWindow, input_batch: Any, *args: Any, **kwargs: Any) -> Any:
         state = window.propose
         state.prefill_batch, state.prefill_windowed = input_batch, False
         try:
@@ -76,7 +74,7 @@ def prefill(original: Callable, installed: Installed) -> Callable:
     signature = inspect.signature(original)
     path = original.__qualname__
 
-    def body(self: Any, window: Mrv2DraftWindow, *args: Any, **kwargs: Any) -> Any:
+    def body(self: Any, window: DraftWindow, *args: Any, **kwargs: Any) -> Any:
         state = window.propose
         bound = signature.bind(self, *args, **kwargs)
         target_metadata = bound.arguments["attn_metadata"]
@@ -116,7 +114,7 @@ def build_drafter_attn_metadata(original: Callable, installed: Installed) -> Cal
     signature = inspect.signature(original)
     path = original.__qualname__
 
-    def body(self: Any, window: Mrv2DraftWindow, *args: Any, **kwargs: Any) -> Any:
+    def body(self: Any, window: DraftWindow, *args: Any, **kwargs: Any) -> Any:
         bound = signature.bind(self, *args, **kwargs)
         attn_metadata, slot_mappings = original(*bound.args, **bound.kwargs)
         if attn_metadata is None:
@@ -140,7 +138,7 @@ def capture(original: Callable, installed: Installed) -> Callable:
     (outside propose) allowed to read the target's dummy metadata."""
     path = original.__qualname__
 
-    def body(self: Any, window: Mrv2DraftWindow) -> None:
+    def body(self: Any, window: DraftWindow) -> None:
         with autoregressive.capturing(self, window, path):
             return original(self)
 
@@ -196,7 +194,7 @@ def manager_capture(original: Callable, installed: Installed) -> Callable:
 
     @functools.wraps(original)
     def wrapper(self, *args: Any, **kwargs: Any) -> None:
-        window: Mrv2DraftWindow | None = getattr(self, WINDOW_ATTR, None)
+        window: DraftWindow | None = getattr(self, WINDOW_ATTR, None)
         if window is None or not installed.active:
             return original(self, *args, **kwargs)
         bound = signature.bind(self, *args, **kwargs)
@@ -221,7 +219,7 @@ def fused_multi_step_decode(original: Callable, installed: Installed) -> Callabl
     so its host bound covers the later steps too."""
     signature = inspect.signature(original)
 
-    def body(self: Any, window: Mrv2DraftWindow, *args: Any, **kwargs: Any) -> None:
+    def body(self: Any, window: DraftWindow, *args: Any, **kwargs: Any) -> None:
         steps = signature.bind(self, *args, **kwargs).arguments["num_speculative_steps"]
         state = window.propose
         state.extra_steps = max(steps - 2, 0)

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""What every room of hooks shares: the installation they serve, a speculator's window, and
+"""What every family's hooks share: the installation they serve, a speculator's window, and
 the two shapes of wrapper."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY, DraftWindowConfig
-from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
 from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import not_in_path
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
 from vllm_ascend.worker.v2.spec_decode.draft_window.speculator import WINDOW_ATTR
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
 # A speculator whose set_attn never ran through the hook has no window attribute at all.
 _UNSET = object()
@@ -37,7 +37,7 @@ class Installed:
         return " and ".join(self.names.get(method, [method]))
 
 
-def window_of(speculator: Any, installed: Installed) -> Mrv2DraftWindow | None:
+def window_of(speculator: Any, installed: Installed) -> DraftWindow | None:
     """The speculator's window, None when off.
 
     Before ``set_attn`` there is none yet. A speculator whose ``set_attn`` ran but not

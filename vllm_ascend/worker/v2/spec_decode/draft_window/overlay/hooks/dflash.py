@@ -11,15 +11,15 @@ from collections.abc import Callable
 from typing import Any
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import speculator
-from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.common import Installed, around
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
 
 def capture(original: Callable, installed: Installed) -> Callable:
     """``DFlashSpeculator.capture``, through the windowed views."""
     path = original.__qualname__
 
-    def body(self: Any, window: Mrv2DraftWindow) -> None:
+    def body(self: Any, window: DraftWindow) -> None:
         return speculator.capture_query_pass(self, window, functools.partial(original, self), path)
 
     return around(original, installed, body)

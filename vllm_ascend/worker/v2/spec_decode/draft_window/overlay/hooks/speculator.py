@@ -20,10 +20,10 @@ from collections.abc import Callable
 from typing import Any
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import speculator
-from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.common import Installed, around
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.kv_cache import FREED_ATTR
 from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import UPDATE_PATH
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
 
 def set_attn(original: Callable, installed: Installed) -> Callable:
@@ -49,7 +49,7 @@ def build_attn_metadata(original: Callable, installed: Installed) -> Callable:
     signature = inspect.signature(original)
     path = original.__qualname__
 
-    def body(self: Any, window: Mrv2DraftWindow, *args: Any, **kwargs: Any) -> Any:
+    def body(self: Any, window: DraftWindow, *args: Any, **kwargs: Any) -> Any:
         arguments = signature.bind(self, *args, **kwargs).arguments
         del arguments["self"]
         build = functools.partial(original, self)
@@ -62,7 +62,7 @@ def update_draft_decode_metadata(original: Callable, installed: Installed) -> Ca
     """``DraftModelSpeculator._update_draft_decode_metadata``: the window refreshed in the
     persistent buffers the recorded metadata references, then vLLM's update."""
 
-    def body(self: Any, window: Mrv2DraftWindow, attn_metadata: Any, num_reqs: int) -> None:
+    def body(self: Any, window: DraftWindow, attn_metadata: Any, num_reqs: int) -> None:
         window.refresh(num_reqs)
         # A backend with smaller kernel blocks reads a kernel-block table that only a
         # build maps; the update skips the build, so map the refreshed windows here

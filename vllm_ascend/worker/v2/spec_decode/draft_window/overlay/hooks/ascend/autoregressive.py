@@ -26,12 +26,12 @@ from typing import Any
 import torch
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import ascend
-from vllm_ascend.worker.v2.spec_decode.draft_window.mrv2 import Mrv2DraftWindow
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.common import (
     Installed,
     after,
     around,
 )
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
 
 def calc_next_seq_lens_cpu(original: Callable, installed: Installed) -> Callable:
@@ -39,7 +39,7 @@ def calc_next_seq_lens_cpu(original: Callable, installed: Installed) -> Callable
     windowed in place."""
 
     def windowed(
-        self: Any, window: Mrv2DraftWindow, lengths: torch.Tensor, *args: Any, **kwargs: Any
+        self: Any, window: DraftWindow, lengths: torch.Tensor, *args: Any, **kwargs: Any
     ) -> torch.Tensor:
         return window.window_actual_seq_lens(lengths)
 
@@ -50,9 +50,7 @@ def build_fia_params(original: Callable, installed: Installed) -> Callable:
     """``build_fia_params``: the replay's parameters windowed (``ascend.fia_params``)."""
     signature = inspect.signature(original)
 
-    def windowed(
-        self: Any, window: Mrv2DraftWindow, params: list, *args: Any, **kwargs: Any
-    ) -> list:
+    def windowed(self: Any, window: DraftWindow, params: list, *args: Any, **kwargs: Any) -> list:
         arguments = signature.bind(self, *args, **kwargs).arguments
         return ascend.fia_params(
             self,
@@ -71,7 +69,7 @@ def build_attn_metadata(original: Callable, installed: Installed) -> Callable:
     its DCP manager returns for the build (``prepare_draft_dcp_metadata_inputs``: the
     target's length plus the step), windowed in place before vllm-ascend splits them."""
 
-    def body(self: Any, window: Mrv2DraftWindow, *args: Any, **kwargs: Any) -> Any:
+    def body(self: Any, window: DraftWindow, *args: Any, **kwargs: Any) -> Any:
         manager = getattr(self, "dcp_manager", None) if getattr(self, "use_dcp", False) else None
         if manager is None:
             return original(self, *args, **kwargs)
@@ -100,7 +98,7 @@ def build_draft_attn_metadata(original: Callable, installed: Installed) -> Calla
     step before it, as vllm-ascend 0.30 does in this build."""
     signature = inspect.signature(original)
 
-    def windowed(self: Any, window: Mrv2DraftWindow, metadata: Any, *args: Any, **kwargs: Any):
+    def windowed(self: Any, window: DraftWindow, metadata: Any, *args: Any, **kwargs: Any):
         arguments = signature.bind(self, *args, **kwargs).arguments
         if metadata is not None and arguments["step"] > 0:
             self._update_decode_attn_metadata(metadata, arguments["step"], arguments["num_reqs"])

@@ -51,7 +51,7 @@ class ProposeState:
     num_builds: int = 0
 
 
-class Mrv2DraftWindow:
+class DraftWindow:
     """Persistent windowed inputs of one speculator's draft attention, created once."""
 
     def __init__(
