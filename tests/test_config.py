@@ -309,7 +309,7 @@ def test_prefill_context_parallelism_is_rejected_by_name(method, model_dir, monk
         "prefill_context_parallel_size=2: the draft prefill builds "
         "metadata for the global batch"
     )
-    assert message.endswith("Use prefill_context_parallel_size=1 or remove draft_window_size.")
+    assert message.endswith("Use prefill_context_parallel_size=1, or remove draft_window_size.")
 
 
 @pytest.mark.parametrize(("window", "block_size"), [(1024, 16), (1000, 64), (1009, 16)])

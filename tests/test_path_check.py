@@ -76,8 +76,8 @@ def test_a_speculator_class_the_release_does_not_serve_is_refused_by_name(model_
     assert str(error.value) == (
         "draft_window_size=64 is not supported on Model Runner V2 for speculative method "
         f"'dspark' with speculator NewDSparkFamily on {RELEASE.name}: the window is tested there "
-        "with DSparkSpeculator only. Remove draft_window_size from additional_config, or use a "
-        "draft those speculators serve."
+        "with DSparkSpeculator only. Use a draft those speculators serve, or remove "
+        "draft_window_size."
     )
 
 

@@ -515,10 +515,12 @@ def test_a_dflash_draft_is_served_at_the_dcp_size_vllm_gives_it_by_default(
     assert not config.speculative_config.draft_model_config.use_mla
     object.__setattr__(config.speculative_config, "draft_decode_context_parallel_size", draft_dcp)
     if not refused:
-        policy.refuse_config(config, RELEASE, 512)
+        with policy.refusals("draft_window_size", 512):
+            policy.refuse_config(config, RELEASE)
         return
-    with pytest.raises(ValueError, match="for method 'dflash': the window is proven for that "):
-        policy.refuse_config(config, RELEASE, 512)
+    proven = "for method 'dflash': the window is proven for that "
+    with pytest.raises(ValueError, match=proven), policy.refusals("draft_window_size", 512):
+        policy.refuse_config(config, RELEASE)
 
 
 @pytest.mark.release("vLLM 0.34.x")

@@ -128,16 +128,17 @@ def plan(
             MTP_REASONS.get(owner, MTP_REASON),
         )
         return None
-    policy.refuse_method(method, release, window_size)
-    policy.refuse_speculator(speculator, release, window_size)
     query_stretch = speculator.num_speculative_steps + 1
-    if not config.auto:
-        policy.refuse_shape(method, window_size, query_stretch, speculator.vllm_config)
-    policy.refuse_config(speculator.vllm_config, release, window_size)
     decisions = decide_groups(speculator.kv_cache_config, speculator.attn_groups, freed)
-    policy.refuse_backends(speculator, release, decisions, window_size)
     layout = DcpLayout.of(speculator.block_tables)
-    policy.refuse_dcp(speculator, layout, release, decisions, window_size)
+    with policy.refusals(KEY, window_size):
+        policy.refuse_method(method, release)
+        policy.refuse_speculator(speculator, release)
+        if not config.auto:
+            policy.refuse_shape(method, window_size, query_stretch, speculator.vllm_config)
+        policy.refuse_config(speculator.vllm_config, release)
+        policy.refuse_backends(speculator, release, decisions)
+        policy.refuse_dcp(speculator, layout, release, decisions)
     windowed = _windowed_groups(decisions, window_size)
     if not windowed:
         return None
@@ -146,7 +147,8 @@ def plan(
         window_size = _auto_window_size(speculator, lcm_alignment(list(units.values())))
         if window_size is None:
             return None
-        policy.refuse_shape(method, window_size, query_stretch, speculator.vllm_config)
+        with policy.refusals(KEY, window_size):
+            policy.refuse_shape(method, window_size, query_stretch, speculator.vllm_config)
     spec = WindowSpec.derive(
         window_size, units.values(), config.draft_attention_sinks, config.draft_window_min_context
     )
@@ -163,9 +165,8 @@ def plan(
             KEY,
             config.draft_window_size,
         )
-    source = policy.actual_seq_lens_source(
-        speculator, release, decisions, config.draft_window_size, layout is not None
-    )
+    with policy.refusals(KEY, config.draft_window_size):
+        source = policy.actual_seq_lens_source(speculator, release, decisions, layout is not None)
     actual = None
     if source is not None:
         lengths = speculator.target_input_buffers.seq_lens

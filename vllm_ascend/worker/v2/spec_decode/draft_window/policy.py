@@ -1,12 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""What the window refuses, and why: every start-up refusal ``plan.py`` makes, each a
-``ValueError`` naming the key, the value and the fix. The arithmetic (``window.py``) and the
-window (``window_buffers.py``) never see these decisions, only their outcome (``plan.Plan``).
-"""
+"""What the window refuses at start-up, and why. Each check raises a ``Refusal`` (why, and
+the fix besides removing the key); ``refusals`` turns it into the one ``ValueError`` that
+names the key and its value."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
@@ -28,6 +29,25 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release, dott
 from vllm_ascend.worker.v2.spec_decode.draft_window.views import block_table_units
 
 
+class Refusal(Exception):
+    """Why the window cannot serve a setting; ``fix``: what serves it instead, besides
+    removing the key (None: only that)."""
+
+    def __init__(self, why: str, fix: str | None = None) -> None:
+        super().__init__(why)
+        self.why, self.fix = why, fix
+
+
+@contextmanager
+def refusals(key: str, value: object) -> Iterator[None]:
+    """A ``Refusal`` raised inside, as ``ValueError("key=value why. Fix, or remove key.")``."""
+    try:
+        yield
+    except Refusal as refusal:
+        fix = f"{refusal.fix}, or remove {key}." if refusal.fix else f"Remove {key}."
+        raise ValueError(f"{key}={value} {refusal.why}. {fix}") from None
+
+
 def check_start_up(
     vllm_config: Any, config: Any, release: Release | None, model_runner_v2: bool
 ) -> None:
@@ -45,8 +65,9 @@ def check_start_up(
         if METHODS.get(method) is Kind.MTP and config.draft_window_free_kv:
             refuse_free_kv(vllm_config, config, release)
         if method is not None and release is not None and METHODS.get(method) is not Kind.MTP:
-            refuse_method(method, release, config.draft_window_size)
-            refuse_config(vllm_config, release, config.draft_window_size)
+            with refusals(KEY, config.draft_window_size):
+                refuse_method(method, release)
+                refuse_config(vllm_config, release)
             if config.draft_window_free_kv:
                 refuse_free_kv(vllm_config, config, release)
             if config.auto:
@@ -78,28 +99,24 @@ def check_start_up(
         )
 
 
-def refuse_method(method: str, release: Release, window_size: int | str) -> None:
+def refuse_method(method: str, release: Release) -> None:
     """Stop on a speculative method the window is not proven for on the installed release."""
-    if method in release.methods:
-        return
-    raise ValueError(
-        f"{KEY}={window_size} is not supported on Model Runner V2 for speculative method "
-        f"{method!r} on {release.name}; supported there: {', '.join(release.methods)}. "
-        f"Remove {KEY} from additional_config or use one of those methods."
-    )
+    if method not in release.methods:
+        raise Refusal(
+            f"is not supported on Model Runner V2 for speculative method {method!r} on "
+            f"{release.name}; supported there: {', '.join(release.methods)}",
+            "Use one of those methods",
+        )
 
 
-def refuse_config(vllm_config: Any, release: Release, window_size: int | str) -> None:
+def refuse_config(vllm_config: Any, release: Release) -> None:
     """Stop on a layout of the config the release names as not served (vLLM 0.34's dual-batch
     overlap), and, where a draft may run at a decode-context-parallel size of its own, on a
     size other than the one earlier releases gave its method (the layouts the window is
     proven on): the target's, or 1 for a DFlash-family draft without MLA."""
     for path, layout, why, fix in release.unserved_config:
         if dotted(vllm_config, path):
-            raise ValueError(
-                f"{KEY}={window_size} is not supported on {release.name} {layout}: "
-                f"{why}. {fix}, or remove {KEY}."
-            )
+            raise Refusal(f"is not supported on {release.name} {layout}: {why}", fix)
     speculative = vllm_config.speculative_config
     draft_dcp = getattr(speculative, "draft_decode_context_parallel_size", None)
     if not release.own_draft_dcp or draft_dcp is None:
@@ -111,55 +128,52 @@ def refuse_config(vllm_config: Any, release: Release, window_size: int | str) ->
     )
     served = 1 if replicated else target_dcp
     if draft_dcp != served:
-        raise ValueError(
-            f"{KEY}={window_size} is not supported on {release.name} with "
-            f"draft_decode_context_parallel_size={draft_dcp} under "
-            f"decode_context_parallel_size={target_dcp} for method "
+        raise Refusal(
+            f"is not supported on {release.name} with draft_decode_context_parallel_size="
+            f"{draft_dcp} under decode_context_parallel_size={target_dcp} for method "
             f"{speculative.method!r}: the window is proven for that draft at "
-            f"draft_decode_context_parallel_size={served} only. Set "
-            f"draft_decode_context_parallel_size={served} (or leave it unset), or remove "
-            f"{KEY}."
+            f"draft_decode_context_parallel_size={served} only",
+            f"Set draft_decode_context_parallel_size={served} (or leave it unset)",
         )
 
 
-def refuse_speculator(speculator: Any, release: Release, window_size: int | str) -> None:
+def refuse_speculator(speculator: Any, release: Release) -> None:
     """Stop on a speculator class the window is not tested with for its method on the
     installed release (a draft family whose own passes the window has not been checked
     against)."""
     served = release.speculators_for(speculator.method)
     owner = type(speculator).__name__
-    if owner in served:
-        return
-    raise ValueError(
-        f"{KEY}={window_size} is not supported on Model Runner V2 for speculative method "
-        f"{speculator.method!r} with speculator {owner} on {release.name}: the window is "
-        f"tested there with {', '.join(served) or 'no speculator of that method'} only. "
-        f"Remove {KEY} from additional_config, or use a draft those speculators serve."
-    )
+    if owner not in served:
+        raise Refusal(
+            f"is not supported on Model Runner V2 for speculative method "
+            f"{speculator.method!r} with speculator {owner} on {release.name}: the window is "
+            f"tested there with {', '.join(served) or 'no speculator of that method'} only",
+            "Use a draft those speculators serve",
+        )
 
 
 def refuse_shape(method: str, window_size: int, query_stretch: int, vllm_config: Any) -> None:
     """Stop where one block-aligned window per request cannot hold the draft: a window
     smaller than the draft's own queries, prefix-LM targets, prefill context parallelism."""
     if window_size < query_stretch:
-        raise ValueError(
-            f"{KEY}={window_size} is smaller than the {query_stretch} query tokens "
-            f"method {method!r} drafts per request (num_speculative_tokens + 1): the window "
-            f"must hold the draft's own queries. Use {KEY} >= {query_stretch}."
+        raise Refusal(
+            f"is smaller than the {query_stretch} query tokens method {method!r} drafts per "
+            f"request (num_speculative_tokens + 1): the window must hold the draft's own "
+            f"queries",
+            f"Use {KEY} >= {query_stretch}",
         )
     if getattr(vllm_config.model_config, "is_mm_prefix_lm", False):
-        raise ValueError(
-            f"{KEY}={window_size} does not support prefix-LM multimodal targets: their "
-            f"bidirectional image spans are placed in absolute positions that a cropped "
-            f"draft table no longer uses. Remove {KEY} for this model."
+        raise Refusal(
+            "does not support prefix-LM multimodal targets: their bidirectional image spans "
+            "are placed in absolute positions that a cropped draft table no longer uses"
         )
     pcp = getattr(vllm_config.parallel_config, "prefill_context_parallel_size", 1) or 1
     if pcp > 1:
-        raise ValueError(
-            f"{KEY}={window_size} does not support prefill_context_parallel_size={pcp}: the "
-            f"draft prefill builds metadata for the global batch while each rank runs its own "
-            f"split of the tokens, which one block-aligned window per request cannot crop. "
-            f"Use prefill_context_parallel_size=1 or remove {KEY}."
+        raise Refusal(
+            f"does not support prefill_context_parallel_size={pcp}: the draft prefill builds "
+            f"metadata for the global batch while each rank runs its own split of the tokens, "
+            f"which one block-aligned window per request cannot crop",
+            "Use prefill_context_parallel_size=1",
         )
 
 
@@ -168,19 +182,17 @@ def refuse_dcp(
     layout: DcpLayout | None,
     release: Release,
     decisions: list[GroupDecision],
-    window_size: int | str,
 ) -> None:
     """Under decode context parallelism, stop where a window start cannot be whole columns
     of every rank's table (an interleave that does not divide a column's tokens on one
     rank), or where the release names a backend whose DCP build takes a host bound as exact."""
     if layout is None:
         return
-    where = f"{KEY}={window_size} with {layout.describe()}"
+    where = f"with {layout.describe()}"
     if release.dcp_unserved is not None:
-        raise ValueError(
-            f"{where} is not supported on {release.name}: {release.dcp_unserved}. Use "
-            f"decode_context_parallel_size=1, a release that serves it, or "
-            f"remove {KEY}."
+        raise Refusal(
+            f"{where} is not supported on {release.name}: {release.dcp_unserved}",
+            "Use decode_context_parallel_size=1, a release that serves it",
         )
     units = block_table_units(speculator.block_tables)
     notes = {
@@ -193,26 +205,25 @@ def refuse_dcp(
         if not decision.windowed or not layout.sharded[g]:
             continue
         if int(units[g]) % layout.interleave:
-            raise ValueError(
+            raise Refusal(
                 f"{where}: the interleave does not divide the {int(units[g])} tokens one column "
                 f"of {decision.describe()} holds on each rank, so no window start is whole "
-                f"columns on every rank. Use a cp_kv_cache_interleave_size that divides "
-                f"{int(units[g])} (1, or the block size), or remove {KEY}."
+                f"columns on every rank",
+                f"Use a cp_kv_cache_interleave_size that divides {int(units[g])} (1, or the "
+                "block size)",
             )
         for group in speculator.attn_groups[g]:
             why = notes.get(group.backend.__name__)
             if why:
-                raise ValueError(
+                raise Refusal(
                     f"{where} is not supported for {speculator.method} with "
                     f"{decision.describe()} on attention backend {group.backend.__name__}: "
-                    f"{why}. Use decode_context_parallel_size=1, another attention backend, "
-                    f"or remove {KEY}."
+                    f"{why}",
+                    "Use decode_context_parallel_size=1, another attention backend",
                 )
 
 
-def refuse_backends(
-    speculator: Any, release: Release, decisions: list[GroupDecision], window_size: int | str
-) -> None:
+def refuse_backends(speculator: Any, release: Release, decisions: list[GroupDecision]) -> None:
     """Stop where the draft's kernel would take lengths the window does not set on this
     release: an attention backend defined outside the release's backend module, one the
     release's table does not prove for the method (with the release's reason for a known
@@ -227,7 +238,7 @@ def refuse_backends(
         for group in speculator.attn_groups[decision.group_id]:
             name, module = group.backend.__name__, group.backend.__module__
             where = (
-                f"{KEY}={window_size} is not supported on {release.name} for {method} with "
+                f"is not supported on {release.name} for {method} with "
                 f"{decision.describe()} on attention backend {name}"
             )
             prefix, project = release.backend_module
@@ -235,31 +246,25 @@ def refuse_backends(
                 # NOTE: a platform plugin's backend (vllm-ascend's on a later vLLM) may
                 # hand its kernel host lengths of its own, which only that release's hooks
                 # window: served without them, the kernel would read outside the window.
-                v1 = (
-                    "run Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0), "
-                    if release.model_runner_v1
-                    else ""
-                )
-                raise ValueError(
+                v1 = ", run Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0)"
+                raise Refusal(
                     f"{where} from {module}, defined outside {project}: the window is proven "
-                    f"on this release for {project}'s own backends only. Use a supported "
-                    f"release for that platform, {v1}or remove {KEY}."
+                    f"on this release for {project}'s own backends only",
+                    "Use a supported release for that platform"
+                    + (v1 if release.model_runner_v1 else ""),
                 )
             if backends is not None and name not in backends:
                 why = method_note or notes.get(
                     name, "its kernel takes host lengths the window does not set yet"
                 )
-                raise ValueError(
+                raise Refusal(
                     f"{where}: {why} (supported for {method} on this release: "
-                    f"{', '.join(backends)}). Use one of those attention backends, or remove "
-                    f"{KEY}."
+                    f"{', '.join(backends)})",
+                    "Use one of those attention backends",
                 )
     for path, layout, why, fix in release.unserved_state:
         if dotted(speculator, path):
-            raise ValueError(
-                f"{KEY}={window_size} is not supported on {release.name} {layout}: "
-                f"{why}. {fix}, or remove {KEY}."
-            )
+            raise Refusal(f"is not supported on {release.name} {layout}: {why}", fix)
 
 
 # Where a kernel's actual lengths come from (plan.ActualSeqLens), besides the draft's own.
@@ -271,7 +276,6 @@ def actual_seq_lens_source(
     speculator: Any,
     release: Release,
     decisions: list[GroupDecision],
-    window_size: int | str,
     dcp: bool,
 ) -> str | None:
     """Where the draft's kernel takes actual lengths computed on the host (``FROM_HOST_BOUND``
@@ -298,20 +302,19 @@ def actual_seq_lens_source(
     elif METHODS.get(method) is Kind.AUTOREGRESSIVE and release.ar_actual_from_target:
         source = FROM_TARGET
         if getattr(speculator, "use_fused_multi_step_decode", False):
-            raise ValueError(
-                f"{KEY}={window_size} is not supported on {release.name} with the fused "
-                f"multi-step draft decode (a draft attention backend that updates its "
-                f"metadata in place): the release's host lengths are written per step. "
-                f"Remove {KEY}."
+            raise Refusal(
+                f"is not supported on {release.name} with the fused multi-step draft decode (a "
+                f"draft attention backend that updates its metadata in place): the release's "
+                f"host lengths are written per step"
             )
     else:
         return None
-    where = f"{KEY}={window_size} is not supported on {release.name} for {method}"
+    where = f"is not supported on {release.name} for {method}"
     if release.target_unsynced(getattr(speculator.vllm_config.model_config, "hf_config", None)):
-        raise ValueError(
+        raise Refusal(
             f"{where} with a DeepSeek-V4.1 target: vllm-ascend does not sync its host lengths "
             f"after rejection there, so the actual lengths its kernel takes and the device's "
-            f"differ. Remove {KEY}."
+            f"differ"
         )
     if source == FROM_TARGET:
         _refuse_target_lengths(speculator, release, decisions, where)
@@ -324,18 +327,18 @@ def _refuse_target_lengths(
     """The layouts an EAGLE decode whose kernel takes the target's lengths cannot serve."""
     unwindowed = [d for d in decisions if not d.windowed]
     if unwindowed:
-        raise ValueError(
+        raise Refusal(
             f"{where} with draft KV-cache groups the window does not window "
             f"({describe_decisions(unwindowed)}): vllm-ascend writes one host length list "
-            f"into every draft layer. Remove {KEY}."
+            f"into every draft layer"
         )
     model_state = getattr(speculator, "model_state", None)
     for name in release.prefill_state:
         if getattr(model_state, name, None) is not None:
-            raise ValueError(
+            raise Refusal(
                 f"{where} with the model state's {name} (KV prefetch or device-built "
                 f"metadata): the draft prefill's windowed rebuild would run its per-step "
-                f"state twice. Remove {KEY}."
+                f"state twice"
             )
 
 
