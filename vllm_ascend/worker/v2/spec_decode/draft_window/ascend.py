@@ -1,16 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""What vllm-ascend's EAGLE-family speculator adds for its kernels, with the window: the
-parameters of a FULL decode graph's replay (``build_fia_params``), windowed like the device
-side of each recorded step. Both forms call it: the overlay's
-``hooks/ascend/autoregressive.py`` and vllm-ascend's explicit call. The host lengths
-vllm-ascend computes for each step (``_calc_next_seq_lens_cpu``, its DCP manager's, DSpark's
-exact copy) are windowed in place by ``DraftWindow.window_actual_seq_lens``.
-"""
+"""The draft window for vllm-ascend's autoregressive speculator: the FIA parameters of a
+FULL decode graph replay (``build_fia_params``), windowed as each captured step is."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -19,24 +14,25 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import not_in_pat
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
 from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
+if TYPE_CHECKING:
+    from vllm_ascend.worker.v2.spec_decode.autoregressive.speculator import (
+        AscendAutoRegressiveSpeculator,
+    )
+
 
 def fia_params(
-    speculator: Any,
+    speculator: AscendAutoRegressiveSpeculator,
     window: DraftWindow | None,
-    params: list,
+    params: list[dict[str, Any]],
     num_reqs_padded: int,
     is_draft_model_prefill: bool,
     release: Release,
-) -> list:
-    """``build_fia_params``' result for the window: the per-step ``actual_seq_lengths_kv`` a
-    FULL-graph replay hands the recorded kernel, windowed like the device side of each
-    recorded step (and, where the release takes its block table from the target's metadata,
-    the cropped table the recorded refresh rewrites at every step)."""
+) -> list[dict[str, Any]]:
+    """Window ``build_fia_params``' per-step ``actual_seq_lengths_kv`` (and block tables,
+    where the release takes them from the target's metadata)."""
     if window is None:
         return params
     if is_draft_model_prefill:
-        # Only a FULL draft-prefill graph replays with these; the window runs the draft
-        # prefill without one (init_cudagraph_manager).
         raise not_in_path(
             f"{type(speculator).__name__}.build_fia_params was asked for a FULL draft-prefill "
             f"graph, which reads the target's unwindowed metadata; the window runs the "
@@ -46,8 +42,7 @@ def fia_params(
         _cropped_tables(speculator, window, params, num_reqs_padded)
     if window.dcp is not None:
         return _dcp_shares(speculator, window, params)
-    # Every layer of a step gets the same list: window each list once (the entry keeps the
-    # list alive, so its id is not reused meanwhile).
+    # Layers of one step share a list: window it once (``done`` keeps ids alive).
     done: dict[int, tuple[list[int], list[int]]] = {}
     for param in params:
         lengths = param["actual_seq_lengths_kv"]
@@ -59,11 +54,12 @@ def fia_params(
 
 
 def _cropped_tables(
-    speculator: Any, window: DraftWindow, params: list, num_reqs_padded: int
+    speculator: AscendAutoRegressiveSpeculator,
+    window: DraftWindow,
+    params: list[dict[str, Any]],
+    num_reqs_padded: int,
 ) -> None:
-    """Each layer's ``block_table`` the window's cropped table of its group: the table the
-    graph recorded (through the window's views), which the recorded refresh of every step
-    rewrites. The release hands the target's table, which the window does not crop."""
+    """Point each layer's ``block_table`` at its group's cropped table."""
     groups = {
         name: g
         for g, attn_groups in enumerate(speculator.attn_groups)
@@ -80,11 +76,11 @@ def _cropped_tables(
         param["block_table"] = window.windows[g].block_table[:num_reqs_padded]
 
 
-def _dcp_shares(speculator: Any, window: DraftWindow, params: list) -> list:
-    """Under DCP each step's ``actual_seq_lengths_kv`` is this rank's share of the step's
-    global lengths (the target's length plus the step), which only the global lengths can be
-    windowed from: each step's are recomputed as vllm-ascend computes them for the eager
-    update (``_calc_next_seq_lens_cpu``, windowed by its hook), then split for this rank."""
+def _dcp_shares(
+    speculator: AscendAutoRegressiveSpeculator, window: DraftWindow, params: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """This rank's share of each step's windowed global lengths, recomputed with
+    ``_calc_next_seq_lens_cpu``: a rank's share cannot be windowed by itself."""
     step_lists = list(
         {id(p["actual_seq_lengths_kv"]): p["actual_seq_lengths_kv"] for p in params}.values()
     )

@@ -1,29 +1,21 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""``draft_window_size: "auto"``: the training context the draft checkpoint declares, read
-from the checkpoint's own ``config.json``.
-
-vLLM overwrites the number in the draft's loaded config at start-up: it raises
-``max_position_embeddings`` to the target's ``max_model_len`` for a draft that shares the
-target's positions (``SpeculativeConfig._maybe_override_draft_max_position_embeddings``), so
-``draft_model_config.hf_config`` no longer holds what the checkpoint declared. The file itself
-still does: a local folder's ``config.json``, or a hub id's from the local Hugging Face
-cache, where vLLM's own config load left it. Nothing is downloaded here.
-"""
+"""``draft_window_size: "auto"``: the context the draft's own config.json declares (vLLM
+may raise it to ``max_model_len`` in the loaded config). Never downloads."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import AUTO, KEY
 
-# Where a draft checkpoint's config.json declares its context, in the order read: EAGLE and
-# EAGLE3 native heads, DFlash and DSpark Qwen3-layout drafts and draft models at the top;
-# the speculators format (``speculators_model_type``) in its transformer layer's config; a
-# composite config in its text config.
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+
+# Read in order: top level, the speculators format's layer config, a composite text config.
 FIELDS = (
     "max_position_embeddings",
     "transformer_layer_config.max_position_embeddings",
@@ -33,9 +25,7 @@ FIELDS = (
 
 @dataclass(frozen=True)
 class Declared:
-    """What the draft checkpoint declares: ``tokens`` (None: no context declared) in
-    ``field`` (a dotted name of ``FIELDS``), read from ``path``; ``checkpoint``: the draft as
-    the speculative config names it."""
+    """The context the draft checkpoint declares (``tokens`` None: none) and where."""
 
     tokens: int | None
     field: str | None
@@ -43,10 +33,7 @@ class Declared:
     path: Path
 
 
-def declared_context(vllm_config: Any) -> Declared:
-    """The training context the draft checkpoint of ``vllm_config`` declares in its own
-    ``config.json`` (a ``ValueError`` naming the key, the checkpoint and the fix where the
-    file cannot be read without a download)."""
+def declared_context(vllm_config: VllmConfig) -> Declared:
     checkpoint, path = _config_json(vllm_config)
     try:
         data = json.loads(path.read_text())
@@ -58,15 +45,13 @@ def declared_context(vllm_config: Any) -> Declared:
         ) from None
     for name in FIELDS:
         value = _dotted(data, name)
-        # A size is a positive integer (JSON's true is not one).
         if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
             return Declared(value, name, checkpoint, path)
     return Declared(None, None, checkpoint, path)
 
 
 def auto_window_size(context: int, alignment: int) -> int:
-    """``W = C - a + 1``: the largest window whose reads (``W`` to ``W + a - 1`` tokens) stay
-    within the declared context ``C``."""
+    """Largest window whose reads (at most ``W + a - 1`` tokens) stay within ``context``."""
     return context - alignment + 1
 
 
@@ -78,9 +63,7 @@ def _dotted(data: Any, name: str) -> Any:
     return data
 
 
-def _config_json(vllm_config: Any) -> tuple[str, Path]:
-    """(the checkpoint as named, its config.json): a local folder's, or a hub id's from the
-    local Hugging Face cache (no network)."""
+def _config_json(vllm_config: VllmConfig) -> tuple[str, Path]:
     speculative = getattr(vllm_config, "speculative_config", None)
     draft = getattr(speculative, "draft_model_config", None)
     if draft is None:
@@ -119,6 +102,6 @@ def _from_hub_cache(repo_id: str, revision: str | None) -> Path | None:
     try:
         cached = try_to_load_from_cache(repo_id, "config.json", revision=revision)
     except ValueError:
-        # Not a hub id (huggingface_hub's HFValidationError): a path that does not exist.
+        # HFValidationError: not a hub id.
         return None
     return Path(cached) if isinstance(cached, str) else None

@@ -1,30 +1,21 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""One kernel launch per window refresh: the windowed lengths and every group's cropped
-table, for the padded batch, written into persistent buffers.
-
-The torch path (``DraftWindow.refresh`` without a fused refresh: ``window_seq_lens``
-and one ``BlockTableWindow.gather`` per group) is the reference: this kernel computes the
-same integers (window.py's arithmetic, row by row) and must equal it bit for bit
-(``fused_check.py`` checks that before it is used). It launches a fixed grid
-``(num_reqs_padded, num_groups)`` from static sizes, reads no device value on the host and
-allocates nothing per call, so a graph capture may record it. The groups' full and
-cropped tables are reached through a pointer table built once (their buffers are
-persistent), as vLLM's own MRV2 block-table kernels do.
-
-Triton is imported lazily: without it the window runs the torch path.
-"""
+"""Window refresh in one Triton launch, bit-exact with the torch path; no host sync or
+allocation, so graphs may capture it."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec
 
-_KERNEL: Any = None
+if TYPE_CHECKING:
+    from triton.runtime.jit import JITFunction
+
+_KERNEL: JITFunction | None = None
 
 
 def triton_available() -> bool:
@@ -35,8 +26,7 @@ def triton_available() -> bool:
     return True
 
 
-def _kernel() -> Any:
-    """The Triton kernel, compiled on first use: this module imports without Triton."""
+def _kernel() -> JITFunction:
     global _KERNEL
     if _KERNEL is None:
         from vllm_ascend.ops.triton.v2.spec_decode.draft_window_refresh import (
@@ -48,17 +38,13 @@ def _kernel() -> Any:
 
 
 class FusedRefresh:
-    """The pointer table and static sizes of one set of cropped tables (a window's per-step
-    ones, or a draft prefill's wider ones), built once from persistent tensors, and the
-    outputs the launch writes."""
+    """Pointer tables and static sizes of one set of persistent cropped tables."""
 
     def __init__(
         self,
         spec: WindowSpec,
-        # per group: (full table, cropped table, block size), int32 row-major
+        # Per group: (full table, cropped table, block size).
         tables: Sequence[tuple[torch.Tensor, torch.Tensor, int]],
-        # [max_num_reqs] int32 each: the windowed lengths, the skips, the windowed actual
-        # lengths
         seq_lens_out: torch.Tensor,
         skip_out: torch.Tensor,
         actual_out: torch.Tensor,
@@ -74,7 +60,6 @@ class FusedRefresh:
                         f"the fused window refresh needs int32 row-major tables, got "
                         f"{table.dtype} with strides {table.stride()}"
                     )
-        # NOTE: persistent tables: their addresses are fixed for the window's life.
         self.src_tables = torch.tensor(
             [full.data_ptr() for full, _, _ in tables], dtype=torch.int64, device=device
         )
@@ -109,10 +94,8 @@ class FusedRefresh:
         actual_step: int = 0,
         max_model_len: int = 0,
     ) -> None:
-        """Window rows ``[0, num_reqs_padded)`` of ``source`` (or, with ``actual_source``, of
-        ``min(actual_source + actual_step, max_model_len)``): one launch."""
         spec = self.spec
-        dummy = self.seq_lens_out  # an int32 pointer for the inputs a variant does not read
+        dummy = self.seq_lens_out  # int32 pointer for inputs this variant does not read
         _kernel()[(num_reqs_padded, self.num_groups)](
             source,
             dummy if actual_source is None else actual_source,

@@ -1,12 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""Trust, then use: the one-launch refresh (``fused.py``) serves a window only after a
-start-up self-check on the window's own device agrees with the torch path bit for bit."""
+"""Start-up check that the fused refresh matches the torch path bit for bit."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -14,6 +13,11 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.fused import triton_availabl
 from vllm_ascend.worker.v2.spec_decode.draft_window.plan import ActualSeqLens, Plan
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import ceil_div
 from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
+
+if TYPE_CHECKING:
+    from logging import Logger
+
+    from vllm_ascend.worker.v2.spec_decode.draft_window.window import BlockTableWindow
 
 
 def compare_with_torch(
@@ -23,9 +27,7 @@ def compare_with_torch(
     query_start_loc: torch.Tensor | None = None,
     actual_step: int | None = None,
 ) -> list[str]:
-    """Refresh ``window`` through the torch path and through the fused kernel on the same
-    inputs; return what differs (empty: bit for bit equal). Uses the window's own buffers,
-    so only for a window no graph has recorded yet (a self-check's, or a test's)."""
+    """Outputs where the torch and fused refresh differ (overwrites the window's buffers)."""
     n = num_reqs_padded
     windows = window.windows if query_start_loc is None else window.chunk_windows
     kept = window.fused_steps, window.fused_chunks
@@ -44,7 +46,9 @@ def compare_with_torch(
     return [name for name in expected if not torch.equal(expected[name], got[name])]
 
 
-def _outputs(window: Any, windows: dict, n: int, actual: bool) -> dict[str, torch.Tensor]:
+def _outputs(
+    window: DraftWindow, windows: dict[int, BlockTableWindow], n: int, actual: bool
+) -> dict[str, torch.Tensor]:
     out = {"seq_lens": window.seq_lens[:n].clone(), "skip": window.window_skip[:n].clone()}
     if actual:
         out["actual_windowed"] = window.actual_windowed[:n].clone()
@@ -54,15 +58,11 @@ def _outputs(window: Any, windows: dict, n: int, actual: bool) -> dict[str, torc
 
 
 def self_check(window: DraftWindow, seed: int = 0) -> list[str]:
-    """The start-up check on the window's device: a synthetic window of the same shape (W,
-    alignment, sinks, threshold, groups and block sizes, actual lengths; its own small tables and
-    lengths) refreshed by both paths, for every variant the window uses. Returns what
-    differs, named by variant (empty: the kernel may be used)."""
+    """Compare both refresh paths on a synthetic window of the same shape, per variant."""
     spec = window.spec
     device = window.seq_lens.device
     gen = torch.Generator().manual_seed(seed)
     rows = 8
-    # Lengths on both sides of the window's reach and of its threshold.
     max_len = 4 * spec.reach + spec.min_context
     groups = sorted(window.group_block_sizes)
     tables, sizes = [], []
@@ -75,11 +75,10 @@ def self_check(window: DraftWindow, seed: int = 0) -> list[str]:
         sizes.append(b)
     actual = None
     if window.actual is not None:
-        # The window's own max_model_len: Triton specializes on some integer arguments.
+        # Triton specializes on some integer arguments: keep the real max_model_len.
         high = min(max_len, window.actual.max_model_len)
         source = torch.randint(0, high, (rows,), generator=gen, dtype=torch.int32)
         actual = ActualSeqLens(source.to(device), window.actual.max_model_len)
-    # The window's own shape, over tables of the same column units.
     plan = Plan(spec, window.group_block_sizes, max_chunk_len=2 * spec.window_size, actual=actual)
     synthetic = DraftWindow(
         plan,
@@ -108,10 +107,10 @@ def self_check(window: DraftWindow, seed: int = 0) -> list[str]:
     return problems
 
 
-def enable_if_trusted(window: DraftWindow, logger: Any, key: str, allow_cpu: bool = False) -> bool:
-    """Use the one-launch refresh on the window's device only after the self-check there
-    agrees with the torch path; otherwise say why once and keep the torch path. On CPU only
-    with ``allow_cpu`` (Triton's interpreter there says nothing about speed)."""
+def enable_if_trusted(
+    window: DraftWindow, logger: Logger, key: str, allow_cpu: bool = False
+) -> bool:
+    """Enable the fused refresh if the self-check passes on the window's device."""
     if window.seq_lens.device.type == "cpu" and not allow_cpu:
         return False
     if not triton_available():

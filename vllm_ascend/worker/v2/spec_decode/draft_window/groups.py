@@ -1,46 +1,36 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""Which of a draft's KV-cache groups the window serves: decisions with reasons, made once at
-``set_attn`` (``plan.py`` asks); the arithmetic never sees them.
-
-A group is windowed only when its layers attend over every token of the request, one
-token per cache slot, causally: ``FullAttentionSpec`` and ``MLAAttentionSpec`` without a
-sliding window, chunk, compression, sparsity or sinks of their own (and a per-layer-uniform
-wrapper whose every member is such). Cropping its table to the window then reads exactly
-the window's tokens. Every other group is not windowed, and kept out of the alignment: its
-own spec already bounds or reshapes what it reads (a sliding window the layer was trained
-with, a chunk, a ring, compressed or sparse states, recurrent state), or its early columns
-are not the request's first tokens, so neither a window start nor sinks mean anything
-there. A spec class this table does not know is not windowed either, with a warning that
-names it: a window is never applied by default.
-"""
+"""Which draft KV cache groups are windowed: causal full attention, one token per slot."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import FREE_KV_KEY, KEY
+
+if TYPE_CHECKING:
+    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, KVCacheSpec
+    from vllm.v1.worker.utils import AttentionGroup
+
+    from vllm_ascend.worker.v2.spec_decode.draft_window.kv_cost import Freed
 
 
 @dataclass(frozen=True)
 class GroupDecision:
-    """The window's decision for one draft KV-cache group."""
-
     group_id: int
     spec_kind: str
     block_size: int
     windowed: bool
     reason: str
-    # A spec class the table does not know (not windowed, with a warning).
+    # A spec class not known here (not windowed, with a warning).
     unknown: bool = False
 
     def describe(self) -> str:
         return f"group {self.group_id} ({self.spec_kind}, block size {self.block_size})"
 
 
-# Spec classes not windowed whatever their fields, by the vLLM class name (isinstance, so
-# their subclasses too), with the reason. A name missing from the installed vLLM is skipped.
+# Never windowed (subclasses included); names missing from the installed vLLM are skipped.
 _NOT_WINDOWED = (
     ("SlidingWindowSpec", "a sliding window the layer reads by itself (and was trained with)"),
     ("ChunkedLocalAttentionSpec", "chunked local attention: the layer reads its own chunk"),
@@ -57,18 +47,17 @@ _NOT_WINDOWED = (
     ("HiSparseHotSpec", "a sparse (HiSparse) cache"),
     ("HiSparseResidentSpec", "a sparse (HiSparse) cache"),
 )
-# Spec classes windowed when their fields say full, dense, causal attention (exact class:
-# a subclass of them is a different kind of cache, unknown here until this table says so).
+# Windowed when their fields say full, dense, causal attention (exact class only).
 _FULL = ("FullAttentionSpec", "MLAAttentionSpec")
 _UNIFORM = "UniformTypeKVCacheSpecs"
 
 
 def decide_groups(
-    kv_cache_config: Any, attn_groups: list[list[Any]], freed: Any = None
+    kv_cache_config: KVCacheConfig,
+    attn_groups: list[list[AttentionGroup]],
+    freed: Freed | None = None,
 ) -> list[GroupDecision]:
-    """One decision per KV-cache group the draft reads (a non-empty ``attn_groups[g]``);
-    ``freed``: what ``draft_window_free_kv`` did (``kv_cost.Freed``: the draft layers it
-    turned into a sliding window, and its tokens), or None."""
+    """One decision per KV cache group the draft reads (a non-empty ``attn_groups[g]``)."""
     decisions = []
     for g, groups in enumerate(attn_groups):
         if not groups:
@@ -80,11 +69,8 @@ def decide_groups(
     return decisions
 
 
-def _converted(group: Any, freed: Any) -> int | None:
-    """The tokens the group's layers keep where ``draft_window_free_kv`` made them a sliding
-    window (every layer of the group one it converted, the spec still that window), else
-    None; a group holding a converted layer that vLLM turned back into full attention stops
-    start-up (the draft's KV would stay whole while the window's plan counted it freed)."""
+def _converted(group: KVCacheGroupSpec, freed: Freed | None) -> int | None:
+    """The sliding window ``draft_window_free_kv`` gave the group's layers, else None."""
     if freed is None or not set(group.layer_names) & freed.layers:
         return None
     spec = group.kv_cache_spec
@@ -102,11 +88,9 @@ def _converted(group: Any, freed: Any) -> int | None:
     )
 
 
-def classify(spec: Any, freed_tokens: int | None = None) -> tuple[bool, str, bool]:
-    """(windowed, reason, unknown class) for one KV-cache spec. ``freed_tokens``: the spec is
-    a draft full-attention layer's that ``draft_window_free_kv`` turned into a sliding window
-    of that many tokens (``decide_groups`` knows by its layers): its layers attend over the
-    whole context, and the window reads only blocks vLLM keeps (``kv_cache.py``)."""
+def classify(spec: KVCacheSpec, freed_tokens: int | None = None) -> tuple[bool, str, bool]:
+    """(windowed, reason, unknown class) for one KV cache spec; ``freed_tokens``: a full
+    attention spec ``draft_window_free_kv`` converted to a sliding window."""
     from vllm.v1 import kv_cache_interface
 
     name = type(spec).__name__
@@ -142,7 +126,7 @@ def classify(spec: Any, freed_tokens: int | None = None) -> tuple[bool, str, boo
     return True, "full attention over the whole context, one token per slot", False
 
 
-def _kind(spec: Any) -> str:
+def _kind(spec: KVCacheSpec) -> str:
     name = type(spec).__name__
     if name == _UNIFORM:
         members = sorted({type(member).__name__ for member in spec.kv_cache_specs.values()})
@@ -151,8 +135,6 @@ def _kind(spec: Any) -> str:
 
 
 def describe_decisions(decisions: list[GroupDecision]) -> str:
-    """``windowed: group 0 (FullAttentionSpec, block size 16); not windowed: group 1 (...):
-    why``."""
     windowed = [d.describe() for d in decisions if d.windowed]
     unwindowed = [f"{d.describe()}: {d.reason}" for d in decisions if not d.windowed]
     parts = []

@@ -1,32 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""``draft_window_free_kv``: the draft's KV before the window given back to vLLM's KV cache
-manager, which frees it as it frees a sliding-window layer's.
-
-With the key, each of the draft's full-attention layers declares a ``SlidingWindowSpec`` of
-``N`` tokens as its KV-cache spec, and nothing else changes: its kernel still attends over
-whatever table and lengths it is handed (the layer's own ``sliding_window`` stays None), the
-window still hands it the cropped tables and windowed lengths, and slot mappings stay
-absolute. vLLM then groups the draft's layers apart from the target's, and its
-``SlidingWindowManager`` frees a request's draft blocks wholly before the last ``N - 1``
-tokens it has processed (and MRV2 nulls them in the step's gathered tables).
-
-Exact (design doc, section 3.4): ``N = W + a - b`` (``WindowSpec.retained_tokens``; ``a``:
-the alignment, ``b``: the draft group's block size as vLLM's grouping sets it). A pass whose
-first query position is ``C`` reads from a multiple of ``a`` at or after ``C - W - a + 2``,
-while vLLM frees and nulls only blocks wholly before ``C - N + 1``; one token fewer and a
-read at ``L = C + 1`` finds a freed block. ``"auto"`` sizes ``W = C_d - a + 1`` from the
-context ``C_d`` the checkpoint declares, so there ``N = C_d - b + 1``.
-
-Without the key nothing here runs: the runner's specs come back as vLLM made them, and
-nothing of the runner is read.
-"""
+"""``draft_window_free_kv``: each draft full-attention layer declares a ``SlidingWindowSpec``
+of ``N = W + a - b`` tokens, so vLLM frees its KV before the window. A pass from position
+``C`` reads at or after ``C - W - a + 2``; vLLM frees only blocks wholly before ``C - N + 1``."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import groups
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
@@ -56,21 +39,24 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.methods import METHODS, Kind
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec
 
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.v1.kv_cache_interface import KVCacheSpec
+    from vllm.v1.worker.gpu.model_runner import GPUModelRunner
 
-def asks_free_kv(runner: Any) -> bool:
-    """Whether the runner's config sets ``draft_window_free_kv`` to true; reads nothing else
-    (vLLM's own tests build runners without a config, or with stand-ins)."""
+
+def asks_free_kv(runner: GPUModelRunner) -> bool:
+    """Whether ``draft_window_free_kv`` is true (runners in tests may have no config)."""
     additional = getattr(getattr(runner, "vllm_config", None), "additional_config", None)
     return isinstance(additional, dict) and additional.get(FREE_KV_KEY) is True
 
 
 def draft_kv_cache_spec(
-    runner: Any, specs: dict[str, Any], table_width: Any
-) -> tuple[dict[str, Any], Freed | None]:
-    """The runner's KV-cache specs with ``draft_window_free_kv`` (``asks_free_kv``): the
-    draft's full-attention layers freed before the window, said once; and what was freed,
-    for the speculator's ``set_attn`` (None: the draft's KV stays whole). ``table_width``:
-    the release's ``get_block_table_width``."""
+    runner: GPUModelRunner,
+    specs: dict[str, KVCacheSpec],
+    table_width: Callable[[int, int], int] | None,
+) -> tuple[dict[str, KVCacheSpec], Freed | None]:
+    """The runner's KV cache specs with the draft's layers converted, and what is freed."""
     speculator = getattr(runner, "speculator", None)
     if speculator is None:
         return specs, None
@@ -107,19 +93,15 @@ def draft_kv_cache_spec(
 
 
 def free_draft_kv(
-    vllm_config: Any,
-    kv_cache_spec: dict[str, Any],
+    vllm_config: VllmConfig,
+    kv_cache_spec: dict[str, KVCacheSpec],
     draft_layers: set[str],
     window_size: int | None,
     declared: Declared | None = None,
-    table_width: Any = None,
+    table_width: Callable[[int, int], int] | None = None,
     refuse: bool = True,
-) -> tuple[dict[str, Any], Reclaim] | None:
-    """The model's KV-cache specs with each draft full-attention layer's turned into a
-    ``SlidingWindowSpec`` of ``N`` tokens, and what that frees; None (said once) where it
-    would free nothing: ``"auto"`` sizes no window, or ``N`` reaches ``max_model_len``.
-    ``window_size`` None: ``"auto"`` over the ``declared`` context. With ``refuse``, a
-    ``ValueError`` naming the key where it cannot be served or is refused."""
+) -> tuple[dict[str, KVCacheSpec], Reclaim] | None:
+    """Convert the draft's full-attention specs; None (logged) where nothing is freed."""
     layers = {
         name for name in draft_layers & kv_cache_spec.keys() if convertible(kv_cache_spec[name])
     }
@@ -129,16 +111,13 @@ def free_draft_kv(
             f"free (draft layers: {', '.join(sorted(draft_layers)) or 'none'}). Remove "
             f"{FREE_KV_KEY}."
         )
-    # vLLM's grouping sets the draft groups' block sizes (it raises a smaller page's to unify
-    # page sizes), and N is counted in them: a first grouping, whose block sizes do not
-    # depend on the window's length, then N.
+    # N counts in the block sizes vLLM's grouping sets, which do not depend on N.
     probe = sliding_draft_specs(kv_cache_spec, layers, window_size or declared.tokens)
     block_sizes = draft_block_sizes(grouped(vllm_config, probe), layers)
     alignment = math.lcm(*block_sizes)
     asked = AUTO if window_size is None else window_size
     max_model_len = vllm_config.model_config.max_model_len
     if window_size is None and declared.tokens >= max_model_len:
-        # The same test turns the window off at set_attn (plan.py): nothing to free.
         logger.info(
             "%s: %s=%s and the draft checkpoint %s declares %s=%d, not below "
             "max_model_len=%d, so the draft window stays off and %s frees nothing: the "
@@ -193,7 +172,6 @@ def free_draft_kv(
         )
         return None
     if not spec.crops_within(max_model_len):
-        # The same test turns the window off at set_attn (plan.py): nothing to free.
         logger.info(
             "%s: %s=%s never crops with max_model_len=%d (it crops contexts of W + a = %d tokens "
             "or more), so the draft window stays off and %s frees nothing: the draft's KV "
@@ -209,8 +187,7 @@ def free_draft_kv(
     converted = sliding_draft_specs(kv_cache_spec, layers, tokens)
     kept = tokens
     while _shared_with_other_layers(converted, layers):
-        # vLLM groups layers of equal specs together: one token more than the reads need
-        # keeps the draft's groups its own (and stays exact).
+        # vLLM groups equal specs together; a larger N keeps the draft apart and stays exact.
         tokens += 1
         converted = sliding_draft_specs(kv_cache_spec, layers, tokens)
     if tokens != kept:
@@ -236,24 +213,22 @@ def free_draft_kv(
     return converted, found
 
 
-def convertible(spec: Any) -> bool:
-    """A spec the key frees: plain, dense, causal full attention (what the window windows,
-    groups.py); anything else bounds or reshapes its reads already and stays as vLLM made
-    it."""
+def convertible(spec: KVCacheSpec) -> bool:
+    """Whether the key converts ``spec``: plain, dense, causal full attention."""
     from vllm.v1.kv_cache_interface import FullAttentionSpec
 
     return type(spec) is FullAttentionSpec and groups.classify(spec)[0]
 
 
-def _shared_with_other_layers(converted: dict[str, Any], layers: set[str]) -> bool:
-    """Whether a converted draft spec equals the spec of a layer outside ``layers``."""
+def _shared_with_other_layers(converted: dict[str, KVCacheSpec], layers: set[str]) -> bool:
     others = [spec for name, spec in converted.items() if name not in layers]
     return any(converted[name] in others for name in layers)
 
 
-def sliding_draft_specs(kv_cache_spec: dict[str, Any], layers: set[str], tokens: int) -> dict:
-    """``kv_cache_spec`` with each of ``layers``' specs a ``SlidingWindowSpec`` of ``tokens``
-    (its other fields unchanged)."""
+def sliding_draft_specs(
+    kv_cache_spec: dict[str, KVCacheSpec], layers: set[str], tokens: int
+) -> dict[str, KVCacheSpec]:
+    """``kv_cache_spec`` with ``layers`` as ``SlidingWindowSpec`` of ``tokens``."""
     from vllm.v1.kv_cache_interface import SlidingWindowSpec
 
     converted = dict(kv_cache_spec)
@@ -268,10 +243,10 @@ def sliding_draft_specs(kv_cache_spec: dict[str, Any], layers: set[str], tokens:
     return converted
 
 
-def refuse_free_kv(vllm_config: Any, config: Any, release: Release | None) -> None:
-    """Stop on ``draft_window_free_kv`` where freeing the draft's KV before the window cannot
-    be exact or is not freed at all (design doc, section 3.4). Where it would not pay, the
-    runner's KV-cache specs refuse it, once the layers are known (``draft_kv_cache_spec``)."""
+def refuse_free_kv(
+    vllm_config: VllmConfig, config: DraftWindowConfig, release: Release | None
+) -> None:
+    """Raise where ``draft_window_free_kv`` cannot be exact or would free nothing."""
     reason = None
     method = getattr(vllm_config.speculative_config, "method", None)
     if METHODS.get(method) is Kind.MTP:

@@ -1,33 +1,32 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""What ``draft_window_free_kv`` frees and costs, by vLLM's own grouping (``kv_cache.py`` asks):
-the draft layers the key converted (``Freed``), the groups vLLM forms from them and when the
-key is refused (``Reclaim``), the block tables extra groups take in Model Runner V2, and the most
-blocks one request's draft group holds (the start-up line)."""
+"""What ``draft_window_free_kv`` frees and costs, computed with vLLM's own KV cache grouping."""
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import FREE_KV_KEY, KEY
 
-# Below this share of every token's KV bytes the draft gives back too little for the
-# KV-cache groups it costs (a one-layer EAGLE head beside 36 target layers holds 2.7%: 37
-# groups of one layer for 2.6% more concurrency, measured; benchmarks/kv_reclaim.py).
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.v1.kv_cache_interface import KVCacheGroupSpec, KVCacheSpec
+
+# Below this share of each token's KV bytes, the freed KV does not pay for the extra groups
+# (a one-layer EAGLE head beside 36 target layers holds 2.7%).
 MIN_DRAFT_SHARE = 0.05
-# What one more KV-cache group costs on the device in Model Runner V2's ``BlockTables``: two
-# int32 tables of [max_num_reqs, width] (the persistent and the gathered one) and an int64
-# slot-mapping row of max_num_batched_tokens (tests/test_kv_reclaim.py measures vLLM's).
+# Per extra KV cache group in Model Runner V2's BlockTables: two int32 tables of
+# [max_num_reqs, width] and an int64 slot mapping of max_num_batched_tokens.
 TABLE_BYTES_PER_COLUMN = 2 * 4
 SLOT_MAPPING_BYTES_PER_TOKEN = 8
 
 
 @dataclass(frozen=True)
 class Freed:
-    """What the key did to the draft's specs: ``layers`` declare a ``SlidingWindowSpec`` of
-    ``tokens`` (``N``). The window recognises their groups by these layers (groups.py)."""
+    """Draft ``layers`` converted to a ``SlidingWindowSpec`` of ``tokens``."""
 
     tokens: int
     layers: frozenset[str]
@@ -35,12 +34,7 @@ class Freed:
 
 @dataclass(frozen=True)
 class Reclaim:
-    """vLLM's grouping of the converted specs and what it costs and frees: ``block_size``,
-    the draft groups' (smallest) as vLLM's grouping set it; ``groups`` KV-cache groups with
-    the key against ``groups_without``; the draft's share of each token's KV bytes; the
-    layers vLLM pads with the key and without it; per request at ``max_model_len``, the
-    draft KV bytes freed; and the device bytes the extra groups' block tables and slot
-    mappings take."""
+    """vLLM's grouping with and without the key, and the KV freed per request."""
 
     freed: Freed
     block_size: int
@@ -53,8 +47,7 @@ class Reclaim:
     table_bytes: int
 
     def refusal(self) -> str | None:
-        """Why the key is refused here, after ``draft_window_free_kv=true``; None: served.
-        Padding refuses it only where the key adds padding to vLLM's grouping."""
+        """Why the key is refused here; None: served."""
         draft = len(self.freed.layers)
         if self.padding_layers > self.padding_layers_without:
             return (
@@ -81,10 +74,8 @@ class Reclaim:
         return None
 
 
-def draft_block_sizes(formed: list[Any], layers: set[str]) -> list[int]:
-    """The block sizes of the groups vLLM formed for the converted ``layers``; refused by
-    name where vLLM turned them back into full attention (it does where it cannot unify the
-    page sizes, as for an MLA target with a GQA draft): nothing would be freed."""
+def draft_block_sizes(formed: list[KVCacheGroupSpec], layers: set[str]) -> list[int]:
+    """Block sizes of the groups vLLM formed for the converted ``layers``."""
     from vllm.v1.kv_cache_interface import SlidingWindowSpec
 
     sizes = set()
@@ -105,9 +96,13 @@ def draft_block_sizes(formed: list[Any], layers: set[str]) -> list[int]:
     return sorted(sizes)
 
 
-def reclaim(vllm_config: Any, whole: dict, converted: dict, freed: Freed) -> Reclaim:
-    """vLLM's own grouping of ``converted`` against ``whole`` (the specs without the key),
-    and what the key frees per request at ``max_model_len`` (``table_bytes`` left 0)."""
+def reclaim(
+    vllm_config: VllmConfig,
+    whole: dict[str, KVCacheSpec],
+    converted: dict[str, KVCacheSpec],
+    freed: Freed,
+) -> Reclaim:
+    """Group ``converted`` and ``whole`` (the specs without the key); ``table_bytes`` is 0."""
     formed = grouped(vllm_config, converted)
     formed_without = grouped(vllm_config, whole)
     per_token = {name: spec.page_size_bytes / spec.block_size for name, spec in whole.items()}
@@ -127,16 +122,18 @@ def reclaim(vllm_config: Any, whole: dict, converted: dict, freed: Freed) -> Rec
     )
 
 
-def padding_layers(formed: list[Any]) -> int:
-    """The layers vLLM pads ``formed`` with: it sizes every group as its largest."""
+def padding_layers(formed: list[KVCacheGroupSpec]) -> int:
+    """Layers vLLM pads ``formed`` with: every group is sized as the largest."""
     largest = max(len(group.layer_names) for group in formed)
     return sum(largest - len(group.layer_names) for group in formed)
 
 
-def table_bytes(vllm_config: Any, found: Reclaim, table_width: Any = None) -> int:
-    """The device bytes the key's extra KV-cache groups take in Model Runner V2's
-    ``BlockTables`` (``TABLE_BYTES_PER_COLUMN``), their tables as wide as the release's
-    ``get_block_table_width`` makes them for ``max_model_len``."""
+def table_bytes(
+    vllm_config: VllmConfig,
+    found: Reclaim,
+    table_width: Callable[[int, int], int] | None = None,
+) -> int:
+    """Device bytes of the block tables and slot mappings of the extra KV cache groups."""
     scheduler = vllm_config.scheduler_config
     blocks = -(-vllm_config.model_config.max_model_len // found.block_size)
     width = table_width(blocks, found.block_size) if table_width is not None else blocks
@@ -147,17 +144,14 @@ def table_bytes(vllm_config: Any, found: Reclaim, table_width: Any = None) -> in
     return (found.groups - found.groups_without) * per_group
 
 
-def grouped(vllm_config: Any, specs: dict) -> list[Any]:
-    """vLLM's grouping of the whole model, as the engine core forms it."""
+def grouped(vllm_config: VllmConfig, specs: dict[str, KVCacheSpec]) -> list[KVCacheGroupSpec]:
     from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups
 
     return get_global_kv_cache_groups(_with_layout(vllm_config), [dict(specs)])
 
 
-def _with_layout(vllm_config: Any) -> Any:
-    """vLLM groups layers by its KV cache layout, which the engine core resolves only once
-    the workers have returned their specs; until then, the layout of a backend that
-    declares none (LBNHC: not block-outermost, so vLLM's default grouping)."""
+def _with_layout(vllm_config: VllmConfig) -> VllmConfig:
+    """The config with LBNHC (vLLM's default grouping) until the engine sets a layout."""
     if vllm_config.cache_config.kv_cache_layout is not None:
         return vllm_config
     probe = copy.copy(vllm_config)
@@ -169,18 +163,13 @@ def _with_layout(vllm_config: Any) -> Any:
 def held_blocks(
     tokens: int, block_size: int, scheduled: int, lookahead: int, in_flight: int, extra: int
 ) -> int:
-    """The most blocks a sliding-window group of ``tokens`` holds for one request at a step
-    that schedules ``scheduled`` tokens with ``lookahead`` slots beyond them, ``in_flight``
-    tokens scheduled before and not yet processed, and vLLM's ``extra_retained_tokens``:
-    the blocks from the first kept token (``N - 1 + extra`` before the processed ones) to
-    the last slot, wherever the span starts in a block."""
+    """Most blocks a sliding-window group of ``tokens`` holds for one request in a step."""
     span = tokens - 1 + extra + in_flight + scheduled + lookahead
     return -(-(span - 1) // block_size) + 1
 
 
-def describe(found: Reclaim, vllm_config: Any) -> str:
-    """The start-up line of the key: what the draft's groups hold per request in steady
-    decode and during a prefill chunk, from vLLM's own scheduling settings."""
+def describe(found: Reclaim, vllm_config: VllmConfig) -> str:
+    """The key's start-up log line."""
     scheduler = vllm_config.scheduler_config
     k = vllm_config.speculative_config.num_speculative_tokens
     lookahead = int(getattr(vllm_config, "num_lookahead_tokens", k) or 0)

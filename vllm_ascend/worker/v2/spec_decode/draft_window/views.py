@@ -1,16 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""What the speculator's own code reads through the window: views of vLLM's input buffers and
-block tables in which the draft's lengths and the draft groups' tables are the window's
-persistent buffers. Everything else (query layout, positions, slot mappings, the other
-groups' tables) is the original object's, and the originals are never written: the draft's
-input prep kernels and the target runner read them, and ``BlockTables`` is shared with the
-target."""
+"""Views of vLLM's ``InputBuffers`` and ``BlockTables`` whose draft lengths and draft group
+tables are the window's buffers; all else is read from the originals, which stay unwritten."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -20,22 +16,18 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
     ceil_div,
 )
 
+if TYPE_CHECKING:
+    from vllm.v1.worker.gpu.block_table import BlockTables
+    from vllm.v1.worker.gpu.input_batch import InputBuffers
+
 
 class InputBuffersView:
-    """The draft's ``InputBuffers`` whose ``seq_lens`` is the windowed buffer.
-
-    Input buffers that keep an exact host mirror of ``seq_lens`` (``host_mirror``: its torch
-    and numpy names, one memory; vllm-ascend's ``AscendInputBuffers``) show the window's own
-    mirror instead, so that nothing written or read through the view touches vLLM's. A graph
-    capture's input preparation (``prepare_inputs_to_capture`` -> vllm-ascend's
-    ``AscendInputBatch.make_dummy``) writes its dummy lengths into both the device lengths
-    and this mirror, and the builders take the mirror as the exact host lengths: the capture
-    builds from one set of lengths, the window's, as every other build does.
-    """
+    """The draft's ``InputBuffers`` with the windowed ``seq_lens`` (and, by the
+    ``host_mirror`` names, the window's exact host copy of it)."""
 
     def __init__(
         self,
-        base: Any,
+        base: InputBuffers,
         seq_lens: torch.Tensor,
         host_mirror: tuple[str, str] | None = None,
         seq_lens_cpu: torch.Tensor | None = None,
@@ -54,9 +46,7 @@ class InputBuffersView:
 
 
 class BlockTablesView:
-    """The shared ``BlockTables`` whose draft groups read their cropped tables."""
-
-    def __init__(self, base: Any, windows: dict[int, BlockTableWindow]) -> None:
+    def __init__(self, base: BlockTables, windows: dict[int, BlockTableWindow]) -> None:
         self.base = base
         self.windows = windows
 
@@ -68,8 +58,7 @@ class BlockTablesView:
         return tables
 
     def get_dummy_block_tables(self, num_reqs: int) -> tuple[torch.Tensor, ...]:
-        # NOTE: graph capture records these addresses, so the draft groups must get the
-        # persistent cropped tables, zeroed like vLLM zeroes its own dummy rows.
+        # Graph capture records these addresses: hand out the persistent cropped tables.
         tables = list(self.base.get_dummy_block_tables(num_reqs))
         for g, window in self.windows.items():
             window.block_table[:num_reqs].zero_()
@@ -82,12 +71,8 @@ class BlockTablesView:
         return getattr(self.base, name)
 
 
-def block_table_units(block_tables: Any) -> Sequence[int]:
-    """Tokens per column of each group's ``input_block_tables``.
-
-    vLLM 0.33.0's ``BlockTables`` stores KV-cache-manager blocks of ``block_sizes[g]``
-    tokens; a subclass that stores kernel-block ids says so with ``kernel_block_sizes``.
-    """
+def block_table_units(block_tables: BlockTables) -> Sequence[int]:
+    """Tokens per column of each group's ``input_block_tables``."""
     kernel_block_sizes = getattr(block_tables, "kernel_block_sizes", None)
     return kernel_block_sizes if kernel_block_sizes is not None else block_tables.block_sizes
 
@@ -99,11 +84,7 @@ def cropped_table_width(
     max_query_len: int,
     table_width: Callable[[int, int], int] | None = None,
 ) -> int:
-    """Columns of a cropped table: what a pass of ``max_query_len`` queries per request reads
-    (``WindowSpec.read_cap``), rounded up as vLLM rounds its own tables (``table_width``:
-    the release's ``get_block_table_width``, as kernels load block ids a tile at a time;
-    None: not rounded, for the window's own kernels without vLLM), and never wider than the
-    full table, past which no window reads."""
+    """Columns a pass reads, rounded up as vLLM rounds its tables, at most ``full_width``."""
     needed = ceil_div(spec.read_cap(max_query_len), block_size)
     if table_width is not None:
         needed = table_width(needed, block_size)

@@ -1,14 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""The draft window of one Model Runner V2 speculator: its persistent buffers, made once from
-its plan (``plan.py``) and complete when made, and the refresh that windows them each pass.
-
-vLLM's ``DraftModelSpeculator._build_attn_metadata`` reads the draft's KV lengths from
-``self.input_buffers.seq_lens`` and its block tables from
-``self.block_tables.input_block_tables``. The window hands it views of those two objects
-(``views.py``) in which the draft's lengths and the draft groups' tables are its own
-persistent windowed buffers.
-"""
+"""Persistent windowed inputs of one Model Runner V2 speculator and their refresh."""
 
 from __future__ import annotations
 
@@ -34,91 +26,72 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
 )
 
 if TYPE_CHECKING:
+    from vllm.v1.worker.gpu.block_table import BlockTables
+    from vllm.v1.worker.gpu.input_batch import InputBatch, InputBuffers
+    from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+    from vllm.v1.worker.utils import AttentionGroup
+
     from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import PathCheck
 
 
 @dataclass
 class ProposeState:
-    """A speculator's state within one propose: the target's batch its draft prefill reads,
-    whether that prefill went through the window, whether a graph capture is running, and
-    how many later decode steps reuse the metadata being built."""
+    """State shared by a speculator's calls within one propose."""
 
-    prefill_batch: Any = None
+    prefill_batch: InputBatch | None = None
     prefill_windowed: bool = False
     capturing: bool = False
+    # Later decode steps that reuse the metadata being built.
     extra_steps: int = 0
-    # Windowed builds so far (the first one is said once).
     num_builds: int = 0
 
 
 class DraftWindow:
-    """Persistent windowed inputs of one speculator's draft attention, created once."""
-
     def __init__(
         self,
         plan: Plan,
-        input_buffers: Any,
-        block_tables: Any,
+        input_buffers: InputBuffers,
+        block_tables: BlockTables,
         max_num_reqs: int,
         device: torch.device,
-        attn_groups: list[list[Any]] | None = None,
+        attn_groups: list[list[AttentionGroup]] | None = None,
         host_mirror: tuple[str, str] | None = None,
         table_width: Callable[[int, int], int] | None = None,
     ) -> None:
-        """``attn_groups``: the speculator's, split here by ``plan.decisions`` (the groups
-        not windowed keep vLLM's own inputs). ``host_mirror``: the names of the exact host
-        mirror of ``seq_lens`` the release's input buffers keep (``release.Release``).
-        ``table_width``: the release's block-table width rounding, which the cropped tables
-        follow (None: not rounded)."""
         self.plan = plan
         self._table_width = table_width
         self.spec = plan.spec
-        # Per windowed draft group: a request's tokens per table column.
         self.group_block_sizes = dict(plan.group_units)
-        # Under DCP: this rank's layout (else None).
         self.dcp = plan.layout
         self.actual = plan.actual
         full_widths = {g: block_tables.input_block_tables[g].shape[1] for g in plan.group_units}
-        # Per draft group: the cropped tables every step reads (graphs capture these) ...
         self.windows = self._tables(full_widths, max_num_reqs, device, plan.max_query_len)
-        # ... and, for a draft prefill over long chunks, wider ones used only there.
+        # Wider tables for a draft prefill over chunks longer than a decode step.
         self.chunk_windows = self.windows
         if plan.max_chunk_len:
             self.chunk_windows = self._tables(full_widths, max_num_reqs, device, plan.max_chunk_len)
         self._allocate(max_num_reqs, device, input_buffers)
-        # One-launch refreshes (fused.py) of the per-step tables and of a draft prefill's
-        # wider ones; None: the torch path (fused_check.py decides).
         self.fused_steps: FusedRefresh | None = None
         self.fused_chunks: FusedRefresh | None = None
-        # [max_num_reqs] int32, host: the windowed lengths' exact mirror (InputBuffersView).
         has_mirror = host_mirror is not None and hasattr(input_buffers, host_mirror[0])
         self.seq_lens_cpu = torch.zeros(max_num_reqs, dtype=torch.int32) if has_mirror else None
         self.input_buffers = InputBuffersView(
             input_buffers, self.seq_lens, host_mirror, self.seq_lens_cpu
         )
         self.block_tables = BlockTablesView(block_tables, self.windows)
-        # The window's calls running now (hooks or explicit calls), outermost first: a
-        # build's path (path_check.py).
         self.path: list[str] = []
-        # The speculator's attention groups split by the plan: an eager build runs vLLM's
-        # own build once over each (None while every draft group is windowed).
-        self.windowed_attn_groups: list[list[Any]] | None = None
-        self.unwindowed_attn_groups: list[list[Any]] | None = None
+        self.windowed_attn_groups: list[list[AttentionGroup]] | None = None
+        self.unwindowed_attn_groups: list[list[AttentionGroup]] | None = None
         if plan.unwindowed_group_ids:
             self._keep_unwindowed_groups(attn_groups, plan.unwindowed_group_ids)
-        # The slot mapping handed to the build in progress, where its caller passes one (a
-        # draft model's prefill writes through a buffer of its own): vLLM's, never windowed.
+        # The slot mapping passed to the build in progress, if any (never windowed).
         self.build_slot_mappings: torch.Tensor | None = None
-        # The run-time check of the speculator's builders (set by its creator, if any).
         self.path_check: PathCheck | None = None
-        # What the speculator's calls within one propose tell each other.
         self.propose = ProposeState()
 
     def _tables(
         self, full_widths: dict[int, int], max_num_reqs: int, device: torch.device, query: int
     ) -> dict[int, BlockTableWindow]:
-        """One cropped table per windowed group, wide enough for passes of ``query`` query
-        tokens per request."""
         return {
             g: BlockTableWindow(
                 self.spec,
@@ -130,27 +103,17 @@ class DraftWindow:
             for g, b in self.group_block_sizes.items()
         }
 
-    def _allocate(self, max_num_reqs: int, device: torch.device, input_buffers: Any) -> None:
-        """The persistent lengths a refresh writes, sized once."""
-        # [max_num_reqs] int32: the windowed seq_lens the draft's attention reads.
-        # NOTE: graphs capture its address; it is only ever written in place.
+    def _allocate(
+        self, max_num_reqs: int, device: torch.device, input_buffers: InputBuffers
+    ) -> None:
+        # Graphs capture these addresses: write them in place only.
         self.seq_lens = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
-        # [max_num_reqs] int32: each request's tokens left out between its sinks and its
-        # window (without sinks: the window start), a multiple of the alignment.
         self.window_skip = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
-        # [max_num_reqs] int32: query tokens per request of a multi-token pass.
         self.query_lens = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
-        # [max_num_reqs] int32, host: the windowed seq_lens_cpu_upper_bound.
         self.seq_lens_cpu_upper_bound = torch.zeros(max_num_reqs, dtype=torch.int32)
-        # [n] bool, host, or None: the rows of the build in progress whose host bound the
-        # window made their exact windowed length (a draft prefill's prefilling rows); the
-        # path check makes sure a builder taking the bound as exact reads only those.
+        # Rows of the build in progress whose host bound is their exact windowed length.
         self.exact_host_rows: torch.Tensor | None = None
-        # [max_num_reqs] int32: the actual lengths of the pass in progress, windowed in place.
         self.actual_windowed = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
-        # Under DCP, [max_num_reqs] int32: a draft prefill's DCP-local lengths (else the
-        # target's), and scratch. A build may hand a kernel these or the draft's own, which
-        # vLLM fills from the windowed lengths (the path check makes sure).
         self.dcp_local_seq_lens = self.dcp_scratch = None
         if self.dcp:
             self.dcp_local_seq_lens, self.dcp_scratch = torch.zeros(
@@ -158,21 +121,13 @@ class DraftWindow:
             )
         own = getattr(input_buffers, "dcp_local_seq_lens", None)
         self.dcp_local_buffers = [b for b in (self.dcp_local_seq_lens, own) if b is not None]
-        # [max_num_reqs] int32, host: scratch for windowing host lengths (actual lengths).
         self.host_skip = torch.zeros(max_num_reqs, dtype=torch.int32)
 
     def _keep_unwindowed_groups(
-        self, attn_groups: list[list[Any]], group_ids: Sequence[int]
+        self, attn_groups: list[list[AttentionGroup]], group_ids: Sequence[int]
     ) -> None:
-        """Keep what vLLM builds for the draft groups ``group_ids``: their builders must see
-        vLLM's own lengths and tables, never the window's.
-
-        vLLM builds every group from one ``seq_lens``. An eager build therefore runs vLLM's
-        own build twice (the build hook): over the windowed groups through the views, and
-        over these with vLLM's inputs. A graph capture builds all groups at once through the
-        views, so these groups' builders are handed vLLM's own device ``seq_lens`` back (the
-        views give them vLLM's tables already, and a capture's host lengths are vLLM's).
-        """
+        """Keep vLLM's own lengths for the draft groups ``group_ids`` (a graph capture
+        builds all groups at once, so their builders get vLLM's ``seq_lens`` back)."""
         kept = set(group_ids)
         self.windowed_attn_groups = [[] if g in kept else gs for g, gs in enumerate(attn_groups)]
         self.unwindowed_attn_groups = [gs if g in kept else [] for g, gs in enumerate(attn_groups)]
@@ -184,7 +139,7 @@ class DraftWindow:
                         if callable(real):
                             setattr(builder, name, self._with_vllms_seq_lens(real, position))
 
-    def _with_vllms_seq_lens(self, real: Any, position: int) -> Any:
+    def _with_vllms_seq_lens(self, real: Callable[..., Any], position: int) -> Callable[..., Any]:
         windowed, vllms = self.seq_lens, self.input_buffers.base.seq_lens
 
         def build(*args: Any, **kwargs: Any) -> Any:
@@ -208,22 +163,14 @@ class DraftWindow:
         query_start_loc: torch.Tensor | None = None,
         actual_step: int | None = None,
     ) -> None:
-        """Window the first ``num_reqs_padded`` rows on the device: lengths and tables.
+        """Window the first ``num_reqs_padded`` rows' lengths and tables on the device.
 
-        ``seq_lens`` defaults to the draft's own; a draft prefill passes the target's, with
-        its ``query_start_loc`` so that every query token stays inside its window.
-        ``actual_step`` (with ``plan.actual`` set): the kernel takes
-        ``min(actual.source + actual_step, actual.max_model_len)`` as its actual lengths
-        instead of the draft's own, so the window start comes from those, and the draft's
-        own length and the cropped table follow the same start (invariant 2: one start per
-        request).
-        Device ops into persistent buffers only, so it may run inside a graph capture.
+        With ``actual_step`` the start comes from the kernel's actual lengths instead.
         """
         n = num_reqs_padded
         source = self.input_buffers.base.seq_lens if seq_lens is None else seq_lens
         actual = self.actual if actual_step is not None else None
         windows = self.windows if query_start_loc is None else self.chunk_windows
-        # The views hand the builder the tables this pass fills.
         self.block_tables.windows = windows
         fused = self.fused_steps if query_start_loc is None else self.fused_chunks
         if fused is not None:
@@ -256,14 +203,12 @@ class DraftWindow:
             actual_lens.clamp_(max=actual.max_model_len)
             window_seq_lens(actual_lens, self.spec, skip_out=self.window_skip[:n], out=actual_lens)
             torch.sub(source[:n], self.window_skip[:n], out=self.seq_lens[:n])
-            # The table covers what the kernel's actual lengths read.
             read_lens = self.actual_windowed
         full_tables = self.block_tables.base.input_block_tables
         for g, window in windows.items():
             window.gather(full_tables[g], self.window_skip, read_lens, n)
 
     def enable_fused(self) -> None:
-        """Refresh with one kernel launch (fused.py) from now on."""
         full_tables = self.block_tables.base.input_block_tables
 
         def refresh_of(windows: dict[int, BlockTableWindow]) -> FusedRefresh:
@@ -283,8 +228,7 @@ class DraftWindow:
         )
 
     def window_actual_seq_lens(self, lengths: torch.Tensor) -> torch.Tensor:
-        """Window the kernel's actual lengths on the host, in place, by the same arithmetic as
-        the device's (``refresh(actual_step=...)``); zero rows stay zero."""
+        """Window the kernel's actual lengths on the host, in place."""
         n = lengths.shape[0]
         window_seq_lens(lengths, self.spec, skip_out=self.host_skip[:n], out=lengths)
         return lengths
@@ -297,8 +241,7 @@ class DraftWindow:
         query_lens_cpu: torch.Tensor | None = None,
         extra_steps: int = 0,
     ) -> torch.Tensor:
-        """A host bound that, once the builder adds ``step``, bounds every windowed read,
-        also those of ``extra_steps`` later steps that reuse the metadata (one token each)."""
+        """Host bound of the windowed lengths, also for ``extra_steps`` later steps."""
         out = self.seq_lens_cpu_upper_bound[:num_reqs]
         seq_lens_upper_bound(
             seq_lens_cpu_upper_bound[:num_reqs],
@@ -315,9 +258,7 @@ class DraftWindow:
     def actual_host_bound(
         self, seq_lens_cpu_upper_bound: torch.Tensor, num_reqs: int, step: int
     ) -> torch.Tensor:
-        """Where the kernel takes ``min(U + step, max_model_len)`` as its actual lengths
-        (``actual.from_bound``): the host array that, once the builder adds ``step``, is that
-        length windowed by the device's arithmetic (``refresh(actual_step=step)``)."""
+        """Host lengths that, plus ``step``, are the device's windowed actual lengths."""
         assert self.actual is not None
         out = self.seq_lens_cpu_upper_bound[:num_reqs]
         torch.add(seq_lens_cpu_upper_bound[:num_reqs], step, out=out)
@@ -328,14 +269,12 @@ class DraftWindow:
     @contextmanager
     def swapped_into(
         self,
-        speculator: Any,
+        speculator: DraftModelSpeculator,
         path: str,
-        attn_groups: list[list[Any]] | None = None,
+        attn_groups: list[list[AttentionGroup]] | None = None,
         max_query_len: int = 1,
     ) -> Iterator[None]:
-        """Let the speculator's own code read the windowed views on ``path`` (the hook
-        running), and ``attn_groups`` instead of its own if given; restore on exit. The
-        draft's longest read is that of passes of up to ``max_query_len`` query tokens."""
+        """Point the speculator at the windowed views (and ``attn_groups``) until exit."""
         saved = (speculator.input_buffers, speculator.block_tables, speculator.draft_max_seq_len)
         saved_groups = speculator.attn_groups
         speculator.input_buffers = self.input_buffers
@@ -352,8 +291,7 @@ class DraftWindow:
             speculator.attn_groups = saved_groups
 
     @contextmanager
-    def unwindowed_only(self, speculator: Any) -> Iterator[None]:
-        """Let the speculator's own code build only the groups the window does not window."""
+    def unwindowed_only(self, speculator: DraftModelSpeculator) -> Iterator[None]:
         saved = speculator.attn_groups
         speculator.attn_groups = self.unwindowed_attn_groups
         try:
@@ -363,7 +301,6 @@ class DraftWindow:
 
     @contextmanager
     def on_path(self, path: str) -> Iterator[None]:
-        """Name the hook running, for builds that need no swapped views."""
         self.path.append(path)
         try:
             yield
