@@ -32,7 +32,7 @@ from testbed.kv_manager import Shape
 from testbed.shims import apply_cpu_shims
 from testbed.speculators import make_vllm_config, tiny_model_dir
 from testbed.vllm_line import get_block_table_width
-from vllm_ascend.worker.v2.spec_decode.draft_window import kv_cache
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import free_kv
 
 ROOT = Path(__file__).resolve().parent.parent
 GIB = 1 << 30
@@ -80,7 +80,7 @@ def row(vllm_config, shape: Shape, window: int, contexts, pool: int) -> dict:
     whole = shape.specs()
     # The package's own planning (N = W + a - b in the block size vLLM's grouping gives the
     # draft), and its verdict: served, or the refusal's reason.
-    freed, found = kv_cache.free_draft_kv(
+    freed, found = free_kv.free_draft_kv(
         vllm_config,
         whole,
         shape.draft_names,

@@ -36,7 +36,7 @@ from testbed.speculators import (
 )
 from testbed.vllm_line import RELEASE
 from vllm_ascend.worker.v2.spec_decode.draft_window import policy
-from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import WindowNotInPathError
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import WindowNotInPathError
 
 pytestmark = pytest.mark.usefixtures("window_hooks")
 

@@ -188,7 +188,7 @@ DCP_RATIO = r"Ratio to the window without DCP: median ([\d.]+)"
 DCP_PREFILL = r"with the DCP-local lengths \(a draft prefill\) median ([\d.]+)"
 # Figures the code holds: (file, pattern).
 MIN_DRAFT_SHARE = (
-    "vllm_ascend/worker/v2/spec_decode/draft_window/kv_cost.py",
+    "vllm_ascend/worker/v2/spec_decode/draft_window/overlay/kv_reclaim.py",
     r"^MIN_DRAFT_SHARE = ([\d.]+)",
 )
 MIN_IDENTICAL = ("e2e/lossless.py", r"^MIN_IDENTICAL = ([\d.]+)")

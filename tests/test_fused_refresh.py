@@ -22,7 +22,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import fused, fused_check
+from vllm_ascend.worker.v2.spec_decode.draft_window import fused
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import fused_check
 from vllm_ascend.worker.v2.spec_decode.draft_window.plan import ActualSeqLens, Plan
 from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 

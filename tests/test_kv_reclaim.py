@@ -18,8 +18,12 @@ from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
 from testbed import kv_manager
 from testbed.kv_manager import Shape
 from testbed.speculators import make_vllm_config, tiny_model_dir
-from vllm_ascend.worker.v2.spec_decode.draft_window import kv_cache, kv_cost
-from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import install, plugin
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import (
+    free_kv,
+    install,
+    kv_reclaim,
+    plugin,
+)
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec, window_seq_lens
 
 # The CPU engine's trained models: a target and a draft model of 2 layers each, 4 KV heads
@@ -43,7 +47,7 @@ def vllm_config(tmp_path_factory):
 
 
 def free(vllm_config, shape: Shape, window: int = W, refuse: bool = True):
-    return kv_cache.free_draft_kv(
+    return free_kv.free_draft_kv(
         vllm_config, shape.specs(), shape.draft_names, window, refuse=refuse
     )
 
@@ -62,7 +66,7 @@ def test_only_the_drafts_full_attention_layers_get_the_sliding_window(vllm_confi
     layers = [sorted(g.layer_names) for g in groups]
     assert layers == [sorted(set(specs) - TOY.draft_names), sorted(TOY.draft_names)]
     assert (reclaim.groups, reclaim.groups_without, reclaim.draft_share) == (2, 1, 0.5)
-    assert reclaim.freed == kv_cost.Freed(W, frozenset(TOY.draft_names))
+    assert reclaim.freed == kv_reclaim.Freed(W, frozenset(TOY.draft_names))
 
 
 @pytest.mark.parametrize(
@@ -166,7 +170,7 @@ def test_the_extra_groups_cost_what_vllms_block_tables_allocate(vllm_config):
         found.append(tables.slot_mappings)
         return sum(t.numel() * t.element_size() for t in found)
 
-    _, reclaim = kv_cache.free_draft_kv(
+    _, reclaim = free_kv.free_draft_kv(
         vllm_config, shape.specs(), shape.draft_names, 2048, table_width=get_block_table_width
     )
     assert (reclaim.groups, reclaim.groups_without) == (13, 1)
@@ -207,9 +211,9 @@ def test_a_draft_without_kv_of_its_own_is_refused_by_name():
     shared = SimpleNamespace(
         vllm_config=SimpleNamespace(additional_config=additional), speculator=speculator
     )
-    assert kv_cache.asks_free_kv(shared)
+    assert free_kv.asks_free_kv(shared)
     with pytest.raises(ValueError, match="keep no KV cache of their own") as info:
-        kv_cache.draft_kv_cache_spec(shared, {"model.layers.0.self_attn.attn": None}, None)
+        free_kv.draft_kv_cache_spec(shared, {"model.layers.0.self_attn.attn": None}, None)
     assert "Remove draft_window_free_kv" in str(info.value)
 
 
@@ -258,8 +262,8 @@ def test_at_long_context_the_draft_holds_the_window_and_the_target_the_whole_con
     assert target > 4096 // 32
     # What the start-up line says the draft holds at most: here 3 blocks decoding, 19 while
     # prefilling chunks of 512.
-    steady = kv_cost.held_blocks(W, 32, 1 + K, K, 0, 0)
-    prefill = kv_cost.held_blocks(W, 32, 512, K, 0, 0)
+    steady = kv_reclaim.held_blocks(W, 32, 1 + K, K, 0, 0)
+    prefill = kv_reclaim.held_blocks(W, 32, 512, K, 0, 0)
     assert draft <= steady < prefill and most[1] <= prefill
     whole_config = kv_manager.kv_cache_config(vllm_config, TOY.specs(), 1 << 30)
     kv = kv_manager.manager(vllm_config, whole_config, 131072)
@@ -289,7 +293,7 @@ def test_the_draft_holds_the_blocks_counted_by_hand_and_never_more(vllm_config, 
     size (32), ``N`` (33) and the step, and against vLLM's own KV cache manager, which holds
     exactly that many at its worst step (the accepted drafts cycle through 0..K, so the
     decode steps' first positions take every residue of the block size)."""
-    assert kv_cost.held_blocks(W, 32, scheduled, K, 0, 0) == by_hand
+    assert kv_reclaim.held_blocks(W, 32, scheduled, K, 0, 0) == by_hand
     converted, _ = free(vllm_config, TOY)
     config = kv_manager.kv_cache_config(vllm_config, converted, 1 << 30)
     kv = kv_manager.manager(vllm_config, config, 131072)
@@ -507,7 +511,7 @@ def test_auto_keeps_the_declared_context_less_a_block_or_frees_nothing_and_says_
     shape = dataclasses.replace(TOY, block_size=16)
     speculator = SimpleNamespace(draft_attn_layer_names=shape.draft_names)
     made = SimpleNamespace(vllm_config=config, speculator=speculator)
-    specs, freed = kv_cache.draft_kv_cache_spec(made, shape.specs(), None)
+    specs, freed = free_kv.draft_kv_cache_spec(made, shape.specs(), None)
     if declares is None:
         assert specs == shape.specs() and freed is None
         (said,) = [message for _, message in window_log]
@@ -547,7 +551,7 @@ def test_a_target_sliding_window_of_n_tokens_keeps_the_drafts_groups_apart(vllm_
     specs = shape.specs()
     sliding = {n for n, s in specs.items() if type(s) is SlidingWindowSpec}
     # What vLLM's own grouping does with the draft at N = 33: mixed with the target's.
-    at_n = kv_cache.sliding_draft_specs(specs, shape.draft_names, W)
+    at_n = free_kv.sliding_draft_specs(specs, shape.draft_names, W)
     assert any(
         set(g.layer_names) & shape.draft_names and set(g.layer_names) & sliding
         for g in kv_manager.groups(vllm_config, at_n)
@@ -605,7 +609,7 @@ def test_the_key_frees_the_drafts_kv_exactly_where_the_window_engages(
     shape = dataclasses.replace(TOY, block_size=16)
     config = st.s.vllm_config
     declared = declared_context(config) if window == "auto" else None
-    freed = kv_cache.free_draft_kv(
+    freed = free_kv.free_draft_kv(
         config,
         shape.specs(),
         shape.draft_names,

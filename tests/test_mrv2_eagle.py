@@ -504,7 +504,7 @@ def test_before_set_attn_there_is_no_window_yet_and_nothing_is_decided(model_dir
 def test_a_propose_whose_draft_prefill_skips_the_hook_is_stopped(model_dir, monkeypatch):
     from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import install
     from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks import autoregressive
-    from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import WindowNotInPathError
+    from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import WindowNotInPathError
 
     e = setup_eagle(model_dir, monkeypatch, 3, LAYOUTS["one_group"])
     e.s._run_model = lambda num_tokens, *args, **kwargs: (torch.zeros(num_tokens, 4),) * 2
@@ -536,7 +536,7 @@ def test_a_propose_whose_draft_prefill_skips_the_hook_is_stopped(model_dir, monk
 
 @pytest.mark.hooks("propose", "_prefill")
 def test_a_draft_prefill_outside_propose_runs_only_in_a_graph_capture(model_dir, monkeypatch):
-    from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import WindowNotInPathError
+    from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import WindowNotInPathError
 
     e = setup_eagle(model_dir, monkeypatch, 3, LAYOUTS["one_group"])
     e.s._run_model = lambda num_tokens, *args, **kwargs: (torch.zeros(num_tokens, 4),) * 2

@@ -63,10 +63,11 @@ def test_parent_folders_have_no_init_file():
 
 # What a server runs, and nothing else. The core (what the upstream patch adds to
 # vllm-ascend, byte for byte): the settings, the window arithmetic, the group and refusal
-# policy, the window, the path check, the fused refresh and its start-up check (its kernel:
-# KERNEL), the release vllm-ascend names at its call sites. The overlay (the plugin form
-# only): the entry point, the hook installer, the hooks (one module per speculator family),
-# the other supported releases. The inspector, the GPU check and the CPU test bed live in
+# policy, the window, the fused refresh (its kernel: KERNEL), the release vllm-ascend names
+# at its call sites. The overlay (the plugin form only): the entry point, the hook
+# installer, the hooks (one module per speculator family), the other supported releases,
+# the path check on the builders its hooks wrap by name and the fused refresh's start-up
+# self-check. The inspector, the GPU check and the CPU test bed live in
 # tools/ and tests/; a module added here is a deliberate change to what a host installs.
 CORE_MODULES = {
     "__init__.py",
@@ -76,14 +77,10 @@ CORE_MODULES = {
     "dcp.py",
     "declared.py",
     "fused.py",
-    "fused_check.py",
     "groups.py",
-    "kv_cache.py",
-    "kv_cost.py",
     "log.py",
     "methods.py",
     "window_buffers.py",
-    "path_check.py",
     "plan.py",
     "policy.py",
     "release.py",
@@ -99,6 +96,10 @@ OVERLAY_MODULES = {
         "patches.py",
         "plugin.py",
         "supported.py",
+        "free_kv.py",
+        "kv_reclaim.py",
+        "path_check.py",
+        "fused_check.py",
         "versions.py",
         "vllm_backends.py",
         "hooks/__init__.py",

@@ -38,12 +38,13 @@ from testbed.speculators import (
     wire_speculator,
 )
 from testbed.vllm_line import RELEASE
+from vllm_ascend.worker.v2.spec_decode.draft_window import speculator
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import install
-from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import (
-    UPDATE_PATH,
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.path_check import UPDATE_PATH, PathCheck
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import (
+    DraftWindow,
     WindowNotInPathError,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
 pytestmark = pytest.mark.usefixtures("window_hooks")
 LAYOUT = [*LAYOUTS["target_group_and_two_draft_groups"], *LAYOUTS["one_group"]]
@@ -79,6 +80,24 @@ def test_a_speculator_class_the_release_does_not_serve_is_refused_by_name(model_
         "with DSparkSpeculator only. Use a draft those speculators serve, or remove "
         "draft_window_size."
     )
+
+
+def test_the_plugins_set_attn_attaches_the_check_the_core_window_has_none(model_dir, monkeypatch):
+    """``create_draft_window`` (what vllm-ascend's call sites call) makes a window with no
+    check of its builders, refreshing with the torch path; the plugin's ``set_attn`` hook
+    attaches the path check to the speculator's real builders."""
+    layouts = LAYOUTS["one_group"]
+    wired = wire(
+        "dflash", layouts, make_batch(layouts, num_reqs_padded=MAX_NUM_REQS), model_dir, monkeypatch
+    )
+    s = wired.speculator
+    check = s.draft_window.path_check
+    assert isinstance(check, PathCheck) and check.speculator is s
+    builder = s.attn_groups[0][0].metadata_builders[0]
+    assert inspect.unwrap(builder.build) is not builder.build
+    core = speculator.create_draft_window(s, install.installation().release)
+    assert core is not None and core.path_check is None
+    assert core.fused_steps is None and core.fused_chunks is None
 
 
 def vllms(method):

@@ -593,13 +593,13 @@ def test_free_kv_with_the_hybrid_kv_cache_manager_off_is_refused_by_name(
 def test_free_kv_under_decode_context_parallelism_is_refused_by_name(
     model_dir, restore_runner_choice
 ):
-    from vllm_ascend.worker.v2.spec_decode.draft_window import kv_cache
     from vllm_ascend.worker.v2.spec_decode.draft_window.config import DraftWindowConfig
+    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import free_kv
 
     config = tp4_dcp2_config(model_dir, "eagle3", None)
     message = "draft_window_free_kv=true cannot be served under decode context parallelism"
     with pytest.raises(ValueError, match=re.escape(message)):
-        kv_cache.refuse_free_kv(config, DraftWindowConfig(**FREE_KV), RELEASE)
+        free_kv.refuse_free_kv(config, DraftWindowConfig(**FREE_KV), RELEASE)
 
 
 @pytest.mark.model_runner_v1
@@ -616,6 +616,7 @@ def test_free_kv_on_model_runner_v1_is_refused_with_the_fix(
         speculative_config_for(model_dir, FREE_KV)
 
 
+@pytest.mark.usefixtures("window_hooks")
 def test_free_kv_for_mtp_is_refused_by_name_before_the_model_loads(
     model_dir, restore_runner_choice
 ):
@@ -631,7 +632,10 @@ def test_free_kv_for_mtp_is_refused_by_name_before_the_model_loads(
     config.speculative_config = copy.copy(config.speculative_config)
     config.speculative_config.method = "mtp"
     message = "draft_window_free_kv=true cannot be served for speculative method 'mtp'"
+    config.additional_config = {**FREE_KV}
     with pytest.raises(ValueError, match=re.escape(message)):
-        policy.check_start_up(config, DraftWindowConfig(**FREE_KV), RELEASE, True)
+        plugin._check_window_config(config)
     # Without the key an MTP draft keeps its warning at set_attn: nothing stops here.
+    config.additional_config = {"draft_window_size": 512}
+    plugin._check_window_config(config)
     policy.check_start_up(config, DraftWindowConfig(draft_window_size=512), RELEASE, True)

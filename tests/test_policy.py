@@ -151,7 +151,7 @@ def test_the_groups_free_kv_converted_are_known_by_their_layers_not_their_window
     full attention stops start-up by name."""
     from vllm.v1.kv_cache_interface import KVCacheGroupSpec
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window.kv_cost import Freed
+    from vllm_ascend.worker.v2.spec_decode.draft_window.groups import Freed
 
     freed = Freed(64, frozenset({"draft.0", "draft.1"}))
     config = SimpleNamespace(

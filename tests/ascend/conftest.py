@@ -22,7 +22,7 @@ from importlib.metadata import entry_points, version
 import pytest
 
 from testbed.tiny_models import TINY_LLAMA, TINY_MLA, write_model_dir
-from tests.ascend.npu_testbed.pairing import IN_TREE, check_in_tree
+from tests.ascend.npu_testbed.pairing import IN_TREE, check_every_tree_window, check_in_tree
 
 # First, before anything imports vLLM (vllm-ascend's package __init__ files do): vLLM's and
 # vllm-ascend's Triton kernels run under Triton's interpreter, set up as
@@ -101,6 +101,14 @@ def pytest_collection_modifyitems(config, items):
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tree_windows_checked():
+    """In the tree form, the path check on every window vllm-ascend's call sites make (the
+    overlay's set_attn attaches it in the plugin form)."""
+    if IN_TREE:
+        check_every_tree_window()
 
 
 @pytest.fixture(scope="session")

@@ -183,7 +183,7 @@ def test_a_capture_that_goes_around_the_build_hook_stops_start_up_naming_the_pat
     the whole context: the path check stops the capture, naming vllm-ascend's classes."""
     from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import WindowNotInPathError
+    from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import WindowNotInPathError
     from vllm_ascend.worker.v2.spec_decode.eagle.speculator import AscendEagleSpeculator
 
     build = draft_build_method()  # _build_attn_metadata; 0.29: _build_draft_attn_metadata

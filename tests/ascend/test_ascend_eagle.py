@@ -349,7 +349,7 @@ def test_a_build_handed_vllm_ascends_unwindowed_host_mirror_is_stopped(model_dir
     lengths (`seq_lens_cpu`) instead of what the window hands it, the path check names
     the path."""
     import vllm_ascend.attention.attention_v1 as attention_v1
-    from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import WindowNotInPathError
+    from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import WindowNotInPathError
 
     d = setup_decode(model_dir, "eagle3", 16, 3)
     mirror = d.s.target_input_buffers.seq_lens_cpu

@@ -195,7 +195,7 @@ def test_fia_lengths_that_escape_the_window_are_stopped_with_the_path(model_dir,
     the builder is made to take vLLM's own, unwindowed device lengths after the check of
     what it was handed."""
     from vllm_ascend.attention.attention_v1 import AscendAttentionMetadataBuilder
-    from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import WindowNotInPathError
+    from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import WindowNotInPathError
 
     vllms = {}
     real = AscendAttentionMetadataBuilder.build

@@ -67,7 +67,7 @@ def check_kernels(device, tiny: bool, quick: bool) -> list[Result]:
     """The fused refresh against the torch path on every variant, over the grid."""
     import torch
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window.fused_check import (
+    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.fused_check import (
         compare_with_torch,
         self_check,
     )

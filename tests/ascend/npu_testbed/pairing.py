@@ -25,6 +25,41 @@ def check_in_tree() -> None:
     assert importlib.util.find_spec(f"{_PACKAGE}.overlay") is None
 
 
+def path_check_module():
+    """The overlay's path check (``overlay/path_check.py``). The tree form has no overlay:
+    there it is loaded from this repository's file, which imports only the core, so that the
+    tree's windows are checked on every path as the plugin's are."""
+    if not IN_TREE:
+        return importlib.import_module(f"{_PACKAGE}.overlay.path_check")
+    name = "draft_window_path_check"
+    if name not in sys.modules:
+        source = Path(__file__).resolve().parents[3] / _PACKAGE.replace(".", "/")
+        spec = importlib.util.spec_from_file_location(name, source / "overlay" / "path_check.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def check_every_tree_window() -> None:
+    """The tree form: each window vllm-ascend's call sites make (``create_draft_window``)
+    gets the path check on its builders, as ``set_attn`` gives the plugin's."""
+    from vllm_ascend.worker.v2.spec_decode.draft_window import speculator
+
+    create = speculator.create_draft_window
+    if getattr(create, "attaches_path_check", False):
+        return
+
+    def create_checked(draft_speculator, release, *args, **kwargs):
+        window = create(draft_speculator, release, *args, **kwargs)
+        if window is not None:
+            window.path_check = path_check_module().PathCheck(window, draft_speculator, release)
+        return window
+
+    create_checked.attaches_path_check = True
+    speculator.create_draft_window = create_checked
+
+
 def installed_release():
     """The supported release this environment is (its vLLM's minor version); in the tree
     form, the one vllm-ascend's call sites name."""

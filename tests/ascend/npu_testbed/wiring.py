@@ -30,7 +30,6 @@ from vllm_ascend.attention.mla_v1 import AscendMLABackend
 from vllm_ascend.worker.v2.block_table import AscendBlockTables
 from vllm_ascend.worker.v2.spec_decode.dflash.speculator import AscendDFlashSpeculator
 from vllm_ascend.worker.v2.spec_decode.dflash2.speculator import AscendDFlash2Speculator
-from vllm_ascend.worker.v2.spec_decode.draft_window.speculator import create_draft_window
 from vllm_ascend.worker.v2.spec_decode.dspark.speculator import AscendDSparkSpeculator
 
 CPU = torch.device("cpu")
@@ -415,13 +414,19 @@ def ascend_model_state(config) -> Any:
 
 
 def window_as_set_attn_makes_it(s) -> Any:
-    """The speculator's window as ``set_attn`` makes it: through the hook (none while
-    uninstalled), or in the tree form vllm-ascend's own call."""
+    """The speculator's window as ``set_attn`` makes it: through the hook's function, with
+    the path check and the fused refresh's self-check (none while uninstalled), or in the
+    tree form vllm-ascend's own call (the path check attached by the test bed)."""
     from tests.ascend.npu_testbed.pairing import IN_TREE, installed_release
 
     if IN_TREE:
-        return create_draft_window(s, installed_release())
+        from vllm_ascend.worker.v2.spec_decode.draft_window import speculator
+
+        return speculator.create_draft_window(s, installed_release())
     from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import install
+    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.speculator import (
+        create_checked_window,
+    )
 
     installed = install.installation()
-    return create_draft_window(s, installed.release) if installed is not None else None
+    return create_checked_window(s, installed.release) if installed is not None else None

@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import dcp_local_lengths
-from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import not_in_path
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
-from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import (
+    DraftWindow,
+    not_in_path,
+)
 
 if TYPE_CHECKING:
     from vllm_ascend.worker.v2.spec_decode.autoregressive.speculator import (

@@ -161,10 +161,11 @@ def prefill_cudagraph_mode(cudagraph_mode: CUDAGraphMode) -> CUDAGraphMode:
 
 @contextmanager
 def decode_capture(window: DraftWindow | None, path: str) -> Iterator[None]:
-    """The decode graph manager's ``capture``: every build under it is checked."""
+    """The decode graph manager's ``capture``: every build under it is a capture's."""
     if window is None:
         yield
         return
-    window.path_check.capture_on(path)
+    if window.path_check is not None:
+        window.path_check.capture_on(path)
     with window.on_path(path):
         yield

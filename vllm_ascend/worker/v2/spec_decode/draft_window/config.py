@@ -31,26 +31,12 @@ def unknown_keys(additional_config: Mapping[str, Any] | None) -> list[str]:
 
 
 class DraftWindowConfig(BaseModel):
-    """The window settings of ``vllm_config.additional_config``.
-
-    ``draft_window_size`` absent or None turns the window off. Otherwise it is the number
-    of most recent tokens the draft attends to; integral strings such as ``"4096"`` are
-    accepted, as vllm-ascend's validated config accepts them. ``"auto"`` (exactly) sizes it
-    from the training context the draft checkpoint declares, once the window's alignment
-    is known (``plan.py``).
-
-    ``draft_attention_sinks`` (default 0): the first tokens of every request the draft
-    attends to besides its window, rounded up to the window's alignment once the block
-    sizes are known. Only valid together with ``draft_window_size``.
-
-    ``draft_window_min_context`` (default 0: every request): the context length from which a
-    request reads its window; a shorter request reads its whole context. Only valid together
-    with ``draft_window_size``.
-
-    ``draft_window_free_kv`` (default false): the draft's KV-cache groups the window serves
-    hold only what the window can read, so vLLM's KV cache manager frees the blocks before
-    it (``kv_cache.py``). Only valid together with ``draft_window_size``.
-    """
+    """The window settings of ``vllm_config.additional_config``: ``draft_window_size``
+    (None: off; a number of tokens, integral strings accepted; ``"auto"``: sized from the
+    training context the draft checkpoint declares), and, only with it,
+    ``draft_attention_sinks`` (first tokens read besides the window, rounded up to the
+    alignment), ``draft_window_min_context`` (the context from which a request is windowed)
+    and ``draft_window_free_kv`` (vLLM frees the draft's KV before the window)."""
 
     model_config = ConfigDict(frozen=True)
 

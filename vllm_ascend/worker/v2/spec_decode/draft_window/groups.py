@@ -13,7 +13,14 @@ if TYPE_CHECKING:
     from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, KVCacheSpec
     from vllm.v1.worker.utils import AttentionGroup
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window.kv_cost import Freed
+
+@dataclass(frozen=True)
+class Freed:
+    """Draft ``layers`` whose KV-cache spec ``draft_window_free_kv`` made a sliding window of
+    ``tokens``, so that vLLM frees their KV before it."""
+
+    tokens: int
+    layers: frozenset[str]
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""What one speculator's window is made of, decided once at ``set_attn``: ``plan`` walks the
-settings through every refusal (``policy.py``) and the group decisions (``groups.py``) to a
-``Plan``, the window's shape derived once (``WindowSpec``: alignment, sinks, threshold,
-reach) with everything else the window needs; ``DraftWindow`` is built from it. A
-window that would change nothing stays off with one line saying why.
-"""
+"""One speculator's window, decided once at ``set_attn``: the settings through every refusal
+and the group decisions to a ``Plan``; a window that would change nothing stays off, said
+once."""
 
 from __future__ import annotations
 
@@ -31,11 +28,11 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.declared import (
     declared_context,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.groups import (
+    Freed,
     GroupDecision,
     decide_groups,
     describe_decisions,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.kv_cost import Freed
 from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
 from vllm_ascend.worker.v2.spec_decode.draft_window.methods import (
     METHODS,
@@ -49,14 +46,9 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec, lc
 
 @dataclass(frozen=True)
 class ActualSeqLens:
-    """Where the kernel takes actual lengths computed on the host rather than the draft's
-    own (window.py: actual lengths), the window start comes from them, on the host and on
-    the device.
-
-    ``source``: the device tensor of the target's lengths they start from;
-    ``max_model_len``: where they are clamped. ``from_bound``: they are the builder's host
-    bound plus the build's step (vllm-ascend's DSpark on GLM-family targets, DFlash on MLA),
-    rather than the target's length plus each decode step (its EAGLE decode)."""
+    """The lengths the kernel takes where the host computes them: the window start comes from
+    them. ``from_bound``: the builder's host bound plus the step (DSpark on GLM-family
+    targets, DFlash on MLA), else the target's length plus each decode step (EAGLE)."""
 
     source: torch.Tensor
     max_model_len: int
@@ -111,22 +103,11 @@ def plan(
     speculator: Any, config: DraftWindowConfig, release: Release, freed: Freed | None = None
 ) -> Plan | None:
     """The window this speculator gets under ``config`` on ``release``; None: off (said
-    once). ``draft_window_size="auto"`` is resolved once the windowed groups' alignment is
-    known (``_auto_window_size``); the refusals before that name the value as set."""
+    once). ``"auto"`` is resolved once the windowed groups' alignment is known."""
     window_size, method = config.draft_window_size, speculator.method
     kind = METHODS.get(method)
     if kind is Kind.MTP:
-        sinks = f" with {SINKS_KEY}={config.draft_attention_sinks}"
-        owner = type(speculator).__name__
-        logger.warning(
-            "%s=%s%s is ignored for method %r (%s): %s.",
-            KEY,
-            window_size,
-            sinks if config.draft_attention_sinks else "",
-            method,
-            owner,
-            MTP_REASONS.get(owner, MTP_REASON),
-        )
+        _say_mtp_ignored(speculator, config)
         return None
     query_stretch = speculator.num_speculative_steps + 1
     decisions = decide_groups(speculator.kv_cache_config, speculator.attn_groups, freed)
@@ -156,8 +137,9 @@ def plan(
         return None
     if freed is not None:
         _refuse_freed_reads(spec, units, freed, speculator.kv_cache_config)
-    target = policy.model_type(speculator.vllm_config, "hf_config")
-    if method == "dspark" and target.startswith("deepseek_v4"):
+    if method == "dspark" and policy.model_type(speculator.vllm_config, "hf_config").startswith(
+        "deepseek_v4"
+    ):
         logger.warning(
             "%s=%s with a DeepSeek-V4 target: its DSpark draft is trained with the "
             "target for long context, and a window may lower acceptance. The window "
@@ -165,13 +147,7 @@ def plan(
             KEY,
             config.draft_window_size,
         )
-    with policy.refusals(KEY, config.draft_window_size):
-        source = policy.actual_seq_lens_source(speculator, release, decisions, layout is not None)
-    actual = None
-    if source is not None:
-        lengths = speculator.target_input_buffers.seq_lens
-        from_bound = source == policy.FROM_HOST_BOUND
-        actual = ActualSeqLens(lengths, speculator.max_model_len, from_bound=from_bound)
+    actual = _actual_seq_lens(speculator, release, decisions, config, layout is not None)
     # EAGLE and a draft model: one query token per decode step, and a prefill over the
     # target's chunks (a draft model's with one correction token per request more).
     one_token_steps = kind in (Kind.AUTOREGRESSIVE, Kind.DRAFT_MODEL)
@@ -188,13 +164,41 @@ def plan(
     )
 
 
+def _say_mtp_ignored(speculator: Any, config: DraftWindowConfig) -> None:
+    sinks = f" with {SINKS_KEY}={config.draft_attention_sinks}"
+    owner = type(speculator).__name__
+    logger.warning(
+        "%s=%s%s is ignored for method %r (%s): %s.",
+        KEY,
+        config.draft_window_size,
+        sinks if config.draft_attention_sinks else "",
+        speculator.method,
+        owner,
+        MTP_REASONS.get(owner, MTP_REASON),
+    )
+
+
+def _actual_seq_lens(
+    speculator: Any,
+    release: Release,
+    decisions: list[GroupDecision],
+    config: DraftWindowConfig,
+    dcp: bool,
+) -> ActualSeqLens | None:
+    with policy.refusals(KEY, config.draft_window_size):
+        source = policy.actual_seq_lens_source(speculator, release, decisions, dcp)
+    if source is None:
+        return None
+    lengths = speculator.target_input_buffers.seq_lens
+    from_bound = source == policy.FROM_HOST_BOUND
+    return ActualSeqLens(lengths, speculator.max_model_len, from_bound=from_bound)
+
+
 def _refuse_freed_reads(
     spec: WindowSpec, units: Mapping[int, int], freed: Freed, kv_cache_config: Any
 ) -> None:
     """Stop where a group ``draft_window_free_kv`` converted keeps fewer tokens than the
-    window's reads need (``WindowSpec.retained_tokens``): kv_cache.py sizes ``N`` from
-    vLLM's grouping, which a kernel block size other than the group's could still undercut.
-    Refused, never read."""
+    window's reads need: a kernel block size other than the group's could undercut ``N``."""
     kept = freed.tokens
     for group_id, column in sorted(units.items()):
         layers = set(kv_cache_config.kv_cache_groups[group_id].layer_names)
@@ -209,9 +213,7 @@ def _refuse_freed_reads(
 
 
 def _extra_query_slots(speculator: Any) -> int:
-    """The query slots a draft adds to each request of the target's batch (a draft model's
-    correction token): vLLM 0.33's ``num_extra_query_per_req``, from 0.34 on the speculative
-    config's ``max_num_new_slots_for_drafting``."""
+    """The query slots a draft adds to each request (a draft model's correction token)."""
     extra = getattr(speculator, "num_extra_query_per_req", None)
     if extra is None:
         extra = getattr(speculator.speculative_config, "max_num_new_slots_for_drafting", 0)
@@ -219,10 +221,8 @@ def _extra_query_slots(speculator: Any) -> int:
 
 
 def _auto_window_size(speculator: Any, alignment: int) -> int | None:
-    """``draft_window_size="auto"`` as a number of tokens: ``W = C - a + 1`` for the context
-    ``C`` the draft checkpoint declares and the window's alignment ``a``, the largest window
-    whose reads stay within ``C``; None (off, said once) where the checkpoint declares no
-    context or one the served ``max_model_len`` does not exceed."""
+    """``"auto"`` as ``W = C - a + 1``, the largest window whose reads stay within the declared
+    context ``C``; None (off, said once) without one, or with one not below max_model_len."""
     declared = declared_context(speculator.vllm_config)
     max_model_len = speculator.max_model_len
     if declared.tokens is None:
@@ -302,9 +302,8 @@ def _windowed_groups(decisions: list[GroupDecision], window_size: int | str) -> 
 
 
 def _engages(spec: WindowSpec, config: DraftWindowConfig, max_model_len: int) -> bool:
-    """Whether some request can be cropped: a context reaching ``S + W + a`` (and the
-    threshold, if any) within ``max_model_len``. A threshold that changes nothing is said
-    once."""
+    """Whether a request within ``max_model_len`` is ever cropped (``crops_within``), each
+    reason it is not said once."""
     sinks = f" with {spec.sink_size} attention sinks" if spec.sink_size else ""
     # A read leaves tokens out once start > S, which needs L >= S + W + a.
     if max_model_len < spec.reach:

@@ -23,7 +23,6 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.groups import (
     GroupDecision,
     describe_decisions,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.kv_cache import refuse_free_kv
 from vllm_ascend.worker.v2.spec_decode.draft_window.methods import METHODS, Kind
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release, dotted
 from vllm_ascend.worker.v2.spec_decode.draft_window.views import block_table_units
@@ -51,25 +50,23 @@ def refusals(key: str, value: object) -> Iterator[None]:
 def check_start_up(
     vllm_config: Any, config: Any, release: Release | None, model_runner_v2: bool
 ) -> None:
-    """The start-up check of a complete config asking for the window (``config``: its
-    ``DraftWindowConfig``) with a draft, once the runner is known. On Model Runner V2, a
-    method ``release`` does not serve stops here, before workers start (MTP keeps its
-    warning at ``set_attn``, whose reason depends on the speculator class; with
-    ``draft_window_free_kv`` it stops here: there is no windowed draft KV to free), and ``"auto"``
-    stops where the draft checkpoint's config.json cannot be read (its context is resolved
-    at ``set_attn``, once the alignment is known). On Model Runner V1, ``"auto"``, sinks and
-    a threshold stop: only the MRV2 window applies them (vllm-ascend's V1 window takes a
-    number of tokens, and has neither sinks nor a threshold)."""
+    """The start-up check of a config asking for the window with a draft, once the runner is
+    known. On Model Runner V2: a method the release does not serve (MTP keeps its warning at
+    ``set_attn``), ``draft_window_free_kv`` where the release does not serve it, and
+    ``"auto"`` without a readable draft config.json. On Model Runner V1: ``"auto"``, sinks
+    and a threshold, which only this window applies."""
     if model_runner_v2:
         method = getattr(vllm_config.speculative_config, "method", None)
-        if METHODS.get(method) is Kind.MTP and config.draft_window_free_kv:
-            refuse_free_kv(vllm_config, config, release)
+        if config.draft_window_free_kv and release is not None and release.free_kv_unserved:
+            raise ValueError(
+                f"{FREE_KV_KEY}=true cannot be served on {release.name}: "
+                f"{release.free_kv_unserved}. Remove {FREE_KV_KEY} ({KEY} still windows what "
+                "the draft reads)."
+            )
         if method is not None and release is not None and METHODS.get(method) is not Kind.MTP:
             with refusals(KEY, config.draft_window_size):
                 refuse_method(method, release)
                 refuse_config(vllm_config, release)
-            if config.draft_window_free_kv:
-                refuse_free_kv(vllm_config, config, release)
             if config.auto:
                 declared_context(vllm_config)
     elif config.draft_window_free_kv:
@@ -279,14 +276,8 @@ def actual_seq_lens_source(
     dcp: bool,
 ) -> str | None:
     """Where the draft's kernel takes actual lengths computed on the host (``FROM_HOST_BOUND``
-    or ``FROM_TARGET``; None: the draft's own device lengths), and the refusals where the
-    window start cannot come from them.
-
-    The device takes the start from the target's device lengths, the host from the
-    release's host mirror of them: the two agree only where the release syncs its host
-    counts after rejection. An EAGLE decode (``FROM_TARGET``) has one host length list
-    written into every draft layer, so every draft group must be windowed, and its draft
-    prefill rebuilds through a model state without a second prepare of per-step state."""
+    or ``FROM_TARGET``; None: the draft's own device lengths), refused where the window
+    start cannot come from them (the device and host copies must agree after rejection)."""
     method = speculator.method
     backends = {
         group.backend.__name__

@@ -4,8 +4,8 @@
 forms of the window call, the overlay's hooks (``hooks/``) and, inside vllm-ascend, its
 speculators' explicit calls (``design/upstream.md``).
 
-- ``create_draft_window`` (from ``set_attn``): settings -> plan -> window -> path check,
-  once per speculator, before any graph capture;
+- ``create_draft_window`` (from ``set_attn``): settings -> plan -> window, once per
+  speculator, before any graph capture;
 - ``build_attn_metadata`` (around vLLM's ``_build_attn_metadata``): the choke point every
   draft metadata build goes through, an EAGLE decode step's too: windows the inputs, then
   builds through the windowed views;
@@ -29,11 +29,8 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     SINKS_KEY,
     DraftWindowConfig,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.fused_check import enable_if_trusted
-from vllm_ascend.worker.v2.spec_decode.draft_window.groups import describe_decisions
-from vllm_ascend.worker.v2.spec_decode.draft_window.kv_cost import Freed
+from vllm_ascend.worker.v2.spec_decode.draft_window.groups import Freed, describe_decisions
 from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
-from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import PathCheck
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
 from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
@@ -45,7 +42,8 @@ def create_draft_window(
     speculator: Any, release: Release, freed: Freed | None = None
 ) -> DraftWindow | None:
     """The speculator's window on ``release``, or None (off): the settings validated, the
-    plan made against the speculator, the window built from it, its builders watched."""
+    plan made against the speculator, the window built from it. The window refreshes with
+    the torch path until ``DraftWindow.enable_fused`` is called."""
     # A config without additional_config (a stand-in) asks for no window.
     additional = getattr(speculator.vllm_config, "additional_config", None)
     config = DraftWindowConfig.from_additional_config(additional)
@@ -72,9 +70,7 @@ def create_draft_window(
         host_mirror=release.host_mirror,
         table_width=release.block_table_width_function(),
     )
-    window.path_check = PathCheck(window, speculator, release)
     _say_on(speculator.method, window)
-    enable_if_trusted(window, logger, KEY)
     return window
 
 
@@ -172,7 +168,7 @@ def build_attn_metadata(
             )
     windowed["seq_lens_cpu_upper_bound"] = host_bound
     max_query_len = 1 if chunk is None else int(chunk.max())
-    # The slot mapping the caller hands the build (vLLM's own): the path check's reference.
+    # The slot mapping the caller hands the build (vLLM's own), for a check of the builders.
     window.build_slot_mappings = arguments.get("slot_mappings")
     try:
         # A pass over chunks is a path of its own (its own tables), checked on its own.
@@ -210,9 +206,10 @@ def capture_query_pass(
 ) -> None:
     """A DFlash-family ``capture`` (DSpark is a DFlash), ``capture()``: its graphs captured
     through the windowed views, so that they read the persistent windowed buffers every
-    build refreshes (and every build under the capture checked by the path check)."""
+    build refreshes."""
     if window is None:
         return capture()
-    window.path_check.capture_on(path)
+    if window.path_check is not None:
+        window.path_check.capture_on(path)
     with window.swapped_into(speculator, path):
         return capture()

@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -31,7 +31,23 @@ if TYPE_CHECKING:
     from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
     from vllm.v1.worker.utils import AttentionGroup
 
-    from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import PathCheck
+
+class WindowNotInPathError(RuntimeError):
+    """The draft's attention was about to read outside the window."""
+
+
+def not_in_path(what: str) -> WindowNotInPathError:
+    return WindowNotInPathError(
+        f"draft window not in the path: {what}. Windowing it is not supported: remove "
+        f"draft_window_size, or report the path."
+    )
+
+
+class BuilderCheck(Protocol):
+    """A check of the window's metadata builders, attached by whoever wants one."""
+
+    def capture_on(self, path: str) -> None:
+        """Every build under ``path`` is a graph capture's."""
 
 
 @dataclass
@@ -86,7 +102,8 @@ class DraftWindow:
             self._keep_unwindowed_groups(attn_groups, plan.unwindowed_group_ids)
         # The slot mapping passed to the build in progress, if any (never windowed).
         self.build_slot_mappings: torch.Tensor | None = None
-        self.path_check: PathCheck | None = None
+        # A check of the builders (None: none attached).
+        self.path_check: BuilderCheck | None = None
         self.propose = ProposeState()
 
     def _tables(

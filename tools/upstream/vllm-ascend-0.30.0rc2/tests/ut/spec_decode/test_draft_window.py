@@ -113,7 +113,8 @@ def _window(
         CPU,
         host_mirror=VLLM_0_30_ASCEND.host_mirror,
     )
-    # create_draft_window attaches the run-time check of the builders; record its calls.
+    # A check of the builders may be attached to the window (none by default); record the
+    # calls it gets.
     window.path_check = MagicMock()
     return window
 
@@ -367,8 +368,12 @@ def _ar_capture_speculator(monkeypatch, window, seen: dict) -> AscendAutoRegress
     return spec
 
 
-def test_ar_capture_records_the_decode_graphs_on_the_window_buffers(monkeypatch):
+@pytest.mark.parametrize("checked", [True, False])
+def test_ar_capture_records_the_decode_graphs_on_the_window_buffers(monkeypatch, checked):
     window, seen = _window(), {}
+    check = window.path_check
+    if not checked:
+        window.path_check = None
     spec = _ar_capture_speculator(monkeypatch, window, seen)
 
     spec.capture()
@@ -377,7 +382,10 @@ def test_ar_capture_records_the_decode_graphs_on_the_window_buffers(monkeypatch)
     assert seen["decode_input_buffers"] is window.input_buffers
     assert seen["decode_block_tables"] is window.block_tables
     assert seen["decode_path"] == [decode]
-    window.path_check.capture_on.assert_called_once_with(decode)
+    if checked:
+        check.capture_on.assert_called_once_with(decode)
+    else:
+        check.capture_on.assert_not_called()
     # The prefill graphs are captured on the target's buffers, with the prefill marked as
     # a capture's (its metadata is the target's dummy one).
     assert seen["prefill_capturing"] is True
@@ -671,9 +679,13 @@ def _dspark(window, monkeypatch, seen: dict | None = None, architecture="MLA"):
     return spec
 
 
+@pytest.mark.parametrize("checked", [True, False])
 @pytest.mark.parametrize("cls", [AscendDFlashSpeculator, AscendDSparkSpeculator])
-def test_dflash_family_capture_records_the_graphs_on_the_window_buffers(cls, monkeypatch):
+def test_dflash_family_capture_records_the_graphs_on_the_window_buffers(cls, checked, monkeypatch):
     window, seen = _dflash_window(), {}
+    check = window.path_check
+    if not checked:
+        window.path_check = None
     if cls is AscendDSparkSpeculator:
         spec = _dspark(window, monkeypatch)
     else:
@@ -685,7 +697,10 @@ def test_dflash_family_capture_records_the_graphs_on_the_window_buffers(cls, mon
     assert seen["input_buffers"] is window.input_buffers
     assert seen["seq_lens"] is window.seq_lens
     assert seen["block_tables"] is window.block_tables
-    window.path_check.capture_on.assert_called_once_with(f"{cls.__name__}.capture")
+    if checked:
+        check.capture_on.assert_called_once_with(f"{cls.__name__}.capture")
+    else:
+        check.capture_on.assert_not_called()
     assert spec.input_buffers is window.input_buffers.base
 
 

@@ -29,6 +29,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import (
+    free_kv,
     install,
     patches,
     supported,
@@ -120,6 +121,9 @@ def _check_window_config(vllm_config) -> None:
     installed = install.installation()
     release = installed.release if installed is not None else None
     policy.check_start_up(vllm_config, config, release, model_runner_v2)
+    method = getattr(vllm_config.speculative_config, "method", None)
+    if model_runner_v2 and config.draft_window_free_kv and method is not None:
+        free_kv.refuse_free_kv(vllm_config, config, release)
 
 
 def _keys(config: DraftWindowConfig) -> str:

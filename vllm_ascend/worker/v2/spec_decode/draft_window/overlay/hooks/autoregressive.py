@@ -37,9 +37,11 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.common import 
     around,
     window_of,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import not_in_path
 from vllm_ascend.worker.v2.spec_decode.draft_window.speculator import WINDOW_ATTR
-from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import (
+    DraftWindow,
+    not_in_path,
+)
 
 
 def propose(original: Callable, installed: Installed) -> Callable:

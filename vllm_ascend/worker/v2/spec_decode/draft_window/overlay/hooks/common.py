@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY, DraftWindowConfig
-from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import not_in_path
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
 from vllm_ascend.worker.v2.spec_decode.draft_window.speculator import WINDOW_ATTR
-from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import (
+    DraftWindow,
+    not_in_path,
+)
 
 # A speculator whose set_attn never ran through the hook has no window attribute at all.
 _UNSET = object()

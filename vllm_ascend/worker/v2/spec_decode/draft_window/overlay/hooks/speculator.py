@@ -5,7 +5,8 @@ the base every family builds through. Each wrapper calls the function of ``specu
 that vllm-ascend's explicit calls call:
 
 - ``set_attn`` makes each speculator's window once, before any graph capture
-  (``create_draft_window``);
+  (``create_draft_window``), with the path check on its builders and the fused refresh
+  enabled if its self-check passes (``create_checked_window``);
 - ``_build_attn_metadata`` (``_build_draft_attn_metadata`` on vLLM 0.29): the choke point
   every draft metadata build goes through (``build_attn_metadata``);
 - ``_update_draft_decode_metadata`` (vLLM 0.33): the in-place update a FULL graph records;
@@ -17,13 +18,36 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import speculator
+from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY
+from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.fused_check import enable_if_trusted
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.common import Installed, around
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.kv_cache import FREED_ATTR
-from vllm_ascend.worker.v2.spec_decode.draft_window.path_check import UPDATE_PATH
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.path_check import (
+    UPDATE_PATH,
+    PathCheck,
+)
+from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
 from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
+
+if TYPE_CHECKING:
+    from vllm_ascend.worker.v2.spec_decode.draft_window.groups import Freed
+
+
+def create_checked_window(
+    draft_speculator: Any, release: Release, freed: Freed | None = None
+) -> DraftWindow | None:
+    """``speculator.create_draft_window``, its builders then watched by the path check (the
+    hooks wrap methods by name: a release that routes a build around them is caught) and
+    the fused refresh enabled where its self-check passes on the window's device."""
+    window = speculator.create_draft_window(draft_speculator, release, freed)
+    if window is not None:
+        window.path_check = PathCheck(window, draft_speculator, release)
+        enable_if_trusted(window, logger, KEY)
+    return window
 
 
 def set_attn(original: Callable, installed: Installed) -> Callable:
@@ -33,11 +57,7 @@ def set_attn(original: Callable, installed: Installed) -> Callable:
     def wrapper(self, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         freed = getattr(self, FREED_ATTR, None)
-        window = (
-            speculator.create_draft_window(self, installed.release, freed)
-            if installed.active
-            else None
-        )
+        window = create_checked_window(self, installed.release, freed) if installed.active else None
         setattr(self, speculator.WINDOW_ATTR, window)
 
     return wrapper

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import FREE_KV_KEY, KEY
+from vllm_ascend.worker.v2.spec_decode.draft_window.groups import Freed
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -22,14 +23,6 @@ MIN_DRAFT_SHARE = 0.05
 # [max_num_reqs, width] and an int64 slot mapping of max_num_batched_tokens.
 TABLE_BYTES_PER_COLUMN = 2 * 4
 SLOT_MAPPING_BYTES_PER_TOKEN = 8
-
-
-@dataclass(frozen=True)
-class Freed:
-    """Draft ``layers`` converted to a ``SlidingWindowSpec`` of ``tokens``."""
-
-    tokens: int
-    layers: frozenset[str]
 
 
 @dataclass(frozen=True)

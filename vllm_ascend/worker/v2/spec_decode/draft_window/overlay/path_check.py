@@ -1,7 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """Run-time check that the draft's attention builders get the windowed lengths and tables
-on every path. Reads pointers, shapes and host tensors only (safe in graph capture)."""
+on every path. Reads pointers, shapes and host tensors only (safe in graph capture).
+
+The plugin form's: its hooks wrap vLLM's and vllm-ascend's methods by name, and a change
+there that routes a build around them must stop the server rather than read outside the
+window. It imports only the core (and torch), so that the tests of the tree form can
+attach it too."""
 
 from __future__ import annotations
 
@@ -12,6 +17,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release, dotted
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import (
+    WindowNotInPathError,
+    not_in_path,
+)
 
 if TYPE_CHECKING:
     from vllm.v1.attention.backend import AttentionMetadataBuilder, CommonAttentionMetadata
@@ -23,15 +32,6 @@ if TYPE_CHECKING:
 _BUILDS = ("build", "build_for_cudagraph_capture")
 _UPDATE = "update_draft_decode_metadata"
 UPDATE_PATH = "DraftModelSpeculator._update_draft_decode_metadata"
-_NOT_SUPPORTED = "Windowing it is not supported: remove draft_window_size, or report the path."
-
-
-class WindowNotInPathError(RuntimeError):
-    """The draft's attention was about to read outside the window."""
-
-
-def not_in_path(what: str) -> WindowNotInPathError:
-    return WindowNotInPathError(f"draft window not in the path: {what}. {_NOT_SUPPORTED}")
 
 
 class PathCheck:

@@ -25,7 +25,9 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.declared import (
     auto_window_size,
     declared_context,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.kv_cost import (
+from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
+from vllm_ascend.worker.v2.spec_decode.draft_window.methods import METHODS, Kind
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.kv_reclaim import (
     Freed,
     Reclaim,
     describe,
@@ -34,8 +36,6 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.kv_cost import (
     reclaim,
     table_bytes,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
-from vllm_ascend.worker.v2.spec_decode.draft_window.methods import METHODS, Kind
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec
 
@@ -114,10 +114,36 @@ def free_draft_kv(
     # N counts in the block sizes vLLM's grouping sets, which do not depend on N.
     probe = sliding_draft_specs(kv_cache_spec, layers, window_size or declared.tokens)
     block_sizes = draft_block_sizes(grouped(vllm_config, probe), layers)
-    alignment = math.lcm(*block_sizes)
-    asked = AUTO if window_size is None else window_size
     max_model_len = vllm_config.model_config.max_model_len
-    if window_size is None and declared.tokens >= max_model_len:
+    if window_size is None:
+        window_size = _auto_window(declared, math.lcm(*block_sizes), max_model_len)
+        if window_size is None:
+            return None
+        asked = AUTO
+    else:
+        asked = window_size
+    tokens = _retained_tokens(
+        WindowSpec.derive(window_size, block_sizes), block_sizes, asked, max_model_len
+    )
+    if tokens is None:
+        return None
+    converted, tokens = _apart_from_other_layers(kv_cache_spec, layers, tokens)
+    if tokens >= max_model_len:
+        logger.info("%s frees nothing: the draft's KV stays whole.", FREE_KV_KEY)
+        return None
+    found = reclaim(vllm_config, kv_cache_spec, converted, Freed(tokens, frozenset(layers)))
+    found = dataclasses.replace(found, table_bytes=table_bytes(vllm_config, found, table_width))
+    if refuse and (why := found.refusal()) is not None:
+        raise ValueError(
+            f"{FREE_KV_KEY}=true {why}. Remove {FREE_KV_KEY} ({KEY} still windows what the "
+            "draft reads)."
+        )
+    return converted, found
+
+
+def _auto_window(declared: Declared, alignment: int, max_model_len: int) -> int | None:
+    """``"auto"``'s window as set_attn will size it; None (logged) where it stays off."""
+    if declared.tokens >= max_model_len:
         logger.info(
             "%s: %s=%s and the draft checkpoint %s declares %s=%d, not below "
             "max_model_len=%d, so the draft window stays off and %s frees nothing: the "
@@ -132,28 +158,33 @@ def free_draft_kv(
             FREE_KV_KEY,
         )
         return None
-    if window_size is None:
-        window_size = auto_window_size(declared.tokens, alignment)
-        if window_size < 1:
-            logger.info(
-                "%s: %s=%s sizes no window over the draft's KV-cache groups: the draft "
-                "checkpoint %s declares %s=%d, so W = %d - %d + 1 = %d (alignment %d) is below "
-                "1 token, and %s frees nothing: the draft's KV stays whole.",
-                FREE_KV_KEY,
-                KEY,
-                AUTO,
-                declared.checkpoint,
-                declared.field,
-                declared.tokens,
-                declared.tokens,
-                alignment,
-                window_size,
-                alignment,
-                FREE_KV_KEY,
-            )
-            return None
+    window_size = auto_window_size(declared.tokens, alignment)
+    if window_size < 1:
+        logger.info(
+            "%s: %s=%s sizes no window over the draft's KV-cache groups: the draft "
+            "checkpoint %s declares %s=%d, so W = %d - %d + 1 = %d (alignment %d) is below "
+            "1 token, and %s frees nothing: the draft's KV stays whole.",
+            FREE_KV_KEY,
+            KEY,
+            AUTO,
+            declared.checkpoint,
+            declared.field,
+            declared.tokens,
+            declared.tokens,
+            alignment,
+            window_size,
+            alignment,
+            FREE_KV_KEY,
+        )
+        return None
+    return window_size
+
+
+def _retained_tokens(
+    spec: WindowSpec, block_sizes: list[int], asked: int | str, max_model_len: int
+) -> int | None:
+    """``N = W + a - b``; None (logged) where it frees nothing or the window stays off."""
     block_size = min(block_sizes)
-    spec = WindowSpec.derive(window_size, block_sizes)
     tokens = spec.retained_tokens(block_size)
     if tokens >= max_model_len:
         logger.info(
@@ -163,8 +194,8 @@ def free_draft_kv(
             FREE_KV_KEY,
             KEY,
             asked,
-            window_size,
-            alignment,
+            spec.window_size,
+            spec.alignment,
             block_size,
             tokens,
             max_model_len,
@@ -172,6 +203,7 @@ def free_draft_kv(
         )
         return None
     if not spec.crops_within(max_model_len):
+        # set_attn turns the window off by the same test.
         logger.info(
             "%s: %s=%s never crops with max_model_len=%d (it crops contexts of W + a = %d tokens "
             "or more), so the draft window stays off and %s frees nothing: the draft's KV "
@@ -184,10 +216,17 @@ def free_draft_kv(
             FREE_KV_KEY,
         )
         return None
-    converted = sliding_draft_specs(kv_cache_spec, layers, tokens)
+    return tokens
+
+
+def _apart_from_other_layers(
+    kv_cache_spec: dict[str, KVCacheSpec], layers: set[str], tokens: int
+) -> tuple[dict[str, KVCacheSpec], int]:
+    """The converted specs, with ``N`` raised until no draft spec equals another layer's:
+    vLLM groups equal specs together (``is_draft`` aside); a larger ``N`` stays exact."""
     kept = tokens
+    converted = sliding_draft_specs(kv_cache_spec, layers, tokens)
     while _shared_with_other_layers(converted, layers):
-        # vLLM groups equal specs together; a larger N keeps the draft apart and stays exact.
         tokens += 1
         converted = sliding_draft_specs(kv_cache_spec, layers, tokens)
     if tokens != kept:
@@ -200,17 +239,7 @@ def free_draft_kv(
             kept,
             kept,
         )
-        if tokens >= max_model_len:
-            logger.info("%s frees nothing: the draft's KV stays whole.", FREE_KV_KEY)
-            return None
-    found = reclaim(vllm_config, kv_cache_spec, converted, Freed(tokens, frozenset(layers)))
-    found = dataclasses.replace(found, table_bytes=table_bytes(vllm_config, found, table_width))
-    if refuse and (why := found.refusal()) is not None:
-        raise ValueError(
-            f"{FREE_KV_KEY}=true {why}. Remove {FREE_KV_KEY} ({KEY} still windows what the "
-            "draft reads)."
-        )
-    return converted, found
+    return converted, tokens
 
 
 def convertible(spec: KVCacheSpec) -> bool:
