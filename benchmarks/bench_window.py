@@ -1178,6 +1178,11 @@ def main() -> None:
     # The report says each failed check where it measured it; the run fails on any.
     reports = {**long_context.greedy_reports(studies), **long_context.sampled_reports(studies)}
     failed = long_context.failed_checks(reports)
+    dflash = studies["dflash"]
+    if dflash["identical"] < dflash["total"]:
+        failed.append(
+            f"DFlash: {dflash['identical']} of {dflash['total']} greedy texts the target's alone"
+        )
     if failed:
         raise SystemExit("make bench: the studies' checks failed:\n" + "\n".join(failed))
 

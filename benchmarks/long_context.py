@@ -93,9 +93,117 @@ def avx2_path(root: Path) -> dict[str, str]:
     return {"PYTHONPATH": str(root), "ATEN_CPU_CAPABILITY": "avx2"}
 
 
+def bench_dflash(out: Path) -> dict:
+    """The DFlash drafter's curve (``trained_models/dflash``) in vLLM's offline engine
+    (``testbed/engine/study.py``): the contexts of the CPU study, 8 prompts of held-out text
+    each, 16 tokens, K = 3, greedy and sampled (temperature 0.8, every request seeded),
+    without the window, with W = 33 and with ``"auto"``, against the target alone; mean
+    acceptance length by run, sampling and context, and the greedy tokens' verdict."""
+    import trained_models as trained
+    from e2e.scenarios import cpu_study_defaults
+    from testbed.engine.study import GREEDY, SAMPLED, StudyRun, mean_lengths, run_study
+
+    models = trained.committed()
+    contexts = tuple(int(c) for c in cpu_study_defaults()["CONTEXTS"].split(","))
+    window = trained.DRAFT_CONTEXT - 32 + 1
+    runs = [
+        StudyRun("no_speculation"),
+        *(StudyRun(name, "dflash", config) for name, config in dflash_runs(window).items()),
+    ]
+    found = run_study(
+        models.target,
+        models.dflash,
+        models.heldout,
+        runs,
+        contexts,
+        out,
+        trained.NUM_SPEC,
+        trained.TARGET_CONTEXT,
+        (GREEDY, SAMPLED),
+    )
+    failures = [f"{n}: {r['error']}" for n, r in found.results.items() if "error" in r]
+    if failures:
+        raise RuntimeError(f"the DFlash study failed: {failures}\n{(out / 'engine.log')}")
+    alone = found.results["no_speculation"]["contexts"]["greedy"]
+    counted = [
+        found.results[run]["contexts"]["greedy"][c]["token_ids"][i] == alone[c]["token_ids"][i]
+        for run in dflash_runs(window)
+        for c in alone
+        for i in range(len(alone[c]["token_ids"]))
+    ]
+    return {
+        "contexts": list(contexts),
+        "window": window,
+        "sampling": SAMPLED,
+        "training_context": trained.DRAFT_CONTEXT,
+        "num_spec": trained.NUM_SPEC,
+        "means": {
+            sampling: {
+                run: mean_lengths(found.results[run], sampling) for run in dflash_runs(window)
+            }
+            for sampling in ("greedy", f"t{SAMPLED['temperature']}")
+        },
+        "identical": sum(counted),
+        "total": len(counted),
+        "wall_s": round(found.wall_s, 1),
+    }
+
+
+def dflash_runs(window: int) -> dict[str, dict]:
+    """The DFlash curve's runs and their window keys."""
+    return {
+        "v2_no_window": {},
+        "v2_window": {"draft_window_size": window},
+        "v2_auto": {"draft_window_size": "auto"},
+    }
+
+
+def dflash_lines(dflash: dict) -> list[str]:
+    """The DFlash drafter's curve, greedy and sampled, its share of the in-distribution
+    acceptance at the longest context and the tokens' verdict."""
+    contexts = dflash["contexts"]
+    labels = {
+        "v2_no_window": "no window",
+        "v2_window": f"W = {dflash['window']}",
+        "v2_auto": "auto",
+    }
+    sampled = f"t{dflash['sampling']['temperature']}"
+    lines = [
+        f"The DFlash drafter (`trained_models/dflash`: one layer, a block of "
+        f"{dflash['num_spec'] + 1} drafted in one pass, trained at {dflash['training_context']} "
+        "tokens on the target's hidden states) in vLLM's offline engine (`testbed/engine/"
+        "study.py`: the same contexts, 8 prompts of held-out text each, 16 new tokens, K = "
+        f"{dflash['num_spec']}): mean acceptance length, greedy and sampled (temperature "
+        f"{dflash['sampling']['temperature']}, every request seeded):",
+        "",
+        "| run | " + " | ".join(str(c) for c in contexts) + " |",
+        "|---|" + "---:|" * len(contexts),
+    ]
+    for sampling, suffix in (("greedy", ""), (sampled, ", sampled")):
+        for run, means in dflash["means"][sampling].items():
+            row = " | ".join(f"{means[c]:.2f}" for c in contexts)
+            lines.append(f"| DFlash, {labels[run]}{suffix} | {row} |")
+    longest, inside = max(contexts), min(contexts)
+    shares = [
+        f"{labels[run]} {means[longest] / dflash['means'][s]['v2_no_window'][inside]:.0%}{suffix}"
+        for s, suffix in (("greedy", " greedy"), (sampled, " sampled"))
+        for run, means in dflash["means"][s].items()
+    ]
+    same = dflash["identical"] == dflash["total"]
+    verdict = "the same as" if same else "DIFFERENT from"
+    lines += [
+        "",
+        f"At {longest} tokens the DFlash drafter keeps this share of its in-distribution "
+        f"acceptance (no window at {inside} tokens): {'; '.join(shares)}. Greedy tokens: "
+        f"{verdict} the target alone's ({dflash['identical']} of {dflash['total']} texts).",
+    ]
+    return lines
+
+
 def bench_long_context(out: Path) -> dict:
     """The curve of each family, again on an AVX2-only CPU's path, and each family under
-    load at the longest context."""
+    load at the longest context; the DFlash drafter's curve."""
+    dflash = bench_dflash(out / "study" / "dflash")
     curves = {s: study(s, out / "study", extra) for s, extra in CURVES.items()}
     with tempfile.TemporaryDirectory() as tmp:
         path = avx2_path(Path(tmp))
@@ -103,7 +211,14 @@ def bench_long_context(out: Path) -> dict:
     sampled = {s: study(s, out / "study" / "sampled", SAMPLED) for s in CURVES}
     rerun = study("draft_model", out / "study" / "sampled_rerun", SAMPLED)
     load = {s: study(s, out / "study" / "load", extra) for s, extra in LOAD_SCENARIOS.items()}
-    return {"curves": curves, "avx2": avx2, "sampled": sampled, "rerun": rerun, "load": load}
+    return {
+        "curves": curves,
+        "avx2": avx2,
+        "sampled": sampled,
+        "rerun": rerun,
+        "load": load,
+        "dflash": dflash,
+    }
 
 
 def run_label(report: dict, run: str) -> str:
@@ -173,6 +288,7 @@ def long_context_lines(studies: dict) -> list[str]:
     for scenario, run, name in runs:
         means = _by_context(reports[scenario], run, "mean_length")
         lines.append(f"| {name} | " + " | ".join(f"{means[c]:.2f}" for c in contexts) + " |")
+    lines += ["", *dflash_lines(studies["dflash"])]
     lines += ["", *_sampled_lines(studies), "", *_avx2_lines(studies)]
     lines += ["", *_load_lines(studies["load"])]
     greedy, sampled = greedy_reports(studies), sampled_reports(studies)
@@ -374,9 +490,9 @@ def plot(path: Path, studies: dict) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2), sharey=True)
     for ax, (scenario, title) in zip(
-        axes, (("draft_model", "draft model"), ("eagle3", "EAGLE3 head")), strict=True
+        axes[:2], (("draft_model", "draft model"), ("eagle3", "EAGLE3 head")), strict=True
     ):
         report = reports[scenario]
         for run in report["runs"]:
@@ -394,7 +510,52 @@ def plot(path: Path, studies: dict) -> None:
         ax.set_xlabel("context (tokens)")
         ax.set_title(f"{title}, trained at {context} tokens")
         ax.legend(fontsize=8)
+    _plot_dflash(axes[2], studies["dflash"])
     axes[0].set_ylabel(f"mean acceptance length (K = {reports['eagle3']['num_spec']})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _plot_dflash(ax, dflash: dict) -> None:
+    labels = {
+        "v2_no_window": "no window",
+        "v2_window": f"W = {dflash['window']}",
+        "v2_auto": "auto",
+    }
+    temperature = dflash["sampling"]["temperature"]
+    for sampling, style in (("greedy", ("o", "-")), (f"t{temperature}", ("x", "--"))):
+        for run, means in dflash["means"][sampling].items():
+            label = (
+                labels[run] if sampling == "greedy" else f"{labels[run]}, temperature {temperature}"
+            )
+            contexts = sorted(means)
+            ax.plot(
+                contexts,
+                [means[c] for c in contexts],
+                marker=style[0],
+                linestyle=style[1],
+                label=label,
+            )
+    ax.axvline(dflash["training_context"], color="grey", linestyle=":", label="training context")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("context (tokens)")
+    ax.set_title(f"DFlash drafter, trained at {dflash['training_context']} tokens")
+    ax.legend(fontsize=8)
+
+
+def main() -> None:
+    """The DFlash curve alone (``python -m benchmarks.long_context dflash [OUT]``): its lines,
+    as ``make bench`` writes them, printed."""
+    import json
+
+    if sys.argv[1:2] != ["dflash"]:
+        raise SystemExit("usage: python -m benchmarks.long_context dflash [OUT]")
+    out = Path(sys.argv[2]) if len(sys.argv) > 2 else ROOT / "benchmarks" / "results" / "study"
+    found = bench_dflash(out / "dflash")
+    (out / "dflash" / "curve.json").write_text(json.dumps(found, indent=1))
+    print("\n".join(dflash_lines(found)))
+
+
+if __name__ == "__main__":
+    main()

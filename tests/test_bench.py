@@ -73,6 +73,27 @@ def studies(eagle_load: int | None = 48, sampled_failures: list[str] = ()) -> di
         "load": {"draft_model": whole, "eagle3": study_report(48, eagle_load)},
         "sampled": {"draft_model": sampled, "eagle3": study_report(20, 12)},
         "rerun": study_report(31, 30),
+        "dflash": dflash_curve(),
+    }
+
+
+def dflash_curve(identical: int = 48, inside: float = 3.0, windowed: float = 2.7) -> dict:
+    """The DFlash curve as ``bench_dflash`` returns it: greedy and sampled, 32 and 1024."""
+
+    def means(at_1024: float) -> dict:
+        return {32: inside, 1024: at_1024}
+
+    runs = {"v2_no_window": means(1.2), "v2_window": means(windowed), "v2_auto": means(windowed)}
+    return {
+        "contexts": [32, 1024],
+        "window": 33,
+        "sampling": {"temperature": 0.8, "seed": 0},
+        "training_context": 64,
+        "num_spec": 3,
+        "means": {"greedy": runs, "t0.8": runs},
+        "identical": identical,
+        "total": 48,
+        "wall_s": 1.0,
     }
 
 
@@ -354,3 +375,20 @@ def test_vllm_bench_sweep_plot_without_grouping_pools_every_run_in_one_curve(rea
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("[BEGIN FIGURE]") == 1
     assert "Group: {}\nGrid: 1 rows x 1 cols\n" in done.stdout
+
+
+def test_the_dflash_lines_compute_the_shares_and_the_tokens_verdict():
+    from benchmarks import long_context
+
+    lines = long_context.dflash_lines(dflash_curve())
+    assert "| DFlash, W = 33 | 3.00 | 2.70 |" in lines
+    assert "| DFlash, no window, sampled | 3.00 | 1.20 |" in lines
+    (said,) = [line for line in lines if line.startswith("At 1024 tokens")]
+    assert "no window 40% greedy; W = 33 90% greedy; auto 90% greedy;" in said
+    assert said.endswith("Greedy tokens: the same as the target alone's (48 of 48 texts).")
+    (differ,) = [
+        line
+        for line in long_context.dflash_lines(dflash_curve(identical=47))
+        if line.startswith("At 1024 tokens")
+    ]
+    assert differ.endswith("Greedy tokens: DIFFERENT from the target alone's (47 of 48 texts).")

@@ -48,7 +48,7 @@ def recipe_logits(target, head, tokens, base: int):
     """The recipe's logits of the block after ``base`` [B, vocab], and the target's hidden
     states the drafter reads."""
     with torch.no_grad():
-        features, _ = recipe._dflash_features(target, tokens)
+        features, _ = recipe.dflash_features(target, tokens)
         bases = torch.tensor([base])
         embeds = target.model.embed_tokens(recipe.dflash_query_ids(tokens, bases))
         blocks = recipe.dflash_blocks(bases, tokens.shape[1])

@@ -32,9 +32,10 @@ def test_the_committed_files_are_the_manifests():
             assert f"{name}/{file}" in recorded
     # The weights are those the committed training record names.
     training = json.loads((trained_models.DIR / "training.json").read_text())
-    assert {
-        name: recorded[f"{name}/model.safetensors"] for name in ("target", "draft", "eagle3")
-    } == (training["weights"])
+    assert {name: recorded[f"{name}/model.safetensors"] for name in trained_models.MODELS} == (
+        training["weights"]
+    )
+    assert trained_models.MODELS == ("target", "draft", "eagle3", "dflash")
 
 
 def test_the_committed_models_are_the_current_recipes():
@@ -120,11 +121,12 @@ def test_another_vllms_text_fails_naming_the_version(tmp_path, monkeypatch):
 def test_the_committed_models_load_with_their_held_out_text():
     models = trained_models.committed()
     assert models.root == trained_models.DIR and models.heldout == trained_models.HELDOUT
-    for path in (models.target, models.draft_model, models.eagle3):
+    for path in (models.target, models.draft_model, models.eagle3, models.dflash):
         config = json.loads((Path(path) / "config.json").read_text())
         assert config["vocab_size"] == 260
-    eagle3 = json.loads((Path(models.eagle3) / "config.json").read_text())
-    assert eagle3["max_position_embeddings"] == trained_models.DRAFT_CONTEXT
+    for head in (models.eagle3, models.dflash):
+        config = json.loads((Path(head) / "config.json").read_text())
+        assert config["max_position_embeddings"] == trained_models.DRAFT_CONTEXT
 
 
 def test_what_serves_the_models_never_trains_them():

