@@ -140,9 +140,9 @@ def test_a_draft_backend_defined_outside_vllm_is_refused_at_start_up(drafts, mon
         r"group 0 \(FullAttentionSpec, block size 16\) on attention backend "
         r"PlatformAttentionBackend from some_platform.attention, defined outside vLLM: "
         + (
-            r".*run Model Runner V1 \(VLLM_USE_V2_MODEL_RUNNER=0\), "
+            r".*for that platform, run Model Runner V1 \(VLLM_USE_V2_MODEL_RUNNER=0\), "
             if RELEASE.model_runner_v1
-            else r".*\), "
+            else r".*for that platform, "
         )
         + r"or remove "
         r"draft_window_size"
