@@ -288,9 +288,9 @@ def long_context_lines(studies: dict) -> list[str]:
     for scenario, run, name in runs:
         means = _by_context(reports[scenario], run, "mean_length")
         lines.append(f"| {name} | " + " | ".join(f"{means[c]:.2f}" for c in contexts) + " |")
-    lines += ["", *dflash_lines(studies["dflash"])]
     lines += ["", *_sampled_lines(studies), "", *_avx2_lines(studies)]
     lines += ["", *_load_lines(studies["load"])]
+    lines += ["", *dflash_lines(studies["dflash"])]
     greedy, sampled = greedy_reports(studies), sampled_reports(studies)
     lines += [
         "",

@@ -437,7 +437,25 @@ def test_make_bench_labels_its_runs_from_the_reports_config():
     one = {**report(40, 0, 128, {"v2_no_window": 1.5, "v2_window": 1.8}), "sampling": seeded}
     sampled = {"draft_model": one, "eagle3": one}
     rerun = report(40, 0, 128, {"v2_no_window": 1.5, "v2_window": 1.9})
-    studies = {"curves": curves, "avx2": curves, "load": curves, "sampled": sampled, "rerun": rerun}
+    dflash_runs = {run: {32: 3.0, 1024: 2.0} for run in ("v2_no_window", "v2_window", "v2_auto")}
+    dflash = {
+        "contexts": [32, 1024],
+        "window": 40,
+        "sampling": seeded,
+        "training_context": 128,
+        "num_spec": 3,
+        "means": {"greedy": dflash_runs, "t0.8": dflash_runs},
+        "identical": 48,
+        "total": 48,
+    }
+    studies = {
+        "curves": curves,
+        "avx2": curves,
+        "load": curves,
+        "sampled": sampled,
+        "rerun": rerun,
+        "dflash": dflash,
+    }
     text = "\n".join(long_context.long_context_lines(studies))
     # The sampled curve beside the greedy one, its shares and its rerun from the reports.
     assert "Sampled as users serve (temperature 0.8, seed 0: every request seeded)" in text
