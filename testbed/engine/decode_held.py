@@ -17,13 +17,11 @@ keyword arguments}}]}.
 
 from __future__ import annotations
 
-import json
 import sys
 
 # Beside this script, whose folder Python puts first on the path.
 from load import counters, running
-from offline import release_engine
-from triton_interpreter import label_comparisons_int1
+from offline import read_plan, release_engine, run_plan
 
 
 def held_now(scheduler) -> list[int]:
@@ -86,17 +84,7 @@ def run(plan: dict, spec: dict) -> dict:
 
 
 def main(plan_path: str, results_path: str) -> int:
-    label_comparisons_int1()
-    with open(plan_path) as f:
-        plan = json.load(f)
-    results = []
-    for spec in plan["runs"]:
-        print(f"=== run {spec['name']}", flush=True)
-        results.append(run(plan, spec))
-        print(f"=== end {spec['name']}", flush=True)
-    with open(results_path, "w") as f:
-        json.dump(results, f)
-    return 0
+    return run_plan(read_plan(plan_path), results_path, run)
 
 
 if __name__ == "__main__":

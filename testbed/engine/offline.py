@@ -21,6 +21,7 @@ import gc
 import json
 import sys
 import time
+from collections.abc import Callable
 
 # Beside this script, whose folder Python puts first on the path (the project is imported
 # as installed, never from this checkout).
@@ -103,18 +104,24 @@ def run(plan: dict, spec: dict) -> dict:
     }
 
 
-def main(plan_path: str, results_path: str) -> int:
+def read_plan(plan_path: str) -> dict:
+    """The plan an engine script runs, read once Triton's interpreter is set up."""
     label_comparisons_int1()
     with open(plan_path) as f:
-        plan = json.load(f)
-    if plan.get("inspect_in_process"):
-        inspect_in_process()
+        return json.load(f)
+
+
+def run_plan(plan: dict, results_path: str, run: Callable, keep_going: bool = False) -> int:
+    """Each run of ``plan`` in turn, marked in the log, its results written at the end; with
+    ``keep_going`` a run that raises is recorded as its error and the next one runs."""
     results = []
     for spec in plan["runs"]:
         print(f"=== run {spec['name']}", flush=True)
         try:
             results.append(run(plan, spec))
         except Exception as error:
+            if not keep_going:
+                raise
             import traceback
 
             traceback.print_exc()
@@ -123,6 +130,13 @@ def main(plan_path: str, results_path: str) -> int:
     with open(results_path, "w") as f:
         json.dump(results, f)
     return 0
+
+
+def main(plan_path: str, results_path: str) -> int:
+    plan = read_plan(plan_path)
+    if plan.get("inspect_in_process"):
+        inspect_in_process()
+    return run_plan(plan, results_path, run, keep_going=True)
 
 
 if __name__ == "__main__":

@@ -17,13 +17,11 @@ PLAN: {"target": path, "max_model_len": n, "block_size": b, "max_tokens": n, "pr
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 
 # Beside this script, whose folder Python puts first on the path.
-from offline import counts, release_engine
-from triton_interpreter import label_comparisons_int1
+from offline import counts, read_plan, release_engine, run_plan
 
 
 def run(plan: dict, spec: dict) -> dict:
@@ -70,23 +68,7 @@ def run(plan: dict, spec: dict) -> dict:
 
 
 def main(plan_path: str, results_path: str) -> int:
-    label_comparisons_int1()
-    with open(plan_path) as f:
-        plan = json.load(f)
-    results = []
-    for spec in plan["runs"]:
-        print(f"=== run {spec['name']}", flush=True)
-        try:
-            results.append(run(plan, spec))
-        except Exception as error:
-            import traceback
-
-            traceback.print_exc()
-            results.append({"name": spec["name"], "error": f"{type(error).__name__}: {error}"})
-        print(f"=== end {spec['name']}", flush=True)
-    with open(results_path, "w") as f:
-        json.dump(results, f)
-    return 0
+    return run_plan(read_plan(plan_path), results_path, run, keep_going=True)
 
 
 if __name__ == "__main__":
