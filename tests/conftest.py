@@ -106,7 +106,7 @@ def model_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def drafts(tmp_path_factory):
     """A tiny draft config every MRV2 draft family here accepts (``startup.draft_dir``)."""
-    from testbed.startup import draft_dir
+    from tests.cpu_testbed.startup import draft_dir
 
     return draft_dir(tmp_path_factory.mktemp("tiny-draft"))
 
@@ -124,7 +124,7 @@ def vllm_log_records():
     """What reaches vLLM's "vllm" logger at INFO and above, as a server configures it."""
     import logging
 
-    from testbed.logs import recorded
+    from tests.cpu_testbed.logs import recorded
 
     with recorded("vllm", logging.INFO) as records:
         yield records
@@ -136,7 +136,7 @@ def window_log():
     "warning"."""
     import logging
 
-    from testbed.logs import recorded
+    from tests.cpu_testbed.logs import recorded
 
     with recorded(
         "vllm.draft_window", logging.INFO, lambda r: (r.levelname.lower(), r.getMessage())

@@ -19,11 +19,13 @@ import numpy as np
 import pytest
 from vllm.config.compilation import CUDAGraphMode
 
-from testbed import graphs
 from testbed.buffers import make_mrv2_batch
 from testbed.configs import speculative_vllm_config
 from testbed.speculators import SPECULATOR_CLASSES, GroupLayout, wire_speculator
-from testbed.startup import (
+from testbed.tiny_models import DRAFT_LAYOUTS, write_draft_dir, write_model_dir
+from testbed.vllm_line import RELEASE
+from tests.cpu_testbed import graphs
+from tests.cpu_testbed.startup import (
     assert_launch_reads,
     capture,
     propose,
@@ -31,8 +33,6 @@ from testbed.startup import (
     started,
     verify_step,
 )
-from testbed.tiny_models import DRAFT_LAYOUTS, write_draft_dir, write_model_dir
-from testbed.vllm_line import RELEASE
 from vllm_ascend.worker.v2.spec_decode.draft_window import policy
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import DraftWindowConfig
 from vllm_ascend.worker.v2.spec_decode.draft_window.declared import FIELDS, declared_context

@@ -15,7 +15,11 @@ from vllm.v1.attention.backends.flex_attention import FlexAttentionBackend
 from vllm.v1.attention.backends.mla.cpu_mla import CPUMLABackend
 from vllm.v1.attention.backends.mla.triton_mla import TritonMLABackend
 
-from testbed.backends import (
+from testbed.speculators import (
+    GroupLayout,
+)
+from testbed.vllm_line import RELEASE
+from tests.cpu_testbed.backends import (
     MLA_SPEC,
     decode_view,
     foreign_named,
@@ -23,7 +27,7 @@ from testbed.backends import (
     refused,
     wire_mla,
 )
-from testbed.dflash import (
+from tests.cpu_testbed.dflash import (
     MAX_NUM_REQS,
     NUM_SPEC,
     assert_reads_exactly_the_window,
@@ -31,10 +35,6 @@ from testbed.dflash import (
     make_batch,
     wire,
 )
-from testbed.speculators import (
-    GroupLayout,
-)
-from testbed.vllm_line import RELEASE
 from vllm_ascend.worker.v2.spec_decode.draft_window import policy
 from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import WindowNotInPathError
 
@@ -62,7 +62,7 @@ def test_flash_attention_eagle_steps_get_what_the_triton_builder_gets(
     """Every EAGLE3 decode step and the draft prefill hand flash attention's kernel the same
     lengths and tables as the Triton builder's (whose reads test_mrv2_eagle.py checks
     against dense attention)."""
-    from testbed.eagle import run_decode, run_prefill, setup_eagle
+    from tests.cpu_testbed.eagle import run_decode, run_prefill, setup_eagle
 
     records = {}
     for backend in (FlashAttentionBackend, None):
@@ -182,7 +182,7 @@ def test_prefilling_rows_of_an_eagle_draft_prefill_get_their_exact_windowed_leng
     verify batch whose prefilling row comes last: the verify rows stay on its decode path,
     and the prefilling row's context is exactly its windowed length minus its chunk (the
     window made that bound exact), which the path check lets through."""
-    from testbed.eagle import run_prefill, setup_eagle
+    from tests.cpu_testbed.eagle import run_prefill, setup_eagle
 
     monkeypatch.setattr(policy, "refuse_backends", lambda *args, **kwargs: None)
     config = mla_config(mla_dir, "eagle3", monkeypatch)

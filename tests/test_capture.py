@@ -4,7 +4,7 @@
 code (the speculators' ``__init__``, ``set_attn``, ``init_cudagraph_manager`` and
 ``capture``, vLLM's graph managers and ``CudaGraphManager.capture``, the capture input
 preparation and the builders), with only the device boundary stood in (``startup.py``,
-``testbed.graphs``). Then the speculator's own ``propose`` replays the captured
+``tests.cpu_testbed.graphs``). Then the speculator's own ``propose`` replays the captured
 graph, and every attention launch it recorded must read exactly its window."""
 
 import re
@@ -12,8 +12,9 @@ import re
 import pytest
 from vllm.config.compilation import CUDAGraphMode
 
-from testbed import graphs
-from testbed.startup import (
+from testbed.vllm_line import RELEASE
+from tests.cpu_testbed import graphs
+from tests.cpu_testbed.startup import (
     Verified,
     assert_launch_reads,
     capture,
@@ -22,7 +23,6 @@ from testbed.startup import (
     started,
     verify_step,
 )
-from testbed.vllm_line import RELEASE
 
 pytestmark = pytest.mark.usefixtures("window_hooks")
 

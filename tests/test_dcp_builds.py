@@ -15,18 +15,26 @@ from vllm.config.compilation import CUDAGraphMode
 from vllm.v1.attention.backends.mla.triton_mla import TritonMLABackend
 from vllm.v1.attention.ops.dcp import MLADCPManager
 
-from testbed.backends import MLA_SPEC, mla_config
 from testbed.buffers import (
     fill_input_block_tables,
     make_mrv2_batch,
     prepare_dflash_step,
 )
 from testbed.dcp import assert_ranks_read_the_window, dcp_group, reference_caches, true_kv
-from testbed.dflash import MAX_MODEL_LEN, MAX_NUM_REQS, NUM_SPEC, Q, W, build, capture_on_cpu
 from testbed.speculators import (
     SPECULATOR_CLASSES,
     GroupLayout,
     wire_speculator,
+)
+from tests.cpu_testbed.backends import MLA_SPEC, mla_config
+from tests.cpu_testbed.dflash import (
+    MAX_MODEL_LEN,
+    MAX_NUM_REQS,
+    NUM_SPEC,
+    Q,
+    W,
+    build,
+    capture_on_cpu,
 )
 
 
@@ -196,7 +204,7 @@ def test_a_replicated_gqa_draft_reads_its_window_in_blocks(method, model_dir, mo
     """vLLM keeps a DFlash/DSpark GQA draft's cache whole on every rank under the target's
     DCP (``dcp_sharded=False``, the draft's DCP size 1): on each rank it is windowed in
     blocks, as without DCP, and reads exactly the window."""
-    from testbed.dflash import assert_reads_exactly_the_window, wire
+    from tests.cpu_testbed.dflash import assert_reads_exactly_the_window, wire
 
     layouts = [GroupLayout(16)]
     for rank in range(2):

@@ -25,13 +25,20 @@ from testbed.dcp import (
     dcp_group,
     reference_caches,
 )
-from testbed.eagle import MAX_MODEL_LEN, MAX_NUM_REQS, W, run_decode, run_prefill, setup_eagle
 from testbed.reference import (
     unified_attention_read,
 )
 from testbed.speculators import (
     GroupLayout,
     make_vllm_config,
+)
+from tests.cpu_testbed.eagle import (
+    MAX_MODEL_LEN,
+    MAX_NUM_REQS,
+    W,
+    run_decode,
+    run_prefill,
+    setup_eagle,
 )
 
 pytestmark = pytest.mark.usefixtures("window_hooks")
@@ -262,16 +269,16 @@ def test_a_full_decode_graph_replays_each_ranks_share_of_every_step(
 
 def replay_full_decode(e, monkeypatch) -> list[dict]:
     """Capture the decode graph (vLLM's managers and ``CudaGraphManager.capture``, the device
-    boundary stood in by ``testbed.graphs``), then replay one propose's decode steps; returns
-    what the draft layers read at each replay."""
+    boundary stood in by ``tests.cpu_testbed.graphs``), then replay one propose's decode
+    steps; returns what the draft layers read at each replay."""
     from vllm.config.compilation import CUDAGraphMode
 
-    from testbed import graphs
     from testbed.buffers import (
         fill_input_block_tables,
     )
-    from testbed.eagle import DRAFT_STEP, prepare_decode, update_inputs
-    from testbed.graphs import cuda_graphs_on_cpu
+    from tests.cpu_testbed import graphs
+    from tests.cpu_testbed.eagle import DRAFT_STEP, prepare_decode, update_inputs
+    from tests.cpu_testbed.graphs import cuda_graphs_on_cpu
 
     s, n = e.s, e.batch.num_reqs
     assert not s.supports_decode_metadata_update

@@ -15,8 +15,8 @@ from vllm.v1.worker.gpu.spec_decode.dflash2.speculator import DFlash2Speculator
 from vllm.v1.worker.gpu.spec_decode.lilicorr.speculator import LiLiCorrSpeculator
 from vllm.v1.worker.gpu.spec_decode.xpress.speculator import XPressSpeculator
 
-from testbed import graphs
-from testbed.startup import (
+from tests.cpu_testbed import graphs
+from tests.cpu_testbed.startup import (
     assert_launch_reads,
     capture,
     propose,

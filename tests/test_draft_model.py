@@ -16,14 +16,15 @@ import torch
 from vllm.config.compilation import CUDAGraphMode
 from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
-from testbed import graphs
-from testbed.backends import wire_mla
 from testbed.reference import (
     assert_kernel_reads,
     dense_attention,
     positions_read,
 )
-from testbed.startup import (
+from testbed.vllm_line import RELEASE
+from tests.cpu_testbed import graphs
+from tests.cpu_testbed.backends import wire_mla
+from tests.cpu_testbed.startup import (
     BLOCK,
     assert_launch_reads,
     capture,
@@ -33,7 +34,6 @@ from testbed.startup import (
     started,
     verify_step,
 )
-from testbed.vllm_line import RELEASE
 
 pytestmark = pytest.mark.usefixtures("window_hooks")
 BUILD_PATH = DraftModelSpeculator._build_attn_metadata.__qualname__

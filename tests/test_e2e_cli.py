@@ -6,7 +6,7 @@ bench serve`` its sweeps run, parsed by this environment's vLLM (0.33 in .venv, 
 
 import pytest
 
-from testbed import vllm_cli
+from tests.cpu_testbed import vllm_cli
 
 
 @pytest.mark.parametrize("name", list(vllm_cli.DRY_RUNS))

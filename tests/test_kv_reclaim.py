@@ -597,8 +597,8 @@ def test_the_key_frees_the_drafts_kv_exactly_where_the_window_engages(
     off the key frees nothing, so nothing is refused after the KV cache is allocated."""
     from vllm.config.compilation import CUDAGraphMode
 
-    from testbed.startup import started
     from testbed.tiny_models import write_draft_dir
+    from tests.cpu_testbed.startup import started
     from vllm_ascend.worker.v2.spec_decode.draft_window.declared import declared_context
 
     method, draft = "eagle3", None

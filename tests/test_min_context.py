@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from testbed.reference import dense_attention
-from testbed.window_cases import Case, cases
+from tests.cpu_testbed.window_cases import Case, cases
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
     BlockTableWindow,
     WindowSpec,

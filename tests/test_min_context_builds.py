@@ -15,7 +15,9 @@ import torch
 from vllm.config.compilation import CUDAGraphMode
 
 from testbed.buffers import prepare_dflash_step
-from testbed.dflash import (
+from testbed.reference import dense_attention
+from testbed.speculators import GroupLayout
+from tests.cpu_testbed.dflash import (
     LAYOUTS,
     MAX_NUM_REQS,
     NUM_SPEC,
@@ -29,8 +31,6 @@ from testbed.dflash import (
     move_batch_into,
     wire,
 )
-from testbed.reference import dense_attention
-from testbed.speculators import GroupLayout
 
 pytestmark = pytest.mark.usefixtures("window_hooks")
 
@@ -172,7 +172,7 @@ def test_every_eagle_step_reads_whole_below_the_threshold_and_its_window_above(
     min_context, layout_name, sinks, fused, model_dir, monkeypatch
 ):
     """Rows cross the threshold from one draft step to the next inside one propose."""
-    from testbed.eagle import EAGLE_LAYOUTS, read_step, run_decode, setup_eagle
+    from tests.cpu_testbed.eagle import EAGLE_LAYOUTS, read_step, run_decode, setup_eagle
 
     layouts, num_spec = EAGLE_LAYOUTS[layout_name], 5
     plain = setup_eagle(
@@ -225,7 +225,7 @@ def test_every_eagle_step_reads_whole_below_the_threshold_and_its_window_above(
 def test_the_eagle_draft_prefill_reads_whole_below_the_threshold(
     prefill_chunk, model_dir, monkeypatch
 ):
-    from testbed.eagle import EAGLE_LAYOUTS, run_prefill, setup_eagle
+    from tests.cpu_testbed.eagle import EAGLE_LAYOUTS, run_prefill, setup_eagle
 
     layouts, min_context = EAGLE_LAYOUTS["two_groups"], 320
     kwargs = dict(seed=4, prefill_chunk=prefill_chunk, sinks=20)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from testbed.reference import dense_attention
-from testbed.window_cases import build_case
+from tests.cpu_testbed.window_cases import build_case
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
     BlockTableWindow,
     WindowSpec,

@@ -16,7 +16,11 @@ from testbed.buffers import (
     fill_input_block_tables,
     prepare_dflash_step,
 )
-from testbed.dflash import (
+from testbed.mrv1_adapter import load_mrv1_adapter_module
+from testbed.speculators import (
+    GroupLayout,
+)
+from tests.cpu_testbed.dflash import (
     LAYOUTS,
     MAX_MODEL_LEN,
     MAX_NUM_REQS,
@@ -32,10 +36,6 @@ from testbed.dflash import (
     make_batch,
     move_batch_into,
     wire,
-)
-from testbed.mrv1_adapter import load_mrv1_adapter_module
-from testbed.speculators import (
-    GroupLayout,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import plugin
 

@@ -14,11 +14,23 @@ from vllm.config.compilation import CUDAGraphMode
 from vllm.v1.attention.backends.utils import PAD_SLOT_ID
 from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
 
-from testbed import graphs
 from testbed.buffers import (
     fill_input_block_tables,
 )
-from testbed.eagle import (
+from testbed.mrv1_adapter import load_mrv1_adapter_module
+from testbed.reference import (
+    dense_attention,
+    positions_read,
+    unified_attention_read,
+)
+from testbed.speculators import (
+    HEAD_SIZE,
+    NUM_KV_HEADS,
+    GroupLayout,
+    make_vllm_config,
+)
+from tests.cpu_testbed import graphs
+from tests.cpu_testbed.eagle import (
     DRAFT_STEP,
     FUSED_DECODE,
     LAYOUTS,
@@ -34,19 +46,7 @@ from testbed.eagle import (
     setup_eagle,
     update_inputs,
 )
-from testbed.graphs import cuda_graphs_on_cpu
-from testbed.mrv1_adapter import load_mrv1_adapter_module
-from testbed.reference import (
-    dense_attention,
-    positions_read,
-    unified_attention_read,
-)
-from testbed.speculators import (
-    HEAD_SIZE,
-    NUM_KV_HEADS,
-    GroupLayout,
-    make_vllm_config,
-)
+from tests.cpu_testbed.graphs import cuda_graphs_on_cpu
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import plugin
 
 # Every test here runs with the plugin installed, as vLLM loads it.
@@ -345,11 +345,12 @@ def test_full_graphs_prefill_runs_without_them_and_decode_graphs_read_the_window
     """FULL_DECODE_ONLY, with a kernel-block group and sinks: the draft prefill manager loses
     its FULL graphs (they would read the target's captured buffers); the fused decode graph
     is captured through the window by vLLM's own graph managers and
-    ``CudaGraphManager.capture`` (only the device boundary stood in, ``testbed.graphs``) and,
-    replayed, reads exactly each step's window. (FULL_AND_PIECEWISE, whose draft prefill
-    keeps PIECEWISE graphs, starts through the speculators' own __init__ in
-    test_capture.py.) With ``draft_window_min_context``, rows cross the threshold between
-    the capture (dummy lengths) and the replay, and from step to step inside it."""
+    ``CudaGraphManager.capture`` (only the device boundary stood in,
+    ``tests.cpu_testbed.graphs``) and, replayed, reads exactly each step's window.
+    (FULL_AND_PIECEWISE, whose draft prefill keeps PIECEWISE graphs, starts through the
+    speculators' own __init__ in test_capture.py.) With ``draft_window_min_context``, rows
+    cross the threshold between the capture (dummy lengths) and the replay, and from step to
+    step inside it."""
     num_spec = 4
     # A kernel-block group too, and fewer requests than the captured graph's size.
     layouts = [GroupLayout(16), GroupLayout(64, kernel_block_size=32)]
@@ -439,7 +440,7 @@ def test_a_group_not_windowed_reads_what_vllm_gives_it(fused, model_dir, monkeyp
     keeps the target's prefill metadata and vLLM's own build at every decode step."""
     from vllm.v1.kv_cache_interface import SlidingWindowSpec
 
-    from testbed.dflash import compare_cams
+    from tests.cpu_testbed.dflash import compare_cams
 
     sliding = SlidingWindowSpec(
         block_size=32,

@@ -20,7 +20,12 @@ from testbed.buffers import (
     fill_query_inputs,
     fill_slot_mappings,
 )
-from testbed.dflash import (
+from testbed.speculators import (
+    make_vllm_config,
+    wire_speculator,
+)
+from testbed.vllm_line import RELEASE
+from tests.cpu_testbed.dflash import (
     LAYOUTS,
     MAX_MODEL_LEN,
     MAX_NUM_REQS,
@@ -33,11 +38,6 @@ from testbed.dflash import (
     make_batch,
     wire,
 )
-from testbed.speculators import (
-    make_vllm_config,
-    wire_speculator,
-)
-from testbed.vllm_line import RELEASE
 from vllm_ascend.worker.v2.spec_decode.draft_window import speculator
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import install
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.path_check import UPDATE_PATH, PathCheck

@@ -356,7 +356,7 @@ def another_plugins_wrapper(method, calls):
 
 def window_build(model_dir, monkeypatch):
     """A DSpark draft with draft_window_size=64: what its builder received."""
-    from testbed.dflash import LAYOUTS, build, make_batch, wire
+    from tests.cpu_testbed.dflash import LAYOUTS, build, make_batch, wire
 
     layouts = LAYOUTS["one_group"]
     wired = wire("dspark", layouts, make_batch(layouts), model_dir, monkeypatch)

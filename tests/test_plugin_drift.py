@@ -17,11 +17,11 @@ import vllm.plugins
 from vllm.config.compilation import CUDAGraphMode
 from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
-from testbed.dflash import LAYOUTS, build, compare_cams, make_batch, wire
 from testbed.speculators import (
     make_speculative_vllm_config,
 )
 from testbed.vllm_line import RELEASE, use_model_runner_v2
+from tests.cpu_testbed.dflash import LAYOUTS, build, compare_cams, make_batch, wire
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import (
     install,
     plugin,

@@ -33,7 +33,13 @@ from testbed.buffers import (
     fill_query_inputs,
     fill_slot_mappings,
 )
-from testbed.dflash import (
+from testbed.speculators import (
+    HEAD_SIZE,
+    NUM_KV_HEADS,
+    GroupLayout,
+    full_attention_spec,
+)
+from tests.cpu_testbed.dflash import (
     MAX_NUM_REQS,
     assert_reads_exactly_the_window,
     build,
@@ -41,12 +47,6 @@ from testbed.dflash import (
     compare_cams,
     make_batch,
     wire,
-)
-from testbed.speculators import (
-    HEAD_SIZE,
-    NUM_KV_HEADS,
-    GroupLayout,
-    full_attention_spec,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window import groups
 
@@ -311,11 +311,11 @@ def test_a_deepseek_v4_dspark_draft_has_no_group_to_window(model_dir, monkeypatc
     the draft never reads past its own window, and the draft window has nothing to crop."""
     from vllm.v1.worker.gpu.spec_decode.dspark.speculator import DSparkSpeculator
 
-    from testbed.dflash import MAX_MODEL_LEN, NUM_SPEC, W
     from testbed.speculators import (
         make_vllm_config,
         wire_speculator,
     )
+    from tests.cpu_testbed.dflash import MAX_MODEL_LEN, NUM_SPEC, W
 
     layouts = [GroupLayout(64, draft=False), GroupLayout(64, spec=dsv4_dspark_swa())]
     config = make_vllm_config(model_dir, MAX_MODEL_LEN, MAX_NUM_REQS, {"draft_window_size": W})

@@ -12,7 +12,7 @@ from testbed.reference import (
     dense_attention,
     window_positions,
 )
-from testbed.window_cases import Case, build_case, cases
+from tests.cpu_testbed.window_cases import Case, build_case, cases
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
     BlockTableWindow,
     WindowSpec,

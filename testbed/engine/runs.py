@@ -22,7 +22,7 @@ from pathlib import Path
 import requests
 from vllm.benchmarks.sweep.server import ServerProcess
 
-from testbed.engine.environment import engine_env
+from e2e.cpu_engine import engine_env
 from testbed.engine.models import NUM_SPEC, VOCAB, TinyModels
 
 OFFLINE = Path(__file__).with_name("offline.py")

@@ -46,10 +46,10 @@ import torch
 from vllm.triton_utils import HAS_TRITON
 
 import vllm_ascend.ops.triton.triton_utils as ascend_triton
-from testbed.graphs import CpuGraph
 from testbed.shims import (
     apply_cpu_shims,
 )
+from tests.cpu_testbed.graphs import CpuGraph
 
 # Test modules of what only some releases have (vllm-ascend 0.30's draft DCP path, by vLLM
 # minor version): the releases without it refuse it by name (test_pairing.py).
@@ -65,7 +65,7 @@ if IN_TREE:
     check_in_tree()
     collect_ignore += ["test_pairing.py", "test_upstream_patch.py"]
 
-# Stand-in for the NPU's graph object (testbed.graphs), set before vllm-ascend's
+# Stand-in for the NPU's graph object (tests.cpu_testbed.graphs), set before vllm-ascend's
 # UpdatableGraph subclasses it, so that UpdatableGraph is a real class here.
 assert "vllm_ascend.compilation.updatable_graph" not in sys.modules
 torch.npu.NPUGraph = CpuGraph
@@ -132,8 +132,8 @@ def loaded_plugins():
 
     import vllm.plugins
 
-    from testbed.logs import recorded
     from tests.ascend.npu_testbed.pairing import hooked_methods
+    from tests.cpu_testbed.logs import recorded
 
     with recorded("vllm.draft_window", logging.DEBUG, lambda r: r.getMessage()) as lines:
         before = hooked_methods()

@@ -17,10 +17,10 @@ import pytest
 from vllm.config.compilation import CUDAGraphMode
 
 from testbed.configs import speculative_vllm_config
-from testbed.logs import recorded
 from testbed.tiny_models import DRAFT_LAYOUTS, write_draft_dir
 from tests.ascend.npu_testbed.npu_startup import BLOCK, MAX_MODEL_LEN, started
 from tests.ascend.npu_testbed.pairing import IN_TREE, ascend_config, speculative_config
+from tests.cpu_testbed.logs import recorded
 from vllm_ascend.worker.v2.spec_decode.draft_window.declared import declared_context
 
 AUTO = {"draft_window_size": "auto"}

@@ -7,7 +7,7 @@ parsed: nothing starts."""
 
 import pytest
 
-from testbed import vllm_cli
+from tests.cpu_testbed import vllm_cli
 
 
 @pytest.mark.parametrize("name", list(vllm_cli.DRY_RUNS))

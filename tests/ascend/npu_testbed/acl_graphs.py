@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """ACL graph capture and replay on CPU for the Ascend pairing, with only the device boundary
-stood in (on top of ``testbed.graphs``, shared with the upstream release).
+stood in (on top of ``tests.cpu_testbed.graphs``, shared with the upstream release).
 
 On a host, vllm-ascend's model runner enters ``torch_cuda_wrapper()`` at start-up, which
 makes vLLM's ``CudaGraphManager.capture`` create vllm-ascend's ``UpdatableGraph`` and capture
@@ -14,11 +14,11 @@ registration, ``resolve_tasks`` and ``update``. Stood in, each because it needs 
 
 - the graph object's capture and replay (``torch.npu.NPUGraph``, ``npu_stand_ins.py``, which
   ``UpdatableGraph`` subclasses) and ``torch.npu.graph``, the capture context that hands it
-  the forward to replay (``testbed.graphs``);
+  the forward to replay (``tests.cpu_testbed.graphs``);
 - the graph tasks' handles and their update brackets (``torch.npu.graph_task_group_end``,
   ``graph_task_update_begin``/``_end``); streams and events stay ``torch_npu`` stand-ins;
 - the process groups, the graph memory pool and the platform's graph support
-  (``testbed.graphs``);
+  (``tests.cpu_testbed.graphs``);
 - the draft model (``DraftModel``): no weights on CPU. Each draft layer launches FIA as
   vllm-ascend's full-graph attention does (``register_task`` with the layer's
   ``block_tables`` and ``seq_lens_list``, ``FIAParamProvider``);
@@ -35,8 +35,8 @@ from typing import Any
 
 import torch
 
-from testbed.family_heads import FAMILY_TOP_K, FamilyHeads, candidates
-from testbed.graphs import (
+from tests.cpu_testbed.family_heads import FAMILY_TOP_K, FamilyHeads, candidates
+from tests.cpu_testbed.graphs import (
     capturing,
     graph_context,
     process_groups_on_cpu,

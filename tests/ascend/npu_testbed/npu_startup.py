@@ -24,13 +24,13 @@ from vllm.config import (
 )
 from vllm.config.compilation import CompilationMode, CUDAGraphMode
 
-from testbed.family_heads import FAMILY_TOP_K
-from testbed.graphs import platform_with_graphs
 from testbed.reference import PagedKVCache
 from testbed.speculators import propose_after_verify
 from tests.ascend.npu_testbed.acl_graphs import DraftModel, FiaKernel
 from tests.ascend.npu_testbed.compat import without_piecewise
 from tests.ascend.npu_testbed.wiring import ascend_model_state, load_tables, vllm_config
+from tests.cpu_testbed.family_heads import FAMILY_TOP_K
+from tests.cpu_testbed.graphs import platform_with_graphs
 
 CPU = torch.device("cpu")
 BLOCK = 128

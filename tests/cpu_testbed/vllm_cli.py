@@ -14,7 +14,7 @@ import shlex
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # The dry runs whose commands a user pastes: make e2e-ascend's (Ascend, CUDA, the settings
 # that change its commands), its long-context study's, make study-cpu's.

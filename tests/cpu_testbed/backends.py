@@ -10,17 +10,17 @@ import torch
 from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig, VllmConfig
 from vllm.v1.kv_cache_interface import MLAAttentionSpec
 
-from testbed.dflash import (
+from testbed.speculators import (
+    SPECULATOR_CLASSES,
+    GroupLayout,
+    wire_speculator,
+)
+from tests.cpu_testbed.dflash import (
     MAX_MODEL_LEN,
     MAX_NUM_REQS,
     NUM_SPEC,
     W,
     make_batch,
-)
-from testbed.speculators import (
-    SPECULATOR_CLASSES,
-    GroupLayout,
-    wire_speculator,
 )
 
 MLA_SPEC = MLAAttentionSpec(block_size=16, num_kv_heads=1, head_size=576, dtype=torch.float32)

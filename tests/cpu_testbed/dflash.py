@@ -14,11 +14,6 @@ from testbed.buffers import (
     make_mrv2_batch,
     prepare_dflash_step,
 )
-from testbed.graphs import (
-    capturing,
-    cuda_graphs_on_cpu,
-    set_capture_sizes,
-)
 from testbed.reference import (
     PagedKVCache,
     assert_kernel_reads,
@@ -33,6 +28,11 @@ from testbed.speculators import (
     Wired,
     make_vllm_config,
     wire_speculator,
+)
+from tests.cpu_testbed.graphs import (
+    capturing,
+    cuda_graphs_on_cpu,
+    set_capture_sizes,
 )
 
 W = 64
@@ -210,9 +210,9 @@ def move_batch_into(src: Mrv2Batch, dst: Mrv2Batch) -> None:
 def capture_on_cpu(speculator, monkeypatch) -> dict:
     """Ready a wired DFlash speculator for its real capture: vLLM's own DFlash graph manager
     (``init_cudagraph_manager``) for one graph of this module's batch shape, captured by
-    vLLM's ``CudaGraphManager.capture`` with only the device boundary stood in
-    (``testbed.graphs``). The draft forward (the graph's context step and ``_generate_draft``:
-    no weights on CPU) keeps the metadata its layers are handed in the capture, which is
+    vLLM's ``CudaGraphManager.capture`` with only the device boundary stood in (``graphs``).
+    The draft forward (the graph's context step and ``_generate_draft``: no weights on CPU)
+    keeps the metadata its layers are handed in the capture, which is
     what the graph records; returns that dict (layer name -> metadata)."""
     cuda_graphs_on_cpu(monkeypatch)
     compilation = speculator.vllm_config.compilation_config

@@ -6,7 +6,7 @@ vLLM's Triton backend, the target runner's attention groups and block tables, th
 speculator's own ``set_attn`` (through the window's hook), ``init_cudagraph_manager`` and
 ``capture``; then a target verify step written by vLLM's own kernels and the speculator's
 own ``propose``, which replays the captured graph. The device boundary is stood in by
-``testbed.graphs``; the draft model (no weights on CPU) by ``DraftModel``, whose
+``tests.cpu_testbed.graphs``; the draft model (no weights on CPU) by ``DraftModel``, whose
 layers record what the attention kernel would read at each launch.
 """
 
@@ -25,7 +25,6 @@ from vllm.config import (
 )
 from vllm.config.compilation import CompilationMode, CUDAGraphMode
 
-from testbed import graphs
 from testbed.buffers import (
     fill_persistent_block_tables,
     fill_query_inputs,
@@ -33,7 +32,6 @@ from testbed.buffers import (
     make_mrv2_batch,
 )
 from testbed.configs import set_method, speculative_vllm_config
-from testbed.family_heads import FAMILY_TOP_K, FamilyHeads, candidates
 from testbed.reference import PagedKVCache, assert_window_reads
 from testbed.speculators import (
     HEAD_SIZE,
@@ -41,6 +39,8 @@ from testbed.speculators import (
     TINY_LLAMA,
     propose_after_verify,
 )
+from tests.cpu_testbed import graphs
+from tests.cpu_testbed.family_heads import FAMILY_TOP_K, FamilyHeads, candidates
 
 CPU = torch.device("cpu")
 BLOCK = 16
