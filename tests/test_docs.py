@@ -197,7 +197,7 @@ TOLERANCE = ("tools/compare_trained.py", r"^TOLERANCE = ([\d.]+)")
 STUDY_SHARE = ("tests/test_engine_study.py", r"^SHARE = ([\d.]+)")
 V1_MARGIN = ("e2e/study.py", r"abs\(mean - v1_mean\) > ([\d.]+)")
 GOLDEN_TOLERANCE = (
-    "e2e/harness.py",
+    "e2e/checks.py",
     r'\["mean_length"\], float\(data\.get\("tolerance", ([\d.]+)\)',
 )
 
@@ -439,7 +439,7 @@ STATED: dict[str, list[Stated]] = {
     ],
     "design/e2e.md": [
         Stated(
-            "at least V1 with the window minus 0.05", "the scenario's V1 floor (e2e/harness.py)"
+            "at least V1 with the window minus 0.05", "the scenario's V1 floor (e2e/checks.py)"
         ),
         Stated(
             "gave 31 of 32 texts identical",

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from e2e import cli, harness, scenarios
-from testbed.vllm_cli import printed_sweeps as sweeps
-from testbed.vllm_cli import runs_of
+from e2e import checks, cli, harness, host, scenarios
+from tests.cpu_testbed.vllm_cli import printed_sweeps as sweeps
+from tests.cpu_testbed.vllm_cli import runs_of
 
 # The same code on every vLLM line: run once, in .venv (design/testing.md).
 pytestmark = pytest.mark.release_independent
@@ -255,7 +255,7 @@ def test_acceptance_is_what_vllm_bench_serve_measured():
         "spec_decode_per_position_acceptance_rates": [0.7, 0.4, 0.3],
         "spec_decode_acceptance_length": 2.4,
     }
-    assert harness.acceptance(measured) == {
+    assert checks.acceptance(measured) == {
         "drafts": 100,
         "per_position": [0.7, 0.4, 0.3],
         "mean_length": 2.4,
@@ -276,15 +276,15 @@ def test_without_a_golden_the_acceptance_is_checked_within_the_run():
     WINDOW) runs: the V2 run with the window against the same run without it."""
     scenario = scenarios.scenarios({"WINDOW": "640"})["eagle3"]
     assert scenario.golden.name == "eagle3_qwen3_8b_w640.json" and not scenario.golden.exists()
-    assert harness.load_golden(scenario, False) is None
+    assert checks.load_golden(scenario, False) is None
     runs = {
         "v2_window": result(["a"], [0.7, 0.4, 0.3]),
         "v2_no_window": result(["a"], [0.7, 0.5, 0.3]),
     }
-    assert harness.check(runs, None, num_spec=3) == []
+    assert checks.check(runs, None, num_spec=3) == []
     runs["v2_window"] = result(["a"], [0.5, 0.3, 0.2])
-    assert harness.check(runs, None, num_spec=3) == [
-        f"V2 with the window: mean acceptance 2.000 < V2 without it 2.500 - {harness.WINDOW_MARGIN}"
+    assert checks.check(runs, None, num_spec=3) == [
+        f"V2 with the window: mean acceptance 2.000 < V2 without it 2.500 - {checks.WINDOW_MARGIN}"
     ]
 
 
@@ -295,7 +295,7 @@ def test_an_empty_or_short_acceptance_by_position_fails(per_position):
         "v2_no_window": result(["a"], [0.7, 0.4, 0.3]),
     }
     assert (
-        harness.check(runs, [0.7, 0.4, 0.3], num_spec=3)
+        checks.check(runs, [0.7, 0.4, 0.3], num_spec=3)
         == [
             f"v2_window: acceptance by position has {len(per_position)} entries, "
             "num_speculative_tokens is 3"
@@ -310,13 +310,13 @@ def test_checks_flag_output_drift_golden_drift_and_a_v2_below_v1():
         "v2_no_window": result(["a"], [0.7, 0.4, 0.3]),
         "v1_window": result(["a"], [0.7, 0.4, 0.3]),
     }
-    assert harness.check(good, [0.7, 0.4, 0.3], num_spec=3) == []
+    assert checks.check(good, [0.7, 0.4, 0.3], num_spec=3) == []
     bad = {
         "v2_window": result(["a"], [0.5, 0.4, 0.3], long_mean=2.0),
         "v2_no_window": result(["b"], [0.5, 0.4, 0.3], long_mean=2.0),
         "v1_window": result(["a"], [0.7, 0.4, 0.3], long_mean=2.1),
     }
-    assert harness.check(bad, [0.7, 0.4, 0.3], num_spec=3) == [
+    assert checks.check(bad, [0.7, 0.4, 0.3], num_spec=3) == [
         "greedy outputs of v2_no_window differ from v2_window in 1 of 1 prompts: golden "
         "prompt 0 from character 0",
         "acceptance at position 0: 0.500, golden 0.700 (+-0.1)",
@@ -332,8 +332,8 @@ def test_checks_flag_output_drift_golden_drift_and_a_v2_below_v1():
 
 def test_the_dry_runs_prepare_command_installs_and_checks_the_pairing(monkeypatch, capsys):
     done = []
-    monkeypatch.setattr(harness, "install", lambda device: done.append(("install", device)))
-    monkeypatch.setattr(harness, "check_pairing", lambda method: done.append(("pairing", method)))
+    monkeypatch.setattr(host, "install", lambda device: done.append(("install", device)))
+    monkeypatch.setattr(host, "check_pairing", lambda method: done.append(("pairing", method)))
     argv = ["--prepare", "--device", "cpu", "--scenario", "draft_model", "--study", "long"]
     assert harness.main(argv) == 0
     assert done == [("install", "cpu"), ("pairing", "draft_model")]
@@ -344,7 +344,7 @@ def test_the_host_pairing_is_checked_against_the_supported_lines_before_any_serv
     """The probe runs in the host's Python (here the test environment, vLLM 0.33.0)."""
     from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import supported
 
-    harness.check_pairing("eagle3")
+    host.check_pairing("eagle3")
     assert f"host: vLLM 0.33.0, vllm-ascend not installed; supported: {supported.SUPPORTED}" in (
         capsys.readouterr().out
     )
@@ -353,4 +353,4 @@ def test_the_host_pairing_is_checked_against_the_supported_lines_before_any_serv
         match=r"the draft window does not serve method "
         r"'ngram' on vLLM 0\.33\.x",
     ):
-        harness.check_pairing("ngram")
+        host.check_pairing("ngram")

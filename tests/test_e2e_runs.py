@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from e2e import cli, harness, lossless, scenarios, study, sweep_plan
-from testbed.vllm_cli import sweep_words
+from e2e import checks, cli, harness, host, lossless, reports, scenarios, study, sweep_plan
+from tests.cpu_testbed.vllm_cli import sweep_words
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -93,8 +93,8 @@ def study_run(tmp_path, monkeypatch):
     stand_in.write_text(f"#!{sys.executable}\n{STAND_IN}")
     stand_in.chmod(0o755)
     monkeypatch.setattr(sweep_plan, "vllm_command", lambda: str(stand_in))
-    monkeypatch.setattr(harness, "install", lambda device: None)
-    monkeypatch.setattr(harness, "check_pairing", lambda method: None)
+    monkeypatch.setattr(host, "install", lambda device: None)
+    monkeypatch.setattr(host, "check_pairing", lambda method: None)
 
     def cut(commands, at_once):
         for command in commands:
@@ -131,7 +131,7 @@ def test_a_stale_result_in_the_folder_never_reaches_the_report(study_run, capsys
     stale = out / "v2" / "SERVE--v2_window-BENCH--context_1024_concurrency_2" / "run=0.json"
     stale.parent.mkdir(parents=True)
     stale.write_text(json.dumps({"spec_decode_acceptance_length": 9.99}))
-    (out / harness.RUN_RECORD).write_text("{}")
+    (out / host.RUN_RECORD).write_text("{}")
     assert run(2.0) == 0, capsys.readouterr().out
     assert means(out) == {
         "v2_window": {"32": 2.0, "1024": 3.0},
@@ -188,7 +188,7 @@ def test_a_run_takes_free_ports():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         port = taken.getsockname()[1]
-        assert harness.free_ports(2, port) > port
+        assert host.free_ports(2, port) > port
 
 
 def test_a_folder_no_run_wrote_is_refused_by_name(tmp_path):
@@ -196,7 +196,7 @@ def test_a_folder_no_run_wrote_is_refused_by_name(tmp_path):
     folder.mkdir()
     (folder / "notes.txt").write_text("keep")
     with pytest.raises(SystemExit, match=r"holds files no run of this harness wrote"):
-        harness.own_folder(folder)
+        host.own_folder(folder)
     assert (folder / "notes.txt").read_text() == "keep"
 
 
@@ -714,7 +714,7 @@ def test_e2e_check_tells_a_log_of_another_paste_from_a_window_that_did_not_engag
     folder = pasted("study", tmp_path, monkeypatch, capsys)
     done = paste(unguarded(printed(folder)[0]))
     assert done.returncode == 0  # what the old form let through
-    assert harness.REFUSED in (folder / "v2.log").read_text()
+    assert checks.REFUSED in (folder / "v2.log").read_text()
     code, lines = e2e_check(folder, capsys)
     assert code == 1
     assert any("is the output of a paste vLLM refused" in line for line in lines), lines
@@ -732,7 +732,7 @@ def test_e2e_check_calls_results_older_than_the_dry_run_stale(tmp_path, monkeypa
 
     folder = pasted("ascend", tmp_path, monkeypatch, capsys)
     summary = folder / "v2" / "summary.csv"
-    before = (folder / harness.RUN_RECORD).stat().st_mtime - 3600
+    before = (folder / host.RUN_RECORD).stat().st_mtime - 3600
     os.utime(summary, (before, before))
     code, lines = e2e_check(folder, capsys)
     assert code == 1
@@ -883,7 +883,7 @@ def test_out_that_is_a_file_is_refused_by_name(capsys, monkeypatch, tmp_path):
 def test_a_dry_run_never_deletes_a_runs_results(capsys, monkeypatch, tmp_path):
     folder = tmp_path / "eagle3"
     (folder / "v2").mkdir(parents=True)
-    for name in (harness.RUN_RECORD, "report.md", "v2.log"):
+    for name in (host.RUN_RECORD, "report.md", "v2.log"):
         (folder / name).write_text("a real run's")
     code, out, err = dry_run(capsys, monkeypatch, tmp_path)
     assert code == 2 and out == ""
@@ -905,14 +905,14 @@ def test_a_real_run_clears_its_folder_only_after_the_install_and_pairing_pass(
 ):
     folder = tmp_path / "eagle3"
     folder.mkdir()
-    (folder / harness.RUN_RECORD).write_text("{}")
+    (folder / host.RUN_RECORD).write_text("{}")
     (folder / "report.md").write_text("the last run's")
 
     def refuse(method):
         raise SystemExit("cannot run: not a supported pairing")
 
-    monkeypatch.setattr(harness, "install", lambda device: None)
-    monkeypatch.setattr(harness, "check_pairing", refuse)
+    monkeypatch.setattr(host, "install", lambda device: None)
+    monkeypatch.setattr(host, "check_pairing", refuse)
     scenario = scenarios.scenarios({})["eagle3"]
     with pytest.raises(SystemExit, match="not a supported pairing"):
         harness.run_scenario(scenario, "ascend", 8123, folder, False, {})
@@ -963,15 +963,15 @@ def test_the_committed_golden_is_model_runner_v1s_and_gates_no_run_of_the_harnes
     """It was measured by vllm-ascend's MRV1 test (eager, EOS honoured); the harness runs
     Model Runner V2 with --ignore-eos and graphs: shown as a reference, not a gate."""
     scenario = scenarios.scenarios({})["eagle3"]
-    golden = harness.load_golden(scenario, False)
+    golden = checks.load_golden(scenario, False)
     assert golden.values == [0.7, 0.4, 0.3] and "Model Runner V1's figure" in golden.source
     for device in ("ascend", "cuda"):
-        conditions = harness.run_conditions(scenario, device, {})
+        conditions = checks.run_conditions(scenario, device, {})
         assert conditions["ignore_eos"] is True and conditions["eager"] is False
-        assert harness.gate(golden, conditions) is None
-    job = harness.Job(scenario, "ascend", tmp_path, {})
-    job.produced = harness.provenance(job)
-    assert harness.finish_scenario(job, golden_results([0.2, 0.1, 0.0])) == 0
+        assert checks.gate(golden, conditions) is None
+    job = host.Job(scenario, "ascend", tmp_path, {})
+    job.produced = host.provenance(job)
+    assert reports.finish_scenario(job, golden_results([0.2, 0.1, 0.0])) == 0
     md = (tmp_path / "report.md").read_text()
     assert "Golden acceptance by position 0.70, 0.40, 0.30: a reference, not a gate" in md
     assert "runner 'v1' (this run: 'v2')" in md and "ignore_eos False (this run: True)" in md
@@ -980,16 +980,16 @@ def test_the_committed_golden_is_model_runner_v1s_and_gates_no_run_of_the_harnes
 def test_a_golden_recorded_under_the_runs_conditions_gates_it(tmp_path):
     scenario = scenarios.scenarios({"DEVICE": "cuda"})["eagle3"]
     scenario.golden = tmp_path / "golden.json"
-    conditions = harness.run_conditions(scenario, "cuda", {})
-    harness.write_golden(scenario.golden, "per_position", [0.7, 0.4, 0.3], 0.1, conditions)
+    conditions = checks.run_conditions(scenario, "cuda", {})
+    reports.write_golden(scenario.golden, "per_position", [0.7, 0.4, 0.3], 0.1, conditions)
     out = tmp_path / "run"
     out.mkdir()
-    job = harness.Job(scenario, "cuda", out, {})
-    job.produced = harness.provenance(job)
-    assert harness.finish_scenario(job, golden_results([0.2, 0.4, 0.3])) == 1
+    job = host.Job(scenario, "cuda", out, {})
+    job.produced = host.provenance(job)
+    assert reports.finish_scenario(job, golden_results([0.2, 0.4, 0.3])) == 1
     report = json.loads((out / "report.json").read_text())
     assert report["failures"] == ["acceptance at position 0: 0.200, golden 0.700 (+-0.1)"]
     # Sampled, the same golden is a reference only.
-    sampled = harness.Job(scenario, "cuda", out, {"TEMPERATURE": "0.8"})
-    sampled.produced = harness.provenance(sampled)
-    assert harness.finish_scenario(sampled, golden_results([0.2, 0.4, 0.3])) == 0
+    sampled = host.Job(scenario, "cuda", out, {"TEMPERATURE": "0.8"})
+    sampled.produced = host.provenance(sampled)
+    assert reports.finish_scenario(sampled, golden_results([0.2, 0.4, 0.3])) == 0

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from e2e import cli, harness, scenarios, study, sweep_plan
-from testbed.vllm_cli import printed_sweeps as sweeps
-from testbed.vllm_cli import runs_of
+from e2e import cli, harness, reports, scenarios, study, sweep_plan
+from tests.cpu_testbed.vllm_cli import printed_sweeps as sweeps
+from tests.cpu_testbed.vllm_cli import runs_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -298,7 +298,7 @@ def test_the_report_is_written_from_what_vllm_bench_serve_measured(tmp_path):
             for (c, prefix), m in zip(((4096, 0), (32768, 0), (32768, 1000)), means, strict=True)
         )
         planned = scenarios.Run(name, True, window, min_context=8192 if window else 0)
-        results[name] = harness.study_run_results(planned, found, "", workloads, settings)
+        results[name] = reports.study_run_results(planned, found, "", workloads, settings)
     meta = {
         "scenario": "dspark",
         "device": "ascend",
