@@ -166,31 +166,52 @@ def _target():
     return LlamaForCausalLM(config).float().eval()
 
 
-def _heads(generator) -> dict[str, tuple[dict, dict]]:
-    """Config and weights of each head, in the names vLLM's loaders take. The heads share
-    the target's embedding and LM head (vLLM hands them the target's)."""
-    import torch
+class _Weights:
+    """Seeded random weights, drawn in the order the heads are built, and the shapes the
+    heads' layers share."""
 
-    def random(*shape):
-        return torch.randn(*shape, generator=generator) * 0.02
+    def __init__(self, generator) -> None:
+        self.generator = generator
 
-    def ones(n):
+    def random(self, *shape):
+        import torch
+
+        return torch.randn(*shape, generator=self.generator) * 0.02
+
+    @staticmethod
+    def ones(n: int):
+        import torch
+
         return torch.ones(n)
 
-    q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
-    aux = len(AUX_LAYERS) * HIDDEN
+    @staticmethod
+    def zeros(n: int):
+        import torch
 
-    def mlp(prefix: str) -> dict:
+        return torch.zeros(n)
+
+    def linear(self, name: str, out: int, into: int, bias: bool = False) -> dict:
+        bias_ = {f"{name}.bias": self.zeros(out)} if bias else {}
+        return {f"{name}.weight": self.random(out, into), **bias_}
+
+    def mlp(self, prefix: str) -> dict:
         return {
-            f"{prefix}mlp.gate_proj.weight": random(INTERMEDIATE, HIDDEN),
-            f"{prefix}mlp.up_proj.weight": random(INTERMEDIATE, HIDDEN),
-            f"{prefix}mlp.down_proj.weight": random(HIDDEN, INTERMEDIATE),
+            f"{prefix}mlp.gate_proj.weight": self.random(INTERMEDIATE, HIDDEN),
+            f"{prefix}mlp.up_proj.weight": self.random(INTERMEDIATE, HIDDEN),
+            f"{prefix}mlp.down_proj.weight": self.random(HIDDEN, INTERMEDIATE),
         }
 
-    # EAGLE3 (vLLM's LlamaForCausalLMEagle3): one layer whose attention takes the token's
-    # embedding beside the hidden state, and ``fc`` over the target's auxiliary hidden
-    # states. A 4-layer target needs its auxiliary layers named: vLLM's default repeats one.
-    eagle3 = {
+
+Head = tuple[dict, dict]
+# Query and KV projection widths, and the auxiliary hidden states' (``fc``'s input).
+_Q, _KV, _AUX = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, len(AUX_LAYERS) * HIDDEN
+
+
+def _eagle3(w: _Weights) -> Head:
+    """vLLM's LlamaForCausalLMEagle3: one layer whose attention takes the token's embedding
+    beside the hidden state, and ``fc`` over the target's auxiliary hidden states. A 4-layer
+    target needs its auxiliary layers named: vLLM's default repeats one."""
+    config = {
         **_shape(),
         "architectures": ["LlamaForCausalLMEagle3"],
         "model_type": "llama",
@@ -199,22 +220,25 @@ def _heads(generator) -> dict[str, tuple[dict, dict]]:
         "draft_vocab_size": VOCAB,
         "eagle_aux_hidden_state_layer_ids": list(AUX_LAYERS),
     }
-    eagle3_weights = {
-        "midlayer.input_layernorm.weight": ones(HIDDEN),
-        "midlayer.hidden_norm.weight": ones(HIDDEN),
-        "midlayer.post_attention_layernorm.weight": ones(HIDDEN),
-        "midlayer.self_attn.q_proj.weight": random(q, 2 * HIDDEN),
-        "midlayer.self_attn.k_proj.weight": random(kv, 2 * HIDDEN),
-        "midlayer.self_attn.v_proj.weight": random(kv, 2 * HIDDEN),
-        "midlayer.self_attn.o_proj.weight": random(HIDDEN, q),
-        **mlp("midlayer."),
-        "fc.weight": random(HIDDEN, aux),
-        "norm.weight": ones(HIDDEN),
+    weights = {
+        "midlayer.input_layernorm.weight": w.ones(HIDDEN),
+        "midlayer.hidden_norm.weight": w.ones(HIDDEN),
+        "midlayer.post_attention_layernorm.weight": w.ones(HIDDEN),
+        "midlayer.self_attn.q_proj.weight": w.random(_Q, 2 * HIDDEN),
+        "midlayer.self_attn.k_proj.weight": w.random(_KV, 2 * HIDDEN),
+        "midlayer.self_attn.v_proj.weight": w.random(_KV, 2 * HIDDEN),
+        "midlayer.self_attn.o_proj.weight": w.random(HIDDEN, _Q),
+        **w.mlp("midlayer."),
+        "fc.weight": w.random(HIDDEN, _AUX),
+        "norm.weight": w.ones(HIDDEN),
     }
-    # DFlash (vLLM's DFlashDraftModel): Qwen3 layers (per-head query and key norms), ``fc``
-    # over the auxiliary hidden states and their norm.
-    target_layer_ids = [layer - 1 for layer in AUX_LAYERS]
-    dflash = {
+    return config, weights
+
+
+def _dflash(w: _Weights) -> Head:
+    """vLLM's DFlashDraftModel: Qwen3 layers (per-head query and key norms), ``fc`` over the
+    auxiliary hidden states and their norm."""
+    config = {
         **_shape(),
         "architectures": ["DFlashDraftModel"],
         "model_type": "qwen3",
@@ -222,62 +246,55 @@ def _heads(generator) -> dict[str, tuple[dict, dict]]:
         "target_hidden_size": HIDDEN,
         "attention_bias": False,
         "block_size": 4,
-        "dflash_config": {"mask_token_id": MASK_TOKEN_ID, "target_layer_ids": target_layer_ids},
+        "dflash_config": {
+            "mask_token_id": MASK_TOKEN_ID,
+            "target_layer_ids": [layer - 1 for layer in AUX_LAYERS],
+        },
     }
-    dflash_weights = {
-        "layers.0.input_layernorm.weight": ones(HIDDEN),
-        "layers.0.post_attention_layernorm.weight": ones(HIDDEN),
-        "layers.0.self_attn.q_proj.weight": random(q, HIDDEN),
-        "layers.0.self_attn.k_proj.weight": random(kv, HIDDEN),
-        "layers.0.self_attn.v_proj.weight": random(kv, HIDDEN),
-        "layers.0.self_attn.o_proj.weight": random(HIDDEN, q),
-        "layers.0.self_attn.q_norm.weight": ones(HEAD_DIM),
-        "layers.0.self_attn.k_norm.weight": ones(HEAD_DIM),
-        **mlp("layers.0."),
-        "fc.weight": random(HIDDEN, aux),
-        "hidden_norm.weight": ones(HIDDEN),
-        "norm.weight": ones(HIDDEN),
+    weights = {
+        "layers.0.input_layernorm.weight": w.ones(HIDDEN),
+        "layers.0.post_attention_layernorm.weight": w.ones(HIDDEN),
+        "layers.0.self_attn.q_proj.weight": w.random(_Q, HIDDEN),
+        "layers.0.self_attn.k_proj.weight": w.random(_KV, HIDDEN),
+        "layers.0.self_attn.v_proj.weight": w.random(_KV, HIDDEN),
+        "layers.0.self_attn.o_proj.weight": w.random(HIDDEN, _Q),
+        "layers.0.self_attn.q_norm.weight": w.ones(HEAD_DIM),
+        "layers.0.self_attn.k_norm.weight": w.ones(HEAD_DIM),
+        **w.mlp("layers.0."),
+        "fc.weight": w.random(HIDDEN, _AUX),
+        "hidden_norm.weight": w.ones(HIDDEN),
+        "norm.weight": w.ones(HIDDEN),
     }
-    # DSpark (vLLM's dense Qwen3DSparkModel): the DFlash head and a low-rank Markov head.
+    return config, weights
+
+
+def _dspark(w: _Weights, dflash: Head) -> Head:
+    """vLLM's dense Qwen3DSparkModel: the DFlash head and a low-rank Markov head."""
     rank = 16
-    dspark = {
-        **dflash,
+    config, weights = dflash
+    config = {
+        **config,
         "architectures": ["Qwen3DSparkModel"],
         "block_size": 3,
         "markov_rank": rank,
         "mask_token_id": MASK_TOKEN_ID,
-        "target_layer_ids": target_layer_ids,
+        "target_layer_ids": config["dflash_config"]["target_layer_ids"],
     }
-    dspark_weights = {
-        **dflash_weights,
-        "markov_head.markov_w1.weight": random(VOCAB, rank),
-        "markov_head.markov_w2.weight": random(VOCAB, rank),
+    weights = {
+        **weights,
+        "markov_head.markov_w1.weight": w.random(VOCAB, rank),
+        "markov_head.markov_w2.weight": w.random(VOCAB, rank),
     }
-    heads = {
-        "eagle3": (eagle3, eagle3_weights),
-        "dflash": (dflash, dflash_weights),
-        "dspark": (dspark, dspark_weights),
-        **_dflash_family(dflash, dflash_weights, random, ones),
-    }
-    assert heads.keys() == HEAD_METHODS.keys()
-    return heads
+    return config, weights
 
 
-def _dflash_family(dflash: dict, weights: dict, randn, ones) -> dict[str, tuple[dict, dict]]:
-    """vLLM's DFlash family: the DFlash head with a head of its own after the draft."""
-    import torch
-
-    block = NUM_SPEC + 1
-
-    def linear(name: str, out: int, into: int, bias: bool = False) -> dict:
-        bias_ = {f"{name}.bias": torch.zeros(out)} if bias else {}
-        return {f"{name}.weight": randn(out, into), **bias_}
-
-    # XPress (Qwen3XPressModel): a Jacobi refiner over the draft's block. Its Triton kernels
-    # take a power-of-two rank and an MLP width in steps of 64; its block is the query's.
-    rank, width = 32, 64
-    xpress = {
-        **dflash,
+def _xpress(w: _Weights, dflash: Head) -> Head:
+    """Qwen3XPressModel: a Jacobi refiner over the draft's block. Its Triton kernels take a
+    power-of-two rank and an MLP width in steps of 64; its block is the query's."""
+    block, rank, width = NUM_SPEC + 1, 32, 64
+    config, weights = dflash
+    config = {
+        **config,
         "architectures": ["Qwen3XPressModel"],
         "xpress_block_size": block,
         "xpress_rank": rank,
@@ -286,58 +303,65 @@ def _dflash_family(dflash: dict, weights: dict, randn, ones) -> dict[str, tuple[
         "xpress_num_passes": 2,
         "xpress_compile_head": False,
     }
-    xpress_weights = {
+    weights = {
         **weights,
-        **linear("xpress_head.w1", VOCAB, rank),
-        **linear("xpress_head.down_h", rank, HIDDEN),
-        **linear("xpress_head.down_g", rank, HIDDEN),
-        **linear("xpress_head.in_proj", rank, 3 * rank),
-        "xpress_head.mix.L": randn(rank, block, block),
-        **linear("xpress_head.mlp.gate_proj", width, rank),
-        **linear("xpress_head.mlp.up_proj", width, rank),
-        **linear("xpress_head.mlp.down_proj", rank, width),
-        **linear("xpress_head.w2", VOCAB, rank),
+        **w.linear("xpress_head.w1", VOCAB, rank),
+        **w.linear("xpress_head.down_h", rank, HIDDEN),
+        **w.linear("xpress_head.down_g", rank, HIDDEN),
+        **w.linear("xpress_head.in_proj", rank, 3 * rank),
+        "xpress_head.mix.L": w.random(rank, block, block),
+        **w.linear("xpress_head.mlp.gate_proj", width, rank),
+        **w.linear("xpress_head.mlp.up_proj", width, rank),
+        **w.linear("xpress_head.mlp.down_proj", rank, width),
+        **w.linear("xpress_head.w2", VOCAB, rank),
     }
-    # DFlash2 (DFlash2DraftModel): grouped convolutions around the layer's attention and
-    # MLP (two taps, the first near identity), and a candidate selector over the top 4.
+    return config, weights
+
+
+def _dflash2(w: _Weights, dflash: Head) -> Head:
+    """DFlash2DraftModel: grouped convolutions around the layer's attention and MLP (two
+    taps, the first near identity), and a candidate selector over the top 4."""
     taps, group, selector = 2, 32, 16
 
     def convolution(name: str) -> dict:
-        kernel = randn(2, taps, HIDDEN)
+        kernel = w.random(2, taps, HIDDEN)
         kernel[:, 0] += 1.0
         return {
             f"{name}.base_kernel": kernel,
-            **linear(f"{name}.kernel_projection", 2 * taps * HIDDEN // group, HIDDEN),
+            **w.linear(f"{name}.kernel_projection", 2 * taps * HIDDEN // group, HIDDEN),
         }
 
-    dflash2 = {
-        **dflash,
+    config, weights = dflash
+    config = {
+        **config,
         "architectures": ["DFlash2DraftModel"],
         "dflash_config": {
-            **dflash["dflash_config"],
+            **config["dflash_config"],
             "conv_kernel_size": taps,
             "conv_group_size": group,
             "selector_rank": selector,
             "selector_top_k": 4,
         },
     }
-    dflash2_weights = {
+    weights = {
         **weights,
         **convolution("layers.0.attention_conv"),
         **convolution("layers.0.mlp_conv"),
-        "candidate_selector.predecessor_codebook": randn(VOCAB, selector),
-        "candidate_selector.successor_codebook": randn(VOCAB, selector),
-        **linear("candidate_selector.hidden_projection", selector, HIDDEN),
+        "candidate_selector.predecessor_codebook": w.random(VOCAB, selector),
+        "candidate_selector.successor_codebook": w.random(VOCAB, selector),
+        **w.linear("candidate_selector.hidden_projection", selector, HIDDEN),
     }
-    # LiLiCorr (LiLiCorrDraftModel): a one-layer correlator over the top 4 candidates of
-    # each draft position (every lilicorr key is required; no convolutions).
-    heads, topk, factors = 2, 4, 16
-    lilicorr = {
-        **dflash,
+    return config, weights
+
+
+def _lilicorr_config(dflash_config: dict, heads: int, topk: int, factors: int) -> dict:
+    """LiLiCorr's keys: every one is required; no convolutions."""
+    return {
+        **dflash_config,
         "architectures": ["LiLiCorrDraftModel"],
         "dflash_config": {
-            **dflash["dflash_config"],
-            "block_size": block,
+            **dflash_config["dflash_config"],
+            "block_size": NUM_SPEC + 1,
             "lilicorr_enabled": True,
             "conv_kernel_size": 0,
             "conv_group_size": 0,
@@ -351,39 +375,57 @@ def _dflash_family(dflash: dict, weights: dict, randn, ones) -> dict[str, tuple[
             "lilicorr_num_layers": 1,
         },
     }
-    lilicorr_weights = {
+
+
+def _lilicorr(w: _Weights, dflash: Head) -> Head:
+    """LiLiCorrDraftModel: a one-layer correlator over the top 4 candidates of each draft
+    position."""
+    block, heads, topk, factors = NUM_SPEC + 1, 2, 4, 16
+    config, weights = dflash
+    layer = "lilicorr.layers.0"
+    weights = {
         **weights,
-        **linear("lilicorr.pass_hidden_proj", HIDDEN, HIDDEN, bias=True),
-        "lilicorr.feature_norm.weight": ones(5),
-        "lilicorr.feature_norm.bias": torch.zeros(5),
-        **linear("lilicorr.feature_mlp.up_proj", HIDDEN, 5, bias=True),
-        **linear("lilicorr.feature_mlp.down_proj", HIDDEN, HIDDEN, bias=True),
-        "lilicorr.slot_embedding": randn(1, 1, block - 1, 1, HIDDEN),
-        "lilicorr.rank_embedding": randn(1, 1, 1, topk, HIDDEN),
-        "lilicorr.relative_slot_bias": randn(heads, 2 * block - 1),
-        "lilicorr.same_slot_bias": randn(heads),
-        **linear("lilicorr.context_proj", HIDDEN, HIDDEN, bias=True),
-        "lilicorr.layers.0.attn_norm.weight": ones(HIDDEN),
-        "lilicorr.layers.0.attn.in_proj_weight": randn(3 * HIDDEN, HIDDEN),
-        "lilicorr.layers.0.attn.in_proj_bias": torch.zeros(3 * HIDDEN),
-        **linear("lilicorr.layers.0.attn.out_proj", HIDDEN, HIDDEN, bias=True),
-        "lilicorr.layers.0.mlp_norm.weight": ones(HIDDEN),
-        **linear("lilicorr.layers.0.mlp.up_proj", 2 * HIDDEN, HIDDEN, bias=True),
-        **linear("lilicorr.layers.0.mlp.down_proj", HIDDEN, 2 * HIDDEN, bias=True),
-        "lilicorr.output_norm.weight": ones(HIDDEN),
-        "lilicorr.anchor_norm.weight": ones(HIDDEN),
-        **linear("lilicorr.factor_input_proj", HIDDEN, 3 * HIDDEN, bias=True),
+        **w.linear("lilicorr.pass_hidden_proj", HIDDEN, HIDDEN, bias=True),
+        "lilicorr.feature_norm.weight": w.ones(5),
+        "lilicorr.feature_norm.bias": w.zeros(5),
+        **w.linear("lilicorr.feature_mlp.up_proj", HIDDEN, 5, bias=True),
+        **w.linear("lilicorr.feature_mlp.down_proj", HIDDEN, HIDDEN, bias=True),
+        "lilicorr.slot_embedding": w.random(1, 1, block - 1, 1, HIDDEN),
+        "lilicorr.rank_embedding": w.random(1, 1, 1, topk, HIDDEN),
+        "lilicorr.relative_slot_bias": w.random(heads, 2 * block - 1),
+        "lilicorr.same_slot_bias": w.random(heads),
+        **w.linear("lilicorr.context_proj", HIDDEN, HIDDEN, bias=True),
+        f"{layer}.attn_norm.weight": w.ones(HIDDEN),
+        f"{layer}.attn.in_proj_weight": w.random(3 * HIDDEN, HIDDEN),
+        f"{layer}.attn.in_proj_bias": w.zeros(3 * HIDDEN),
+        **w.linear(f"{layer}.attn.out_proj", HIDDEN, HIDDEN, bias=True),
+        f"{layer}.mlp_norm.weight": w.ones(HIDDEN),
+        **w.linear(f"{layer}.mlp.up_proj", 2 * HIDDEN, HIDDEN, bias=True),
+        **w.linear(f"{layer}.mlp.down_proj", HIDDEN, 2 * HIDDEN, bias=True),
+        "lilicorr.output_norm.weight": w.ones(HIDDEN),
+        "lilicorr.anchor_norm.weight": w.ones(HIDDEN),
+        **w.linear("lilicorr.factor_input_proj", HIDDEN, 3 * HIDDEN, bias=True),
         **{
             f"lilicorr.{name}": tensor
             for head in ("out_head", "in_head", "anchor_out_head")
-            for name, tensor in linear(head, factors, HIDDEN, bias=True).items()
+            for name, tensor in w.linear(head, factors, HIDDEN, bias=True).items()
         },
     }
-    return {
-        "xpress": (xpress, xpress_weights),
-        "dflash2": (dflash2, dflash2_weights),
-        "lilicorr": (lilicorr, lilicorr_weights),
-    }
+    return _lilicorr_config(config, heads, topk, factors), weights
+
+
+# The heads built over the DFlash head, in the order their weights are drawn.
+_OVER_DFLASH = {"dspark": _dspark, "xpress": _xpress, "dflash2": _dflash2, "lilicorr": _lilicorr}
+
+
+def _heads(generator) -> dict[str, Head]:
+    """Config and weights of each head, in the names vLLM's loaders take. The heads share
+    the target's embedding and LM head (vLLM hands them the target's)."""
+    w = _Weights(generator)
+    heads = {"eagle3": _eagle3(w), "dflash": _dflash(w)}
+    heads |= {name: build(w, heads["dflash"]) for name, build in _OVER_DFLASH.items()}
+    assert heads.keys() == HEAD_METHODS.keys()
+    return heads
 
 
 def _save(path: Path, tensors: dict) -> None:
