@@ -374,6 +374,39 @@ class Options:
         return self.given.get(name, "0") != "0"
 
 
+def check_problem(results: str, given: dict[str, str]) -> str | None:
+    """What ``--check RESULTS`` cannot take: a folder that is not one, a setting of the
+    run's rather than the check's."""
+    if results == "" or not Path(results).is_dir():
+        return f"RESULTS={results!r} is not a folder: pass the folder the dry run wrote"
+    for name in given:
+        if name not in CHECK_SETTINGS and name not in DEVICE_ENV:
+            return (
+                f"{name}={given[name]!r} is the run's, not the check's (the folder's "
+                f"{RUN_RECORD} says how it ran): only {' and '.join(CHECK_SETTINGS)} apply "
+                "to --check"
+            )
+    return None
+
+
+def scenario_problem(given: dict[str, str], scenario: Scenario, device: str) -> str | None:
+    """What the chosen scenario cannot take from the other settings."""
+    study_asked, name = given.get("STUDY"), scenario.name
+    if study_asked and scenario.dcp > 1:
+        return (
+            f"STUDY=long does not take DCP={scenario.dcp}: its golden files and draft "
+            f"KV estimates are for one rank's layout"
+        )
+    if name == "tiny" and device != "cuda":
+        return "E2E_SCENARIO=tiny runs on vLLM's CUDA V2 runner: set DEVICE=cuda"
+    if "RECORD_GOLDEN" in given and scenario.golden is None and not study_asked:
+        return (
+            f"RECORD_GOLDEN={given['RECORD_GOLDEN']!r}: E2E_SCENARIO={name} has no golden "
+            "file (its acceptance is checked within the run): leave RECORD_GOLDEN out"
+        )
+    return None
+
+
 def parse(argv: list[str] | None = None) -> Options:
     """The command line, every setting and their combination checked (argparse's error,
     exit code 2, on the first that does not hold), before anything runs or is deleted."""
@@ -384,18 +417,10 @@ def parse(argv: list[str] | None = None) -> Options:
     device = given.get("DEVICE", "ascend")
     options = Options(given, device, check=args.check, prepare=args.prepare)
     if args.check is not None:
-        if args.check == "" or not Path(args.check).is_dir():
-            found.error(
-                f"RESULTS={args.check!r} is not a folder: pass the folder the dry run wrote"
-            )
+        problem = check_problem(args.check, given)
+        if problem:
+            found.error(problem)
         options.check = Path(args.check)
-        for name in given:
-            if name not in CHECK_SETTINGS and name not in DEVICE_ENV:
-                found.error(
-                    f"{name}={given[name]!r} is the run's, not the check's (the folder's "
-                    f"{RUN_RECORD} says how it ran): only {' and '.join(CHECK_SETTINGS)} apply "
-                    "to --check"
-                )
         return options
     problem = combination_problem(given, device)
     if problem:
@@ -409,18 +434,9 @@ def parse(argv: list[str] | None = None) -> Options:
     if name not in table:
         found.error(f"argument --scenario: E2E_SCENARIO={name!r} is not one of: {', '.join(table)}")
     scenario = options.scenario = table[name]
-    if study_asked and scenario.dcp > 1:
-        found.error(
-            f"STUDY=long does not take DCP={scenario.dcp}: its golden files and draft "
-            f"KV estimates are for one rank's layout"
-        )
-    if name == "tiny" and device != "cuda":
-        found.error("E2E_SCENARIO=tiny runs on vLLM's CUDA V2 runner: set DEVICE=cuda")
-    if "RECORD_GOLDEN" in given and scenario.golden is None and not study_asked:
-        found.error(
-            f"RECORD_GOLDEN={given['RECORD_GOLDEN']!r}: E2E_SCENARIO={name} has no golden "
-            "file (its acceptance is checked within the run): leave RECORD_GOLDEN out"
-        )
+    problem = scenario_problem(given, scenario, device)
+    if problem:
+        found.error(problem)
     try:
         tp_note = scenarios.fit_tp_to_dcp(scenario, "TP" in given)
     except ValueError as error:

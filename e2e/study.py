@@ -119,6 +119,25 @@ LONG_CONTEXT = 32768
 SHORT_CONTEXT = 4096
 
 
+def unmeasured_drafts(results: dict[str, dict], num_spec: int | None) -> list[str]:
+    """Each speculating workload that measured no drafts, or acceptance by position of
+    another length than ``num_spec``."""
+    failures = []
+    for name, run in results.items():
+        for workload, m in run.get("workloads", {}).items():
+            per_position = m.get("per_position")
+            if per_position is None:
+                continue  # no speculation
+            if not m.get("drafts") or m.get("mean_length") is None:
+                failures.append(f"{name} {workload}: no drafts measured")
+            elif num_spec is not None and len(per_position) != num_spec:
+                failures.append(
+                    f"{name} {workload}: acceptance by position has {len(per_position)} "
+                    f"entries, num_speculative_tokens is {num_spec}"
+                )
+    return failures
+
+
 def check(
     results: dict[str, dict],
     golden: dict[str, float] | None,
@@ -144,18 +163,7 @@ def check(
     found, failures = lossless.check(results, reference, policy or lossless.Policy())
     for name, compared in found.items():
         results[name]["lossless"] = compared
-    for name, run in results.items():
-        for workload, m in run.get("workloads", {}).items():
-            per_position = m.get("per_position")
-            if per_position is None:
-                continue  # no speculation
-            if not m.get("drafts") or m.get("mean_length") is None:
-                failures.append(f"{name} {workload}: no drafts measured")
-            elif num_spec is not None and len(per_position) != num_spec:
-                failures.append(
-                    f"{name} {workload}: acceptance by position has {len(per_position)} "
-                    f"entries, num_speculative_tokens is {num_spec}"
-                )
+    failures += unmeasured_drafts(results, num_spec)
     contexts = [int(c) for c in on["contexts"]]
     if golden is None and not any(c >= long_from or min_context <= c <= short_to for c in contexts):
         failures.append(

@@ -47,6 +47,55 @@ class Mrv2Batch:
         return np.concatenate([[0], np.cumsum(self.query_lens)]).astype(np.int32)
 
 
+def _block_tables(
+    block_sizes: list[int],
+    max_num_reqs: int,
+    max_num_tokens: int,
+    max_model_len: int,
+    cp: tuple[int, int, int],
+    sharded: list[bool],
+) -> tuple[BlockTables, list[int], list[int]]:
+    """vLLM's ``BlockTables`` for one rank, sized as the model runner sizes them (enough
+    blocks for max_model_len, rounded up to the 128-token alignment kernels load block ids
+    in), the tokens each group's column covers and each group's width in columns."""
+    cp_size, cp_rank, cp_interleave = cp
+    column = [b * cp_size if s else b for b, s in zip(block_sizes, sharded, strict=True)]
+    max_blocks = [
+        get_block_table_width(-(-max_model_len // c), b)
+        for b, c in zip(block_sizes, column, strict=True)
+    ]
+    block_tables = BlockTables(
+        block_sizes=list(block_sizes),
+        max_num_reqs=max_num_reqs,
+        max_num_batched_tokens=max_num_tokens,
+        max_num_blocks_per_group=max_blocks,
+        device=CPU,
+        cp_size=cp_size,
+        cp_rank=cp_rank,
+        cp_interleave=cp_interleave,
+        dcp_sharded=sharded,
+    )
+    return block_tables, column, max_blocks
+
+
+def _block_ids(
+    rng: np.random.Generator,
+    seq_lens: list[int],
+    lookahead_tokens: int,
+    column: int,
+    max_blocks: int,
+    max_num_reqs: int,
+) -> list[list[int]]:
+    """Distinct random block ids (0 is the null block) for each request of one group."""
+    pool = rng.permutation(np.arange(1, max_num_reqs * max_blocks + 1))
+    per_req, used = [], 0
+    for length in seq_lens:
+        n = min(-(-(length + lookahead_tokens) // column), max_blocks)
+        per_req.append([int(x) for x in pool[used : used + n]])
+        used += n
+    return per_req
+
+
 def make_mrv2_batch(
     block_sizes: list[int],
     seq_lens: list[int],
@@ -76,37 +125,16 @@ def make_mrv2_batch(
     # Room past the batch's tokens, as a real step rarely fills the token budget.
     max_num_tokens = max(max_num_reqs * num_query_per_req, sum(query_lens) + 16)
     assert num_reqs <= num_reqs_padded <= max_num_reqs
-    # As the model runner sizes them: enough blocks for max_model_len, rounded up to the
-    # 128-token alignment kernels load block ids in.
-    cp_size, cp_rank, cp_interleave = cp
     sharded = dcp_sharded or [True] * len(block_sizes)
-    column = [b * cp_size if s else b for b, s in zip(block_sizes, sharded, strict=True)]
-    max_blocks = [
-        get_block_table_width(-(-max_model_len // c), b)
-        for b, c in zip(block_sizes, column, strict=True)
-    ]
-    block_tables = BlockTables(
-        block_sizes=list(block_sizes),
-        max_num_reqs=max_num_reqs,
-        max_num_batched_tokens=max_num_tokens,
-        max_num_blocks_per_group=max_blocks,
-        device=CPU,
-        cp_size=cp_size,
-        cp_rank=cp_rank,
-        cp_interleave=cp_interleave,
-        dcp_sharded=sharded,
+    block_tables, column, widths = _block_tables(
+        block_sizes, max_num_reqs, max_num_tokens, max_model_len, cp, sharded
     )
     input_buffers = InputBuffers(max_num_reqs, max_num_tokens, CPU)
     idx_mapping = rng.permutation(max_num_reqs)[:num_reqs]
-    req_block_ids = []
-    for g in range(len(block_sizes)):
-        pool = rng.permutation(np.arange(1, max_num_reqs * max_blocks[g] + 1))
-        per_req, used = [], 0
-        for length in seq_lens:
-            n = min(-(-(length + lookahead_tokens) // column[g]), max_blocks[g])
-            per_req.append([int(x) for x in pool[used : used + n]])
-            used += n
-        req_block_ids.append(per_req)
+    req_block_ids = [
+        _block_ids(rng, seq_lens, lookahead_tokens, c, w, max_num_reqs)
+        for c, w in zip(column, widths, strict=True)
+    ]
     batch = Mrv2Batch(
         block_tables=block_tables,
         input_buffers=input_buffers,

@@ -90,25 +90,12 @@ class Wired:
     received: dict[int, list[Any]] = field(default_factory=dict)
 
 
-def wire_speculator(
-    cls: type,
-    batch: Mrv2Batch,
-    layouts: list[GroupLayout],
-    vllm_config: VllmConfig,
-    method: str,
-    num_speculative_steps: int,
-    dcp_size: int = 1,
-    draft_input_buffers: Any = None,
-    model_state: Any = None,
-    record: bool = True,
-) -> Wired:
-    """A real `cls` instance whose real `set_attn` attaches real attention groups.
-
-    DFlash drafts read the batch's buffers as their own; an EAGLE draft has its own
-    `draft_input_buffers` and reads the batch's as the target's.
-    """
-    attn_groups, received = [], {}
-    groups_spec = []
+def _attention_groups(
+    layouts: list[GroupLayout], vllm_config: VllmConfig, record: bool
+) -> tuple[list[list[AttentionGroup]], list[KVCacheGroupSpec], dict[int, list]]:
+    """One KV-cache group per layout, with vLLM's real metadata builders for the draft's;
+    what each draft group's builders receive (``record``), by group."""
+    attn_groups, groups_spec, received = [], [], {}
     for g, layout in enumerate(layouts):
         spec = layout.spec or full_attention_spec(layout.block_size)
         names = [f"{'draft' if layout.draft else 'target'}.{g}"]
@@ -127,6 +114,27 @@ def wire_speculator(
         if record:
             _record_builds(group, received.setdefault(g, []))
         attn_groups.append([group])
+    return attn_groups, groups_spec, received
+
+
+def wire_speculator(
+    cls: type,
+    batch: Mrv2Batch,
+    layouts: list[GroupLayout],
+    vllm_config: VllmConfig,
+    method: str,
+    num_speculative_steps: int,
+    dcp_size: int = 1,
+    draft_input_buffers: Any = None,
+    model_state: Any = None,
+    record: bool = True,
+) -> Wired:
+    """A real `cls` instance whose real `set_attn` attaches real attention groups.
+
+    DFlash drafts read the batch's buffers as their own; an EAGLE draft has its own
+    `draft_input_buffers` and reads the batch's as the target's.
+    """
+    attn_groups, groups_spec, received = _attention_groups(layouts, vllm_config, record)
     kv_cache_config = KVCacheConfig(num_blocks=1, kv_cache_tensors=[], kv_cache_groups=groups_spec)
 
     s = object.__new__(cls)

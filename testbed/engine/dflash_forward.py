@@ -45,28 +45,10 @@ class DenseAttention(torch.nn.Module):
         return attended.flatten(1)
 
 
-def main(plan_path: str, inputs_path: str, out_path: str) -> int:
-    from safetensors.torch import load_file
-    from vllm.config import (
-        ModelConfig,
-        ParallelConfig,
-        SpeculativeConfig,
-        VllmConfig,
-        set_current_vllm_config,
-    )
-    from vllm.distributed import (
-        ensure_model_parallel_initialized,
-        init_distributed_environment,
-    )
-    from vllm.model_executor.model_loader.utils import process_weights_after_loading
-    from vllm.model_executor.models.qwen3_dflash import DFlashQwen3ForCausalLM
+def dflash_config(plan: dict):
+    """vLLM's config of the target with the DFlash draft of ``plan``."""
+    from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig, VllmConfig
 
-    with open(plan_path) as f:
-        plan = json.load(f)
-    inputs = torch.load(inputs_path)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     model_config = ModelConfig(
         model=plan["target"],
         skip_tokenizer_init=True,
@@ -74,7 +56,7 @@ def main(plan_path: str, inputs_path: str, out_path: str) -> int:
         max_model_len=plan["max_model_len"],
     )
     parallel = ParallelConfig()
-    config = VllmConfig(
+    return VllmConfig(
         model_config=model_config,
         parallel_config=parallel,
         speculative_config=SpeculativeConfig(
@@ -85,23 +67,43 @@ def main(plan_path: str, inputs_path: str, out_path: str) -> int:
             target_parallel_config=parallel,
         ),
     )
+
+
+def load_dflash(config, plan: dict):
+    """vLLM's DFlash model class over the draft's checkpoint and the target's embedding and
+    LM head (which vLLM's DFlash loader shares with the draft), loaded as vLLM's loader
+    does (on CPU: its GEMM chosen per layer)."""
+    from safetensors.torch import load_file
+    from vllm.model_executor.model_loader.utils import process_weights_after_loading
+    from vllm.model_executor.models.qwen3_dflash import DFlashQwen3ForCausalLM
+
+    model = DFlashQwen3ForCausalLM(vllm_config=config)
+    target = load_file(f"{plan['target']}/model.safetensors")
+    draft = load_file(f"{plan['draft']}/model.safetensors")
+    shared = {
+        "embed_tokens.weight": target["model.embed_tokens.weight"],
+        "lm_head.weight": target["lm_head.weight"],
+    }
+    model.load_weights([*draft.items(), *shared.items()])
+    process_weights_after_loading(model, config.model_config, torch.device("cpu"))
+    return model.eval()
+
+
+def main(plan_path: str, inputs_path: str, out_path: str) -> int:
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
+
+    with open(plan_path) as f:
+        plan = json.load(f)
+    inputs = torch.load(inputs_path)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = dflash_config(plan)
     with set_current_vllm_config(config):
         init_distributed_environment(1, 0, f"tcp://127.0.0.1:{port}", 0, "gloo")
         ensure_model_parallel_initialized(1, 1)
-        model = DFlashQwen3ForCausalLM(vllm_config=config)
-        target = load_file(f"{plan['target']}/model.safetensors")
-        draft = load_file(f"{plan['draft']}/model.safetensors")
-        # The draft's checkpoint and the target's embedding and LM head, which vLLM's
-        # DFlash loader shares with the draft.
-        shared = {
-            "embed_tokens.weight": target["model.embed_tokens.weight"],
-            "lm_head.weight": target["lm_head.weight"],
-        }
-        model.load_weights([*draft.items(), *shared.items()])
-        # What vLLM's loader does next (on CPU: its GEMM chosen per layer).
-        process_weights_after_loading(model, model_config, torch.device("cpu"))
-        model.eval()
-
+        model = load_dflash(config, plan)
         stored = {}
 
         def capture(layer, key, value, kv_cache, slot_mapping):

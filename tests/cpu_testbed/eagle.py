@@ -163,6 +163,68 @@ class Eagle:
         return self.wired.speculator
 
 
+def _target_input_batch(
+    batch: Mrv2Batch, query_lens: list[int], seq_lens: list[int], decoding: int, cp
+) -> InputBatch:
+    """The target runner's batch; vLLM's make_dummy writes dummy values into the target
+    buffers, so the kernels' real values are written again afterwards. Requests past
+    ``decoding`` are prompts still prefilling (their host lengths exact)."""
+    n = len(seq_lens)
+    input_batch = InputBatch.make_dummy(n, batch.num_tokens, batch.input_buffers)
+    fill_query_inputs(batch)
+    fill_slot_mappings(batch)
+    input_batch = dataclasses.replace(
+        input_batch,
+        num_scheduled_tokens=np.array(query_lens, dtype=np.int32),
+        query_start_loc_np=batch.query_start_loc_np,
+        seq_lens_cpu_upper_bound=torch.tensor(seq_lens, dtype=torch.int32),
+        max_query_len=max(query_lens),
+        idx_mapping_np=batch.idx_mapping,
+        idx_mapping=torch.from_numpy(batch.idx_mapping),
+        is_prefilling_np=np.array([False] * decoding + [True] * (n - decoding)),
+    )
+    if cp[0] > 1:
+        # The target runner's DCP-local lengths of its batch, in its own buffer.
+        local = batch.input_buffers.dcp_local_seq_lens
+        local[:n] = get_dcp_local_seq_lens(batch.input_buffers.seq_lens[:n], cp[0], cp[1], cp[2])
+        input_batch = dataclasses.replace(input_batch, dcp_local_seq_lens=local[:n])
+    return input_batch
+
+
+def _target_groups(layouts: list[GroupLayout], config) -> list[list[AttentionGroup]]:
+    """The target runner's groups, which hold the draft layers too (same backend and spec)."""
+    groups = []
+    for g, layout in enumerate(layouts):
+        spec = FullAttentionSpec(
+            block_size=layout.block_size,
+            num_kv_heads=NUM_KV_HEADS,
+            head_size=HEAD_SIZE,
+            dtype=torch.float32,
+        )
+        group = AttentionGroup(TritonAttentionBackend, [f"target.{g}", f"draft.{g}"], spec, g)
+        group.create_metadata_builders(config, CPU)
+        groups.append([group])
+    return groups
+
+
+def _true_kv(batch: Mrv2Batch, layouts: list[GroupLayout], ends: list[int], seed: int, cp):
+    """True K/V of every position a step can read (up to ``ends``), written through the
+    full tables; under DCP every rank's cache is the DCP tests' (test_dcp_eagle.py)."""
+    gen = torch.Generator().manual_seed(seed)
+    k = [torch.randn(e, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64) for e in ends]
+    v = [torch.randn(e, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64) for e in ends]
+    caches = {}
+    bt = batch.block_tables
+    for g, layout in enumerate(layouts if cp[0] == 1 else ()):
+        b = layout.block_size
+        cache = PagedKVCache(bt.block_tables[g].gpu.numel() + 1, b, NUM_KV_HEADS, HEAD_SIZE)
+        for i, e in enumerate(ends):
+            row = torch.tensor(batch.req_block_ids[g][i], dtype=torch.int32)
+            cache.write(row, torch.arange(e), k[i], v[i])
+        caches[g] = cache
+    return k, v, caches
+
+
 def setup_eagle(
     model_dir,
     monkeypatch,
@@ -228,63 +290,18 @@ def setup_eagle(
     s.idx_mapping[:n] = torch.from_numpy(batch.idx_mapping)
     s.pcp_manager = None
 
-    # The target runner's batch and metadata; vLLM's make_dummy writes dummy values into
-    # the target buffers, so the kernels' real values are written again afterwards.
-    input_batch = InputBatch.make_dummy(n, batch.num_tokens, batch.input_buffers)
-    fill_query_inputs(batch)
-    fill_slot_mappings(batch)
-    input_batch = dataclasses.replace(
-        input_batch,
-        num_scheduled_tokens=np.array(query_lens, dtype=np.int32),
-        query_start_loc_np=batch.query_start_loc_np,
-        seq_lens_cpu_upper_bound=torch.tensor(seq_lens, dtype=torch.int32),
-        max_query_len=max(query_lens),
-        idx_mapping_np=batch.idx_mapping,
-        idx_mapping=torch.from_numpy(batch.idx_mapping),
-        # The long chunk, if any, is a prompt still prefilling: its host length is exact.
-        is_prefilling_np=np.array([False] * len(contexts) + [True] * (prefill_chunk is not None)),
-    )
-    if cp[0] > 1:
-        # The target runner's DCP-local lengths of its batch, in its own buffer.
-        local = batch.input_buffers.dcp_local_seq_lens
-        local[:n] = get_dcp_local_seq_lens(batch.input_buffers.seq_lens[:n], cp[0], cp[1], cp[2])
-        input_batch = dataclasses.replace(input_batch, dcp_local_seq_lens=local[:n])
-    target_groups = []
-    for g, layout in enumerate(layouts):
-        spec = FullAttentionSpec(
-            block_size=layout.block_size,
-            num_kv_heads=NUM_KV_HEADS,
-            head_size=HEAD_SIZE,
-            dtype=torch.float32,
-        )
-        # The target runner's groups hold the draft layers too (same backend and spec).
-        group = AttentionGroup(TritonAttentionBackend, [f"target.{g}", f"draft.{g}"], spec, g)
-        group.create_metadata_builders(config, CPU)
-        target_groups.append([group])
-    s.target_attn_groups = target_groups
+    input_batch = _target_input_batch(batch, query_lens, seq_lens, len(contexts), cp)
+    s.target_attn_groups = _target_groups(layouts, config)
     bt = batch.block_tables
     target_metadata = model_state.prepare_attn(
         input_batch,
         CUDAGraphMode.NONE,
         tuple(t[:n] for t in bt.input_block_tables),
         bt.slot_mappings[:, : batch.num_tokens],
-        target_groups,
+        s.target_attn_groups,
         s.kv_cache_config,
     )
-
-    # True K/V of every position a step can read, written through the full tables.
-    gen = torch.Generator().manual_seed(seed)
-    ends = [length + num_spec for length in seq_lens]
-    k = [torch.randn(e, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64) for e in ends]
-    v = [torch.randn(e, NUM_KV_HEADS, HEAD_SIZE, generator=gen, dtype=torch.float64) for e in ends]
-    caches = {}  # under DCP, every rank's cache is the DCP tests' (test_dcp_eagle.py)
-    for g, layout in enumerate(layouts if cp[0] == 1 else ()):
-        b = layout.block_size
-        cache = PagedKVCache(bt.block_tables[g].gpu.numel() + 1, b, NUM_KV_HEADS, HEAD_SIZE)
-        for i, e in enumerate(ends):
-            row = torch.tensor(batch.req_block_ids[g][i], dtype=torch.int32)
-            cache.write(row, torch.arange(e), k[i], v[i])
-        caches[g] = cache
+    k, v, caches = _true_kv(batch, layouts, [length + num_spec for length in seq_lens], seed, cp)
     num_rejected = rng.integers(0, num_spec + 1, n)
     if prefill_chunk is not None:
         num_rejected[-1] = 0
