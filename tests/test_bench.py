@@ -184,31 +184,31 @@ def launch_rows(window: int, context: int, draft_k: int) -> list[dict]:
 
 @pytest.mark.parametrize(("window", "context", "k"), [(2048, 32768, 5), (4096, 65536, 7)])
 def test_the_sections_name_the_window_k_and_contexts_they_measured(window, context, k):
-    from benchmarks import bench_window
+    from benchmarks import attention, launch_cost, step_cost, whole_build
 
-    launches = "\n".join(bench_window.launch_lines(launch_rows(window, context, k)))
+    launches = "\n".join(launch_cost.launch_lines(launch_rows(window, context, k)))
     assert f"128-token blocks, W = {window}, contexts up to {context // 1024}k." in launches
     assert f"MRV1's EAGLE apply (K = {k}): the same shape" in launches
-    attention = {"context": context, "window": window, "heads": 4, "head_dim": 64}
-    attention |= {"windowed_len": window + 64, "windowed_ms": 1.0, "full_ms": 4.0, "ratio": 0.25}
-    attention |= {"ideal": 0.2, "sinks_ratio": 1.1, "sinks_ideal": 1.05, "sinks_rounds": 15}
-    text = "\n".join(bench_window.attention_lines([attention]))
+    read = {"context": context, "window": window, "heads": 4, "head_dim": 64}
+    read |= {"windowed_len": window + 64, "windowed_ms": 1.0, "full_ms": 4.0, "ratio": 0.25}
+    read |= {"ideal": 0.2, "sinks_ratio": 1.1, "sinks_ideal": 1.05, "sinks_rounds": 15}
+    text = "\n".join(attention.attention_lines([read]))
     assert f"One query token, 4 heads of 64, fp32, W = {window}: the time" in text
     whole = {"batch": 1, "context": context, "window": window, "num_spec": k, "plain": 10.0}
     whole |= {"ours": 12.0, "watched": 12.0, "unwatched": 11.0}
-    text = "\n".join(bench_window.whole_build_lines([whole]))
+    text = "\n".join(whole_build.whole_build_lines([whole]))
     assert f"blocks, W = {window}, K = {k}, contexts near {context // 1024}k)" in text
     threshold = {"context": context, "batch": 1, "window": window, "min_context": 8192}
     threshold |= {"below": 0, "width": 1, "plain_width": 1, "on_us": 1.0, "plain_us": 1.0}
     threshold |= {"ratio": 1.0, "allocs": (0, 0), "launches": 1, "plain_launches": 1}
-    text = "\n".join(bench_window.threshold_lines([threshold]))
+    text = "\n".join(step_cost.threshold_lines([threshold]))
     assert f"against the plain window, W = {window}, same inputs" in text
     assert "M = 8192: median 1.00, worst 1.00." in text
     dcp = {"context": context, "batch": 1, "window": window, "cp": 2, "alignment": 256}
     dcp |= {"width": 1, "plain_width": 2, "dcp_us": 1.0, "local_us": 1.0, "plain_us": 1.0}
     dcp |= {"ratio": 1.0, "local_ratio": 1.0, "allocs": (0, 0), "launches": 1}
     dcp |= {"local_launches": 3, "plain_launches": 1}
-    text = "\n".join(bench_window.dcp_lines([dcp]))
+    text = "\n".join(step_cost.dcp_lines([dcp]))
     assert f"without DCP, W = {window}, {context // 1024}k contexts" in text
 
 

@@ -486,7 +486,7 @@ def test_make_bench_labels_its_runs_from_the_reports_config():
     ],
 )
 def test_make_bench_computes_its_verdicts_from_what_it_measured(fused, torch_us, verdicts):
-    from benchmarks import bench_window
+    from benchmarks import launch_cost
 
     row = {"batch": 256, "mrv1": 10, "torch": 12, "fused": fused, "mrv1_us": 100.0}
     row |= {"window": 2048, "context": 32768}
@@ -498,7 +498,7 @@ def test_make_bench_computes_its_verdicts_from_what_it_measured(fused, torch_us,
     ]
     for r in rows:
         r |= {"fixed_fused": 1, "fixed_us": 1.0}
-    text = "\n".join(bench_window.launch_lines(rows))
+    text = "\n".join(launch_cost.launch_lines(rows))
     ratio = f"{fused / 10:.2f}x"
     assert f"- DFlash/DSpark launches: fused {ratio} MRV1 at most: {verdicts[0]}." in text
     assert f"- EAGLE launches: fused {ratio} to {ratio} MRV1 (K = 3 to 7): {verdicts[1]}." in text

@@ -1,0 +1,395 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
+"""Sections 1 to 3: the per-build window work against one released MRV1 apply, its
+allocations, and the extra work of attention sinks, of ``draft_window_min_context`` and of
+decode context parallelism against the plain window."""
+
+from __future__ import annotations
+
+import statistics
+from types import SimpleNamespace
+
+import torch
+
+from benchmarks.measure import (
+    BATCH_SIZES,
+    BLOCK_SIZE,
+    CONTEXTS,
+    SINKS_WINDOW,
+    WINDOWS,
+    allocations,
+    interleaved,
+    launches,
+    make_inputs,
+    mrv1_step,
+    mrv2_step,
+    step_of,
+    window_over,
+    windows,
+)
+from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import dcp_local_lengths
+from vllm_ascend.worker.v2.spec_decode.draft_window.plan import Plan
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
+
+# draft_attention_sinks for section 3: 64 (one block once rounded up) and 4 blocks.
+SINKS = [64, 512]
+
+
+# draft_window_min_context for section 3: 4 and 16 windows of 2048.
+MIN_CONTEXTS = [8192, 32768]
+
+
+# decode_context_parallel_size for section 3 (interleave 1).
+DCP_SIZES = [2, 4, 8]
+
+
+def bench_step_cost(mrv1, rounds: int, iters: int) -> list[dict]:
+    rows = []
+    for context in CONTEXTS:
+        for batch in BATCH_SIZES:
+            seq_lens, table = make_inputs(batch, context)
+            bound = seq_lens.clone()
+            for w in WINDOWS:
+                base_ib = SimpleNamespace(seq_lens=seq_lens)
+                base_bt = SimpleNamespace(block_sizes=[BLOCK_SIZE], input_block_tables=[table])
+                window = DraftWindow(
+                    Plan.of(w, base_bt, [0]), base_ib, base_bt, batch, torch.device("cpu")
+                )
+                adapter = mrv1.SlidingWindowAdapter(w, BLOCK_SIZE, batch, 0, torch.device("cpu"))
+
+                def ours(window=window, bound=bound, batch=batch):
+                    mrv2_step(window, bound, batch)
+
+                def theirs(adapter=adapter, seq_lens=seq_lens, table=table, bound=bound):
+                    mrv1_step(adapter, seq_lens, table, bound)
+
+                ours()
+                theirs()
+                t_ours, t_theirs = interleaved(ours, theirs, rounds, iters)
+                rows.append(
+                    {
+                        "context": context,
+                        "batch": batch,
+                        "window": w,
+                        "width": table.shape[1],
+                        "mrv2_us": t_ours,
+                        "mrv1_us": t_theirs,
+                        "ratio": t_ours / t_theirs,
+                        "mrv2_allocs": allocations(ours),
+                        "mrv1_allocs": allocations(theirs),
+                    }
+                )
+                print(
+                    f"  context {context:>6} batch {batch:>4} W {w:>4}: MRV2 {t_ours:7.1f} us"
+                    f"  MRV1 {t_theirs:7.1f} us  ratio {t_ours / t_theirs:.2f}",
+                    flush=True,
+                )
+    return rows
+
+
+def step_lines(steps: list[dict]) -> list[str]:
+    """Section 1 and 2: the per-build window work against MRV1's apply, and allocations."""
+    lines = [
+        "## Per-step window cost: MRV2 hook vs the released MRV1 adapter",
+        "",
+        "Same seq_lens and block table for both; median microseconds per build, interleaved. "
+        "MRV2: `DraftWindow.refresh` + host bound (persistent buffers), without the "
+        "wrapper's Python overhead (a signature bind and three attribute swaps); MRV1: "
+        "`SlidingWindowAdapter.apply` (windows the device lengths, the table and a host "
+        "mirror). DFlash/DSpark build once per propose on both; an EAGLE propose refreshes "
+        "once per draft step on MRV2, where MRV1 applies once. Allocations: per build after "
+        "warm-up, above 8 bytes (count / bytes).",
+        "",
+        "| context | table width | batch | W | MRV2 us | MRV1 us | ratio | MRV2 allocs "
+        "| MRV1 allocs |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in steps:
+        lines.append(
+            f"| {r['context'] // 1024}k | {r['width']} | {r['batch']} | {r['window']} | "
+            f"{r['mrv2_us']:.1f} | {r['mrv1_us']:.1f} | {r['ratio']:.2f} | "
+            f"{r['mrv2_allocs'][0]} / {r['mrv2_allocs'][1]} | "
+            f"{r['mrv1_allocs'][0]} / {r['mrv1_allocs'][1]} |"
+        )
+    worst = max(r["ratio"] for r in steps)
+    big = [r["ratio"] for r in steps if r["batch"] >= 256]
+    return [
+        *lines,
+        "",
+        f"Ratio MRV2 / MRV1: worst {worst:.2f}; at batch >= 256 median "
+        f"{statistics.median(big):.2f}, worst {max(big):.2f}.",
+        "",
+    ]
+
+
+def bench_sinks_cost(rounds: int, iters: int) -> list[dict]:
+    """Per-build window work with sinks against the plain window, same inputs."""
+    rows = []
+    for context in CONTEXTS[1:]:
+        for batch in BATCH_SIZES:
+            seq_lens, table = make_inputs(batch, context)
+            bound = seq_lens.clone()
+            plain = window_over(seq_lens, table)
+            for sinks in SINKS:
+                with_sinks = window_over(seq_lens, table, sink_tokens=sinks)
+                # A plain window as wide as sinks + window: same table width, no sink op.
+                size = with_sinks.spec.sink_size
+                wide = window_over(seq_lens, table, SINKS_WINDOW + size)
+                a, b, c = (step_of(w, bound) for w in (with_sinks, plain, wide))
+                a()
+                b()
+                c()
+                t_sinks, t_plain = interleaved(a, b, rounds, iters)
+                t_sinks2, t_wide = interleaved(a, c, rounds, iters)
+                rows.append(
+                    {
+                        "context": context,
+                        "batch": batch,
+                        "window": plain.spec.window_size,
+                        "sinks": sinks,
+                        "sink_size": size,
+                        "sinks_us": t_sinks,
+                        "plain_us": t_plain,
+                        "extra_us": t_sinks - t_plain,
+                        "ratio": t_sinks / t_plain,
+                        "allocs": allocations(a),
+                        "wide_ratio": t_sinks2 / t_wide,
+                    }
+                )
+                print(
+                    f"  context {context:>6} batch {batch:>4} sinks {sinks:>3}: "
+                    f"{t_sinks:7.1f} us vs plain {t_plain:7.1f} us, ratio "
+                    f"{t_sinks / t_plain:.2f}; vs plain W + S {t_sinks2 / t_wide:.2f}",
+                    flush=True,
+                )
+    return rows
+
+
+def sinks_lines(sinks: list[dict]) -> list[str]:
+    """Section 3: the extra per-build work of attention sinks."""
+    lines = [
+        "## Attention sinks: extra per-step cost",
+        "",
+        f"The same MRV2 per-build work (`refresh` + host bound) with `draft_attention_sinks` "
+        f"against the plain window, W = {windows(sinks)}, same inputs, interleaved; median "
+        f"microseconds per build. Sinks add one small device op per KV-cache group and "
+        f"build (it writes the sink columns of the cropped table's gather index), none to "
+        f"the lengths or the host bound; the cropped tables are S / b columns wider, which "
+        f"every per-column op pays. "
+        f"The last column separates the two: the sinks against a plain window of W + S "
+        f"tokens, whose tables are as wide. "
+        f"Allocations: per build after warm-up, above 8 bytes (count / bytes).",
+        "",
+        "| context | batch | sinks (rounded) | with sinks us | plain us | extra us | ratio "
+        "| allocs | ratio to a plain W + S |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in sinks:
+        lines.append(
+            f"| {r['context'] // 1024}k | {r['batch']} | {r['sinks']} ({r['sink_size']}) | "
+            f"{r['sinks_us']:.1f} | {r['plain_us']:.1f} | {r['extra_us']:.1f} | "
+            f"{r['ratio']:.2f} | {r['allocs'][0]} / {r['allocs'][1]} | {r['wide_ratio']:.2f} |"
+        )
+    extra = [r["extra_us"] for r in sinks]
+    ratios = [r["ratio"] for r in sinks]
+    wide = [r["wide_ratio"] for r in sinks]
+    return [
+        *lines,
+        "",
+        f"Extra per build with sinks: median {statistics.median(extra):.1f} us (from "
+        f"{min(extra):.1f} to {max(extra):.1f} us); ratio to the plain window median "
+        f"{statistics.median(ratios):.2f}, worst {max(ratios):.2f}; to a plain window of "
+        f"W + S median {statistics.median(wide):.2f}, worst {max(wide):.2f}.",
+        "",
+    ]
+
+
+def bench_threshold_cost(rounds: int, iters: int) -> list[dict]:
+    """Per-build window work with draft_window_min_context against the plain window, same
+    inputs (lengths spread over the context: rows on both sides of the threshold)."""
+    rows = []
+    for context in CONTEXTS[1:]:
+        for batch in BATCH_SIZES:
+            seq_lens, table = make_inputs(batch, context)
+            bound = seq_lens.clone()
+            plain = window_over(seq_lens, table)
+            for min_context in MIN_CONTEXTS:
+                engaged = window_over(seq_lens, table, min_context=min_context)
+                a, b = step_of(engaged, bound), step_of(plain, bound)
+                a()
+                b()
+                t_on, t_plain = interleaved(a, b, rounds, iters)
+                rows.append(
+                    {
+                        "context": context,
+                        "batch": batch,
+                        "window": plain.spec.window_size,
+                        "min_context": min_context,
+                        "below": int((seq_lens < min_context).sum()),
+                        "width": engaged.windows[0].max_window_blocks,
+                        "plain_width": plain.windows[0].max_window_blocks,
+                        "on_us": t_on,
+                        "plain_us": t_plain,
+                        "ratio": t_on / t_plain,
+                        "allocs": allocations(a),
+                        "launches": launches(a, (bound, engaged.seq_lens_cpu_upper_bound)),
+                        "plain_launches": launches(b, (bound, plain.seq_lens_cpu_upper_bound)),
+                    }
+                )
+                print(
+                    f"  context {context:>6} batch {batch:>4} min_context {min_context:>5}: "
+                    f"{t_on:7.1f} us vs plain {t_plain:7.1f} us, ratio "
+                    f"{t_on / t_plain:.2f}",
+                    flush=True,
+                )
+    return rows
+
+
+def threshold_lines(rows: list[dict]) -> list[str]:
+    lines = [
+        "## Engaging the window by context length: extra per-step cost",
+        "",
+        f"The same MRV2 per-build work (`refresh` + host bound) with "
+        f"`draft_window_min_context` M against the plain window, W = {windows(rows)}, same "
+        f"inputs (lengths spread over the context, so rows fall on both sides of M), "
+        f"interleaved; median microseconds per build. The threshold adds three small device "
+        f"ops to the lengths (the engaged mask, folded into the skip), none to the host bound "
+        f"or the fused kernel's one launch; the cropped tables must hold a whole context "
+        f"below M, ceil((M - 1) / b) columns instead of ceil((W + a - 1) / b), which every "
+        f"per-column op pays. Device ops: torch-path ops that launch a kernel on a device "
+        f"(host-bound ops excluded).",
+        "",
+        "| context | batch | M | rows below M | table columns (plain) | with M us | plain us "
+        "| ratio | allocs | device ops (plain) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['context'] // 1024}k | {r['batch']} | {r['min_context']} | {r['below']} | "
+            f"{r['width']} ({r['plain_width']}) | {r['on_us']:.1f} | {r['plain_us']:.1f} | "
+            f"{r['ratio']:.2f} | {r['allocs'][0]} / {r['allocs'][1]} | "
+            f"{r['launches']} ({r['plain_launches']}) |"
+        )
+    by_m = {}
+    for r in rows:
+        by_m.setdefault(r["min_context"], []).append(r["ratio"])
+    summary = [
+        f"M = {m}: median {statistics.median(v):.2f}, worst {max(v):.2f}" for m, v in by_m.items()
+    ]
+    lines += ["", f"Ratio to the plain window: {'; '.join(summary)}.", ""]
+    return lines
+
+
+def bench_dcp_cost(rounds: int, iters: int) -> list[dict]:
+    """Per-build window work under decode context parallelism against the same window
+    without it, same lengths: rank 0's table (one column per cp * b tokens, the window
+    aligned to cp * b), and with the DCP-local lengths the window computes for a draft
+    prefill (a decode step's come from vLLM's own kernel, which runs with or without the
+    window)."""
+    rows = []
+    context = CONTEXTS[1]
+    for batch in BATCH_SIZES:
+        seq_lens, table = make_inputs(batch, context)
+        bound = seq_lens.clone()
+        plain = window_over(seq_lens, table)
+        for cp in DCP_SIZES:
+            # As vLLM builds rank 0's BlockTables: cp_size, cp_rank, cp_interleave, and a
+            # sharded table as wide as the context's virtual blocks.
+            sharded = SimpleNamespace(
+                block_sizes=[BLOCK_SIZE],
+                cp_size=cp,
+                cp_rank=0,
+                cp_interleave=1,
+                dcp_sharded=torch.tensor([True]),
+                input_block_tables=[table[:, : -(-table.shape[1] // cp)].contiguous()],
+            )
+            dcp = window_over(seq_lens, table, block_tables=sharded)
+            a, b = step_of(dcp, bound), step_of(plain, bound)
+
+            def a_local(window=dcp, bound=bound, batch=batch):
+                mrv2_step(window, bound, batch)
+                # As the draft prefill's hook writes them (padded rows zero).
+                dcp_local_lengths(
+                    window.seq_lens[:batch],
+                    window.dcp,
+                    scratch=window.dcp_scratch[:batch],
+                    out=window.dcp_local_seq_lens[:batch],
+                )
+                window.dcp_local_seq_lens[batch:].zero_()
+
+            a_local()
+            b()
+            t_dcp, t_plain = interleaved(a, b, rounds, iters)
+            t_local, t_plain2 = interleaved(a_local, b, rounds, iters)
+            rows.append(
+                {
+                    "context": context,
+                    "batch": batch,
+                    "window": plain.spec.window_size,
+                    "cp": cp,
+                    "alignment": dcp.spec.alignment,
+                    "width": dcp.windows[0].max_window_blocks,
+                    "plain_width": plain.windows[0].max_window_blocks,
+                    "dcp_us": t_dcp,
+                    "local_us": t_local,
+                    "plain_us": t_plain,
+                    "ratio": t_dcp / t_plain,
+                    "local_ratio": t_local / t_plain2,
+                    "allocs": allocations(a_local),
+                    "launches": launches(a, (bound, dcp.seq_lens_cpu_upper_bound)),
+                    "local_launches": launches(a_local, (bound, dcp.seq_lens_cpu_upper_bound)),
+                    "plain_launches": launches(b, (bound, plain.seq_lens_cpu_upper_bound)),
+                }
+            )
+            print(
+                f"  batch {batch:>4} cp {cp}: {t_dcp:7.1f} us ({t_local:7.1f} us with the "
+                f"DCP-local lengths) vs no DCP {t_plain:7.1f} us, ratio "
+                f"{t_dcp / t_plain:.2f} ({t_local / t_plain2:.2f})",
+                flush=True,
+            )
+    return rows
+
+
+def dcp_lines(rows: list[dict]) -> list[str]:
+    lines = [
+        "## Decode context parallelism: per-step cost against the same window without it",
+        "",
+        f"The same MRV2 per-build work (`refresh` + host bound) on one rank of "
+        f"`decode_context_parallel_size` cp (interleave 1, rank 0) against the window without "
+        f"DCP, W = {windows(rows)}, {rows[0]['context'] // 1024}k contexts, same lengths, "
+        f"interleaved; median microseconds per build. Under DCP a table column spans cp "
+        f"blocks of a request (one on each rank), so the window's alignment is cp x "
+        f"{BLOCK_SIZE} and its cropped table counts virtual blocks: fewer columns (a rank's "
+        f"table is 1 / cp as wide), the same device ops; each request reads up to "
+        f"W + cp x {BLOCK_SIZE} - 1 tokens, about 1 / cp of them on each rank. The DCP-local "
+        f"lengths ({rows[0]['local_launches'] - rows[0]['launches']} small device ops) are "
+        f"the window's only in a draft prefill, whose rebuild would otherwise hand the "
+        f"builders the target's; a decode step's come from vLLM's own kernel, with or "
+        f"without the window, and are not counted. Allocations: per build with the "
+        f"DCP-local lengths, after warm-up, above 8 bytes (count / bytes). Device ops: "
+        f"torch-path ops that launch a kernel on a device (host-bound ops excluded); the "
+        f"fused refresh stays one launch under DCP (the DCP-local lengths of a draft prefill "
+        f"come after it).",
+        "",
+        "| batch | cp | alignment | table columns (no DCP) | DCP us | + DCP-local lengths us "
+        "| no DCP us | ratio | ratio with DCP-local lengths | allocs | device ops "
+        "(+ lengths; no DCP) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['batch']} | {r['cp']} | {r['alignment']} | {r['width']} ({r['plain_width']}) "
+            f"| {r['dcp_us']:.1f} | {r['local_us']:.1f} | {r['plain_us']:.1f} | "
+            f"{r['ratio']:.2f} | {r['local_ratio']:.2f} | {r['allocs'][0]} / {r['allocs'][1]} "
+            f"| {r['launches']} ({r['local_launches']}; {r['plain_launches']}) |"
+        )
+    ratios = [r["ratio"] for r in rows]
+    local = [r["local_ratio"] for r in rows]
+    lines += [
+        "",
+        f"Ratio to the window without DCP: median {statistics.median(ratios):.2f}, worst "
+        f"{max(ratios):.2f}; with the DCP-local lengths (a draft prefill) median "
+        f"{statistics.median(local):.2f}, worst {max(local):.2f}.",
+        "",
+    ]
+    return lines
