@@ -179,6 +179,8 @@ SPREAD = r"two runs of one server differ by up to about (\d+\.\d+)"
 AVX2 = r"the farthest apart is .{0,40}, by (\d+\.\d+)"
 AVX2_SAME = r"(\d+ of \d+) mean acceptance lengths are the same"
 RERUN = r"moves it by at most (\d+\.\d+)"
+ENGINE_HELD_OFF = r"at most (\d+) running at once without the key"
+ENGINE_HELD_ON = r"running at once without the key, (\d+) with it"
 SINKS_EXTRA = r"Extra per build with sinks: median ([\d.]+) us"
 SINKS_RATIO = r"ratio to the plain window median ([\d.]+)"
 SINKS_WORST = r"ratio to the plain window median [\d.]+, worst ([\d.]+)"
@@ -275,6 +277,7 @@ def quotes_readme(h: Home) -> list[str]:
         f"`apply` | 1.0 | {cost_ratios(h)} |",
         f"DSpark at 128k | {shape(h, 'dspark', STEADY, 0, 131072)} | "
         f"{shape(h, 'dspark', STEADY, 1, 131072)} |",
+        f"(draft model, W = 33) | {h.prose(ENGINE_HELD_OFF)} | {h.prose(ENGINE_HELD_ON)} |",
         f"gives the same curve within {h.prose(AVX2)}; two runs of one server differ by up to "
         f"about {h.prose(SPREAD)} at 1024 tokens (a seeded sampled rerun by up to "
         f"{h.prose(RERUN)})",
