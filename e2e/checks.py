@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from e2e import host, lossless, study, sweep_plan
+from e2e import cli, lossless, study, sweep_plan
 from e2e.scenarios import (
     KEY,
     ROOT,
@@ -37,7 +37,7 @@ def pasted_problem(planned: sweep_plan.Sweep, since: float | None) -> str | None
         )
     if since is not None and summary.stat().st_mtime < since:
         return (
-            f"{planned.name}: {summary} is older than the dry run's {host.RUN_RECORD}: stale "
+            f"{planned.name}: {summary} is older than the dry run's {cli.RUN_RECORD}: stale "
             f"results of an earlier run, not of the printed commands; {again}"
         )
     logged = sweep_plan.server_logs(planned)
