@@ -242,7 +242,7 @@ $(ASCEND_VENVS:%=%/.overlay-installed): %/.overlay-installed: %/.setup-done $(PR
 SUITE_INSTALLS := $(VENV)/.project-installed $(VENV_034)/.project-installed $(ASCEND_VENVS:%=%/.overlay-installed)
 test: setup  ## Run the test suites on CPU: vLLM 0.33 (.venv) and 0.34 (.venv-034), each Ascend release, the upstream patch's tree.
 	@$(MAKE) --no-print-directory -j2 $(SUITE_INSTALLS)
-	@OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 --output-sync=target test-033 test-034 test-study test-030 test-upstream test-029
+	@OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 --output-sync=target test-033 test-034 test-study test-030 test-029 test-upstream
 
 test-033: $(VENV)/.project-installed $(VLLM_ASCEND_WHEEL_STAMP) $(HELDOUT)  ## The vLLM 0.33.0 upstream suite (.venv), with the tests that run the same code on every line.
 	@echo "== vLLM 0.33.0 upstream (.venv) =="

@@ -151,21 +151,6 @@ class DraftModel(torch.nn.Module):
         """The draft's context K/V writes: the reference cache holds the true K/V."""
 
 
-def speculator_class(method: str) -> type:
-    from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
-    from vllm.v1.worker.gpu.spec_decode.dspark.speculator import DSparkSpeculator
-    from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
-    from vllm.v1.worker.gpu.spec_decode.standalone_ar.speculator import StandaloneARSpeculator
-
-    return {
-        "eagle": EagleSpeculator,
-        "eagle3": EagleSpeculator,
-        "dflash": DFlashSpeculator,
-        "dspark": DSparkSpeculator,
-        "draft_model": StandaloneARSpeculator,
-    }[method]
-
-
 def host_config(
     model_dir,
     method: str,
@@ -237,6 +222,7 @@ def started(
     from vllm.v1.worker.gpu.block_table import BlockTables
     from vllm.v1.worker.gpu.input_batch import InputBuffers
     from vllm.v1.worker.gpu.model_states.default import DefaultModelState
+    from vllm.v1.worker.gpu.spec_decode import init_speculator
 
     from testbed.vllm_line import get_block_table_width
 
@@ -253,7 +239,8 @@ def started(
         dcp_group(monkeypatch, cp_size, cp_rank)
         config.parallel_config.decode_context_parallel_size = cp_size
     with set_current_vllm_config(config):
-        s = (cls or speculator_class(method))(config, CPU)
+        # The method's own speculator as the model runner picks it (vLLM's init_speculator).
+        s = cls(config, CPU) if cls else init_speculator(config, CPU, None)
         for name in ("target.0", "draft.0"):
             Attention(
                 4,

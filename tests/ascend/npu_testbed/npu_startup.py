@@ -44,22 +44,6 @@ GRAPH_REQS = (4, MAX_NUM_REQS)
 DRAFT_EXTRA = {"dflash_config": {"mask_token_id": 250, "selector_top_k": FAMILY_TOP_K}}
 
 
-def speculator_class(method: str) -> type:
-    from vllm_ascend.worker.v2.spec_decode.dflash.speculator import AscendDFlashSpeculator
-    from vllm_ascend.worker.v2.spec_decode.dflash2.speculator import AscendDFlash2Speculator
-    from vllm_ascend.worker.v2.spec_decode.dspark.speculator import AscendDSparkSpeculator
-    from vllm_ascend.worker.v2.spec_decode.eagle.speculator import AscendEagleSpeculator
-
-    return {
-        "eagle": AscendEagleSpeculator,
-        "eagle3": AscendEagleSpeculator,
-        "dflash": AscendDFlashSpeculator,
-        # vllm-ascend's DFlash2 (method dflash, a DFlash2 draft's architecture).
-        "dflash2": AscendDFlash2Speculator,
-        "dspark": AscendDSparkSpeculator,
-    }[method]
-
-
 class MLALayer(torch.nn.Module):
     """Stand-in for a registered MLA attention layer of the draft (or target) model: building
     vllm-ascend's ``AscendMLAAttention`` needs the model's projections and tensor-parallel
@@ -152,6 +136,8 @@ def started(
     from vllm_ascend.ascend_config import init_ascend_config
     from vllm_ascend.worker.v2.block_table import AscendBlockTables
     from vllm_ascend.worker.v2.input_batch import AscendInputBuffers
+    from vllm_ascend.worker.v2.spec_decode import init_speculator
+    from vllm_ascend.worker.v2.spec_decode.dflash2.speculator import AscendDFlash2Speculator
 
     platform_with_graphs(monkeypatch)
     # Graph sizes in tokens: GRAPH_REQS requests of one query (EAGLE decode) or of a query
@@ -189,7 +175,13 @@ def started(
         object.__setattr__(config.speculative_config, "enforce_eager", True)
     init_ascend_config(config)
     with set_current_vllm_config(config):
-        s = speculator_class(method)(config, CPU)
+        # The method's own speculator as vllm-ascend's model runner picks it; DFlash2, which
+        # it picks by a DFlash2 checkpoint's architecture, by name over the tiny draft.
+        s = (
+            AscendDFlash2Speculator(config, CPU)
+            if method == "dflash2"
+            else init_speculator(config, CPU)
+        )
     with set_current_vllm_config(config):
         spec = _layers(config, backend)
     kv_cache_config = KVCacheConfig(
