@@ -160,7 +160,7 @@ def check_results(folder: Path, asked: dict[str, str] | None = None) -> int:
     from the folder's run.json, the runs and workloads from the parameter files the
     commands read. LOSSLESS and MIN_IDENTICAL given to the check (``asked``) are the
     check's: both come from it, over the run's."""
-    record_file = folder / host.RUN_RECORD
+    record_file = folder / cli.RUN_RECORD
     if not record_file.exists():
         print(
             f"[e2e] FAILED: no {record_file}: not a folder the dry run (DRY_RUN=1) or a run of "

@@ -159,9 +159,6 @@ def free_ports(count: int, start: int = 8123) -> int:
     raise SystemExit(f"no {count} free ports from {start}: set PORT (--port)")
 
 
-RUN_RECORD = cli.RUN_RECORD
-
-
 def own_folder(out_dir: Path, dry_run: bool = False) -> None:
     """Gives the run an empty ``out_dir``: a run's folder is cleared (vLLM's sweep refuses to
     write into an experiment folder that exists, and nothing of an earlier run may reach
@@ -222,7 +219,7 @@ def start_run(job: Job, dry_run: bool = False) -> dict:
     (the settings', the install's, the pairing's) has passed."""
     own_folder(job.out, dry_run)
     produced = provenance(job)
-    (job.out / RUN_RECORD).write_text(json.dumps(produced, indent=2) + "\n")
+    (job.out / cli.RUN_RECORD).write_text(json.dumps(produced, indent=2) + "\n")
     return produced
 
 
@@ -236,7 +233,7 @@ def record_plan(
     """Adds the run's plan to its record (run.json): the scenario, its runs, its sweeps and
     the study's settings, which ``--check`` reads back to check what the printed commands
     wrote into the folder."""
-    record = json.loads((out_dir / RUN_RECORD).read_text())
+    record = json.loads((out_dir / cli.RUN_RECORD).read_text())
     record["plan"] = {
         "scenario": dataclasses.asdict(scenario)
         | {"golden": scenario.golden and str(scenario.golden)},
@@ -246,4 +243,4 @@ def record_plan(
         "servers": {one.name: {"serve": shlex.join(one.serve), "env": one.env} for one in sweeps},
         "study": None if settings is None else dataclasses.asdict(settings),
     }
-    (out_dir / RUN_RECORD).write_text(json.dumps(record, indent=2) + "\n")
+    (out_dir / cli.RUN_RECORD).write_text(json.dumps(record, indent=2) + "\n")

@@ -131,7 +131,7 @@ def test_a_stale_result_in_the_folder_never_reaches_the_report(study_run, capsys
     stale = out / "v2" / "SERVE--v2_window-BENCH--context_1024_concurrency_2" / "run=0.json"
     stale.parent.mkdir(parents=True)
     stale.write_text(json.dumps({"spec_decode_acceptance_length": 9.99}))
-    (out / host.RUN_RECORD).write_text("{}")
+    (out / cli.RUN_RECORD).write_text("{}")
     assert run(2.0) == 0, capsys.readouterr().out
     assert means(out) == {
         "v2_window": {"32": 2.0, "1024": 3.0},
@@ -732,7 +732,7 @@ def test_e2e_check_calls_results_older_than_the_dry_run_stale(tmp_path, monkeypa
 
     folder = pasted("ascend", tmp_path, monkeypatch, capsys)
     summary = folder / "v2" / "summary.csv"
-    before = (folder / host.RUN_RECORD).stat().st_mtime - 3600
+    before = (folder / cli.RUN_RECORD).stat().st_mtime - 3600
     os.utime(summary, (before, before))
     code, lines = e2e_check(folder, capsys)
     assert code == 1
@@ -883,7 +883,7 @@ def test_out_that_is_a_file_is_refused_by_name(capsys, monkeypatch, tmp_path):
 def test_a_dry_run_never_deletes_a_runs_results(capsys, monkeypatch, tmp_path):
     folder = tmp_path / "eagle3"
     (folder / "v2").mkdir(parents=True)
-    for name in (host.RUN_RECORD, "report.md", "v2.log"):
+    for name in (cli.RUN_RECORD, "report.md", "v2.log"):
         (folder / name).write_text("a real run's")
     code, out, err = dry_run(capsys, monkeypatch, tmp_path)
     assert code == 2 and out == ""
@@ -905,7 +905,7 @@ def test_a_real_run_clears_its_folder_only_after_the_install_and_pairing_pass(
 ):
     folder = tmp_path / "eagle3"
     folder.mkdir()
-    (folder / host.RUN_RECORD).write_text("{}")
+    (folder / cli.RUN_RECORD).write_text("{}")
     (folder / "report.md").write_text("the last run's")
 
     def refuse(method):

@@ -1,11 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The vLLM and vllm-ascend releases the draft window supports, and what it hooks on each: the
-one place that knows versions, module paths, class names and parameters.
-
-The rest of the package reads versions only through this module and ``versions.py`` (what
-the host has installed); ``install.py`` resolves a release's hooks on the installed vLLM,
-and ``hooks/`` holds their wrappers, one module per speculator family (``Family``).
+one place that knows versions, module paths, class names and parameters. The rest of the
+package reads versions only here and in ``versions.py`` (what the host has installed);
+``install.py`` resolves a release's hooks on the installed vLLM, and ``hooks/`` holds their
+wrappers, one module per speculator family (``Family``).
 """
 
 from __future__ import annotations
@@ -83,11 +82,11 @@ _BUILD_ATTN_METADATA = _draft(
 )
 _UPDATE_DRAFT_DECODE_METADATA = _draft("_update_draft_decode_metadata", "attn_metadata", "num_reqs")
 _DFLASH_CAPTURE = Hook(Family.DFLASH, f"{_SD}.dflash.speculator", "DFlashSpeculator", "capture")
-# Called, not wrapped: the EAGLE draft prefill builds through it.
 # The draft's KV-cache specs (draft_window_free_kv): the model runner's, after vLLM's own.
 _GET_KV_CACHE_SPEC = _on(Family.KV_CACHE, "vllm.v1.worker.gpu.model_runner", "GPUModelRunner")(
     "get_kv_cache_spec"
 )
+# Called, not wrapped: the EAGLE draft prefill builds through it.
 _PREPARE_ATTN = _on(
     Family.AUTOREGRESSIVE, "vllm.v1.worker.gpu.model_states.interface", "ModelState"
 )(
@@ -149,8 +148,7 @@ VLLM_0_33 = Release(
     bound_as_exact_rows=("num_decodes", "num_prefills"),
 )
 
-# vllm-ascend 0.30.0rc1/rc2 (its facts: release.VLLM_0_30_ASCEND): vLLM's EAGLE hooks with
-# vllm-ascend's graph manager and the host lengths its subclass computes.
+# vllm-ascend 0.30.0rc1/rc2 (its facts: release.VLLM_0_30_ASCEND).
 _ASCEND_SD = "vllm_ascend.worker.v2.spec_decode"
 _ASCEND_AR = f"{_ASCEND_SD}.autoregressive"
 _ascend_ar = _on(
@@ -188,14 +186,13 @@ _HOOKS_0_30_ASCEND = (
 
 # vllm-ascend 0.29.0rc1 on vLLM 0.29.0 (design doc, section 8.3): the builds go through
 # vLLM's _build_draft_attn_metadata (no batch_desc; DFlash, DSpark and vllm-ascend's
-# overrides all reach it through super()). Its draft builders hand every request one host
-# length, the batch's draft_max_seq_len: FIA on GQA reads the device lengths for DFlash and
-# DSpark (exact, the window's), and the EAGLE decode's host lengths are set from the target's
-# length plus the step (_calc_next_seq_lens_cpu) only after each step's forward, so the
-# window sets them before it; MLA drafts, which take that one host length as exact, are
-# refused. An EAGLE FULL decode replay takes its block table from the target's metadata
-# (fia_table_from_target). Its drafts have no DCP path, and its runner always syncs the
-# target's host lengths after rejection (no unsynced targets).
+# overrides reach it through super()). Its draft builders give every request one host length,
+# draft_max_seq_len: FIA on GQA reads the device lengths for DFlash and DSpark (the window's),
+# the EAGLE decode's host lengths are set from the target's plus the step only after each
+# step's forward (so the window sets them before it), and MLA drafts, which take that host
+# length as exact, are refused. An EAGLE FULL decode replay takes its block table from the
+# target's metadata (fia_table_from_target). No DCP path; the target's host lengths are
+# always synced after rejection.
 VLLM_0_29_ASCEND = Release(
     name="vLLM 0.29.x with vllm-ascend 0.29.0rc1",
     vllm_minor=(0, 29),
@@ -219,15 +216,13 @@ VLLM_0_29_ASCEND = Release(
 )
 
 # vLLM 0.34.x (design doc, section 8.4): Model Runner V2 only. The EAGLE family and draft
-# models share a new AutoRegressiveSpeculator (its capture and the fused decode's driver,
-# renamed _run_fused_multi_step_decode), and the draft prefill's metadata comes from one new
-# method, _build_drafter_attn_metadata: the one hook of an EAGLE draft prefill (a draft
-# model builds its prefill through _build_attn_metadata). Both prefill graph managers are
-# made in their speculators' modules, the decode one in AutoRegressiveSpeculator's.
+# models share a new AutoRegressiveSpeculator (its capture, and _run_fused_multi_step_decode),
+# an EAGLE draft prefill builds through the new _build_drafter_attn_metadata (a draft model's
+# through _build_attn_metadata); the prefill graph managers are made in their speculators'
+# modules, the decode one in AutoRegressiveSpeculator's.
 _AR_0_34 = f"{_SD}.autoregressive"
 _ar_0_34 = _on(Family.AUTOREGRESSIVE, f"{_AR_0_34}.speculator", "AutoRegressiveSpeculator")
-# What 0.34 keeps of 0.33 (its methods, speculator classes and backend facts) and what
-# differs: the hooks, one more backend refused, no Model Runner V1, the layouts refused.
+# 0.33 with what 0.34 changes: one more backend refused, no Model Runner V1, its layouts.
 VLLM_0_34 = dataclasses.replace(
     VLLM_0_33,
     name="vLLM 0.34.x",
@@ -338,9 +333,9 @@ _HOOKS = {
     VLLM_0_30_ASCEND.name: _HOOKS_0_30_ASCEND,
     VLLM_0_29_ASCEND.name: _HOOKS_0_29_ASCEND,
 }
-# (distribution, its releases whose code the hooks are proven on) that must be installed
-# beside vLLM. A local build of one (``0.30.0rc2+g1234``) is that release. rc2 is rc1 with
-# new Dockerfiles: the Python package differs only in _version.py (a test compares the trees).
+# (distribution, its releases the hooks are proven on) installed beside vLLM; a local build
+# (``0.30.0rc2+g1234``) is that release. rc2 is rc1 with new Dockerfiles: the Python package
+# differs only in _version.py (a test compares the trees).
 _REQUIRES = {
     VLLM_0_30_ASCEND.name: ("vllm-ascend", ("0.30.0rc1", "0.30.0rc2")),
     VLLM_0_29_ASCEND.name: ("vllm-ascend", ("0.29.0rc1",)),
