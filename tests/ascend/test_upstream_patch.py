@@ -8,7 +8,10 @@ distribution.
 - its new modules are the package's serving modules, byte for byte (one source);
 - vllm-ascend's own unit tests give the same outcome for every test on the patched tree as
   on the pristine one (the window off: none of them sets it), and the patch's own unit tests
-  pass there, on vllm-ascend's conftest stand-ins.
+  pass there, on vllm-ascend's conftest stand-ins;
+- the same change as a series of pull requests: each part applies with ``git apply`` on the
+  previous one, the last ends in the patch's tree, and each earlier part's tree passes its
+  own tests and the tests of the parts before it.
 
 The window's own tests run against the patched tree in ``make test-upstream``
 (``DRAFT_WINDOW_IN_TREE=1``).
@@ -64,6 +67,9 @@ def test_the_patch_touches_the_call_site_files_and_adds_only_new_ones(made):
     package = str(upstream.PACKAGE)
     assert {p for p in new if not p.startswith(f"{package}/")} == {
         "tests/ut/spec_decode/test_draft_window.py",
+        "tests/ut/spec_decode/test_draft_window_mrv1_parity.py",
+        "tests/ut/spec_decode/test_draft_window_sinks.py",
+        "tests/ut/spec_decode/test_draft_window_dcp_free_kv.py",
         # beside vllm-ascend's own Model Runner V2 spec-decode kernels, which it already has
         str(upstream.KERNEL),
     }
@@ -102,3 +108,66 @@ def test_vllm_ascends_own_unit_tests_keep_every_outcome_and_the_patchs_own_pass(
         name.startswith("tests.ut.spec_decode.test_draft_window") for name in added
     )
     assert set(added.values()) == {"passed"}, added
+
+
+@pytest.fixture(scope="module")
+def series() -> list[tuple[upstream.Part, str]]:
+    return upstream.make_series()
+
+
+def test_each_part_applies_on_the_previous_and_the_last_ends_in_the_patch(series, made, tmp_path):
+    parts, whole = tmp_path / "parts", tmp_path / "whole"
+    for tree in (parts, whole):
+        for name in upstream.CHANGED:
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(upstream.PRISTINE / name, tree / name)
+        subprocess.run(["git", "init", "-q"], cwd=tree, check=True)
+    for part, patch in series:
+        applied = subprocess.run(
+            ["git", "apply", "--whitespace=error-all", "-"],
+            input=patch,
+            cwd=parts,
+            capture_output=True,
+            text=True,
+        )
+        assert applied.returncode == 0, f"part {part.number}: {applied.stderr}"
+    subprocess.run(["git", "apply", "-"], input=made[0], cwd=whole, check=True, text=True)
+    files = {
+        p.relative_to(whole) for p in whole.rglob("*") if p.is_file() and ".git" not in p.parts
+    }
+    assert files == {
+        p.relative_to(parts) for p in parts.rglob("*") if p.is_file() and ".git" not in p.parts
+    }
+    for name in files:
+        assert (parts / name).read_bytes() == (whole / name).read_bytes(), name
+
+
+def test_each_part_is_one_pull_request_in_vllm_ascends_template(series):
+    headings = (
+        "### What this PR does / why we need it?",
+        "### Does this PR introduce _any_ user-facing change?",
+        "### How was this patch tested?",
+    )
+    for part, patch in series:
+        title = part.description.read_text().splitlines()[0]
+        assert title.startswith("[Feature] "), title
+        assert f"[PATCH {part.number}/{len(series)}]" in patch
+        assert all(heading in patch for heading in headings), part
+        # Its own tests: the test files it adds are the ones the table gives it.
+        _, new = _touched(patch)
+        tests = {p for p in new if p.startswith("tests/")}
+        own = {str(p) for p, number in upstream.PART_FILES.items() if number == part.number}
+        assert {p for p in own if p.startswith("tests/")} <= tests and tests, part
+
+
+@pytest.mark.parametrize("parts", [1, 2])
+def test_an_earlier_parts_tree_passes_its_tests_and_the_earlier_parts(parts, tmp_path):
+    tree = upstream.patched_tree(tmp_path / "tree", parts=parts)
+    tests = sorted(
+        str(p.relative_to(tree)) for p in (tree / "tests/ut/spec_decode").glob("test_draft_window*")
+    )
+    later = {str(p) for p, number in upstream.PART_FILES.items() if number > parts}
+    assert tests and not later & set(tests)
+    assert not [p for p in later if (tree / p).exists()]
+    outcomes = vllm_ascend_ut.run(tree, tmp_path, tuple(tests))
+    assert outcomes and set(outcomes.values()) == {"passed"}, outcomes

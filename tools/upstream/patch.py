@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,6 +28,36 @@ CHANGED = (
     "vllm_ascend/worker/v2/spec_decode/dspark/speculator.py",
 )
 OUT = ROOT / "dist" / f"vllm-ascend-{RELEASE}-draft-window.patch"
+# The same change as a series of pull requests, each applying on the previous one.
+SERIES = HERE / "series"
+SERIES_OUT = ROOT / "dist" / f"vllm-ascend-{RELEASE}-draft-window"
+
+
+@dataclass(frozen=True)
+class Part:
+    """One pull request of the series: ``series/<number>-<name>.md`` is its description (the
+    first line its title) and ``series/without-part-<number>.diff`` takes it out of the files
+    it shares with the earlier parts (none for the first)."""
+
+    number: int
+    name: str
+
+    @property
+    def description(self) -> Path:
+        return SERIES / f"{self.number}-{self.name}.md"
+
+    @property
+    def without(self) -> Path:
+        return SERIES / f"without-part-{self.number}.diff"
+
+
+PARTS = (Part(1, "window"), Part(2, "sinks-and-threshold"), Part(3, "dcp-and-free-kv"))
+# New files a later part adds whole; every other new file is the first part's.
+PART_FILES = {
+    PACKAGE / "dcp.py": 3,
+    Path("tests/ut/spec_decode/test_draft_window_sinks.py"): 2,
+    Path("tests/ut/spec_decode/test_draft_window_dcp_free_kv.py"): 3,
+}
 
 
 def new_files() -> dict[Path, Path]:
@@ -62,24 +93,65 @@ def _pristine() -> Path:
     return PRISTINE
 
 
+def _scratch_tree(tree: Path) -> None:
+    """A git tree at ``tree`` holding the changed files as the pristine sdist has them
+    (committed), with the whole change in its work tree."""
+    pristine = _pristine()
+    for name in CHANGED:
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(pristine / name, tree / name)
+    _git(tree, "init", "-q")
+    _git(tree, "add", "-A")
+    _git(tree, "commit", "-q", "-m", f"vllm-ascend {RELEASE}")
+    _git(tree, "apply", str(HERE / "call_sites.diff"))
+    for target, source in new_files().items():
+        (tree / target).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, tree / target)
+
+
 def make_patch() -> tuple[str, str]:
     """(the patch, its ``git diff --stat``), made in a scratch git tree holding the changed
     files as the pristine sdist has them."""
-    pristine = _pristine()
     with tempfile.TemporaryDirectory() as scratch:
         tree = Path(scratch)
-        for name in CHANGED:
-            (tree / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(pristine / name, tree / name)
-        _git(tree, "init", "-q")
-        _git(tree, "add", "-A")
-        _git(tree, "commit", "-q", "-m", f"vllm-ascend {RELEASE}")
-        _git(tree, "apply", str(HERE / "call_sites.diff"))
-        for target, source in new_files().items():
-            (tree / target).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, tree / target)
+        _scratch_tree(tree)
         _git(tree, "add", "-A")
         return _git(tree, "diff", "--cached"), _git(tree, "diff", "--cached", "--stat=100")
+
+
+def make_series() -> list[tuple[Part, str]]:
+    """Each part with its patch (``git format-patch``: the description, then the diff on the
+    previous part). The whole change is taken apart from the last part down: its own files
+    removed, then its ``without`` diff applied; the parts are then committed in order."""
+    with tempfile.TemporaryDirectory() as scratch:
+        tree = Path(scratch)
+        _scratch_tree(tree)
+        touched = {str(p) for p in (*CHANGED, *new_files())}
+        states = {}
+        for part in reversed(PARTS):
+            states[part.number] = {
+                name: (tree / name).read_bytes() for name in touched if (tree / name).exists()
+            }
+            for name, number in PART_FILES.items():
+                if number == part.number:
+                    (tree / name).unlink()
+            if part.number > 1:
+                _git(tree, "apply", str(part.without))
+        base = _git(tree, "rev-parse", "HEAD").strip()
+        for part in PARTS:
+            for name in touched:
+                path = tree / name
+                if name in states[part.number]:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_bytes(states[part.number][name])
+                elif path.exists():
+                    path.unlink()
+            _git(tree, "add", "-A")
+            _git(tree, "commit", "-q", "-F", str(part.description))
+        out = tree / ".series"
+        _git(tree, "format-patch", "-q", "--no-signature", "-o", str(out), f"{base}..HEAD")
+        patches = sorted(out.iterdir())
+        return [(part, path.read_text()) for part, path in zip(PARTS, patches, strict=True)]
 
 
 def write_patch(out: Path = OUT) -> tuple[Path, str]:
@@ -89,11 +161,25 @@ def write_patch(out: Path = OUT) -> tuple[Path, str]:
     return out, stat
 
 
-def patched_tree(directory: Path, apply: bool = True) -> Path:
+def write_series(out: Path = SERIES_OUT) -> list[Path]:
+    """The series as ``<number>-<name>.patch`` files in ``out`` (cleared first)."""
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    paths = []
+    for part, patch in make_series():
+        path = out / f"{part.number:04d}-{part.name}.patch"
+        path.write_text(patch)
+        paths.append(path)
+    return paths
+
+
+def patched_tree(directory: Path, apply: bool = True, parts: int | None = None) -> Path:
     """A vllm-ascend source tree at ``directory``: the pristine sdist's ``vllm_ascend`` and
     ``tests`` (and the files at its root), with the patch applied by ``git apply`` unless
-    ``apply`` is False; plus the ``_build_info.py`` vllm-ascend's build writes (an A2 SOC, as
-    the Ascend environments have it)."""
+    ``apply`` is False (with ``parts``: the series' first ``parts`` pull requests, one
+    ``git apply`` each); plus the ``_build_info.py`` vllm-ascend's build writes (an A2 SOC,
+    as the Ascend environments have it)."""
     pristine = _pristine()
     if directory.exists():
         shutil.rmtree(directory)
@@ -104,17 +190,21 @@ def patched_tree(directory: Path, apply: bool = True) -> Path:
         copy = shutil.copytree if entry.is_dir() else shutil.copy2
         copy(entry, directory / entry.name)
     if apply:
-        patch, _ = make_patch()
+        if parts is None:
+            patches = [make_patch()[0]]
+        else:
+            patches = [patch for _, patch in make_series()[:parts]]
         # Its own repository: git apply inside another one's work tree (this project's
         # .cache) would skip every path.
         _git(directory, "init", "-q")
-        subprocess.run(
-            ["git", "apply", "--whitespace=error-all", "-"],
-            input=patch,
-            cwd=directory,
-            check=True,
-            text=True,
-        )
+        for patch in patches:
+            subprocess.run(
+                ["git", "apply", "--whitespace=error-all", "-"],
+                input=patch,
+                cwd=directory,
+                check=True,
+                text=True,
+            )
     (directory / "vllm_ascend" / "_build_info.py").write_text(
         "# Auto-generated file\n__device_type__ = 'A2'\n"
     )

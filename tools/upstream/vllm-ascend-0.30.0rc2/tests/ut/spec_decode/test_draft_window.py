@@ -159,17 +159,6 @@ def test_window_seq_lens_reads_the_last_window_tokens_from_a_block_boundary(wind
     assert out[0] == 0
 
 
-def test_window_seq_lens_keeps_the_attention_sinks():
-    lengths = torch.arange(0, 400, dtype=torch.int32)
-    out = torch.empty_like(lengths)
-    spec = WindowSpec(WINDOW, BLOCK_SIZE, sink_size=32)
-
-    window_seq_lens(lengths, spec, skip_out=torch.empty_like(lengths), out=out)
-
-    _assert_windowed(lengths, out, sinks=32)
-    assert int(out[-1]) > 32 + WINDOW  # past the window, the sinks are still read
-
-
 def test_window_actual_seq_lens_windows_in_place_and_keeps_padded_rows_zero():
     window = _window(max_num_reqs=512)
     lengths = torch.arange(0, 400, dtype=torch.int32)
@@ -455,23 +444,6 @@ def test_ar_build_attn_metadata_builds_through_the_window(monkeypatch, step):
     assert spec.block_tables is window.block_tables.base
 
 
-def test_ar_build_attn_metadata_windows_the_dcp_lengths(monkeypatch):
-    window, seen = _window(), {}
-    spec = _ar_build_speculator(monkeypatch, window, seen, use_dcp=True)
-    spec.target_input_buffers = AscendInputBuffers(MAX_NUM_REQS, MAX_NUM_TOKENS, CPU)
-    # The DCP manager's global lengths of the step: the target's plus the step.
-    actual = torch.tensor([length + 1 for length in TARGET_LENS] + [0, 0], dtype=torch.int32)
-    prepare = MagicMock(return_value=(actual.clone(), torch.zeros(4, dtype=torch.bool)))
-    spec.dcp_manager = SimpleNamespace(prepare_draft_dcp_metadata_inputs=prepare)
-
-    _build(spec, step=1)
-
-    handed = seen["factory_seq_lens_cpu"]
-    _assert_windowed(actual, handed)
-    assert int(handed[0]) < int(actual[0])
-    assert handed[2:].tolist() == [0, 0]
-
-
 def test_ar_calc_next_seq_lens_cpu_is_windowed():
     spec = _ar_speculator(_window())
     spec.max_model_len = 300
@@ -717,20 +689,6 @@ def test_dspark_mla_host_copy_of_the_lengths_is_windowed(monkeypatch):
     assert spec.input_buffers.seq_lens[:2].tolist() == TARGET_LENS
 
 
-def test_dspark_dcp_lengths_are_windowed(monkeypatch):
-    spec = _dspark(_dflash_window(), monkeypatch)
-    spec.use_dcp = True
-    spec.target_input_buffers = SimpleNamespace(seq_lens_cpu=object())
-    lengths = torch.tensor([*TARGET_LENS, 0, 0], dtype=torch.int32)
-    prepare = MagicMock(return_value=(lengths.clone(), torch.zeros(4, dtype=torch.bool)))
-    spec.dcp_manager = SimpleNamespace(prepare_draft_dcp_metadata_inputs=prepare)
-
-    seq_lens_cpu, _ = spec._prepare_draft_dcp_metadata_inputs(2, 4, QUERY_PER_REQ)
-
-    _assert_windowed(lengths, seq_lens_cpu)
-    assert int(seq_lens_cpu[0]) < TARGET_LENS[0]
-
-
 @pytest.mark.parametrize("architecture", ["MLA", "GQA", None])
 def test_dspark_build_attn_metadata_builds_through_the_window(monkeypatch, architecture):
     window, seen = _dflash_window(), {}
@@ -804,43 +762,10 @@ def _clean_ascend_config():
 
 
 @pytest.mark.usefixtures("_clean_ascend_config")
-def test_ascend_config_accepts_the_window_keys():
-    config = init_ascend_config(
-        _vllm_config(
-            {
-                "draft_window_size": 4096,
-                "draft_attention_sinks": 64,
-                "draft_window_min_context": "8192",
-            }
-        )
-    )
+def test_ascend_config_accepts_a_number_of_tokens_for_the_window_size():
+    config = init_ascend_config(_vllm_config({"draft_window_size": 4096}))
 
     assert config.draft_window_size == 4096
-    assert config.draft_attention_sinks == 64
-    assert config.draft_window_min_context == 8192
-
-
-@pytest.mark.usefixtures("_clean_ascend_config")
-@pytest.mark.parametrize("key", ["draft_attention_sinks", "draft_window_min_context"])
-@pytest.mark.parametrize("value", [-1, "abc", True])
-def test_ascend_config_rejects_a_bad_window_key(key, value):
-    with pytest.raises(ValueError, match=key):
-        init_ascend_config(_vllm_config({"draft_window_size": 64, key: value}))
-
-
-@pytest.mark.usefixtures("_clean_ascend_config")
-@pytest.mark.parametrize("v2", [False, True])
-def test_attention_sinks_need_model_runner_v2(monkeypatch, v2):
-    config = _vllm_config({"draft_window_size": 64, "draft_attention_sinks": 32}, speculative=True)
-    # Read by VllmConfig.use_v2_model_runner (set once the config is built: MRV2 needs Triton).
-    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1" if v2 else "0")
-    assert config.use_v2_model_runner is v2
-
-    if v2:
-        assert init_ascend_config(config).draft_attention_sinks == 32
-    else:
-        with pytest.raises(ValueError, match="VLLM_USE_V2_MODEL_RUNNER"):
-            init_ascend_config(config)
 
 
 @pytest.mark.usefixtures("_clean_ascend_config")

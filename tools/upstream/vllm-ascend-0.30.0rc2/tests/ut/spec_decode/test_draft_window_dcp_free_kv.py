@@ -1,0 +1,132 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
+"""Unit tests for the draft KV window under decode context parallelism, and for
+``draft_window_free_kv``: the global lengths are windowed before vllm-ascend splits them per
+rank, and a rank's share of a windowed length is the count of its own tokens in the read.
+``draft_window_free_kv`` (vLLM frees the draft's KV before the window; served by the plugin
+form on vLLM 0.34, not declared by this release's ``AscendConfig``): the key validated, refused
+on this release, and only the draft layers it converted windowed as freed."""
+
+from types import SimpleNamespace
+from unittest.mock import MagicMock
+
+import pytest
+import torch
+from tests.ut.spec_decode.test_draft_window import (
+    CPU,
+    MAX_NUM_REQS,
+    MAX_NUM_TOKENS,
+    QUERY_PER_REQ,
+    TARGET_LENS,
+    _ar_build_speculator,
+    _assert_windowed,
+    _build,
+    _dflash_window,
+    _dspark,
+    _host_block_tables,  # noqa: F401
+    _vllm_config,
+    _window,
+)
+from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+
+from vllm_ascend.worker.v2.input_batch import AscendInputBuffers
+from vllm_ascend.worker.v2.spec_decode.draft_window import policy
+from vllm_ascend.worker.v2.spec_decode.draft_window.config import DraftWindowConfig
+from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import DcpLayout, dcp_local_lengths
+from vllm_ascend.worker.v2.spec_decode.draft_window.groups import Freed, decide_groups
+from vllm_ascend.worker.v2.spec_decode.draft_window.release import VLLM_0_30_ASCEND
+
+
+@pytest.mark.parametrize("cp_size,interleave", [(2, 1), (4, 16), (8, 4)])
+def test_a_ranks_share_is_its_own_tokens_of_the_read(cp_size, interleave):
+    lengths = torch.arange(0, 300, dtype=torch.int32)
+    for rank in range(cp_size):
+        layout = DcpLayout(cp_size, rank, interleave, (True,))
+        out = dcp_local_lengths(
+            lengths, layout, scratch=torch.empty_like(lengths), out=torch.empty_like(lengths)
+        )
+        # Token p of a request lives on rank (p // interleave) % cp_size.
+        owned = [
+            sum(1 for p in range(length) if (p // interleave) % cp_size == rank)
+            for length in lengths.tolist()
+        ]
+        assert out.tolist() == owned
+
+
+def test_ar_build_attn_metadata_windows_the_dcp_lengths(monkeypatch):
+    window, seen = _window(), {}
+    spec = _ar_build_speculator(monkeypatch, window, seen, use_dcp=True)
+    spec.target_input_buffers = AscendInputBuffers(MAX_NUM_REQS, MAX_NUM_TOKENS, CPU)
+    # The DCP manager's global lengths of the step: the target's plus the step.
+    actual = torch.tensor([length + 1 for length in TARGET_LENS] + [0, 0], dtype=torch.int32)
+    prepare = MagicMock(return_value=(actual.clone(), torch.zeros(4, dtype=torch.bool)))
+    spec.dcp_manager = SimpleNamespace(prepare_draft_dcp_metadata_inputs=prepare)
+
+    _build(spec, step=1)
+
+    handed = seen["factory_seq_lens_cpu"]
+    _assert_windowed(actual, handed)
+    assert int(handed[0]) < int(actual[0])
+    assert handed[2:].tolist() == [0, 0]
+
+
+def test_dspark_dcp_lengths_are_windowed(monkeypatch):
+    spec = _dspark(_dflash_window(), monkeypatch)
+    spec.use_dcp = True
+    spec.target_input_buffers = SimpleNamespace(seq_lens_cpu=object())
+    lengths = torch.tensor([*TARGET_LENS, 0, 0], dtype=torch.int32)
+    prepare = MagicMock(return_value=(lengths.clone(), torch.zeros(4, dtype=torch.bool)))
+    spec.dcp_manager = SimpleNamespace(prepare_draft_dcp_metadata_inputs=prepare)
+
+    seq_lens_cpu, _ = spec._prepare_draft_dcp_metadata_inputs(2, 4, QUERY_PER_REQ)
+
+    _assert_windowed(lengths, seq_lens_cpu)
+    assert int(seq_lens_cpu[0]) < TARGET_LENS[0]
+
+
+@pytest.mark.parametrize("value", ["yes", 1])
+def test_free_kv_takes_a_boolean(value):
+    with pytest.raises(ValueError, match=r"draft_window_free_kv.*must be true or false"):
+        DraftWindowConfig.from_additional_config(
+            {"draft_window_size": 64, "draft_window_free_kv": value}
+        )
+
+
+def test_free_kv_needs_the_window():
+    with pytest.raises(ValueError, match=r'needs additional_config\["draft_window_size"\]'):
+        DraftWindowConfig.from_additional_config({"draft_window_free_kv": True})
+
+
+def test_free_kv_is_refused_on_this_release():
+    additional = {"draft_window_size": 64, "draft_window_free_kv": True}
+    config = DraftWindowConfig.from_additional_config(additional)
+    vllm_config = _vllm_config(additional, speculative=True)
+
+    with pytest.raises(
+        ValueError, match=r"draft_window_free_kv=true cannot be served on vLLM 0\.30"
+    ):
+        policy.check_start_up(vllm_config, config, VLLM_0_30_ASCEND, model_runner_v2=True)
+
+
+def _group(layer_names, sliding_window):
+    shape = dict(block_size=16, num_kv_heads=1, head_size=8, dtype=torch.float32)
+    if sliding_window:
+        spec = SlidingWindowSpec(**shape, sliding_window=66)
+    else:
+        spec = FullAttentionSpec(**shape)
+    return SimpleNamespace(layer_names=layer_names, kv_cache_spec=spec)
+
+
+def test_only_the_draft_layers_the_key_converted_are_windowed_as_freed():
+    freed = Freed(tokens=66, layers=frozenset({"draft.0"}))
+    groups = [_group(["draft.0"], True), _group(["target.1"], True), _group(["draft.1"], False)]
+    kv_cache_config = SimpleNamespace(kv_cache_groups=groups)
+
+    decisions = decide_groups(kv_cache_config, [[object()]] * 3, freed)
+
+    assert [d.windowed for d in decisions] == [True, False, True]
+    assert "freed" in decisions[0].reason
+    # A target layer of the same sliding window grouped with a converted draft layer.
+    mixed = SimpleNamespace(kv_cache_groups=[_group(["draft.0", "target.1"], True)])
+    with pytest.raises(ValueError, match="grouped the draft layers it converted"):
+        decide_groups(mixed, [[object()]], freed)
