@@ -283,8 +283,8 @@ lint: $(STAMP)  ## ruff check and format check.
 demo: $(VENV)/.project-installed $(HELDOUT)  ## The main job: the window inspector on a 1k-128k batch (DSpark, EAGLE3; DEMO_ARGS="--dcp 4" per rank), then vllm serve of an EAGLE3 head trained short, at contexts past its training, window off, on and auto (DEMO_ARGS=--no-serve skips it).
 	$(PY) -m tools.inspector $(DEMO_ARGS)
 
-bench: $(VENV)/.project-installed $(VLLM_ASCEND_WHEEL_STAMP) $(HELDOUT)  ## Benchmarks into benchmarks/results/ (section 0, the long-context study, takes most of its time; how long: design/testing.md).
-	$(PY) -m benchmarks.bench_window
+bench: $(VENV)/.project-installed $(VLLM_ASCEND_WHEEL_STAMP) $(HELDOUT)  ## Benchmarks into benchmarks/results/ (section 0, the long-context study, takes most of its time; how long: design/testing.md); SECTION="attention dcp" measures only those, the others' rows read as saved.
+	$(PY) -m benchmarks.bench_window $(foreach s,$(SECTION),--section $(s))
 
 # Runs in the host's own environment (its CUDA torch and Triton; vLLM optional), not in .venv.
 gpu-check:  ## The window's kernels checked and measured on a CUDA GPU (benchmarks/results/gpu.md).

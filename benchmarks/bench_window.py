@@ -38,6 +38,11 @@
    functions; and the requests of 1024 tokens the CPU engine runs at once in the same KV
    bytes (``benchmarks/kv_reclaim.py``).
 
+Each section's rows go to benchmarks/results/rows/<section>.json (with the machine and the
+date), and the results are written from those files: ``make bench SECTION=attention`` (or
+``--section attention``) measures that section again and writes the results with the
+other sections' rows as they are.
+
 Results go to benchmarks/results/ as markdown and PNG plots. Timings here are CPU timings
 of device-agnostic torch; on an accelerator the same ops launch kernels instead. The run
 fixes glibc's mmap threshold (it re-executes itself with ``MALLOC_MMAP_THRESHOLD_`` set):
@@ -49,10 +54,13 @@ twice one of 2,048.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -86,38 +94,159 @@ def machine() -> str:
     )
 
 
-def write_results(
-    out: Path,
-    steps: list[dict],
-    sinks: list[dict],
-    attention_rows: list[dict],
-    info: str,
-    whole: list[dict],
-    launch_rows: list[dict],
-    threshold: list[dict],
-    dcp: list[dict],
-    engine: dict,
-    studies: dict,
-    reclaim: dict,
-) -> None:
+@dataclass(frozen=True)
+class Section:
+    """One measurement: what it prints before it runs, and how it measures (its rows)."""
+
+    name: str
+    title: str
+    measure: Callable[[argparse.Namespace], object]
+
+
+SECTIONS = (
+    Section(
+        "long_context",
+        f"What the window is for: drafters trained short, served to {long_context.LONGEST}:",
+        lambda args: long_context.bench_long_context(args.out),
+    ),
+    Section(
+        "steps",
+        "Per-step window cost (MRV2 hook vs released MRV1 adapter):",
+        lambda args: step_cost.bench_step_cost(args.mrv1, args.rounds, args.iters),
+    ),
+    Section(
+        "sinks",
+        "Attention sinks against the plain window, per build:",
+        lambda args: step_cost.bench_sinks_cost(args.rounds, args.iters),
+    ),
+    Section(
+        "threshold",
+        "draft_window_min_context against the plain window, per build:",
+        lambda args: step_cost.bench_threshold_cost(args.rounds, args.iters),
+    ),
+    Section(
+        "dcp",
+        "Decode context parallelism against the same window without it, per build:",
+        lambda args: step_cost.bench_dcp_cost(args.rounds, args.iters),
+    ),
+    Section(
+        "attention",
+        "Draft attention with and without the window:",
+        lambda args: attention.bench_attention(max(args.rounds // 2, 3)),
+    ),
+    Section(
+        "whole_build",
+        "Whole draft metadata build through vLLM's real path:",
+        lambda args: whole_build.bench_whole_build(args.rounds, args.iters),
+    ),
+    Section(
+        "launches",
+        "Device launches and CPU time per propose (MRV1, torch path, fused):",
+        lambda args: launch_cost.bench_launches(args.mrv1, args.rounds, args.iters),
+    ),
+    Section(
+        "engine",
+        "A real vLLM engine, a window that never crops against none:",
+        lambda args: bench_engine(),
+    ),
+    Section(
+        "kv_reclaim",
+        "draft_window_free_kv: groups, blocks held and concurrency (vLLM's own functions):",
+        lambda args: bench_kv_reclaim(),
+    ),
+)
+BY_NAME = {section.name: section for section in SECTIONS}
+
+
+def rows_path(out: Path, name: str) -> Path:
+    return out / "rows" / f"{name}.json"
+
+
+def save_rows(out: Path, name: str, rows: object, info: str) -> None:
+    path = rows_path(out, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"machine": info, "date": time.strftime("%Y-%m-%d"), "rows": _encode(rows)}
+    path.write_text(json.dumps(record, indent=1) + "\n")
+
+
+# JSON has string keys and lists only: a dict with other keys and a tuple are kept as these,
+# so the rows read back are the rows measured, types included.
+ITEMS, TUPLE = "__items__", "__tuple__"
+
+
+def _encode(value: object) -> object:
+    if isinstance(value, dict):
+        if all(isinstance(k, str) for k in value):
+            return {k: _encode(v) for k, v in value.items()}
+        return {ITEMS: [[_encode(k), _encode(v)] for k, v in value.items()]}
+    if isinstance(value, tuple):
+        return {TUPLE: [_encode(v) for v in value]}
+    if isinstance(value, list):
+        return [_encode(v) for v in value]
+    return value
+
+
+def _decode(value: object) -> object:
+    if isinstance(value, dict):
+        if set(value) == {ITEMS}:
+            return {_decode(k): _decode(v) for k, v in value[ITEMS]}
+        if set(value) == {TUPLE}:
+            return tuple(_decode(v) for v in value[TUPLE])
+        return {k: _decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    return value
+
+
+def load_rows(out: Path) -> dict[str, dict]:
+    """Every section's saved record (``machine``, ``date``, ``rows``), by name."""
+    records = {}
+    for section in SECTIONS:
+        record = json.loads(rows_path(out, section.name).read_text())
+        records[section.name] = {**record, "rows": _decode(record["rows"])}
+    return records
+
+
+def missing_rows(out: Path, measured: list[str]) -> list[str]:
+    """The sections neither measured now nor saved in ``out`` before."""
+    return [
+        s.name for s in SECTIONS if s.name not in measured and not rows_path(out, s.name).is_file()
+    ]
+
+
+def provenance(records: dict[str, dict]) -> str:
+    """The machine and date of the rows: one line when one run measured them all."""
+    runs: dict[tuple[str, str], list[str]] = {}
+    for name, record in records.items():
+        runs.setdefault((record["machine"], record["date"]), []).append(name)
+    if len(runs) == 1:
+        (info, date), _ = next(iter(runs.items()))
+        return f"Machine: {info}. Written by `make bench` ({date})."
+    parts = [f"{', '.join(names)}: {info} ({date})" for (info, date), names in runs.items()]
+    return "Measured in more than one run (`make bench SECTION=...`): " + "; ".join(parts) + "."
+
+
+def write_results(out: Path, records: dict[str, dict]) -> None:
+    rows = {name: record["rows"] for name, record in records.items()}
+    steps, attention_rows, studies = rows["steps"], rows["attention"], rows["long_context"]
     out.mkdir(parents=True, exist_ok=True)
     lines = [
         "# Draft window benchmarks",
         "",
-        f"Machine: {info}. Written by `make bench` ({time.strftime('%Y-%m-%d')}).",
+        provenance(records),
         "",
         *long_context.long_context_lines(studies),
         f"Sections below: block size {measure.BLOCK_SIZE}.",
         "",
         *step_cost.step_lines(steps),
-        *step_cost.sinks_lines(sinks),
-        *step_cost.threshold_lines(threshold),
-        *step_cost.dcp_lines(dcp),
+        *step_cost.sinks_lines(rows["sinks"]),
+        *step_cost.threshold_lines(rows["threshold"]),
+        *step_cost.dcp_lines(rows["dcp"]),
         *attention.attention_lines(attention_rows),
-        *whole_build.whole_build_lines(whole),
-        *launch_cost.launch_lines(launch_rows),
-        *engine_lines(engine),
-        *kv_reclaim_lines(reclaim),
+        *whole_build.whole_build_lines(rows["whole_build"]),
+        *launch_cost.launch_lines(rows["launches"]),
+        *engine_lines(rows["engine"]),
+        *kv_reclaim_lines(rows["kv_reclaim"]),
         "Not measured here: device allocations and host syncs on an accelerator (no GPU or "
         "NPU was available; on CUDA, `torch.cuda.memory_stats` and "
         "`torch.cuda.set_sync_debug_mode` would count them), and the cost of running the "
@@ -183,48 +312,39 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds per point")
     parser.add_argument("--iters", type=int, default=30, help="calls per round")
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    print(f"What the window is for: drafters trained short, served to {long_context.LONGEST}:")
-    studies = long_context.bench_long_context(args.out)
-    mrv1 = load_mrv1_adapter_module()
-    print("Per-step window cost (MRV2 hook vs released MRV1 adapter):")
-    steps = step_cost.bench_step_cost(mrv1, args.rounds, args.iters)
-    print("Attention sinks against the plain window, per build:")
-    sinks = step_cost.bench_sinks_cost(args.rounds, args.iters)
-    print("draft_window_min_context against the plain window, per build:")
-    threshold = step_cost.bench_threshold_cost(args.rounds, args.iters)
-    print("Decode context parallelism against the same window without it, per build:")
-    dcp = step_cost.bench_dcp_cost(args.rounds, args.iters)
-    print("Draft attention with and without the window:")
-    attention_rows = attention.bench_attention(max(args.rounds // 2, 3))
-    print("Whole draft metadata build through vLLM's real path:")
-    whole = whole_build.bench_whole_build(args.rounds, args.iters)
-    print("Device launches and CPU time per propose (MRV1, torch path, fused):")
-    launch_rows = launch_cost.bench_launches(mrv1, args.rounds, args.iters)
-    print("A real vLLM engine, a window that never crops against none:")
-    engine = bench_engine()
-    print("draft_window_free_kv: groups, blocks held and concurrency (vLLM's own functions):")
-    reclaim = bench_kv_reclaim()
-    write_results(
-        args.out,
-        steps,
-        sinks,
-        attention_rows,
-        machine(),
-        whole,
-        launch_rows,
-        threshold,
-        dcp,
-        engine,
-        studies,
-        reclaim,
+    parser.add_argument(
+        "--section",
+        action="append",
+        choices=list(BY_NAME),
+        help="measure only this section (repeatable); the others' rows are read as saved",
     )
+    args = parser.parse_args()
+    sections = [BY_NAME[name] for name in args.section] if args.section else list(SECTIONS)
+    missing = missing_rows(args.out, [s.name for s in sections])
+    if missing:
+        parser.error(
+            f"--section: {args.out / 'rows'} has no saved rows of {', '.join(missing)}; "
+            "run make bench (every section) once first, or name those sections too"
+        )
+    torch.set_num_threads(1)
+    args.mrv1 = load_mrv1_adapter_module()
+    info = machine()
+    for section in sections:
+        print(section.title)
+        save_rows(args.out, section.name, section.measure(args), info)
+    records = load_rows(args.out)
+    write_results(args.out, records)
     print(
         f"Wrote {args.out / 'README.md'}, {args.out / 'long_context.png'} and "
         f"{args.out / 'window_cost.png'}"
     )
     # The report says each failed check where it measured it; the run fails on any.
+    failed = studies_failures(records["long_context"]["rows"])
+    if failed:
+        raise SystemExit("make bench: the studies' checks failed:\n" + "\n".join(failed))
+
+
+def studies_failures(studies: dict) -> list[str]:
     reports = {**long_context.greedy_reports(studies), **long_context.sampled_reports(studies)}
     failed = long_context.failed_checks(reports)
     dflash = studies["dflash"]
@@ -232,8 +352,7 @@ def main() -> None:
         failed.append(
             f"DFlash: {dflash['identical']} of {dflash['total']} greedy texts the target's alone"
         )
-    if failed:
-        raise SystemExit("make bench: the studies' checks failed:\n" + "\n".join(failed))
+    return failed
 
 
 if __name__ == "__main__":

@@ -77,6 +77,23 @@ def bench_engine() -> dict:
     }
 
 
+def _against_plain(acceptance: dict, label: str) -> str:
+    """The run's acceptance against the engine's without the window; where its drafts
+    differ, that its time is not the window's cost alone."""
+    if acceptance[label] == acceptance["plain"]:
+        return "the same acceptance as without it"
+
+    def rate(name: str) -> float:
+        accepted, drafted = acceptance[name]
+        return accepted / drafted if drafted else 0.0
+
+    if rate(label) == rate("plain"):
+        said = "the same acceptance rate as without it"
+    else:
+        said = f"acceptance {'lower' if rate(label) < rate('plain') else 'higher'} than without it"
+    return f"{said}: other drafts, so its time is not the window's cost alone"
+
+
 def engine_lines(row: dict) -> list[str]:
     acceptance, config = row["acceptance"], row["config"]
     windows, lens = config["windows"], config["prompt_lens"]
@@ -87,28 +104,11 @@ def engine_lines(row: dict) -> list[str]:
         accepted, drafted = acceptance[label]
         return f"{accepted} / {drafted}"
 
-    def rate(label: str) -> float:
-        accepted, drafted = acceptance[label]
-        return accepted / drafted if drafted else 0.0
-
     def crops(label: str) -> str:
         return "crops" if windows[label] < longest else "never crops"
 
     def tokens(label: str) -> str:
         return "the same" if row["same_tokens"][label] else "DIFFERENT"
-
-    def against_plain(label: str) -> str:
-        """The run's acceptance against the engine's without the window."""
-        if acceptance[label] == acceptance["plain"]:
-            return "the same acceptance as without it"
-        if rate(label) == rate("plain"):
-            return "the same acceptance rate as without it"
-        return f"acceptance {'lower' if rate(label) < rate('plain') else 'higher'} than without it"
-
-    def drafts_differ(label: str) -> str:
-        if acceptance[label] == acceptance["plain"]:
-            return ""
-        return ": other drafts, so its time is not the window's cost alone"
 
     ratio, ratios = row["never_s"] / row["plain_s"], row["ratios"]
     never = f"draft_window_size={windows['never']} ({crops('never')})"
@@ -120,10 +120,10 @@ def engine_lines(row: dict) -> list[str]:
         f"{config['num_spec']}) in vLLM's offline engine, ``LLM.generate`` of {len(lens)} "
         f"prompts ({min(lens)} to {max(lens)} tokens, {config['max_tokens']} new tokens each, "
         f"greedy; a draft reads at most {longest} tokens), with no window and with "
-        f"``{never}`` ({against_plain('never')}{drafts_differ('never')}), engines interleaved "
+        f"``{never}`` ({_against_plain(acceptance, 'never')}), engines interleaved "
         "in one process; median "
         f"generate time of each, as a ratio. ``{cropping}`` is shown beside them "
-        f"({against_plain('crops')}{drafts_differ('crops')}). On CPU every device op of the "
+        f"({_against_plain(acceptance, 'crops')}). On CPU every device op of the "
         "window and vLLM's Triton kernels (interpreted) run on the host: a ratio, not an "
         "accelerator's time.",
         "",

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """What the window-cost sections share: the inputs (random lengths and block tables over a
-context), the window over them, and how a build is timed (interleaved medians), its
-allocations counted (torch profiler memory events) and its device launches counted."""
+context), the window over them, and how a build is timed (torch.utils.benchmark's Timer, the
+medians of rounds that alternate which of two goes first), its allocations counted (torch
+profiler memory events) and its device launches counted."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ import contextlib
 import os
 import statistics
 import sys
-import time
 from types import SimpleNamespace
 
 import torch
+from torch.utils import benchmark
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -84,10 +85,10 @@ def mrv1_step(adapter, seq_lens, table, bound) -> None:
 
 
 def timed(fn, iters: int) -> float:
-    start = time.perf_counter_ns()
-    for _ in range(iters):
-        fn()
-    return (time.perf_counter_ns() - start) / iters / 1000.0
+    """Microseconds per call of ``fn``, over ``iters`` calls (torch.utils.benchmark's Timer,
+    on this process's threads)."""
+    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
+    return timer.timeit(iters).mean * 1e6
 
 
 def interleaved(fn_a, fn_b, rounds: int, iters: int) -> tuple[float, float]:

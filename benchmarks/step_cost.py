@@ -293,30 +293,9 @@ def bench_dcp_cost(rounds: int, iters: int) -> list[dict]:
         bound = seq_lens.clone()
         plain = window_over(seq_lens, table)
         for cp in DCP_SIZES:
-            # As vLLM builds rank 0's BlockTables: cp_size, cp_rank, cp_interleave, and a
-            # sharded table as wide as the context's virtual blocks.
-            sharded = SimpleNamespace(
-                block_sizes=[BLOCK_SIZE],
-                cp_size=cp,
-                cp_rank=0,
-                cp_interleave=1,
-                dcp_sharded=torch.tensor([True]),
-                input_block_tables=[table[:, : -(-table.shape[1] // cp)].contiguous()],
-            )
-            dcp = window_over(seq_lens, table, block_tables=sharded)
+            dcp = _rank_zero_window(seq_lens, table, cp)
             a, b = step_of(dcp, bound), step_of(plain, bound)
-
-            def a_local(window=dcp, bound=bound, batch=batch):
-                mrv2_step(window, bound, batch)
-                # As the draft prefill's hook writes them (padded rows zero).
-                dcp_local_lengths(
-                    window.seq_lens[:batch],
-                    window.dcp,
-                    scratch=window.dcp_scratch[:batch],
-                    out=window.dcp_local_seq_lens[:batch],
-                )
-                window.dcp_local_seq_lens[batch:].zero_()
-
+            a_local = _with_dcp_local_lengths(dcp, bound, batch)
             a_local()
             b()
             t_dcp, t_plain = interleaved(a, b, rounds, iters)
@@ -348,6 +327,37 @@ def bench_dcp_cost(rounds: int, iters: int) -> list[dict]:
                 flush=True,
             )
     return rows
+
+
+def _rank_zero_window(seq_lens: torch.Tensor, table: torch.Tensor, cp: int) -> DraftWindow:
+    """The window of rank 0 as vLLM builds its BlockTables: cp_size, cp_rank, cp_interleave,
+    and a sharded table as wide as the context's virtual blocks."""
+    sharded = SimpleNamespace(
+        block_sizes=[BLOCK_SIZE],
+        cp_size=cp,
+        cp_rank=0,
+        cp_interleave=1,
+        dcp_sharded=torch.tensor([True]),
+        input_block_tables=[table[:, : -(-table.shape[1] // cp)].contiguous()],
+    )
+    return window_over(seq_lens, table, block_tables=sharded)
+
+
+def _with_dcp_local_lengths(window: DraftWindow, bound: torch.Tensor, batch: int):
+    """One build's window work and the DCP-local lengths, as the draft prefill's hook writes
+    them (padded rows zero)."""
+
+    def step() -> None:
+        mrv2_step(window, bound, batch)
+        dcp_local_lengths(
+            window.seq_lens[:batch],
+            window.dcp,
+            scratch=window.dcp_scratch[:batch],
+            out=window.dcp_local_seq_lens[:batch],
+        )
+        window.dcp_local_seq_lens[batch:].zero_()
+
+    return step
 
 
 def dcp_lines(rows: list[dict]) -> list[str]:

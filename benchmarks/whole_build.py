@@ -43,46 +43,10 @@ def whole_build_row(
     from vllm.config.compilation import CUDAGraphMode
     from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
 
-    from testbed.buffers import make_mrv2_batch
-    from testbed.speculators import (
-        SPECULATOR_CLASSES,
-        GroupLayout,
-        make_vllm_config,
-        wire_speculator,
-    )
     from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import plugin
 
     num_spec, q = 3, 4  # K, and the tokens of each request's query
-    data = make_mrv2_batch(
-        [BLOCK_SIZE],
-        [context - 7 * i for i in range(batch)],
-        q,
-        batch,
-        batch,
-        context,
-        np.random.default_rng(0),
-    )
-
-    def wired(additional_config):
-        config = make_vllm_config(model_dir, context, batch, additional_config)
-        return wire_speculator(
-            SPECULATOR_CLASSES["dspark"],
-            data,
-            [GroupLayout(BLOCK_SIZE)],
-            config,
-            "dspark",
-            num_spec,
-            record=False,
-        ).speculator
-
-    plugin.unregister()
-    plain = wired({})
-    plugin.register()
-    ours, unwatched = wired({"draft_window_size": window}), wired({"draft_window_size": window})
-    for group in unwatched.attn_groups[0]:
-        for builder in group.metadata_builders:
-            for name in ("build", "build_for_cudagraph_capture", "update_draft_decode_metadata"):
-                builder.__dict__.pop(name, None)
+    data, (plain, ours, unwatched) = _dspark_speculators(model_dir, batch, context, window, q)
     desc = BatchExecutionDescriptor(cg_mode=CUDAGraphMode.NONE, num_tokens=batch * q, num_reqs=None)
     bound = torch.from_numpy(data.seq_lens.astype(np.int32) - q)
 
@@ -112,6 +76,44 @@ def whole_build_row(
         "watched": t_watched,
         "unwatched": t_unwatched,
     }
+
+
+def _dspark_speculators(model_dir, batch: int, context: int, window: int, q: int):
+    """A batch of ``q``-token queries, and three DSpark speculators over it: vLLM's own
+    (the plugin unregistered), the windowed one, and the windowed one without the path
+    check's builder watchers (the plugin left registered)."""
+    import numpy as np
+
+    from testbed.buffers import make_mrv2_batch
+    from testbed.speculators import (
+        SPECULATOR_CLASSES,
+        GroupLayout,
+        make_vllm_config,
+        wire_speculator,
+    )
+    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import plugin
+
+    lengths = [context - 7 * i for i in range(batch)]
+    data = make_mrv2_batch(
+        [BLOCK_SIZE], lengths, q, batch, batch, context, np.random.default_rng(0)
+    )
+
+    def wired(additional_config):
+        config = make_vllm_config(model_dir, context, batch, additional_config)
+        layout = [GroupLayout(BLOCK_SIZE)]
+        return wire_speculator(
+            SPECULATOR_CLASSES["dspark"], data, layout, config, "dspark", q - 1, record=False
+        ).speculator
+
+    plugin.unregister()
+    plain = wired({})
+    plugin.register()
+    ours, unwatched = wired({"draft_window_size": window}), wired({"draft_window_size": window})
+    for group in unwatched.attn_groups[0]:
+        for builder in group.metadata_builders:
+            for name in ("build", "build_for_cudagraph_capture", "update_draft_decode_metadata"):
+                builder.__dict__.pop(name, None)
+    return data, (plain, ours, unwatched)
 
 
 def whole_build_lines(rows: list[dict]) -> list[str]:

@@ -392,3 +392,73 @@ def test_the_dflash_lines_compute_the_shares_and_the_tokens_verdict():
         if line.startswith("At 1024 tokens")
     ]
     assert differ.endswith("Greedy tokens: DIFFERENT from the target alone's (47 of 48 texts).")
+
+
+# ---- make bench SECTION=...: each section's rows saved, the results written from them ----
+
+
+def test_saved_rows_read_back_as_measured_int_keys_and_tuples_included(tmp_path):
+    from benchmarks import bench_window, long_context
+
+    rows = {**studies(), "engine": engine_row(512, (72, 72), True)}
+    bench_window.save_rows(tmp_path, "long_context", rows, "a machine")
+    record = json.loads(bench_window.rows_path(tmp_path, "long_context").read_text())
+    back = bench_window._decode(record["rows"])
+    assert back == rows and repr(back) == repr(rows)
+    # The DFlash curve's contexts are ints, as measured: its lines read them so.
+    assert long_context.dflash_lines(back["dflash"]) == long_context.dflash_lines(rows["dflash"])
+
+
+def test_a_section_alone_needs_the_others_rows_and_stops_before_measuring(tmp_path, monkeypatch):
+    from benchmarks import bench_window
+
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", bench_window.MMAP_THRESHOLD)
+    measured = []
+    sections = tuple(
+        bench_window.Section(s.name, s.title, lambda args, name=s.name: measured.append(name))
+        for s in bench_window.SECTIONS
+    )
+    monkeypatch.setattr(bench_window, "SECTIONS", sections)
+    monkeypatch.setattr(sys, "argv", ["bench", "--out", str(tmp_path), "--section", "attention"])
+    with pytest.raises(SystemExit) as stopped:
+        bench_window.main()
+    assert stopped.value.code == 2 and not measured
+
+
+def test_a_section_alone_measures_it_and_writes_the_results_with_the_others_rows(
+    tmp_path, monkeypatch
+):
+    from benchmarks import bench_window
+
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", bench_window.MMAP_THRESHOLD)
+    for section in bench_window.SECTIONS:
+        bench_window.save_rows(tmp_path, section.name, {"old": section.name}, "machine A")
+    measured, written = [], {}
+    sections = tuple(
+        bench_window.Section(
+            s.name, s.title, lambda args, name=s.name: measured.append(name) or {"new": name}
+        )
+        for s in bench_window.SECTIONS
+    )
+    monkeypatch.setattr(bench_window, "SECTIONS", sections)
+    monkeypatch.setattr(bench_window, "BY_NAME", {s.name: s for s in sections})
+    monkeypatch.setattr(bench_window, "load_mrv1_adapter_module", lambda: None)
+    monkeypatch.setattr(bench_window, "machine", lambda: "machine B")
+    monkeypatch.setattr(bench_window, "write_results", lambda out, records: written.update(records))
+    monkeypatch.setattr(bench_window, "studies_failures", lambda studies: [])
+    argv = ["bench", "--out", str(tmp_path), "--section", "dcp", "--section", "attention"]
+    monkeypatch.setattr(sys, "argv", argv)
+
+    bench_window.main()
+
+    assert measured == ["dcp", "attention"]  # in the sections' order as given
+    assert written["dcp"]["rows"] == {"new": "dcp"} and written["dcp"]["machine"] == "machine B"
+    assert written["steps"]["rows"] == {"old": "steps"}
+    said = bench_window.provenance(written)
+    assert said.startswith("Measured in more than one run")
+    assert "dcp, attention: machine B" in said and "machine A" in said
+    one_run = {name: {**record, "machine": "machine B"} for name, record in written.items()}
+    dates = {record["date"] for record in one_run.values()}
+    assert bench_window.provenance(one_run) == (
+        f"Machine: machine B. Written by `make bench` ({dates.pop()})."
+    )
