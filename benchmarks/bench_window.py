@@ -215,7 +215,8 @@ def missing_rows(out: Path, measured: list[str]) -> list[str]:
 
 
 def provenance(records: dict[str, dict]) -> str:
-    """The machine and date of the rows: one line when one run measured them all."""
+    """The machine and date of the rows: one line when one machine measured them all on one
+    day, else each section's."""
     runs: dict[tuple[str, str], list[str]] = {}
     for name, record in records.items():
         runs.setdefault((record["machine"], record["date"]), []).append(name)

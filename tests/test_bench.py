@@ -462,3 +462,15 @@ def test_a_section_alone_measures_it_and_writes_the_results_with_the_others_rows
     assert bench_window.provenance(one_run) == (
         f"Machine: machine B. Written by `make bench` ({dates.pop()})."
     )
+
+
+def test_the_committed_results_are_written_from_the_committed_rows(tmp_path):
+    """benchmarks/results/README.md is what the writer makes of benchmarks/results/rows/."""
+    import shutil
+
+    from benchmarks import bench_window
+
+    results = bench_window.ROOT / "benchmarks" / "results"
+    shutil.copytree(results / "rows", tmp_path / "rows")
+    bench_window.write_results(tmp_path, bench_window.load_rows(tmp_path))
+    assert (tmp_path / "README.md").read_text() == (results / "README.md").read_text()
