@@ -7,7 +7,7 @@ import vllm.platforms.cpu
 import vllm.utils.torch_utils as torch_utils
 import vllm.v1.worker.gpu.buffer_utils as buffer_utils
 
-from testbed.engine.triton_interpreter import label_comparisons_int1
+from testbed.engine.triton_interpreter import find_builtins_once, label_comparisons_int1
 
 
 def apply_cpu_shims() -> None:
@@ -28,6 +28,7 @@ def apply_cpu_shims() -> None:
 
     mla_attention.PIN_MEMORY = False
     label_comparisons_int1()
+    find_builtins_once()
 
 
 class _HostUvaBuffer:
