@@ -162,10 +162,12 @@ def rows_path(out: Path, name: str) -> Path:
     return out / "rows" / f"{name}.json"
 
 
-def save_rows(out: Path, name: str, rows: object, info: str) -> None:
+def save_rows(out: Path, name: str, rows: object, info: str, started: str) -> None:
+    """``rows`` of section ``name``, with the machine and the start of the run (UTC, ISO
+    8601) that measured them."""
     path = rows_path(out, name)
     path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"machine": info, "date": time.strftime("%Y-%m-%d"), "rows": _encode(rows)}
+    record = {"machine": info, "started": started, "date": started[:10], "rows": _encode(rows)}
     path.write_text(json.dumps(record, indent=1) + "\n")
 
 
@@ -215,15 +217,17 @@ def missing_rows(out: Path, measured: list[str]) -> list[str]:
 
 
 def provenance(records: dict[str, dict]) -> str:
-    """The machine and date of the rows: one line when one machine measured them all on one
-    day, else each section's."""
+    """The machine and date of the rows: one line when one run measured them all, else each
+    run's sections. A record saved before runs were told apart by their start stands for a
+    run of its own day."""
     runs: dict[tuple[str, str], list[str]] = {}
     for name, record in records.items():
-        runs.setdefault((record["machine"], record["date"]), []).append(name)
+        run = record.get("started", record["date"])
+        runs.setdefault((record["machine"], run), []).append(name)
     if len(runs) == 1:
-        (info, date), _ = next(iter(runs.items()))
-        return f"Machine: {info}. Written by `make bench` ({date})."
-    parts = [f"{', '.join(names)}: {info} ({date})" for (info, date), names in runs.items()]
+        (info, run), _ = next(iter(runs.items()))
+        return f"Machine: {info}. Written by `make bench` ({run[:10]})."
+    parts = [f"{', '.join(names)}: {info} ({run})" for (info, run), names in runs.items()]
     return "Measured in more than one run (`make bench SECTION=...`): " + "; ".join(parts) + "."
 
 
@@ -329,10 +333,10 @@ def main() -> None:
         )
     torch.set_num_threads(1)
     args.mrv1 = load_mrv1_adapter_module()
-    info = machine()
+    info, started = machine(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     for section in sections:
         print(section.title)
-        save_rows(args.out, section.name, section.measure(args), info)
+        save_rows(args.out, section.name, section.measure(args), info, started)
     records = load_rows(args.out)
     write_results(args.out, records)
     print(

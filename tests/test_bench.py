@@ -401,7 +401,7 @@ def test_saved_rows_read_back_as_measured_int_keys_and_tuples_included(tmp_path)
     from benchmarks import bench_window, long_context
 
     rows = {**studies(), "engine": engine_row(512, (72, 72), True)}
-    bench_window.save_rows(tmp_path, "long_context", rows, "a machine")
+    bench_window.save_rows(tmp_path, "long_context", rows, "a machine", "2026-12-06T10:00:00Z")
     record = json.loads(bench_window.rows_path(tmp_path, "long_context").read_text())
     back = bench_window._decode(record["rows"])
     assert back == rows and repr(back) == repr(rows)
@@ -432,7 +432,9 @@ def test_a_section_alone_measures_it_and_writes_the_results_with_the_others_rows
 
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", bench_window.MMAP_THRESHOLD)
     for section in bench_window.SECTIONS:
-        bench_window.save_rows(tmp_path, section.name, {"old": section.name}, "machine A")
+        bench_window.save_rows(
+            tmp_path, section.name, {"old": section.name}, "machine A", "2026-12-01T09:00:00Z"
+        )
     measured, written = [], {}
     sections = tuple(
         bench_window.Section(
@@ -457,10 +459,16 @@ def test_a_section_alone_measures_it_and_writes_the_results_with_the_others_rows
     said = bench_window.provenance(written)
     assert said.startswith("Measured in more than one run")
     assert "dcp, attention: machine B" in said and "machine A" in said
-    one_run = {name: {**record, "machine": "machine B"} for name, record in written.items()}
-    dates = {record["date"] for record in one_run.values()}
+    # The same machine on the same day, in two runs: still two runs, each with its start.
+    same_day = {
+        name: {**record, "machine": "machine B", "date": "2026-12-01"}
+        for name, record in written.items()
+    }
+    said = bench_window.provenance(same_day)
+    assert said.startswith("Measured in more than one run") and "2026-12-01T09:00:00Z" in said
+    one_run = {name: {**record, **written["dcp"], "rows": {}} for name, record in written.items()}
     assert bench_window.provenance(one_run) == (
-        f"Machine: machine B. Written by `make bench` ({dates.pop()})."
+        f"Machine: machine B. Written by `make bench` ({written['dcp']['started'][:10]})."
     )
 
 
