@@ -67,9 +67,10 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from testbed import use_triton_interpreter  # noqa: E402
+from testbed import use_model_info_cache, use_triton_interpreter  # noqa: E402
 
 use_triton_interpreter()  # before vLLM's first import
+use_model_info_cache()
 
 from benchmarks import attention, launch_cost, long_context, measure, step_cost, whole_build  # noqa: E402
 from benchmarks.engine import bench_engine, engine_lines  # noqa: E402

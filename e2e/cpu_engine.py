@@ -17,7 +17,18 @@ checks for one when its own version names the CPU.)
 from __future__ import annotations
 
 import os
+from importlib.metadata import version
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def model_info_cache() -> Path:
+    """vLLM's cache of what it inspects of each model class (``VLLM_CACHE_ROOT``), one per
+    vLLM line in the checkout: the file of a class holds one line's source hash, so two
+    lines sharing one cache (~/.cache/vllm by default) overwrite each other's, and each miss
+    is an inspection again."""
+    return ROOT / ".cache" / f"vllm-{version('vllm')}"
 
 
 def engine_env(cache_root: Path, model_runner_v1: bool) -> dict[str, str]:

@@ -14,11 +14,10 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 
 from e2e import study, sweep_plan
-from e2e.cpu_engine import engine_env
+from e2e.cpu_engine import engine_env, model_info_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -201,8 +200,7 @@ def cpu_study_defaults() -> dict[str, str]:
 
 def cpu_engine_env() -> dict[str, str]:
     """What a vLLM engine needs on this CPU-only host (``cpu_engine.engine_env``)."""
-    cache = ROOT / ".cache" / f"vllm-{metadata.version('vllm')}"
-    full = engine_env(cache, host_has_model_runner_v1())
+    full = engine_env(model_info_cache(), host_has_model_runner_v1())
     return {key: value for key, value in full.items() if os.environ.get(key) != value}
 
 

@@ -11,6 +11,8 @@ serving path imports this package.
 
 import os
 
+from e2e.cpu_engine import model_info_cache
+
 
 def use_triton_interpreter() -> None:
     """Run vLLM's own Triton kernels (and the window's) on CPU under Triton's interpreter:
@@ -20,3 +22,10 @@ def use_triton_interpreter() -> None:
     import; existing settings are kept."""
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def use_model_info_cache() -> None:
+    """This process uses vLLM's model-class cache of the engines it starts
+    (``e2e.cpu_engine.model_info_cache``), an existing setting kept; only before vLLM's
+    first import."""
+    os.environ.setdefault("VLLM_CACHE_ROOT", str(model_info_cache()))

@@ -2,12 +2,25 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """The shims vLLM's Model Runner V2 classes need to build on a CPU-only host."""
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import vllm.platforms
 import vllm.platforms.cpu
 import vllm.utils.torch_utils as torch_utils
 import vllm.v1.worker.gpu.buffer_utils as buffer_utils
+from vllm.model_executor.models import registry
 
 from testbed.engine.triton_interpreter import find_builtins_once, label_comparisons_int1
+
+T = TypeVar("T")
+
+
+def inspect_in_process(inspect: Callable[[], T]) -> T:
+    """vLLM inspects a model class its cache lacks in a subprocess kept clear of CUDA, which
+    imports vLLM again (10 to 14 s of CPU); a CPU-only process has no CUDA to keep clear:
+    vLLM's own inspection, here (vLLM's subprocess: ``inspect_in_process.in_subprocess``)."""
+    return inspect()
 
 
 def apply_cpu_shims() -> None:
@@ -29,6 +42,9 @@ def apply_cpu_shims() -> None:
     mla_attention.PIN_MEMORY = False
     label_comparisons_int1()
     find_builtins_once()
+    if registry._run_in_subprocess is not inspect_in_process:
+        inspect_in_process.in_subprocess = registry._run_in_subprocess
+        registry._run_in_subprocess = inspect_in_process
 
 
 class _HostUvaBuffer:

@@ -6,9 +6,10 @@ The shims run at import time, before any test builds a vLLM object.
 """
 
 # First, before any vLLM import: vLLM's Triton kernels run under Triton's interpreter.
-from testbed import use_triton_interpreter
+from testbed import use_model_info_cache, use_triton_interpreter
 
 use_triton_interpreter()
+use_model_info_cache()
 
 
 import numpy as np  # noqa: E402

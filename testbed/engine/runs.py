@@ -22,7 +22,7 @@ from pathlib import Path
 import requests
 from vllm.benchmarks.sweep.server import ServerProcess
 
-from e2e.cpu_engine import engine_env
+from e2e.cpu_engine import engine_env, model_info_cache
 from testbed.engine.models import NUM_SPEC, VOCAB, TinyModels
 
 OFFLINE = Path(__file__).with_name("offline.py")
@@ -70,17 +70,10 @@ def prompts() -> list[list[int]]:
     return [[rng.randrange(4, VOCAB) for _ in range(n)] for n in PROMPT_LENS]
 
 
-def cache_root() -> Path:
-    """vLLM's cache of the inspected model classes, one per vLLM line (``environment``)."""
-    import vllm
-
-    return ROOT / ".cache" / f"vllm-{vllm.__version__}"
-
-
 def environment() -> dict[str, str]:
     from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import versions
 
-    return engine_env(cache_root(), versions.has_model_runner_v1())
+    return engine_env(model_info_cache(), versions.has_model_runner_v1())
 
 
 @dataclass

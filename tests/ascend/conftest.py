@@ -21,6 +21,7 @@ from importlib.metadata import entry_points, version
 
 import pytest
 
+from e2e.cpu_engine import model_info_cache
 from testbed.tiny_models import TINY_LLAMA, TINY_MLA, write_model_dir
 from tests.ascend.npu_testbed.pairing import IN_TREE, check_every_tree_window, check_in_tree
 
@@ -29,6 +30,8 @@ from tests.ascend.npu_testbed.pairing import IN_TREE, check_every_tree_window, c
 # ``testbed.use_triton_interpreter`` does for the 0.33 tests.
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# vLLM's cache of the model classes it inspected: this line's, the engines'.
+os.environ.setdefault("VLLM_CACHE_ROOT", str(model_info_cache()))
 
 if type(sys.modules.get("torch_npu")).__name__ != "StandIn":
     raise pytest.UsageError(

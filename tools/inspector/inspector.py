@@ -363,9 +363,10 @@ def plot(path: Path, method: str, args, rows: list[dict]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from testbed import use_triton_interpreter
+    from testbed import use_model_info_cache, use_triton_interpreter
 
     use_triton_interpreter()  # before vLLM's first import, just below
+    use_model_info_cache()
     from testbed.shims import apply_cpu_shims
 
     show_window_lines()
