@@ -9,7 +9,6 @@ import vllm.platforms
 import vllm.platforms.cpu
 import vllm.utils.torch_utils as torch_utils
 import vllm.v1.worker.gpu.buffer_utils as buffer_utils
-from vllm.model_executor.models import registry
 
 from testbed.engine.triton_interpreter import find_builtins_once, label_comparisons_int1
 
@@ -42,6 +41,8 @@ def apply_cpu_shims() -> None:
     mla_attention.PIN_MEMORY = False
     label_comparisons_int1()
     find_builtins_once()
+    from vllm.model_executor.models import registry
+
     if registry._run_in_subprocess is not inspect_in_process:
         inspect_in_process.in_subprocess = registry._run_in_subprocess
         registry._run_in_subprocess = inspect_in_process
