@@ -378,6 +378,10 @@ def quotes_upstream(h: Home) -> list[str]:
         f"The window's per-build work is {cost_ratios(h)} of one V1 adapter `apply`",
         f"draft attention costs {ratios[0]}, {ratios[1]} and {ratios[2]} of the full-context "
         f"time at 8k, 32k and 128k",
+        f"The torch path makes {launches(h, 'eagle', 'torch launches', '5')} device ops (one "
+        f"refresh per draft step), against {launches(h, 'eagle', 'MRV1 launches', '5')} for "
+        f"V1's one apply; the plugin form's one-launch refresh makes "
+        f"{launches(h, 'eagle', 'fused launches', '5')}.",
     ]
 
 

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""The one-launch window refresh (fused.py) equals the torch path bit for bit.
+"""The one-launch window refresh (overlay/fused.py) equals the torch path bit for bit.
 
 Runs the project's Triton kernel under Triton's interpreter on CPU (``TRITON_INTERPRET=1``;
 timings there mean nothing) over property cases: several KV-cache groups and block sizes,
@@ -22,8 +22,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import fused
-from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import fused_check
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import fused, fused_check
 from vllm_ascend.worker.v2.spec_decode.draft_window.plan import ActualSeqLens, Plan
 from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
@@ -59,7 +58,7 @@ def make_window(gen, block_sizes, window_size, sinks, rows, extra_cols, actual=N
         rows,
         torch.device("cpu"),
     )
-    window.enable_fused()
+    fused.enable_fused(window)
     return window, max_len
 
 
@@ -197,12 +196,12 @@ def test_trust_then_use_enables_the_kernel_only_when_its_self_check_agrees(monke
     logger.setLevel(logging.INFO)
 
     _, window, _, _, _ = case(3)
-    window.fused_steps = window.fused_chunks = None
+    window.refresh_kernel = None
     # On CPU the interpreter's kernel is never chosen by itself.
     assert not fused_check.enable_if_trusted(window, logger, "draft_window_size")
-    assert window.fused_steps is None and not records
+    assert window.refresh_kernel is None and not records
     assert fused_check.enable_if_trusted(window, logger, "draft_window_size", allow_cpu=True)
-    assert window.fused_steps is not None
+    assert window.refresh_kernel is not None
 
     real = fused.FusedRefresh.launch
 
@@ -214,13 +213,13 @@ def test_trust_then_use_enables_the_kernel_only_when_its_self_check_agrees(monke
         raise RuntimeError("no such intrinsic")
 
     for launch, said in ((wrong, "decode: seq_lens"), (broken, "the kernel did not run")):
-        window.fused_steps = window.fused_chunks = None
+        window.refresh_kernel = None
         records.clear()
         monkeypatch.setattr(fused.FusedRefresh, "launch", launch)
         assert not fused_check.enable_if_trusted(
             window, logger, "draft_window_size", allow_cpu=True
         )
-        assert window.fused_steps is None
+        assert window.refresh_kernel is None
         (record,) = records
         assert record.levelno == logging.WARNING and said in record.getMessage()
         assert "the window refreshes with the torch path" in record.getMessage()
@@ -258,7 +257,7 @@ def test_tables_wider_than_one_column_block_equal_the_torch_path():
         rows,
         torch.device("cpu"),
     )
-    window.enable_fused()
+    fused.enable_fused(window)
     assert window.chunk_windows[0].block_table.shape[1] > 1024
     lengths = torch.tensor([41_000, 30_000, 20_100, 64, 0], dtype=torch.int32)
     query_lens = torch.tensor([20_000, 17_000, 20_100, 64, 0], dtype=torch.int32)
@@ -274,7 +273,7 @@ def test_a_table_layout_the_kernel_cannot_take_keeps_the_torch_path(monkeypatch)
     logger = logging.getLogger("test.fused.layout")
     logger.addHandler(type("H", (logging.Handler,), {"emit": lambda self, r: records.append(r)})())
     _, window, _, _, _ = case(4)
-    window.fused_steps = window.fused_chunks = None
+    window.refresh_kernel = None
     real = fused.FusedRefresh.__init__
 
     def strided_tables(self, spec, tables, seq_lens_out, *args):
@@ -284,6 +283,6 @@ def test_a_table_layout_the_kernel_cannot_take_keeps_the_torch_path(monkeypatch)
 
     monkeypatch.setattr(fused.FusedRefresh, "__init__", strided_tables)
     assert not fused_check.enable_if_trusted(window, logger, "draft_window_size", allow_cpu=True)
-    assert window.fused_steps is None and window.fused_chunks is None
+    assert window.refresh_kernel is None
     (record,) = records
     assert "int32 row-major tables" in record.getMessage()

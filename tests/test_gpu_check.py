@@ -17,7 +17,7 @@ import torch
 from tools.gpu_check import checks as gpu_checks
 from tools.gpu_check import cli as gpu_check
 from tools.gpu_check import measure as gpu_measure
-from vllm_ascend.worker.v2.spec_decode.draft_window import fused
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import fused
 
 # The same code on every vLLM line: run once, in .venv (design/testing.md).
 pytestmark = pytest.mark.release_independent

@@ -38,6 +38,7 @@ from tests.cpu_testbed.dflash import (
     wire,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import plugin
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.fused import enable_fused
 
 # Every test here runs with the plugin installed, as vLLM loads it.
 pytestmark = pytest.mark.usefixtures("window_hooks")
@@ -302,7 +303,7 @@ def test_the_one_launch_refresh_builds_what_the_torch_path_builds(
         for name, md in build(wired, cg_mode).items()
     }
     window = wired.speculator.draft_window
-    window.enable_fused()
+    enable_fused(window)
     for buffer in (window.seq_lens, *(w.block_table for w in window.windows.values())):
         buffer.fill_(-1)  # what the kernel does not write would show
     metadata = build(wired, cg_mode)

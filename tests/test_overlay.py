@@ -18,17 +18,11 @@ pytestmark = pytest.mark.release_independent
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "vllm_ascend/worker/v2/spec_decode/draft_window/"
-# The refresh kernel, where vllm-ascend keeps its Model Runner V2 spec-decode kernels.
-KERNEL = "vllm_ascend/ops/triton/v2/spec_decode/draft_window_refresh.py"
 PARENTS = [
     "vllm_ascend",
     "vllm_ascend/worker",
     "vllm_ascend/worker/v2",
     "vllm_ascend/worker/v2/spec_decode",
-    "vllm_ascend/ops",
-    "vllm_ascend/ops/triton",
-    "vllm_ascend/ops/triton/v2",
-    "vllm_ascend/ops/triton/v2/spec_decode",
 ]
 
 
@@ -63,11 +57,11 @@ def test_parent_folders_have_no_init_file():
 
 # What a server runs, and nothing else. The core (what the upstream patch adds to
 # vllm-ascend, byte for byte): the settings, the window arithmetic, the group and refusal
-# policy, the window, the fused refresh (its kernel: KERNEL), the release vllm-ascend names
-# at its call sites. The overlay (the plugin form only): the entry point, the hook
-# installer, the hooks (one module per speculator family), the other supported releases,
-# the path check on the builders its hooks wrap by name and the fused refresh's start-up
-# self-check. The inspector, the GPU check and the CPU test bed live in
+# policy, the window, the release vllm-ascend names at its call sites. The overlay (the
+# plugin form only): the entry point, the hook installer, the hooks (one module per
+# speculator family), the other supported releases, the path check on the builders its
+# hooks wrap by name, and the one-launch refresh (its Triton kernel and start-up
+# self-check). The inspector, the GPU check and the CPU test bed live in
 # tools/ and tests/; a module added here is a deliberate change to what a host installs.
 CORE_MODULES = {
     "__init__.py",
@@ -76,7 +70,6 @@ CORE_MODULES = {
     "config.py",
     "dcp.py",
     "declared.py",
-    "fused.py",
     "groups.py",
     "log.py",
     "methods.py",
@@ -99,7 +92,9 @@ OVERLAY_MODULES = {
         "free_kv.py",
         "kv_reclaim.py",
         "path_check.py",
+        "fused.py",
         "fused_check.py",
+        "refresh_kernel.py",
         "versions.py",
         "vllm_backends.py",
         "hooks/__init__.py",
@@ -147,14 +142,14 @@ def test_the_wheel_ships_only_what_a_server_runs(wheel):
         assert not [n for n in shipped if tool in n], tool
 
 
-def test_wheel_installs_only_the_draft_window_package_its_kernel_and_the_entry_point(wheel):
+def test_wheel_installs_only_the_draft_window_package_and_the_entry_point(wheel):
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         dist_info = {n.split("/")[0] for n in names if ".dist-info/" in n}
         assert len(dist_info) == 1
         (dist_info,) = dist_info
         outside = [n for n in names if not n.startswith((PACKAGE, dist_info + "/"))]
-        assert outside == [KERNEL]
+        assert outside == []
         assert PACKAGE + "__init__.py" in names
         assert PACKAGE + "window.py" in names
         entry_points = zf.read(f"{dist_info}/entry_points.txt").decode()

@@ -97,7 +97,7 @@ def test_the_plugins_set_attn_attaches_the_check_the_core_window_has_none(model_
     assert inspect.unwrap(builder.build) is not builder.build
     core = speculator.create_draft_window(s, install.installation().release)
     assert core is not None and core.path_check is None
-    assert core.fused_steps is None and core.fused_chunks is None
+    assert core.refresh_kernel is None
 
 
 def vllms(method):

@@ -384,15 +384,18 @@ def test_a_build_handed_vllm_ascends_unwindowed_host_mirror_is_stopped(model_dir
     )
 
 
+@pytest.mark.overlay
 @pytest.mark.parametrize("block_size", [16, 128])
 def test_the_one_launch_refresh_gives_fia_the_same_inputs_at_every_step(block_size, model_dir):
     """The window's own Triton kernel (under Triton's interpreter) through vllm-ascend's real
     EAGLE decode: every step's FIA inputs equal the torch path's and read exactly the window
     of the actual length."""
+    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.fused import enable_fused
+
     num_spec = 4
     plain = setup_decode(model_dir, "eagle3", block_size, num_spec)
     d = setup_decode(model_dir, "eagle3", block_size, num_spec)
-    d.s.draft_window.enable_fused()
+    enable_fused(d.s.draft_window)
     for step in range(1, num_spec):
         at_step(plain, step)
         at_step(d, step)

@@ -52,26 +52,6 @@ def test_the_overlay_sits_in_vllm_ascends_own_tree_and_replaced_none_of_its_file
         assert hashlib.sha256((site / name).read_bytes()).hexdigest() == digest, name
 
 
-def test_the_refresh_kernel_sits_beside_vllm_ascends_spec_decode_kernels():
-    """The one module outside draft_window/: the Triton refresh, added to vllm-ascend's own
-    ``ops/triton/v2/spec_decode`` package (a regular one, with its kernels), not a copy."""
-    from vllm_ascend.ops.triton.v2 import spec_decode
-    from vllm_ascend.ops.triton.v2.spec_decode import draft_window_refresh
-
-    site = Path(vllm_ascend.__file__).parent.parent
-    folder = Path(draft_window_refresh.__file__).parent
-    assert spec_decode.__file__ == str(folder / "__init__.py")
-    kernels = "vllm_ascend/ops/triton/v2/spec_decode"
-    assert folder.relative_to(site) == Path(kernels)
-    shipped = {
-        line.split(maxsplit=1)[1]
-        for line in (VENV / "vllm-ascend-files.sha256").read_text().splitlines()
-    }
-    # vllm-ascend's spec-decode kernels (resample.py on every release), and not this one
-    assert f"{kernels}/resample.py" in shipped
-    assert f"{kernels}/draft_window_refresh.py" not in shipped
-
-
 def test_vllms_plugin_loading_with_vllm_ascends_plugins_installs_the_ascend_line(
     loaded_plugins,
 ):

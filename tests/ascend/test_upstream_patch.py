@@ -70,11 +70,7 @@ def test_the_patch_touches_the_call_site_files_and_adds_only_new_ones(made):
         "tests/ut/spec_decode/test_draft_window_mrv1_parity.py",
         "tests/ut/spec_decode/test_draft_window_sinks.py",
         "tests/ut/spec_decode/test_draft_window_dcp_free_kv.py",
-        # beside vllm-ascend's own Model Runner V2 spec-decode kernels, which it already has
-        str(upstream.KERNEL),
     }
-    assert (upstream.PRISTINE / upstream.KERNEL.parent / "prepare_dflash_inputs.py").is_file()
-    assert not (upstream.PRISTINE / upstream.KERNEL).exists()
     # The core by construction: every module of the package outside overlay/, nothing else.
     shipped = {p.removeprefix(f"{package}/") for p in new if p.startswith(package)}
     folder = upstream.ROOT / upstream.PACKAGE
@@ -171,3 +167,48 @@ def test_an_earlier_parts_tree_passes_its_tests_and_the_earlier_parts(parts, tmp
     assert not [p for p in later if (tree / p).exists()]
     outcomes = vllm_ascend_ut.run(tree, tmp_path, tuple(tests))
     assert outcomes and set(outcomes.values()) == {"passed"}, outcomes
+
+
+def _numstat(patch: str) -> dict[str, int]:
+    """Files, added and removed lines of code (outside ``tests/``) and of tests, as
+    ``git apply --numstat`` counts them."""
+    stat = subprocess.run(
+        ["git", "apply", "--numstat", "-"], input=patch, capture_output=True, text=True, check=True
+    ).stdout
+    counts = dict.fromkeys(("files", "code", "removed", "tests", "test_files"), 0)
+    for line in stat.splitlines():
+        added, removed, path = line.split("\t")
+        test = path.startswith("tests/")
+        counts["test_files" if test else "files"] += 1
+        counts["tests" if test else "code"] += int(added)
+        counts["removed"] += 0 if test else int(removed)
+    return counts
+
+
+def _figure(n: int) -> str:
+    return f"{n:,}"
+
+
+def test_design_upstream_states_the_series_and_the_patch_as_generated(series, made):
+    """design/upstream.md's line counts are those of the patch and series made now."""
+    text = (upstream.ROOT / "design" / "upstream.md").read_text()
+    for part, patch in series:
+        n = _numstat(patch)
+        row = (
+            f"| `series/{part.description.name}` | {n['files']} files, +{_figure(n['code'])} / "
+            f"-{_figure(n['removed'])} | +{_figure(n['tests'])} |"
+        )
+        assert row in text, f"part {part.number}: {row}"
+    n = _numstat(made[0])
+    folder = upstream.ROOT / upstream.PACKAGE
+    core = [p for p in folder.rglob("*.py") if p.relative_to(folder).parts[0] != upstream.OVERLAY]
+    lines = sum(len(p.read_text().splitlines()) for p in core)
+    flat = " ".join(text.split())
+    assert f"`{upstream.PACKAGE}/`, {len(core)} files, {_figure(lines)} lines:" in flat, (
+        "New module"
+    )
+    assert (
+        f"In all, {n['files'] + n['test_files']} files, +{_figure(n['code'] + n['tests'])} / "
+        f"-{_figure(n['removed'])} (`git apply --numstat`): +{_figure(n['code'])} of code, "
+        f"+{_figure(n['tests'])} of tests." in flat
+    ), "In all"

@@ -31,6 +31,7 @@ def synthetic_window(
     fused refresh enabled."""
     import torch
 
+    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.fused import enable_fused
     from vllm_ascend.worker.v2.spec_decode.draft_window.plan import ActualSeqLens, Plan
     from vllm_ascend.worker.v2.spec_decode.draft_window.window import ceil_div
     from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
@@ -54,7 +55,7 @@ def synthetic_window(
         batch,
         device,
     )
-    window.enable_fused()
+    enable_fused(window)
     lengths = torch.randint(0, context + 1, (batch,), generator=gen, dtype=torch.int32)
     lengths[0] = context
     if batch > 1:
@@ -256,7 +257,7 @@ def check_graphs(
         )
 
     (window, lengths), (twin, _) = make(1), make(1)
-    twin.fused_steps = twin.fused_chunks = None  # the torch path, eager
+    twin.refresh_kernel = None  # the torch path, eager
     source = lengths.clone()
     replay = capture(partial(window.refresh, batch, seq_lens=source))
     gen = torch.Generator().manual_seed(2)

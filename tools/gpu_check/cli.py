@@ -4,7 +4,7 @@
 
     python -m tools.gpu_check [--out DIR] [--quick]   (from the repository root)
 
-1. Correctness: the one-launch refresh (``fused.py``) compiled by Triton for the GPU, bit
+1. Correctness: the one-launch refresh (``overlay/fused.py``) compiled by Triton for the GPU, bit
    for bit against the torch path, over a grid of shapes (batch 1-1024, tables up to 128k
    tokens at blocks of 16 and 128, one and two groups, sinks, actual lengths, draft prefill
    chunks, padded rows), and the start-up self-check's verdict; vLLM's

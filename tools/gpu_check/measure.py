@@ -98,7 +98,7 @@ def measure(device, sizes: Sizes = Sizes()) -> list[Result]:
         gen = torch.Generator().manual_seed(batch)
         fused, lengths = synthetic_window(device, batch, sizes.context, (128,), w_size, 0, gen)
         plain, _ = synthetic_window(device, batch, sizes.context, (128,), w_size, 0, gen)
-        plain.fused_steps = plain.fused_chunks = None
+        plain.refresh_kernel = None
         table = fused.block_tables.base.input_block_tables[0][:batch]
         for k in (1, 3, 5, 7):  # 1: a DFlash/DSpark propose; K: an EAGLE propose's refreshes
             times = [cuda_ms(partial(_refreshes, w, batch, lengths, k)) for w in (fused, plain)]

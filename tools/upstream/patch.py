@@ -16,8 +16,6 @@ HERE = Path(__file__).resolve().parent / f"vllm-ascend-{RELEASE}"
 # The pristine source distribution `make setup` fetches (sha256-pinned) and unpacks.
 PRISTINE = ROOT / ".cache" / f"vllm-ascend-{RELEASE}" / f"vllm_ascend-{RELEASE}"
 PACKAGE = Path("vllm_ascend/worker/v2/spec_decode/draft_window")
-# The window's Triton refresh, beside vllm-ascend's Model Runner V2 spec-decode kernels.
-KERNEL = Path("vllm_ascend/ops/triton/v2/spec_decode/draft_window_refresh.py")
 # The plugin form's own folder: the core is everything else in the package, byte for byte.
 OVERLAY = "overlay"
 # vllm-ascend's files the call sites change (call_sites.diff).
@@ -62,8 +60,8 @@ PART_FILES = {
 
 def new_files() -> dict[Path, Path]:
     """The patch's new files (path in vllm-ascend's tree -> source here): the package's core
-    (all of it but ``overlay/``), its Triton kernel, and the patch's own unit tests."""
-    files = {KERNEL: ROOT / KERNEL}
+    (all of it but ``overlay/``) and the patch's own unit tests."""
+    files = {}
     for source in sorted((ROOT / PACKAGE).rglob("*.py")):
         relative = source.relative_to(ROOT / PACKAGE)
         if relative.parts[0] == OVERLAY:

@@ -42,8 +42,7 @@ def create_draft_window(
     speculator: Any, release: Release, freed: Freed | None = None
 ) -> DraftWindow | None:
     """The speculator's window on ``release``, or None (off): the settings validated, the
-    plan made against the speculator, the window built from it. The window refreshes with
-    the torch path until ``DraftWindow.enable_fused`` is called."""
+    plan made against the speculator, the window built from it."""
     # A config without additional_config (a stand-in) asks for no window.
     additional = getattr(speculator.vllm_config, "additional_config", None)
     config = DraftWindowConfig.from_additional_config(additional)

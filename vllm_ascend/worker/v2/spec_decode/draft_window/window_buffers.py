@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.fused import FusedRefresh
 from vllm_ascend.worker.v2.spec_decode.draft_window.plan import Plan
 from vllm_ascend.worker.v2.spec_decode.draft_window.views import (
     BlockTablesView,
@@ -41,6 +40,19 @@ def not_in_path(what: str) -> WindowNotInPathError:
         f"draft window not in the path: {what}. Windowing it is not supported: remove "
         f"draft_window_size, or report the path."
     )
+
+
+class RefreshKernel(Protocol):
+    """A refresh in one launch that replaces the torch path, attached by whoever has one."""
+
+    def launch(
+        self,
+        num_reqs_padded: int,
+        source: torch.Tensor,
+        query_start_loc: torch.Tensor | None,
+        actual_step: int | None,
+    ) -> None:
+        """Write what ``DraftWindow.refresh`` writes, for the same arguments."""
 
 
 class BuilderCheck(Protocol):
@@ -87,8 +99,8 @@ class DraftWindow:
         if plan.max_chunk_len:
             self.chunk_windows = self._tables(full_widths, max_num_reqs, device, plan.max_chunk_len)
         self._allocate(max_num_reqs, device, input_buffers)
-        self.fused_steps: FusedRefresh | None = None
-        self.fused_chunks: FusedRefresh | None = None
+        # A one-launch refresh (None: the torch path).
+        self.refresh_kernel: RefreshKernel | None = None
         has_mirror = host_mirror is not None and hasattr(input_buffers, host_mirror[0])
         self.seq_lens_cpu = torch.zeros(max_num_reqs, dtype=torch.int32) if has_mirror else None
         self.input_buffers = InputBuffersView(
@@ -189,16 +201,8 @@ class DraftWindow:
         actual = self.actual if actual_step is not None else None
         windows = self.windows if query_start_loc is None else self.chunk_windows
         self.block_tables.windows = windows
-        fused = self.fused_steps if query_start_loc is None else self.fused_chunks
-        if fused is not None:
-            fused.launch(
-                n,
-                source,
-                query_start_loc,
-                actual_source=None if actual is None else actual.source,
-                actual_step=actual_step or 0,
-                max_model_len=0 if actual is None else actual.max_model_len,
-            )
+        if self.refresh_kernel is not None:
+            self.refresh_kernel.launch(n, source, query_start_loc, actual_step)
             return
         query_lens = None
         if query_start_loc is not None:
@@ -224,25 +228,6 @@ class DraftWindow:
         full_tables = self.block_tables.base.input_block_tables
         for g, window in windows.items():
             window.gather(full_tables[g], self.window_skip, read_lens, n)
-
-    def enable_fused(self) -> None:
-        full_tables = self.block_tables.base.input_block_tables
-
-        def refresh_of(windows: dict[int, BlockTableWindow]) -> FusedRefresh:
-            tables = [
-                (full_tables[g], windows[g].block_table, windows[g].block_size)
-                for g in sorted(windows)
-            ]
-            return FusedRefresh(
-                self.spec, tables, self.seq_lens, self.window_skip, self.actual_windowed
-            )
-
-        self.fused_steps = refresh_of(self.windows)
-        self.fused_chunks = (
-            self.fused_steps
-            if self.chunk_windows is self.windows
-            else refresh_of(self.chunk_windows)
-        )
 
     def window_actual_seq_lens(self, lengths: torch.Tensor) -> torch.Tensor:
         """Window the kernel's actual lengths on the host, in place."""

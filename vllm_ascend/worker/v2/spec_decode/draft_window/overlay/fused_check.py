@@ -9,7 +9,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.fused import triton_available
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.fused import (
+    enable_fused,
+    triton_available,
+)
 from vllm_ascend.worker.v2.spec_decode.draft_window.plan import ActualSeqLens, Plan
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import ceil_div
 from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
@@ -30,12 +33,11 @@ def compare_with_torch(
     """Outputs where the torch and fused refresh differ (overwrites the window's buffers)."""
     n = num_reqs_padded
     windows = window.windows if query_start_loc is None else window.chunk_windows
-    kept = window.fused_steps, window.fused_chunks
-    window.fused_steps = window.fused_chunks = None
+    kept, window.refresh_kernel = window.refresh_kernel, None
     try:
         window.refresh(n, seq_lens=source, query_start_loc=query_start_loc, actual_step=actual_step)
     finally:
-        window.fused_steps, window.fused_chunks = kept
+        window.refresh_kernel = kept
     expected = _outputs(window, windows, n, actual_step is not None)
     for buffer in (window.seq_lens, window.window_skip, window.actual_windowed):
         buffer.fill_(-7)
@@ -87,7 +89,7 @@ def self_check(window: DraftWindow, seed: int = 0) -> list[str]:
         max_num_reqs=rows,
         device=device,
     )
-    synthetic.enable_fused()
+    enable_fused(synthetic)
     lengths = torch.randint(0, max_len, (rows,), generator=gen, dtype=torch.int32)
     lengths[-2:] = 0  # padded rows
     if spec.min_context:
@@ -118,9 +120,9 @@ def enable_if_trusted(
     try:
         problems = self_check(window)
         if not problems:
-            window.enable_fused()
+            enable_fused(window)
     except Exception as error:  # a compiler, runtime or table layout the kernel cannot take
-        window.fused_steps = window.fused_chunks = None
+        window.refresh_kernel = None
         problems = [f"the kernel did not run ({type(error).__name__}: {error})"]
     if problems:
         logger.warning(

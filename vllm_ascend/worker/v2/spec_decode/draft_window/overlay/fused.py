@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""Window refresh in one Triton launch, bit-exact with the torch path; no host sync or
-allocation, so graphs may capture it."""
+"""The window's refresh in one Triton launch, bit-exact with the torch path; no host sync
+or allocation, so graphs may capture it. The plugin form enables it where its start-up
+self-check passes (``fused_check.py``); the window refreshes with the torch path otherwise."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec
+from vllm_ascend.worker.v2.spec_decode.draft_window.window import BlockTableWindow, WindowSpec
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
 if TYPE_CHECKING:
     from triton.runtime.jit import JITFunction
@@ -29,7 +31,7 @@ def triton_available() -> bool:
 def _kernel() -> JITFunction:
     global _KERNEL
     if _KERNEL is None:
-        from vllm_ascend.ops.triton.v2.spec_decode.draft_window_refresh import (
+        from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.refresh_kernel import (
             draft_window_refresh_kernel,
         )
 
@@ -116,3 +118,51 @@ class FusedRefresh:
             QUERY=query_start_loc is not None,
             BLOCK=self.block,
         )
+
+
+class FusedWindowRefresh:
+    """``DraftWindow.refresh`` in one launch: a ``RefreshKernel`` over the window's decode
+    tables and, where a draft prefill has wider ones, its chunk tables."""
+
+    def __init__(self, window: DraftWindow) -> None:
+        self.actual = window.actual
+        full_tables = window.block_tables.base.input_block_tables
+
+        def refresh_of(windows: dict[int, BlockTableWindow]) -> FusedRefresh:
+            tables = [
+                (full_tables[g], windows[g].block_table, windows[g].block_size)
+                for g in sorted(windows)
+            ]
+            return FusedRefresh(
+                window.spec, tables, window.seq_lens, window.window_skip, window.actual_windowed
+            )
+
+        self.steps = refresh_of(window.windows)
+        self.chunks = (
+            self.steps
+            if window.chunk_windows is window.windows
+            else refresh_of(window.chunk_windows)
+        )
+
+    def launch(
+        self,
+        num_reqs_padded: int,
+        source: torch.Tensor,
+        query_start_loc: torch.Tensor | None,
+        actual_step: int | None,
+    ) -> None:
+        actual = self.actual if actual_step is not None else None
+        fused = self.steps if query_start_loc is None else self.chunks
+        fused.launch(
+            num_reqs_padded,
+            source,
+            query_start_loc,
+            actual_source=None if actual is None else actual.source,
+            actual_step=actual_step or 0,
+            max_model_len=0 if actual is None else actual.max_model_len,
+        )
+
+
+def enable_fused(window: DraftWindow) -> None:
+    """Refresh ``window`` with one kernel launch from now on."""
+    window.refresh_kernel = FusedWindowRefresh(window)

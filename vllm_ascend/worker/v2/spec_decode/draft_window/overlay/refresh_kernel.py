@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""The draft KV window's one-launch refresh as a Triton kernel, beside vllm-ascend's other
-Model Runner V2 spec-decode kernels (``draft_window/fused.py`` launches it): one program per
-(request row, KV-cache group) computes the row's windowed length and skip (``window.py``'s
-arithmetic) and writes the group's cropped table row. Imported only where Triton is."""
+"""The draft KV window's one-launch refresh as a Triton kernel (``fused.py`` launches it):
+one program per (request row, KV-cache group) computes the row's windowed length and skip
+(``window.py``'s arithmetic) and writes the group's cropped table row. Imported only where
+Triton is."""
 
 import triton
 import triton.language as tl
