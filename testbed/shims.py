@@ -10,7 +10,12 @@ import vllm.platforms.cpu
 import vllm.utils.torch_utils as torch_utils
 import vllm.v1.worker.gpu.buffer_utils as buffer_utils
 
-from testbed.engine.triton_interpreter import find_builtins_once, label_comparisons_int1
+from testbed.engine.triton_interpreter import (
+    drop_overflow_checks_unless_debug,
+    find_builtins_once,
+    label_comparisons_int1,
+    patch_device_calls_once,
+)
 
 T = TypeVar("T")
 
@@ -41,6 +46,8 @@ def apply_cpu_shims() -> None:
     mla_attention.PIN_MEMORY = False
     label_comparisons_int1()
     find_builtins_once()
+    drop_overflow_checks_unless_debug()
+    patch_device_calls_once()
     from vllm.model_executor.models import registry
 
     if registry._run_in_subprocess is not inspect_in_process:

@@ -25,7 +25,12 @@ from collections.abc import Callable
 
 # Beside this script, whose folder Python puts first on the path (the project is imported
 # as installed, never from this checkout).
-from triton_interpreter import find_builtins_once, label_comparisons_int1
+from triton_interpreter import (
+    drop_overflow_checks_unless_debug,
+    find_builtins_once,
+    label_comparisons_int1,
+    patch_device_calls_once,
+)
 
 # vLLM's spec-decode counters (vllm/v1/metrics), read before and after each generate.
 COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
@@ -108,6 +113,8 @@ def read_plan(plan_path: str) -> dict:
     """The plan an engine script runs, read once Triton's interpreter is set up."""
     label_comparisons_int1()
     find_builtins_once()
+    drop_overflow_checks_unless_debug()
+    patch_device_calls_once()
     with open(plan_path) as f:
         return json.load(f)
 
