@@ -13,10 +13,11 @@ Run as a script from a directory outside the checkout (the project imported as i
 PLAN: {"target": path, "max_model_len": n, "block_size": b, "requests": {id: [ids]},
 "abort": id, "abort_after": n, "max_tokens": n, "runs": [{"name", "speculative_config" (or
 null), "additional_config", "engine": {LLM keyword arguments}, "requests" (optional: this
-run's own, none aborted)}]}. Each run also records the most requests vLLM had running at
-once (its ``vllm:num_requests_running`` gauge after each step) and, per KV-cache group, the
-most blocks one request held after a step (vLLM's KV cache manager, in this process: the
-engine core runs in process here).
+run's own, none aborted)}], "keep_going" (optional: a run whose engine raises is recorded
+as its error, {"name", "error"}, and the next one runs)}. Each run also records the most
+requests vLLM had running at once (its ``vllm:num_requests_running`` gauge after each
+step) and, per KV-cache group, the most blocks one request held after a step (vLLM's KV
+cache manager, in this process: the engine core runs in process here).
 """
 
 from __future__ import annotations
@@ -109,7 +110,8 @@ def run(plan: dict, spec: dict) -> dict:
 
 
 def main(plan_path: str, results_path: str) -> int:
-    return run_plan(read_plan(plan_path), results_path, run)
+    plan = read_plan(plan_path)
+    return run_plan(plan, results_path, run, keep_going=plan.get("keep_going", False))
 
 
 if __name__ == "__main__":

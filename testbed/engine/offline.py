@@ -146,6 +146,7 @@ def run_plan(plan: dict, results_path: str, run: Callable, keep_going: bool = Fa
 
             traceback.print_exc()
             results.append({"name": spec["name"], "error": f"{type(error).__name__}: {error}"})
+            release_engine()  # what a refused start-up set up before it stopped
         print(f"=== end {spec['name']}", flush=True)
     with open(results_path, "w") as f:
         json.dump(results, f)
