@@ -10,12 +10,7 @@ import vllm.platforms.cpu
 import vllm.utils.torch_utils as torch_utils
 import vllm.v1.worker.gpu.buffer_utils as buffer_utils
 
-from testbed.engine.triton_interpreter import (
-    drop_overflow_checks_unless_debug,
-    find_builtins_once,
-    label_comparisons_int1,
-    patch_device_calls_once,
-)
+from testbed.engine.triton_interpreter import set_up_interpreter
 
 T = TypeVar("T")
 
@@ -44,10 +39,7 @@ def apply_cpu_shims() -> None:
     import vllm.model_executor.layers.attention.mla_attention as mla_attention
 
     mla_attention.PIN_MEMORY = False
-    label_comparisons_int1()
-    find_builtins_once()
-    drop_overflow_checks_unless_debug()
-    patch_device_calls_once()
+    set_up_interpreter()
     from vllm.model_executor.models import registry
 
     if registry._run_in_subprocess is not inspect_in_process:

@@ -25,12 +25,7 @@ from collections.abc import Callable
 
 # Beside this script, whose folder Python puts first on the path (the project is imported
 # as installed, never from this checkout).
-from triton_interpreter import (
-    drop_overflow_checks_unless_debug,
-    find_builtins_once,
-    label_comparisons_int1,
-    patch_device_calls_once,
-)
+from triton_interpreter import set_up_interpreter
 
 # vLLM's spec-decode counters (vllm/v1/metrics), read before and after each generate.
 COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
@@ -111,10 +106,7 @@ def run(plan: dict, spec: dict) -> dict:
 
 def read_plan(plan_path: str) -> dict:
     """The plan an engine script runs, read once Triton's interpreter is set up."""
-    label_comparisons_int1()
-    find_builtins_once()
-    drop_overflow_checks_unless_debug()
-    patch_device_calls_once()
+    set_up_interpreter()
     with open(plan_path) as f:
         return json.load(f)
 

@@ -111,3 +111,11 @@ def patch_device_calls_once() -> None:
     patch_lang.once_per_launch = True
     patch_lang.each_call = each_call
     interpreter._patch_lang = patch_lang
+
+
+def set_up_interpreter() -> None:
+    """All of the above, once per process, before the first launch."""
+    label_comparisons_int1()
+    find_builtins_once()
+    drop_overflow_checks_unless_debug()
+    patch_device_calls_once()
