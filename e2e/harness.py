@@ -13,7 +13,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from e2e import checks, cli, host, reports, study, sweep_plan
+from e2e import checks, cli, host, reports, scenarios, study, sweep_plan
 from e2e.scenarios import (
     ROOT,
     Run,
@@ -52,8 +52,7 @@ def run_scenario(
             flush=True,
         )
     job = host.Job(scenario, device, out_dir, given or {})
-    host.install(device)
-    host.check_pairing(scenario.method)
+    check_host(device, scenario.method)
     job.produced = host.start_run(job)
     workloads = e2e_workloads(scenario, out_dir)
     planned = runs(scenario, device)
@@ -83,14 +82,13 @@ def run_study(
     if not settings.contexts:
         raise SystemExit("no study context fits the model: set MAX_CONTEXT")
     job = host.Job(scenario, device, out_dir, given or {}, settings=settings)
-    host.install(device)
-    host.check_pairing(scenario.method)
+    check_host(device, scenario.method)
     job.produced = host.start_run(job)
     (out_dir / "study_text.txt").write_text(settings.text(), encoding="utf-8")
     commands, workloads, sweeps = study_plan(scenario, device, port, settings, job.given, out_dir)
     planned = study_runs(scenario, device, job.given)
     host.record_plan(out_dir, scenario, planned, sweeps, settings)
-    cut_datasets(commands, settings.parallel)
+    cut_datasets(commands)
     for one in sweeps:
         print(f"[e2e] study: {one.shell_lines()[0]}", flush=True)
     # The servers start in the study's folder (on CPU: they import this project as installed).
@@ -115,10 +113,30 @@ def run_study(
     return reports.finish_study(job, results, workloads, record)
 
 
-def cut_datasets(commands: list[list[str]], at_once: int) -> None:
-    """vLLM's cutter, a process per dataset, as many at once as servers will run."""
-    with ThreadPoolExecutor(max_workers=at_once) as pool:
-        list(pool.map(lambda c: subprocess.run(c, check=True, capture_output=True), commands))
+def check_host(device: str, method: str) -> None:
+    """The install and the pairing check, and beside the pairing check the probe of whether
+    the host's vLLM still has Model Runner V1 (the servers' environment): each probe
+    imports vLLM, seconds of CPU."""
+    host.install(device)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(scenarios.host_has_model_runner_v1)
+        host.check_pairing(method)
+
+
+def cut_datasets(commands: list[list[str]]) -> None:
+    """vLLM's cutter for every dataset in one process (its ``main`` on each printed
+    command's arguments, in order: one import of vLLM instead of one per dataset), then the
+    other commands (the joins of its slices) in order."""
+    cutter = ["-m", sweep_plan.CUTTER]
+    cuts = [c[3:] for c in commands if c[1:3] == cutter]
+    if cuts:
+        script = f"import json, sys; from {sweep_plan.CUTTER} import main\n"
+        script += "for argv in json.loads(sys.argv[1]): main(argv)"
+        probe = [sys.executable, "-c", script, json.dumps(cuts)]
+        subprocess.run(probe, check=True, capture_output=True)
+    for command in commands:
+        if command[1:3] != cutter:
+            subprocess.run(command, check=True, capture_output=True)
 
 
 def dry_run(scenario, device, port, out, settings=None, given=None) -> list[str]:

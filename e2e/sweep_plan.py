@@ -77,13 +77,17 @@ class Serving:
         return {"_benchmark_name": self.name, **self.params}
 
 
+# vLLM's cutter of prompts of an exact token length out of a plain text.
+CUTTER = "vllm.benchmarks.datasets.create_txt_slices_dataset"
+
+
 def slices_command(text: Path, out: Path, tokenizer: str, prompts: int, tokens: int, output: int):
     """``prompts`` prompts of exactly ``tokens`` tokens of ``text`` (the target's tokenizer),
     each asking for ``output`` tokens: vLLM's own cutter."""
     return [
         sys.executable,
         "-m",
-        "vllm.benchmarks.datasets.create_txt_slices_dataset",
+        CUTTER,
         *("--input", str(text), "--output", str(out), "--tokenizer", tokenizer),
         *("--num-prompts", str(prompts), "--input-len", str(tokens)),
         *("--output-len", str(output), "--seed", "0"),

@@ -96,7 +96,7 @@ def study_run(tmp_path, monkeypatch):
     monkeypatch.setattr(host, "install", lambda device: None)
     monkeypatch.setattr(host, "check_pairing", lambda method: None)
 
-    def cut(commands, at_once):
+    def cut(commands):
         for command in commands:
             out = Path(command[command.index("--output") + 1])
             prompts = int(command[command.index("--num-prompts") + 1])

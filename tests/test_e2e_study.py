@@ -138,24 +138,34 @@ def test_the_study_of_the_tiny_scenario_serves_the_trained_models_on_cuda(dry_ru
 
 
 def test_vllms_cutter_gives_every_prompt_exactly_its_context_of_the_held_out_text(tmp_path):
-    """vLLM's own ``create_txt_slices_dataset``, run as the study runs it, over the trained
-    models' held-out text and their byte tokenizer: each prompt is a stretch of the text
-    whose tokens number exactly the context."""
+    """vLLM's own ``create_txt_slices_dataset``, run as the study runs it (every dataset in
+    one process), over the trained models' held-out text and their byte tokenizer: each
+    prompt is a stretch of the text whose tokens number exactly the context, and each
+    dataset is the one its printed command writes alone."""
     from transformers import AutoTokenizer
 
     import trained_models
+    from e2e import harness
 
     models = trained_models.committed()
-    out = tmp_path / "context_512.jsonl"
-    command = sweep_plan.slices_command(models.heldout, out, models.target, 4, 512, 16)
+    contexts = {512: tmp_path / "context_512.jsonl", 64: tmp_path / "context_64.jsonl"}
+    commands = [
+        sweep_plan.slices_command(models.heldout, out, models.target, 4, context, 16)
+        for context, out in contexts.items()
+    ]
+    harness.cut_datasets(commands)
+    alone = tmp_path / "alone.jsonl"
+    command = sweep_plan.slices_command(models.heldout, alone, models.target, 4, 64, 16)
     subprocess.run(command, check=True, capture_output=True)
+    assert alone.read_bytes() == contexts[64].read_bytes()
     tokenizer = AutoTokenizer.from_pretrained(models.target)
     heldout = models.heldout.read_text(encoding="utf-8")
-    prompts = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(prompts) == 4 and all(p["output_tokens"] == 16 for p in prompts)
-    for p in prompts:
-        assert len(tokenizer(p["prompt"], add_special_tokens=False).input_ids) == 512
-        assert p["prompt"] in heldout + heldout
+    for context, out in contexts.items():
+        prompts = [json.loads(line) for line in out.read_text().splitlines()]
+        assert len(prompts) == 4 and all(p["output_tokens"] == 16 for p in prompts)
+        for p in prompts:
+            assert len(tokenizer(p["prompt"], add_special_tokens=False).input_ids) == context
+            assert p["prompt"] in heldout + heldout
 
 
 @pytest.mark.parametrize(
