@@ -3,6 +3,8 @@
 """The window inspector (`make demo`): its table, its checks and its errors."""
 
 import shlex
+import time
+from pathlib import Path
 
 import pytest
 
@@ -175,3 +177,55 @@ def test_make_demo_shows_the_window_lines_and_none_of_vllms_cpu_warnings():
     assert "\r" not in err
     lines = [line for line in err.split("\n") if "Draft KV window" in line]
     assert len(lines) == 2 and all(line.startswith("INFO Draft KV window") for line in lines)
+
+
+def test_a_failure_in_the_tables_stops_the_study_started_beside_them(monkeypatch):
+    """``make demo`` starts the served study before its tables (the study's first seconds
+    take one core): where the tables fail, the study and every process it started stop."""
+    import subprocess
+    import sys
+
+    from tools.inspector import served
+
+    # A study that has started a server of its own: a process group of two sleepers.
+    script = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
+    script += "'import time; time.sleep(600)']); print(flush=True); time.sleep(600)"
+    started = []
+
+    def start_study():
+        study = subprocess.Popen(
+            [sys.executable, "-c", script],
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        study.stdout.readline()  # its child is started
+        started.append(study)
+        return study
+
+    def tables(args):
+        raise RuntimeError("a table failed")
+
+    monkeypatch.setattr(served, "start_study", start_study)
+    monkeypatch.setattr(inspector, "tables", tables)
+    with pytest.raises(RuntimeError, match="a table failed"):
+        inspector.main(["--window", "256"])
+    (study,) = started
+    assert study.returncode is not None
+    deadline = time.monotonic() + 10
+    while live_in_group(study.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the signal reaches the server asynchronously
+    assert live_in_group(study.pid) == []
+
+
+def live_in_group(group: int) -> list[int]:
+    """The processes of process group ``group`` still running (zombies are not)."""
+    live = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group and fields[0] != "Z":
+            live.append(int(stat.parent.name))
+    return live

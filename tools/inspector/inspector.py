@@ -364,9 +364,26 @@ def plot(path: Path, method: str, args, rows: list[dict]) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from testbed import use_model_info_cache, use_triton_interpreter
+    from tools.inspector import served
 
-    use_triton_interpreter()  # before vLLM's first import, just below
+    use_triton_interpreter()  # before vLLM's first import, in tables()
     use_model_info_cache()
+    # The study's first seconds (its checks, vLLM's dataset cutter) take one core: they run
+    # beside the tables.
+    study = None if args.no_serve else served.start_study()
+    try:
+        failed = not tables(args)
+    except BaseException:
+        if study is not None:
+            served.stop_study(study)
+        raise
+    if study is not None:
+        failed |= not served.finish_study(study)
+    return 1 if failed else 0
+
+
+def tables(args: argparse.Namespace) -> bool:
+    """The inspector's tables (and ``--plot``); False where a check failed."""
     from testbed.shims import apply_cpu_shims
 
     show_window_lines()
@@ -383,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.dcp > 1
         else (inspect_method, print_table)
     )
-    failed = False
+    ok = True
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = tiny_model_dir(Path(tmp), max_position_embeddings=1 << 22)
@@ -398,14 +415,10 @@ def main(argv: list[str] | None = None) -> int:
             results.append((method, inspect(args, method, model_dir)))
     for method, rows in results:
         show(method, args, rows)
-        failed |= not all(r["ok"] for r in rows)
+        ok &= all(r["ok"] for r in rows)
     if args.plot:
         plot(args.plot, results[0][0], args, results[0][1])
-    if not args.no_serve:
-        from tools.inspector.served import serve_study
-
-        failed |= not serve_study()
-    return 1 if failed else 0
+    return ok
 
 
 if __name__ == "__main__":

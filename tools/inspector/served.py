@@ -12,7 +12,10 @@ without speculation: the same tokens every way.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -44,8 +47,34 @@ def serve_study(
     """Runs the study (``parallel`` servers at a time, one core each) at ``contexts`` into
     ``out`` (the servers from ``port`` on; None: the first free) and prints what it
     measured; False when it failed (a server did not start, or the tokens differ)."""
+    return finish_study(start_study(out, parallel, contexts, port), out)
+
+
+def start_study(
+    out: Path = OUT, parallel: int = 2, contexts: str = CONTEXTS, port: int | None = None
+) -> subprocess.Popen:
+    """The study's process, started (``serve_study``'s arguments); ``finish_study`` prints
+    what it measured. Its first seconds are checks and vLLM's dataset cutter on one core, so
+    the inspector starts it before its own tables."""
     given = {"DEVICE": "cpu", "STUDY": "long", "E2E_SCENARIO": SCENARIO, "AUTO": "1"}
     given |= {"PARALLEL": str(parallel), "CONTEXTS": contexts, "PORT": str(port or "")}
+    command = [sys.executable, "-m", "e2e", *cli.flags(given), "--out", str(out)]
+    # A session of its own: stop_study stops its servers with it.
+    return subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+
+
+def stop_study(study: subprocess.Popen) -> None:
+    """Stops a started study and every process it started (the tables failed first)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(study.pid, signal.SIGTERM)
+    study.wait()
+
+
+def finish_study(study: subprocess.Popen, out: Path = OUT) -> bool:
+    """Waits for the study ``start_study`` started into ``out`` and prints what it
+    measured; False when it failed."""
     print(
         "\nWhat the window is for, in a real vLLM engine: the long-context study of make "
         "e2e-ascend, here on CPU (vllm serve, Model Runner V2) with an EAGLE3 head trained "
@@ -53,9 +82,8 @@ def serve_study(
         f"(both committed: trained_models/), greedy, {trained.NUM_SPEC} speculative tokens.",
         flush=True,
     )
-    command = [sys.executable, "-m", "e2e", *cli.flags(given), "--out", str(out)]
-    done = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    for line in done.stdout.splitlines():
+    stdout, _ = study.communicate()
+    for line in stdout.splitlines():
         if line.startswith("[e2e] study ") and ": mean acceptance length" not in line:
             continue  # the serve commands: in the report's folder, one log per run
         print(f"  {line}", flush=True)
@@ -64,7 +92,7 @@ def serve_study(
         return False
     report = json.loads(report_path.read_text())
     print(table(report, report_path.parent), flush=True)
-    return done.returncode == 0
+    return study.returncode == 0
 
 
 def table(report: dict, folder: Path) -> str:
