@@ -1,7 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""The draft window for vllm-ascend's autoregressive speculator: the FIA parameters of a
-FULL decode graph replay (``build_fia_params``), windowed as each captured step is."""
+"""The window in vllm-ascend's autoregressive speculator's FULL decode graph replays."""
 
 from __future__ import annotations
 
@@ -30,8 +29,7 @@ def fia_params(
     is_draft_model_prefill: bool,
     release: Release,
 ) -> list[dict[str, Any]]:
-    """Window ``build_fia_params``' per-step ``actual_seq_lengths_kv`` (and block tables,
-    where the release takes them from the target's metadata)."""
+    """Window ``build_fia_params``' per-step KV lengths (and tables, where it takes them)."""
     if window is None:
         return params
     if is_draft_model_prefill:

@@ -1,7 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""``draft_window_size``, ``draft_attention_sinks``, ``draft_window_min_context`` and
-``draft_window_free_kv`` from ``--additional-config``, validated once at start-up."""
+"""The window's keys of ``--additional-config``, validated once at start-up."""
 
 from __future__ import annotations
 
@@ -31,12 +30,9 @@ def unknown_keys(additional_config: Mapping[str, Any] | None) -> list[str]:
 
 
 class DraftWindowConfig(BaseModel):
-    """The window settings of ``vllm_config.additional_config``: ``draft_window_size``
-    (None: off; a number of tokens, integral strings accepted; ``"auto"``: sized from the
-    training context the draft checkpoint declares), and, only with it,
-    ``draft_attention_sinks`` (first tokens read besides the window, rounded up to the
-    alignment), ``draft_window_min_context`` (the context from which a request is windowed)
-    and ``draft_window_free_kv`` (vLLM frees the draft's KV before the window)."""
+    """The window keys of ``additional_config``: ``draft_window_size`` (None: off; tokens;
+    ``"auto"``: the draft's declared training context) and, only with it, the sinks, the
+    threshold and ``draft_window_free_kv``."""
 
     model_config = ConfigDict(frozen=True)
 

@@ -1,8 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""The draft window under decode context parallelism (DCP). A sharded table's column holds
-``cp * u`` tokens of a request (``u`` per rank, ``interleave | u``); with the alignment a
-multiple of that, one window start drops the same columns on every rank."""
+"""The window under decode context parallelism: a column holds ``cp * u`` tokens (``u`` per
+rank); with the alignment a multiple of it, one start drops the same columns on every rank."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""``draft_window_size: "auto"``: the context the draft's own config.json declares (vLLM
-may raise it to ``max_model_len`` in the loaded config). Never downloads."""
+"""``draft_window_size: "auto"``: the context the draft's own config.json declares."""
 
 from __future__ import annotations
 

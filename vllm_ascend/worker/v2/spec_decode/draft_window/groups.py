@@ -16,8 +16,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Freed:
-    """Draft ``layers`` whose KV-cache spec ``draft_window_free_kv`` made a sliding window of
-    ``tokens``, so that vLLM frees their KV before it."""
+    """Draft ``layers`` that ``draft_window_free_kv`` made a sliding window of ``tokens``."""
 
     tokens: int
     layers: frozenset[str]

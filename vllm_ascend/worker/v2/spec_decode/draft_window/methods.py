@@ -1,7 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""Speculative methods the window knows, by vLLM's method name, and how each draft reads its
-KV cache."""
+"""The speculative methods the window knows, and how each draft reads its KV cache."""
 
 import enum
 

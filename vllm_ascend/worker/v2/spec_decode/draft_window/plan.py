@@ -1,8 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""One speculator's window, decided once at ``set_attn``: the settings through every refusal
-and the group decisions to a ``Plan``; a window that would change nothing stays off, said
-once."""
+"""One speculator's window, decided once at ``set_attn``: settings through every refusal to a
+``Plan``; a window that would change nothing stays off, said once."""
 
 from __future__ import annotations
 
@@ -46,9 +45,8 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec, lc
 
 @dataclass(frozen=True)
 class ActualSeqLens:
-    """The lengths the kernel takes where the host computes them: the window start comes from
-    them. ``from_bound``: the builder's host bound plus the step (DSpark on GLM-family
-    targets, DFlash on MLA), else the target's length plus each decode step (EAGLE)."""
+    """The host-computed lengths the kernel takes, the window start's source: the host bound
+    plus the step (``from_bound``), else the target's length plus each decode step."""
 
     source: torch.Tensor
     max_model_len: int
@@ -87,8 +85,7 @@ class Plan:
         min_context: int = 0,
         **fields: Any,
     ) -> Plan:
-        """The plan of a window over ``group_ids`` of ``block_tables``: the layout read and
-        the shape derived, once (``plan`` below, and windows made without a speculator)."""
+        """The plan over ``group_ids`` of ``block_tables``: layout read, shape derived."""
         layout = DcpLayout.of(block_tables)
         units = column_tokens(block_tables, group_ids, layout)
         spec = WindowSpec.derive(window_size, units.values(), sink_tokens, min_context)
@@ -102,8 +99,7 @@ class Plan:
 def plan(
     speculator: Any, config: DraftWindowConfig, release: Release, freed: Freed | None = None
 ) -> Plan | None:
-    """The window this speculator gets under ``config`` on ``release``; None: off (said
-    once). ``"auto"`` is resolved once the windowed groups' alignment is known."""
+    """The speculator's window under ``config`` on ``release``; None: off (said once)."""
     window_size, method = config.draft_window_size, speculator.method
     kind = METHODS.get(method)
     if kind is Kind.MTP:
@@ -302,8 +298,7 @@ def _windowed_groups(decisions: list[GroupDecision], window_size: int | str) -> 
 
 
 def _engages(spec: WindowSpec, config: DraftWindowConfig, max_model_len: int) -> bool:
-    """Whether a request within ``max_model_len`` is ever cropped (``crops_within``), each
-    reason it is not said once."""
+    """Whether a request within ``max_model_len`` is ever cropped; why not, said once."""
     sinks = f" with {spec.sink_size} attention sinks" if spec.sink_size else ""
     # A read leaves tokens out once start > S, which needs L >= S + W + a.
     if max_model_len < spec.reach:

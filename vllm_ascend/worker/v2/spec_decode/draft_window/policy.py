@@ -1,8 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""What the window refuses at start-up, and why. Each check raises a ``Refusal`` (why, and
-the fix besides removing the key); ``refusals`` turns it into the one ``ValueError`` that
-names the key and its value."""
+"""Start-up refusals: each check raises a ``Refusal``; ``refusals`` turns it into one
+``ValueError`` naming the key, its value and the fix."""
 
 from __future__ import annotations
 
@@ -29,8 +28,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.views import block_table_uni
 
 
 class Refusal(Exception):
-    """Why the window cannot serve a setting; ``fix``: what serves it instead, besides
-    removing the key (None: only that)."""
+    """Why the window cannot serve a setting; ``fix``: what does, besides dropping the key."""
 
     def __init__(self, why: str, fix: str | None = None) -> None:
         super().__init__(why)
@@ -50,11 +48,8 @@ def refusals(key: str, value: object) -> Iterator[None]:
 def check_start_up(
     vllm_config: Any, config: Any, release: Release | None, model_runner_v2: bool
 ) -> None:
-    """The start-up check of a config asking for the window with a draft, once the runner is
-    known. On Model Runner V2: a method the release does not serve (MTP keeps its warning at
-    ``set_attn``), ``draft_window_free_kv`` where the release does not serve it, and
-    ``"auto"`` without a readable draft config.json. On Model Runner V1: ``"auto"``, sinks
-    and a threshold, which only this window applies."""
+    """Start-up check once the runner is known: on Model Runner V2 the method, the free-KV key
+    and ``"auto"``'s config.json; on Model Runner V1 ``"auto"``, sinks and the threshold."""
     if model_runner_v2:
         method = getattr(vllm_config.speculative_config, "method", None)
         if config.draft_window_free_kv and release is not None and release.free_kv_unserved:
@@ -107,10 +102,8 @@ def refuse_method(method: str, release: Release) -> None:
 
 
 def refuse_config(vllm_config: Any, release: Release) -> None:
-    """Stop on a layout of the config the release names as not served (vLLM 0.34's dual-batch
-    overlap), and, where a draft may run at a decode-context-parallel size of its own, on a
-    size other than the one earlier releases gave its method (the layouts the window is
-    proven on): the target's, or 1 for a DFlash-family draft without MLA."""
+    """Stop on a layout the release does not serve (vLLM 0.34's dual-batch overlap) or a draft
+    DCP size other than the target's (1 for a DFlash-family draft without MLA)."""
     for path, layout, why, fix in release.unserved_config:
         if dotted(vllm_config, path):
             raise Refusal(f"is not supported on {release.name} {layout}: {why}", fix)
@@ -135,9 +128,7 @@ def refuse_config(vllm_config: Any, release: Release) -> None:
 
 
 def refuse_speculator(speculator: Any, release: Release) -> None:
-    """Stop on a speculator class the window is not tested with for its method on the
-    installed release (a draft family whose own passes the window has not been checked
-    against)."""
+    """Stop on a speculator class not tested with the window for the method on the release."""
     served = release.speculators_for(speculator.method)
     owner = type(speculator).__name__
     if owner not in served:
@@ -150,8 +141,7 @@ def refuse_speculator(speculator: Any, release: Release) -> None:
 
 
 def refuse_shape(method: str, window_size: int, query_stretch: int, vllm_config: Any) -> None:
-    """Stop where one block-aligned window per request cannot hold the draft: a window
-    smaller than the draft's own queries, prefix-LM targets, prefill context parallelism."""
+    """Stop where one block-aligned window per request cannot hold the draft."""
     if window_size < query_stretch:
         raise Refusal(
             f"is smaller than the {query_stretch} query tokens method {method!r} drafts per "
@@ -180,9 +170,7 @@ def refuse_dcp(
     release: Release,
     decisions: list[GroupDecision],
 ) -> None:
-    """Under decode context parallelism, stop where a window start cannot be whole columns
-    of every rank's table (an interleave that does not divide a column's tokens on one
-    rank), or where the release names a backend whose DCP build takes a host bound as exact."""
+    """Under DCP, stop where a window start cannot drop whole columns on every rank."""
     if layout is None:
         return
     where = f"with {layout.describe()}"
@@ -221,10 +209,7 @@ def refuse_dcp(
 
 
 def refuse_backends(speculator: Any, release: Release, decisions: list[GroupDecision]) -> None:
-    """Stop where the draft's kernel would take lengths the window does not set on this
-    release: an attention backend defined outside the release's backend module, one the
-    release's table does not prove for the method (with the release's reason for a known
-    one), or a layout the release names."""
+    """Stop where the draft's kernel would read lengths the window does not set."""
     method = speculator.method
     backends = release.backends_for(method)
     notes = dict(release.backend_notes)
@@ -275,9 +260,8 @@ def actual_seq_lens_source(
     decisions: list[GroupDecision],
     dcp: bool,
 ) -> str | None:
-    """Where the draft's kernel takes actual lengths computed on the host (``FROM_HOST_BOUND``
-    or ``FROM_TARGET``; None: the draft's own device lengths), refused where the window
-    start cannot come from them (the device and host copies must agree after rejection)."""
+    """Where the draft's kernel takes host-computed actual lengths (None: its own device
+    lengths); refused where the window start cannot come from them."""
     method = speculator.method
     backends = {
         group.backend.__name__

@@ -1,7 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""What the draft window depends on in a release: speculator classes, attention backends and
-host lengths."""
+"""What the window depends on in a release: speculators, attention backends, host lengths."""
 
 from __future__ import annotations
 
@@ -16,8 +15,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Release:
-    """A supported vLLM release, with vllm-ascend where paired, and what the window is
-    proven for there."""
+    """A supported vLLM release (with vllm-ascend where paired) and what the window serves."""
 
     name: str
     vllm_minor: tuple[int, int]
@@ -69,8 +67,7 @@ class Release:
         return dict(self.backends).get(method)
 
     def actual_from_bound(self, method: str, backends: set[str], model_type: str) -> bool:
-        """Whether the draft's kernel takes the host bound plus the query length as its
-        actual lengths."""
+        """Whether the draft's kernel takes the host bound plus the query length."""
         if backends & set(dict(self.actual_from_bound_backends).get(method, ())):
             return True
         exact_copy = backends & set(dict(self.exact_copy_backends).get(method, ()))

@@ -1,17 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""What a draft speculator's calls do with its window, for every family: the functions both
-forms of the window call, the overlay's hooks (``hooks/``) and, inside vllm-ascend, its
-speculators' explicit calls (``design/upstream.md``).
-
-- ``create_draft_window`` (from ``set_attn``): settings -> plan -> window, once per
-  speculator, before any graph capture;
-- ``build_attn_metadata`` (around vLLM's ``_build_attn_metadata``): the choke point every
-  draft metadata build goes through, an EAGLE decode step's too: windows the inputs, then
-  builds through the windowed views;
-- ``capture_query_pass`` (around a DFlash-family ``capture``): the graphs captured through
-  the windowed views;
-"""
+"""A draft speculator's window: made at ``set_attn`` (``create_draft_window``), applied to
+every draft metadata build (``build_attn_metadata``) and DFlash-family capture."""
 
 from __future__ import annotations
 
@@ -41,8 +31,7 @@ WINDOW_ATTR = "draft_window"
 def create_draft_window(
     speculator: Any, release: Release, freed: Freed | None = None
 ) -> DraftWindow | None:
-    """The speculator's window on ``release``, or None (off): the settings validated, the
-    plan made against the speculator, the window built from it."""
+    """The speculator's window on ``release`` (None: off): settings, then plan, then window."""
     # A config without additional_config (a stand-in) asks for no window.
     additional = getattr(speculator.vllm_config, "additional_config", None)
     config = DraftWindowConfig.from_additional_config(additional)
@@ -133,11 +122,8 @@ def build_attn_metadata(
     arguments: dict[str, Any],
     path: str,
 ) -> Any:
-    """vLLM's draft metadata build, ``build(**arguments)`` (``_build_attn_metadata``;
-    ``_build_draft_attn_metadata`` on vLLM 0.29), for the window: the window refreshed (its
-    start from the kernel's actual lengths, where the release computes them on the host),
-    the host bound windowed, then the build through the windowed views; the groups not
-    windowed get vLLM's own build from vLLM's own inputs. ``path`` names the call."""
+    """vLLM's draft metadata build ``build(**arguments)`` through the window: refreshed, the host
+    bound windowed, built on the windowed views; other groups get vLLM's own build."""
     if window is None:
         return build(**arguments)
     state = window.propose
@@ -190,8 +176,7 @@ def build_attn_metadata(
 
 
 def _chunk_query_lens(window: DraftWindow, query_start_loc_np: Any, num_reqs: int) -> Any:
-    """The host query lengths of a build whose queries are longer than the window's per-step
-    passes (``plan.max_query_len``), where the plan has tables for such chunks; else None."""
+    """Host query lengths of a build longer than the per-step passes, where planned."""
     if query_start_loc_np is None or window.chunk_windows is window.windows:
         return None
     lengths = torch.from_numpy(np.diff(query_start_loc_np[: num_reqs + 1]).astype(np.int32))
@@ -203,9 +188,7 @@ def _chunk_query_lens(window: DraftWindow, query_start_loc_np: Any, num_reqs: in
 def capture_query_pass(
     speculator: Any, window: DraftWindow | None, capture: Callable[[], None], path: str
 ) -> None:
-    """A DFlash-family ``capture`` (DSpark is a DFlash), ``capture()``: its graphs captured
-    through the windowed views, so that they read the persistent windowed buffers every
-    build refreshes."""
+    """A DFlash-family ``capture()`` through the windowed views (persistent buffers)."""
     if window is None:
         return capture()
     if window.path_check is not None:

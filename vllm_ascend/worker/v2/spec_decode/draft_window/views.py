@@ -1,7 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""Views of vLLM's ``InputBuffers`` and ``BlockTables`` whose draft lengths and draft group
-tables are the window's buffers; all else is read from the originals, which stay unwritten."""
+"""Views of vLLM's input buffers and block tables whose draft lengths are the window's."""
 
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ if TYPE_CHECKING:
 
 
 class InputBuffersView:
-    """The draft's ``InputBuffers`` with the windowed ``seq_lens`` (and, by the
-    ``host_mirror`` names, the window's exact host copy of it)."""
+    """The draft's ``InputBuffers`` with the windowed ``seq_lens`` and its host copy."""
 
     def __init__(
         self,

@@ -130,10 +130,8 @@ def window_seq_lens(
     out: torch.Tensor,
     query_lens: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Write each request's ``skip`` into ``skip_out`` and windowed length into ``out``.
-
-    With ``query_lens``, every query token still reads at least itself.
-    """
+    """Write each request's ``skip`` into ``skip_out`` and windowed length into ``out``;
+    with ``query_lens`` every query token still reads itself."""
     sinks = spec.sink_size
     if spec.min_context:
         # [L >= M] * L - W - S: negative below the threshold, so skip = 0 there.
@@ -162,8 +160,7 @@ def seq_lens_upper_bound(
     step: int = 0,
     query_lens: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Smallest host bound of the windowed lengths once the builder adds ``step``
-    (windowing the bound itself would not be a bound)."""
+    """Smallest host bound of the windowed lengths once the builder adds ``step``."""
     cap = spec.max_read_len - step
     if cap < 0:
         raise ValueError(
@@ -179,8 +176,7 @@ def seq_lens_upper_bound(
 
 
 class BlockTableWindow:
-    """Cropped block table of one KV cache group; graphs capture ``block_table``, so it is
-    allocated once and written in place."""
+    """Cropped block table of one KV cache group, allocated once and written in place."""
 
     def __init__(
         self,
@@ -210,8 +206,7 @@ class BlockTableWindow:
         windowed_seq_lens: torch.Tensor,
         num_reqs: int,
     ) -> torch.Tensor:
-        """Fill the first ``num_reqs`` rows from ``full_block_table``; columns not read
-        are zero (the null block)."""
+        """Fill the first ``num_reqs`` rows; columns not read are 0 (null block)."""
         b = self.block_size
         num_cols = full_block_table.shape[1]
         skip_blocks = self.skip_blocks[:num_reqs]

@@ -155,8 +155,7 @@ class DraftWindow:
     def _keep_unwindowed_groups(
         self, attn_groups: list[list[AttentionGroup]], group_ids: Sequence[int]
     ) -> None:
-        """Keep vLLM's own lengths for the draft groups ``group_ids`` (a graph capture
-        builds all groups at once, so their builders get vLLM's ``seq_lens`` back)."""
+        """Give the builders of ``group_ids`` vLLM's own lengths back (graph capture)."""
         kept = set(group_ids)
         self.windowed_attn_groups = [[] if g in kept else gs for g, gs in enumerate(attn_groups)]
         self.unwindowed_attn_groups = [gs if g in kept else [] for g, gs in enumerate(attn_groups)]
@@ -192,10 +191,8 @@ class DraftWindow:
         query_start_loc: torch.Tensor | None = None,
         actual_step: int | None = None,
     ) -> None:
-        """Window the first ``num_reqs_padded`` rows' lengths and tables on the device.
-
-        With ``actual_step`` the start comes from the kernel's actual lengths instead.
-        """
+        """Window the first ``num_reqs_padded`` rows' lengths and tables on the device (the
+        start from the kernel's actual lengths with ``actual_step``)."""
         n = num_reqs_padded
         source = self.input_buffers.base.seq_lens if seq_lens is None else seq_lens
         actual = self.actual if actual_step is not None else None
