@@ -132,8 +132,8 @@ def cut_datasets(commands: list[list[str]]) -> None:
     if cuts:
         script = f"import json, sys; from {sweep_plan.CUTTER} import main\n"
         script += "for argv in json.loads(sys.argv[1]): main(argv)"
-        probe = [sys.executable, "-c", script, json.dumps(cuts)]
-        subprocess.run(probe, check=True, capture_output=True)
+        cut = [sys.executable, "-c", script, json.dumps(cuts)]
+        subprocess.run(cut, check=True, capture_output=True)
     for command in commands:
         if command[1:3] != cutter:
             subprocess.run(command, check=True, capture_output=True)

@@ -201,7 +201,7 @@ def test_a_failure_in_the_tables_stops_the_study_started_beside_them(monkeypatch
         )
         study.stdout.readline()  # its child is started
         started.append(study)
-        return study
+        return served.Study(study, time.time())
 
     def tables(args):
         raise RuntimeError("a table failed")
@@ -229,3 +229,24 @@ def live_in_group(group: int) -> list[int]:
         if int(fields[2]) == group and fields[0] != "Z":
             live.append(int(stat.parent.name))
     return live
+
+
+def test_a_study_that_stops_before_its_report_never_shows_an_earlier_runs(tmp_path, capsys):
+    """A study refused before it clears its folder (a failed check) leaves the last run's
+    report there: ``make demo`` says it failed and prints no table from it."""
+    import subprocess
+    import sys
+
+    from tools.inspector import served
+
+    earlier = tmp_path / f"study_{served.SCENARIO}" / "report.json"
+    earlier.parent.mkdir()
+    earlier.write_text("{}")  # an earlier run's; a table from it would raise
+    refused = subprocess.Popen(
+        [sys.executable, "-c", "print('[e2e] cannot run'); raise SystemExit(2)"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert not served.finish_study(served.Study(refused, time.time()), tmp_path)
+    out = capsys.readouterr().out
+    assert "cannot run" in out and "Report:" not in out

@@ -18,6 +18,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import trained_models as trained
@@ -50,31 +52,42 @@ def serve_study(
     return finish_study(start_study(out, parallel, contexts, port), out)
 
 
+@dataclass(frozen=True)
+class Study:
+    """A started study's process, and when it started (a report older than that is an
+    earlier run's)."""
+
+    process: subprocess.Popen
+    started: float
+
+
 def start_study(
     out: Path = OUT, parallel: int = 2, contexts: str = CONTEXTS, port: int | None = None
-) -> subprocess.Popen:
+) -> Study:
     """The study's process, started (``serve_study``'s arguments); ``finish_study`` prints
     what it measured. Its first seconds are checks and vLLM's dataset cutter on one core, so
     the inspector starts it before its own tables."""
     given = {"DEVICE": "cpu", "STUDY": "long", "E2E_SCENARIO": SCENARIO, "AUTO": "1"}
     given |= {"PARALLEL": str(parallel), "CONTEXTS": contexts, "PORT": str(port or "")}
     command = [sys.executable, "-m", "e2e", *cli.flags(given), "--out", str(out)]
+    started = time.time()
     # A session of its own: stop_study stops its servers with it.
-    return subprocess.Popen(
+    process = subprocess.Popen(
         command, cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True
     )
+    return Study(process, started)
 
 
-def stop_study(study: subprocess.Popen) -> None:
+def stop_study(study: Study) -> None:
     """Stops a started study and every process it started (the tables failed first)."""
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(study.pid, signal.SIGTERM)
-    study.wait()
+        os.killpg(study.process.pid, signal.SIGTERM)
+    study.process.wait()
 
 
-def finish_study(study: subprocess.Popen, out: Path = OUT) -> bool:
+def finish_study(study: Study, out: Path = OUT) -> bool:
     """Waits for the study ``start_study`` started into ``out`` and prints what it
-    measured; False when it failed."""
+    measured (never an earlier run's report); False when it failed."""
     print(
         "\nWhat the window is for, in a real vLLM engine: the long-context study of make "
         "e2e-ascend, here on CPU (vllm serve, Model Runner V2) with an EAGLE3 head trained "
@@ -82,17 +95,17 @@ def finish_study(study: subprocess.Popen, out: Path = OUT) -> bool:
         f"(both committed: trained_models/), greedy, {trained.NUM_SPEC} speculative tokens.",
         flush=True,
     )
-    stdout, _ = study.communicate()
+    stdout, _ = study.process.communicate()
     for line in stdout.splitlines():
         if line.startswith("[e2e] study ") and ": mean acceptance length" not in line:
             continue  # the serve commands: in the report's folder, one log per run
         print(f"  {line}", flush=True)
     report_path = out / f"study_{SCENARIO}" / "report.json"
-    if not report_path.exists():
+    if not report_path.exists() or report_path.stat().st_mtime < study.started:
         return False
     report = json.loads(report_path.read_text())
     print(table(report, report_path.parent), flush=True)
-    return study.returncode == 0
+    return study.process.returncode == 0
 
 
 def table(report: dict, folder: Path) -> str:
