@@ -242,3 +242,111 @@ def test_the_cores_docstrings_are_as_dense_as_vllm_ascends_and_cite_nothing_it_l
     foreign = re.compile(r"design/|\.md\b|\bmake (demo|test|bench|upstream)|overlay|hooks/")
     cited = [f"{p.name}: {m.group(0)}" for p in core for m in foreign.finditer(p.read_text())]
     assert cited == []
+
+
+def _annotations(path) -> list:
+    """(annotation, where) of every annotation of ``path``: ``where`` is ``"*args"`` for a
+    variadic parameter, ``"__getattr__"`` for that method's return, else ``""``."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.AnnAssign):
+            found.append((node.annotation, ""))
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            arguments = node.args
+            named = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+            found += [(a.annotation, "") for a in named if a.annotation is not None]
+            variadic = [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
+            found += [(a.annotation, "*args") for a in variadic if a.annotation is not None]
+            if node.returns is not None:
+                found.append((node.returns, "__getattr__" if node.name == "__getattr__" else ""))
+    return found
+
+
+def _uses_of_any(annotation) -> list[str]:
+    """Each ``Any`` of ``annotation`` as the type it is written in: ``dict[str, Any]``,
+    ``Callable[..., Any]``, or ``Any`` alone."""
+    import ast
+
+    uses = []
+    for node in ast.walk(annotation):
+        if isinstance(node, ast.Subscript):
+            inner = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            if any(isinstance(e, ast.Name) and e.id == "Any" for e in inner):
+                uses.append(ast.unparse(node))
+    if isinstance(annotation, ast.Name) and annotation.id == "Any":
+        uses.append("Any")
+    return uses
+
+
+def _type_checking_imports(path) -> list[tuple[str, str]]:
+    """(module, name) of every ``from module import name`` under ``if TYPE_CHECKING:``."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for statement in node.body:
+                if isinstance(statement, ast.ImportFrom):
+                    found += [(statement.module, alias.name) for alias in statement.names]
+    return found
+
+
+def _defines(source: str, name: str) -> bool:
+    import ast
+
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef) and node.name == name:
+            return True
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                return True
+        if isinstance(node, ast.ImportFrom) and name in {a.asname or a.name for a in node.names}:
+            return True
+    return False
+
+
+def test_the_cores_types_are_vllms_and_vllm_ascends_own_and_any_only_as_they_declare_it():
+    """The core annotates vLLM's and vllm-ascend's objects with their own classes: every name
+    it imports for annotations only is defined where it says, in the installed vLLM 0.30 or
+    the pristine vllm-ascend 0.30.0rc2; and every annotation with ``Any`` in it is one vLLM's
+    Model Runner V2 or vllm-ascend's ``worker/v2`` writes themselves (their attention
+    metadata and FIA parameters are ``dict[str, Any]``, ``additional_config`` is a ``dict``)."""
+    import importlib
+    import importlib.util
+    from pathlib import Path
+
+    core = sorted((upstream.ROOT / upstream.PACKAGE).glob("*.py"))
+    vllm = Path(importlib.util.find_spec("vllm").submodule_search_locations[0])
+    imported = {item for path in core for item in _type_checking_imports(path)}
+    assert len(imported) >= 8
+    for module, name in sorted(imported):
+        parts = module.split(".")
+        if parts[0] not in ("vllm", "vllm_ascend"):
+            assert hasattr(importlib.import_module(module), name), f"{module}.{name}"
+            continue
+        root = upstream.PRISTINE if parts[0] == "vllm_ascend" else vllm.parent
+        source = root.joinpath(*parts)
+        file = source / "__init__.py" if source.is_dir() else source.with_suffix(".py")
+        assert _defines(file.read_text(encoding="utf-8"), name), f"{module}.{name}"
+    theirs = {
+        use
+        for folder in (vllm / "v1/worker/gpu", upstream.PRISTINE / "vllm_ascend/worker/v2")
+        for path in folder.rglob("*.py")
+        for annotation, _ in _annotations(path)
+        for use in _uses_of_any(annotation)
+        if use != "Any"
+    }
+    ours = [
+        (path.name, use, where)
+        for path in core
+        for annotation, where in _annotations(path)
+        for use in _uses_of_any(annotation)
+    ]
+    assert ours, "the core annotates vLLM's attention metadata"
+    # Alone, only a wrapper's variadic parameters and a view's __getattr__ are Any.
+    alone = [(name, where) for name, use, where in ours if use == "Any" and not where]
+    assert alone == []
+    assert {(name, use) for name, use, _ in ours if use != "Any" and use not in theirs} == set()

@@ -44,7 +44,10 @@ def windowed_prefill_metadata(
     if bool(prefilling.any()):
         windowed = _window_exact(window, batch.seq_lens_cpu_upper_bound[:n], query_lens_cpu)
         bound[prefilling] = windowed[prefilling]
-    changes: dict[str, Any] = {"seq_lens": window.seq_lens[:n], "seq_lens_cpu_upper_bound": bound}
+    changes: dict[str, object] = {
+        "seq_lens": window.seq_lens[:n],
+        "seq_lens_cpu_upper_bound": bound,
+    }
     if getattr(batch, "dcp_local_seq_lens", None) is not None:
         local = window.dcp_local_seq_lens
         dcp_local_lengths(
@@ -117,13 +120,6 @@ def prefill_attn_metadata(
     slot_mappings = speculator.block_tables.slot_mappings
     slot_mappings[:, batch.num_tokens_after_padding : num_tokens].fill_(PAD_SLOT_ID)
     return {**target_metadata, **draft_metadata}
-
-
-def makes_prefill_manager(arguments: dict[str, Any]) -> bool:
-    """Whether the graph manager built from ``arguments`` is the draft prefill's."""
-    if "decode_query_lens" in arguments:
-        return max(arguments["decode_query_lens"], default=1) > 1
-    return arguments["decode_query_len"] > 1
 
 
 @contextmanager

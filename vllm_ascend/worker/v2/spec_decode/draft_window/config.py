@@ -4,8 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -16,17 +15,6 @@ AUTO = "auto"
 SINKS_KEY = "draft_attention_sinks"
 MIN_CONTEXT_KEY = "draft_window_min_context"
 FREE_KV_KEY = "draft_window_free_kv"
-# The keys besides draft_window_size that only this package reads.
-OWN_KEYS = (SINKS_KEY, MIN_CONTEXT_KEY, FREE_KV_KEY)
-# Every key of additional_config that starts so is one of this package's (vllm-ascend's
-# own AscendConfig declares draft_window_size alone): any other is a misspelling.
-PREFIX = "draft_"
-
-
-def unknown_keys(additional_config: Mapping[str, Any] | None) -> list[str]:
-    """The ``draft_*`` keys of ``additional_config`` this package does not know."""
-    known = (KEY, *OWN_KEYS)
-    return sorted(k for k in additional_config or {} if k.startswith(PREFIX) and k not in known)
 
 
 class DraftWindowConfig(BaseModel):
@@ -45,7 +33,7 @@ class DraftWindowConfig(BaseModel):
         "draft_window_size", "draft_attention_sinks", "draft_window_min_context", mode="before"
     )
     @classmethod
-    def _no_booleans(cls, value: Any) -> Any:
+    def _no_booleans(cls, value: object) -> object:
         # pydantic's lax mode reads True as 1; a boolean here is a mistake, not a size.
         if isinstance(value, bool):
             raise ValueError("a boolean is not a number of tokens")
@@ -61,9 +49,7 @@ class DraftWindowConfig(BaseModel):
         return self.draft_window_size == AUTO
 
     @classmethod
-    def from_additional_config(
-        cls, additional_config: Mapping[str, Any] | None
-    ) -> DraftWindowConfig:
+    def from_additional_config(cls, additional_config: dict | None) -> DraftWindowConfig:
         additional_config = additional_config or {}
         value = additional_config.get(KEY)
         try:

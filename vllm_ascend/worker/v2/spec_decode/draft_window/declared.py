@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import AUTO, KEY
 
@@ -54,7 +54,7 @@ def auto_window_size(context: int, alignment: int) -> int:
     return context - alignment + 1
 
 
-def _dotted(data: Any, name: str) -> Any:
+def _dotted(data: object, name: str) -> object:
     for part in name.split("."):
         if not isinstance(data, dict):
             return None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -41,6 +41,11 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.methods import (
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec, lcm_alignment
+
+if TYPE_CHECKING:
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.worker.gpu.block_table import BlockTables
+    from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
 
 @dataclass(frozen=True)
@@ -78,18 +83,28 @@ class Plan:
     def of(
         cls,
         window_size: int,
-        block_tables: Any,
+        block_tables: BlockTables,
         group_ids: Sequence[int],
         *,
         sink_tokens: int = 0,
         min_context: int = 0,
-        **fields: Any,
+        max_query_len: int = 1,
+        max_chunk_len: int | None = None,
+        actual: ActualSeqLens | None = None,
     ) -> Plan:
         """The plan over ``group_ids`` of ``block_tables``: layout read, shape derived."""
         layout = DcpLayout.of(block_tables)
         units = column_tokens(block_tables, group_ids, layout)
         spec = WindowSpec.derive(window_size, units.values(), sink_tokens, min_context)
-        return cls(spec, units, layout, sink_tokens=sink_tokens, **fields)
+        return cls(
+            spec,
+            units,
+            layout,
+            max_query_len=max_query_len,
+            max_chunk_len=max_chunk_len,
+            actual=actual,
+            sink_tokens=sink_tokens,
+        )
 
     @property
     def unwindowed_group_ids(self) -> list[int]:
@@ -97,7 +112,10 @@ class Plan:
 
 
 def plan(
-    speculator: Any, config: DraftWindowConfig, release: Release, freed: Freed | None = None
+    speculator: DraftModelSpeculator,
+    config: DraftWindowConfig,
+    release: Release,
+    freed: Freed | None = None,
 ) -> Plan | None:
     """The speculator's window under ``config`` on ``release``; None: off (said once)."""
     window_size, method = config.draft_window_size, speculator.method
@@ -160,7 +178,7 @@ def plan(
     )
 
 
-def _say_mtp_ignored(speculator: Any, config: DraftWindowConfig) -> None:
+def _say_mtp_ignored(speculator: DraftModelSpeculator, config: DraftWindowConfig) -> None:
     sinks = f" with {SINKS_KEY}={config.draft_attention_sinks}"
     owner = type(speculator).__name__
     logger.warning(
@@ -175,7 +193,7 @@ def _say_mtp_ignored(speculator: Any, config: DraftWindowConfig) -> None:
 
 
 def _actual_seq_lens(
-    speculator: Any,
+    speculator: DraftModelSpeculator,
     release: Release,
     decisions: list[GroupDecision],
     config: DraftWindowConfig,
@@ -191,7 +209,7 @@ def _actual_seq_lens(
 
 
 def _refuse_freed_reads(
-    spec: WindowSpec, units: Mapping[int, int], freed: Freed, kv_cache_config: Any
+    spec: WindowSpec, units: Mapping[int, int], freed: Freed, kv_cache_config: KVCacheConfig
 ) -> None:
     """Stop where a group ``draft_window_free_kv`` converted keeps fewer tokens than the
     window's reads need: a kernel block size other than the group's could undercut ``N``."""
@@ -208,7 +226,7 @@ def _refuse_freed_reads(
             )
 
 
-def _extra_query_slots(speculator: Any) -> int:
+def _extra_query_slots(speculator: DraftModelSpeculator) -> int:
     """The query slots a draft adds to each request (a draft model's correction token)."""
     extra = getattr(speculator, "num_extra_query_per_req", None)
     if extra is None:
@@ -216,7 +234,7 @@ def _extra_query_slots(speculator: Any) -> int:
     return int(extra)
 
 
-def _auto_window_size(speculator: Any, alignment: int) -> int | None:
+def _auto_window_size(speculator: DraftModelSpeculator, alignment: int) -> int | None:
     """``"auto"`` as ``W = C - a + 1``, the largest window whose reads stay within the declared
     context ``C``; None (off, said once) without one, or with one not below max_model_len."""
     declared = declared_context(speculator.vllm_config)

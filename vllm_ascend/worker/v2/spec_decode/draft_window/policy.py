@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     AUTO,
@@ -15,6 +15,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     KEY,
     MIN_CONTEXT_KEY,
     SINKS_KEY,
+    DraftWindowConfig,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import DcpLayout
 from vllm_ascend.worker.v2.spec_decode.draft_window.declared import declared_context
@@ -25,6 +26,10 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.groups import (
 from vllm_ascend.worker.v2.spec_decode.draft_window.methods import METHODS, Kind
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release, dotted
 from vllm_ascend.worker.v2.spec_decode.draft_window.views import block_table_units
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
 
 class Refusal(Exception):
@@ -46,7 +51,10 @@ def refusals(key: str, value: object) -> Iterator[None]:
 
 
 def check_start_up(
-    vllm_config: Any, config: Any, release: Release | None, model_runner_v2: bool
+    vllm_config: VllmConfig,
+    config: DraftWindowConfig,
+    release: Release | None,
+    model_runner_v2: bool,
 ) -> None:
     """Start-up check once the runner is known: on Model Runner V2 the method, the free-KV key
     and ``"auto"``'s config.json; on Model Runner V1 ``"auto"``, sinks and the threshold."""
@@ -101,7 +109,7 @@ def refuse_method(method: str, release: Release) -> None:
         )
 
 
-def refuse_config(vllm_config: Any, release: Release) -> None:
+def refuse_config(vllm_config: VllmConfig, release: Release) -> None:
     """Stop on a layout the release does not serve (vLLM 0.34's dual-batch overlap) or a draft
     DCP size other than the target's (1 for a DFlash-family draft without MLA)."""
     for path, layout, why, fix in release.unserved_config:
@@ -127,7 +135,7 @@ def refuse_config(vllm_config: Any, release: Release) -> None:
         )
 
 
-def refuse_speculator(speculator: Any, release: Release) -> None:
+def refuse_speculator(speculator: DraftModelSpeculator, release: Release) -> None:
     """Stop on a speculator class not tested with the window for the method on the release."""
     served = release.speculators_for(speculator.method)
     owner = type(speculator).__name__
@@ -140,7 +148,9 @@ def refuse_speculator(speculator: Any, release: Release) -> None:
         )
 
 
-def refuse_shape(method: str, window_size: int, query_stretch: int, vllm_config: Any) -> None:
+def refuse_shape(
+    method: str, window_size: int, query_stretch: int, vllm_config: VllmConfig
+) -> None:
     """Stop where one block-aligned window per request cannot hold the draft."""
     if window_size < query_stretch:
         raise Refusal(
@@ -165,7 +175,7 @@ def refuse_shape(method: str, window_size: int, query_stretch: int, vllm_config:
 
 
 def refuse_dcp(
-    speculator: Any,
+    speculator: DraftModelSpeculator,
     layout: DcpLayout | None,
     release: Release,
     decisions: list[GroupDecision],
@@ -208,7 +218,9 @@ def refuse_dcp(
                 )
 
 
-def refuse_backends(speculator: Any, release: Release, decisions: list[GroupDecision]) -> None:
+def refuse_backends(
+    speculator: DraftModelSpeculator, release: Release, decisions: list[GroupDecision]
+) -> None:
     """Stop where the draft's kernel would read lengths the window does not set."""
     method = speculator.method
     backends = release.backends_for(method)
@@ -255,7 +267,7 @@ FROM_TARGET = "target"  # the target's length plus each decode step (EAGLE decod
 
 
 def actual_seq_lens_source(
-    speculator: Any,
+    speculator: DraftModelSpeculator,
     release: Release,
     decisions: list[GroupDecision],
     dcp: bool,
@@ -297,7 +309,7 @@ def actual_seq_lens_source(
 
 
 def _refuse_target_lengths(
-    speculator: Any, release: Release, decisions: list[GroupDecision], where: str
+    speculator: DraftModelSpeculator, release: Release, decisions: list[GroupDecision], where: str
 ) -> None:
     """The layouts an EAGLE decode whose kernel takes the target's lengths cannot serve."""
     unwindowed = [d for d in decisions if not d.windowed]
@@ -317,5 +329,5 @@ def _refuse_target_lengths(
             )
 
 
-def model_type(vllm_config: Any, attr: str) -> str:
+def model_type(vllm_config: VllmConfig, attr: str) -> str:
     return str(getattr(getattr(vllm_config.model_config, attr, None), "model_type", "") or "")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -82,7 +82,7 @@ class Release:
         return bool(getattr(importlib.import_module(module), function)(hf_config))
 
 
-def dotted(obj: Any, path: str) -> Any:
+def dotted(obj: object, path: str) -> object:
     """``obj.a.b`` for ``path`` ``"a.b"``; None if absent."""
     for name in path.split("."):
         obj = getattr(obj, name, None)

@@ -6,7 +6,7 @@ every draft metadata build (``build_attn_metadata``) and DFlash-family capture."
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -24,12 +24,12 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
 from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
-# The speculator attribute holding its window (None: off).
-WINDOW_ATTR = "draft_window"
+if TYPE_CHECKING:
+    from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
 
 def create_draft_window(
-    speculator: Any, release: Release, freed: Freed | None = None
+    speculator: DraftModelSpeculator, release: Release, freed: Freed | None = None
 ) -> DraftWindow | None:
     """The speculator's window on ``release`` (None: off): settings, then plan, then window."""
     # A config without additional_config (a stand-in) asks for no window.
@@ -116,12 +116,12 @@ def _say_on(method: str, window: DraftWindow) -> None:
 
 
 def build_attn_metadata(
-    speculator: Any,
+    speculator: DraftModelSpeculator,
     window: DraftWindow | None,
-    build: Callable[..., Any],
+    build: Callable[..., dict[str, Any] | None],
     arguments: dict[str, Any],
     path: str,
-) -> Any:
+) -> dict[str, Any] | None:
     """vLLM's draft metadata build ``build(**arguments)`` through the window: refreshed, the host
     bound windowed, built on the windowed views; other groups get vLLM's own build."""
     if window is None:
@@ -175,7 +175,9 @@ def build_attn_metadata(
     return metadata
 
 
-def _chunk_query_lens(window: DraftWindow, query_start_loc_np: Any, num_reqs: int) -> Any:
+def _chunk_query_lens(
+    window: DraftWindow, query_start_loc_np: np.ndarray | None, num_reqs: int
+) -> torch.Tensor | None:
     """Host query lengths of a build longer than the per-step passes, where planned."""
     if query_start_loc_np is None or window.chunk_windows is window.windows:
         return None
@@ -186,7 +188,10 @@ def _chunk_query_lens(window: DraftWindow, query_start_loc_np: Any, num_reqs: in
 
 
 def capture_query_pass(
-    speculator: Any, window: DraftWindow | None, capture: Callable[[], None], path: str
+    speculator: DraftModelSpeculator,
+    window: DraftWindow | None,
+    capture: Callable[[], None],
+    path: str,
 ) -> None:
     """A DFlash-family ``capture()`` through the windowed views (persistent buffers)."""
     if window is None:

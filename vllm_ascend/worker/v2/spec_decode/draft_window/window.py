@@ -102,9 +102,6 @@ class WindowSpec:
     def max_read_len(self) -> int:
         return self.read_cap()
 
-    def crops_within(self, max_model_len: int) -> bool:
-        return self.reach <= max_model_len and self.min_context <= max_model_len
-
     def retained_tokens(self, block_size: int) -> int:
         """``W + a - b``: the sliding window a draft KV cache needs to keep every read."""
         if self.sink_size or self.min_context:

@@ -167,10 +167,12 @@ class DraftWindow:
                         if callable(real):
                             setattr(builder, name, self._with_vllms_seq_lens(real, position))
 
-    def _with_vllms_seq_lens(self, real: Callable[..., Any], position: int) -> Callable[..., Any]:
+    def _with_vllms_seq_lens(
+        self, real: Callable[..., object], position: int
+    ) -> Callable[..., object]:
         windowed, vllms = self.seq_lens, self.input_buffers.base.seq_lens
 
-        def build(*args: Any, **kwargs: Any) -> Any:
+        def build(*args: Any, **kwargs: Any) -> object:
             in_kwargs = "common_attn_metadata" in kwargs
             cm = kwargs["common_attn_metadata"] if in_kwargs else args[position]
             if cm.seq_lens.data_ptr() == windowed.data_ptr():

@@ -202,7 +202,7 @@ def _retained_tokens(
             FREE_KV_KEY,
         )
         return None
-    if not spec.crops_within(max_model_len):
+    if spec.reach > max_model_len or spec.min_context > max_model_len:
         # set_attn turns the window off by the same test.
         logger.info(
             "%s: %s=%s never crops with max_model_len=%d (it crops contexts of W + a = %d tokens "

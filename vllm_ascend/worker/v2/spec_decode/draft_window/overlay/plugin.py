@@ -22,10 +22,8 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     FREE_KV_KEY,
     KEY,
     MIN_CONTEXT_KEY,
-    OWN_KEYS,
     SINKS_KEY,
     DraftWindowConfig,
-    unknown_keys,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import (
@@ -35,6 +33,18 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import (
     supported,
     versions,
 )
+
+# The keys besides draft_window_size that only this package reads.
+OWN_KEYS = (SINKS_KEY, MIN_CONTEXT_KEY, FREE_KV_KEY)
+# Every key of additional_config that starts so is one of this package's (vllm-ascend's
+# own AscendConfig declares draft_window_size alone): any other is a misspelling.
+PREFIX = "draft_"
+
+
+def unknown_keys(additional_config: dict | None) -> list[str]:
+    """The ``draft_*`` keys of ``additional_config`` this package does not know."""
+    known = (KEY, *OWN_KEYS)
+    return sorted(k for k in additional_config or {} if k.startswith(PREFIX) and k not in known)
 
 
 def register() -> None:

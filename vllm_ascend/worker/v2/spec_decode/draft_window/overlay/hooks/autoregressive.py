@@ -33,11 +33,11 @@ from vllm.config.compilation import CUDAGraphMode
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import autoregressive
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.common import (
+    WINDOW_ATTR,
     Installed,
     around,
     window_of,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.speculator import WINDOW_ATTR
 from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import (
     DraftWindow,
     not_in_path,
@@ -147,6 +147,13 @@ def capture(original: Callable, installed: Installed) -> Callable:
     return around(original, installed, body)
 
 
+def _makes_prefill_manager(arguments: dict[str, Any]) -> bool:
+    """Whether the graph manager built from ``arguments`` is the draft prefill's."""
+    if "decode_query_lens" in arguments:
+        return max(arguments["decode_query_lens"], default=1) > 1
+    return arguments["decode_query_len"] > 1
+
+
 def init_cudagraph_manager(original: Callable, installed: Installed) -> Callable:
     """A FULL prefill graph would read the target's captured metadata, so with the window on
     the draft prefill's graph manager is made without FULL graphs. vLLM makes both managers
@@ -168,7 +175,7 @@ def init_cudagraph_manager(original: Callable, installed: Installed) -> Callable
 
             def make_manager(*args: Any, **kwargs: Any) -> Any:
                 bound = signature.bind(*args, **kwargs)
-                if autoregressive.makes_prefill_manager(bound.arguments):
+                if _makes_prefill_manager(bound.arguments):
                     bound.arguments["cudagraph_mode"] = prefill_mode
                 return manager_cls(*bound.args, **bound.kwargs)
 

@@ -12,12 +12,14 @@ from typing import Any
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY, DraftWindowConfig
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
-from vllm_ascend.worker.v2.spec_decode.draft_window.speculator import WINDOW_ATTR
 from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import (
     DraftWindow,
     not_in_path,
 )
 
+# The speculator attribute holding its window (None: off), as vllm-ascend's own speculators
+# declare it.
+WINDOW_ATTR = "draft_window"
 # A speculator whose set_attn never ran through the hook has no window attribute at all.
 _UNSET = object()
 

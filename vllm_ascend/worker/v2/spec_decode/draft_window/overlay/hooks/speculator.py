@@ -24,7 +24,11 @@ from vllm_ascend.worker.v2.spec_decode.draft_window import speculator
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY
 from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.fused_check import enable_if_trusted
-from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.common import Installed, around
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.common import (
+    WINDOW_ATTR,
+    Installed,
+    around,
+)
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.kv_cache import FREED_ATTR
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.path_check import (
     UPDATE_PATH,
@@ -58,7 +62,7 @@ def set_attn(original: Callable, installed: Installed) -> Callable:
         original(self, *args, **kwargs)
         freed = getattr(self, FREED_ATTR, None)
         window = create_checked_window(self, installed.release, freed) if installed.active else None
-        setattr(self, speculator.WINDOW_ATTR, window)
+        setattr(self, WINDOW_ATTR, window)
 
     return wrapper
 
