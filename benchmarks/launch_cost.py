@@ -20,7 +20,7 @@ from benchmarks.measure import (
     verdict,
     windows,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.plan import Plan
+from testbed.plans import plan_over
 from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
 # The goals of a propose against MRV1's: launches (fused) and torch-path CPU time at batch
@@ -44,7 +44,7 @@ def _propose_row(mrv1, method, k, seq_lens, table, bound, qsl, rounds, iters) ->
     # A draft model's prefill: the verify chunk and one correction token per request.
     chunk = k + 2 if method == "draft_model" else 4
     window = DraftWindow(
-        Plan.of(w, base_bt, [0], max_chunk_len=chunk if k else None),
+        plan_over(w, base_bt, [0], max_chunk_len=chunk if k else None),
         base_ib,
         base_bt,
         batch,
@@ -133,8 +133,8 @@ def fixed_start_cost(k, batch, w, seq_lens, table, bound, qsl, per_step, rounds,
     base_bt = SimpleNamespace(block_sizes=[BLOCK_SIZE], input_block_tables=[table])
     cpu = torch.device("cpu")
     # The draft prefill is windowed for itself, as in the per-step path.
-    prefill = DraftWindow(Plan.of(w, base_bt, [0], max_chunk_len=4), base_ib, base_bt, batch, cpu)
-    window = DraftWindow(Plan.of(w, base_bt, [0]), base_ib, base_bt, batch, cpu)
+    prefill = DraftWindow(plan_over(w, base_bt, [0], max_chunk_len=4), base_ib, base_bt, batch, cpu)
+    window = DraftWindow(plan_over(w, base_bt, [0]), base_ib, base_bt, batch, cpu)
     # [batch] int32: the last step's lengths, a persistent buffer.
     last = torch.empty_like(seq_lens)
 

@@ -18,7 +18,7 @@ from torch.utils import benchmark
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.plan import Plan
+from testbed.plans import plan_over
 from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
 BLOCK_SIZE = 128
@@ -58,12 +58,12 @@ def window_over(
     **plan: int,
 ) -> DraftWindow:
     """A window over these lengths and one group's table (``block_tables``: a layout of its
-    own, such as one DCP rank's), W = SINKS_WINDOW unless given; ``plan``: ``Plan.of``'s
+    own, such as one DCP rank's), W = SINKS_WINDOW unless given; ``plan``: ``plan_over``'s
     ``sink_tokens`` or ``min_context``."""
     tables = block_tables or SimpleNamespace(block_sizes=[BLOCK_SIZE], input_block_tables=[table])
     lengths = SimpleNamespace(seq_lens=seq_lens)
     return DraftWindow(
-        Plan.of(window_size or SINKS_WINDOW, tables, [0], **plan),
+        plan_over(window_size or SINKS_WINDOW, tables, [0], **plan),
         lengths,
         tables,
         seq_lens.shape[0],

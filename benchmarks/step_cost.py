@@ -27,8 +27,8 @@ from benchmarks.measure import (
     window_over,
     windows,
 )
+from testbed.plans import plan_over
 from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import dcp_local_lengths
-from vllm_ascend.worker.v2.spec_decode.draft_window.plan import Plan
 from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
 # draft_attention_sinks for section 3: 64 (one block once rounded up) and 4 blocks.
@@ -53,7 +53,7 @@ def bench_step_cost(mrv1, rounds: int, iters: int) -> list[dict]:
                 base_ib = SimpleNamespace(seq_lens=seq_lens)
                 base_bt = SimpleNamespace(block_sizes=[BLOCK_SIZE], input_block_tables=[table])
                 window = DraftWindow(
-                    Plan.of(w, base_bt, [0]), base_ib, base_bt, batch, torch.device("cpu")
+                    plan_over(w, base_bt, [0]), base_ib, base_bt, batch, torch.device("cpu")
                 )
                 adapter = mrv1.SlidingWindowAdapter(w, BLOCK_SIZE, batch, 0, torch.device("cpu"))
 

@@ -18,11 +18,11 @@ import torch
 import vllm.distributed.parallel_state as parallel_state
 
 from testbed.buffers import CPU, make_mrv2_batch
+from testbed.plans import plan_over
 from testbed.reference import (
     dense_attention,
     positions_read,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.plan import Plan
 from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
 
@@ -215,7 +215,7 @@ def window_per_rank(cp_size, interleave, window, sinks=0, min_context=0, dcp_sha
             dcp_sharded=dcp_sharded,
         )
         w = DraftWindow(
-            Plan.of(window, batch.block_tables, [0], sink_tokens=sinks, min_context=min_context),
+            plan_over(window, batch.block_tables, [0], sink_tokens=sinks, min_context=min_context),
             batch.input_buffers,
             batch.block_tables,
             len(LENGTHS) + 4,

@@ -22,8 +22,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from testbed.plans import plan_over
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import fused, fused_check
-from vllm_ascend.worker.v2.spec_decode.draft_window.plan import ActualSeqLens, Plan
+from vllm_ascend.worker.v2.spec_decode.draft_window.plan import ActualSeqLens
 from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
 # The same code on every vLLM line: run once, in .venv (design/testing.md).
@@ -44,7 +45,7 @@ def make_window(gen, block_sizes, window_size, sinks, rows, extra_cols, actual=N
         for b in block_sizes
     ]
     window = DraftWindow(
-        Plan.of(
+        plan_over(
             window_size,
             SimpleNamespace(input_block_tables=tables, block_sizes=block_sizes),
             list(range(len(block_sizes))),
@@ -246,7 +247,7 @@ def test_tables_wider_than_one_column_block_equal_the_torch_path():
     rows, b = 5, 16
     table = torch.randint(1, 50_000, (rows, 2600), generator=gen, dtype=torch.int32)
     window = DraftWindow(
-        Plan.of(
+        plan_over(
             64,
             SimpleNamespace(input_block_tables=[table], block_sizes=[b]),
             [0],

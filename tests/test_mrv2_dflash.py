@@ -165,7 +165,7 @@ def test_window_refresh_allocates_nothing_after_the_first_step(sinks, model_dir,
 def test_window_refresh_never_reads_a_device_value_on_the_host(sinks):
     """On the meta device a tensor has no values, so `.item()`, `.tolist()`, `.cpu()` or a
     data-dependent branch would raise: the refresh runs there, so it never syncs."""
-    from vllm_ascend.worker.v2.spec_decode.draft_window.plan import Plan
+    from testbed.plans import plan_over
     from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
     meta = torch.device("meta")
@@ -175,7 +175,7 @@ def test_window_refresh_never_reads_a_device_value_on_the_host(sinks):
         input_block_tables=[torch.zeros(8, 40, dtype=torch.int32, device=meta)] * 2,
     )
     window = DraftWindow(
-        Plan.of(64, block_tables, [0, 1], max_chunk_len=300, sink_tokens=sinks),
+        plan_over(64, block_tables, [0, 1], max_chunk_len=300, sink_tokens=sinks),
         input_buffers,
         block_tables,
         8,

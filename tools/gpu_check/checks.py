@@ -31,8 +31,9 @@ def synthetic_window(
     fused refresh enabled."""
     import torch
 
+    from testbed.plans import plan_over
     from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.fused import enable_fused
-    from vllm_ascend.worker.v2.spec_decode.draft_window.plan import ActualSeqLens, Plan
+    from vllm_ascend.worker.v2.spec_decode.draft_window.plan import ActualSeqLens
     from vllm_ascend.worker.v2.spec_decode.draft_window.window import ceil_div
     from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
@@ -42,7 +43,7 @@ def synthetic_window(
     tables = [i32(batch, ceil_div(context, b) + 1) for b in block_sizes]
     actual = ActualSeqLens(torch.zeros(batch, dtype=torch.int32, device=device), context + 8)
     window = DraftWindow(
-        Plan.of(
+        plan_over(
             window_size,
             SimpleNamespace(input_block_tables=tables, block_sizes=list(block_sizes)),
             list(range(len(block_sizes))),

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import dcp_local_lengths
-from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
 from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import (
     DraftWindow,
     not_in_path,
@@ -27,9 +26,8 @@ def fia_params(
     params: list[dict[str, Any]],
     num_reqs_padded: int,
     is_draft_model_prefill: bool,
-    release: Release,
 ) -> list[dict[str, Any]]:
-    """Window ``build_fia_params``' per-step KV lengths (and tables, where it takes them)."""
+    """Window ``build_fia_params``' per-step KV lengths."""
     if window is None:
         return params
     if is_draft_model_prefill:
@@ -38,8 +36,6 @@ def fia_params(
             f"graph, which reads the target's unwindowed metadata; the window runs the "
             f"draft prefill without FULL graphs"
         )
-    if release.fia_table_from_target:
-        _cropped_tables(speculator, window, params, num_reqs_padded)
     if window.dcp is not None:
         return _dcp_shares(speculator, window, params)
     # Layers of one step share a list: window it once (``done`` keeps ids alive).
@@ -51,29 +47,6 @@ def fia_params(
             done[id(lengths)] = (lengths, windowed.tolist())
         param["actual_seq_lengths_kv"] = done[id(lengths)][1]
     return params
-
-
-def _cropped_tables(
-    speculator: AscendAutoRegressiveSpeculator,
-    window: DraftWindow,
-    params: list[dict[str, Any]],
-    num_reqs_padded: int,
-) -> None:
-    """Point each layer's ``block_table`` at its group's cropped table."""
-    groups = {
-        name: g
-        for g, attn_groups in enumerate(speculator.attn_groups)
-        for group in attn_groups
-        for name in group.layer_names
-    }
-    for param in params:
-        g = groups.get(param["layer_name"])
-        if g not in window.windows:
-            raise not_in_path(
-                f"{type(speculator).__name__}.build_fia_params names layer "
-                f"{param['layer_name']}, which no windowed draft KV-cache group holds"
-            )
-        param["block_table"] = window.windows[g].block_table[:num_reqs_padded]
 
 
 def _dcp_shares(

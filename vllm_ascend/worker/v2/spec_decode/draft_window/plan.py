@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -44,7 +44,6 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec, lc
 
 if TYPE_CHECKING:
     from vllm.v1.kv_cache_interface import KVCacheConfig
-    from vllm.v1.worker.gpu.block_table import BlockTables
     from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
 
@@ -78,33 +77,6 @@ class Plan:
     decisions: tuple[GroupDecision, ...] = ()
     # draft_attention_sinks as asked (``spec.sink_size``: rounded up to the alignment).
     sink_tokens: int = 0
-
-    @classmethod
-    def of(
-        cls,
-        window_size: int,
-        block_tables: BlockTables,
-        group_ids: Sequence[int],
-        *,
-        sink_tokens: int = 0,
-        min_context: int = 0,
-        max_query_len: int = 1,
-        max_chunk_len: int | None = None,
-        actual: ActualSeqLens | None = None,
-    ) -> Plan:
-        """The plan over ``group_ids`` of ``block_tables``: layout read, shape derived."""
-        layout = DcpLayout.of(block_tables)
-        units = column_tokens(block_tables, group_ids, layout)
-        spec = WindowSpec.derive(window_size, units.values(), sink_tokens, min_context)
-        return cls(
-            spec,
-            units,
-            layout,
-            max_query_len=max_query_len,
-            max_chunk_len=max_chunk_len,
-            actual=actual,
-            sink_tokens=sink_tokens,
-        )
 
     @property
     def unwindowed_group_ids(self) -> list[int]:

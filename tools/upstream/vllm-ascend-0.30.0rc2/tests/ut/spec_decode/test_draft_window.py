@@ -106,7 +106,7 @@ def _window(
     if input_buffers is None:
         input_buffers = AscendInputBuffers(max_num_reqs, MAX_NUM_TOKENS, CPU)
     window = DraftWindow(
-        Plan.of(WINDOW, block_tables, [0], max_query_len=max_query_len),
+        Plan(WindowSpec.derive(WINDOW, [BLOCK_SIZE]), {0: BLOCK_SIZE}, max_query_len=max_query_len),
         input_buffers,
         block_tables,
         max_num_reqs,

@@ -40,7 +40,8 @@ def test_window_seq_lens_keeps_the_attention_sinks():
 def test_the_window_reads_the_sinks_and_the_last_tokens_from_the_threshold_on():
     block_tables = _block_tables()
     # 20 sinks become 32 (whole blocks); the threshold 200 is above S + W + a = 98.
-    plan = Plan.of(WINDOW, block_tables, [0], sink_tokens=20, min_context=200)
+    spec = WindowSpec.derive(WINDOW, [BLOCK_SIZE], sink_tokens=20, min_context=200)
+    plan = Plan(spec, {0: BLOCK_SIZE}, sink_tokens=20)
     assert (plan.spec.sink_size, plan.spec.min_context) == (32, 200)
     input_buffers = AscendInputBuffers(MAX_NUM_REQS, 64, CPU)
     window = DraftWindow(plan, input_buffers, block_tables, MAX_NUM_REQS, CPU)

@@ -31,7 +31,10 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.common import 
     after,
     around,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import (
+    DraftWindow,
+    not_in_path,
+)
 
 
 def calc_next_seq_lens_cpu(original: Callable, installed: Installed) -> Callable:
@@ -52,16 +55,41 @@ def build_fia_params(original: Callable, installed: Installed) -> Callable:
 
     def windowed(self: Any, window: DraftWindow, params: list, *args: Any, **kwargs: Any) -> list:
         arguments = signature.bind(self, *args, **kwargs).arguments
-        return ascend.fia_params(
+        params = ascend.fia_params(
             self,
             window,
             params,
             arguments["num_reqs_padded"],
             arguments["is_draft_model_prefill"],
-            installed.release,
         )
+        if installed.release.fia_table_from_target:
+            _cropped_tables(self, window, params, arguments["num_reqs_padded"])
+        return params
 
     return after(original, installed, windowed)
+
+
+def _cropped_tables(
+    speculator: Any,
+    window: DraftWindow,
+    params: list[dict[str, Any]],
+    num_reqs_padded: int,
+) -> None:
+    """Point each layer's ``block_table`` at its group's cropped table."""
+    groups = {
+        name: g
+        for g, attn_groups in enumerate(speculator.attn_groups)
+        for group in attn_groups
+        for name in group.layer_names
+    }
+    for param in params:
+        g = groups.get(param["layer_name"])
+        if g not in window.windows:
+            raise not_in_path(
+                f"{type(speculator).__name__}.build_fia_params names layer "
+                f"{param['layer_name']}, which no windowed draft KV-cache group holds"
+            )
+        param["block_table"] = window.windows[g].block_table[:num_reqs_padded]
 
 
 def build_attn_metadata(original: Callable, installed: Installed) -> Callable:
