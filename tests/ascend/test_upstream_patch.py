@@ -350,3 +350,54 @@ def test_the_cores_types_are_vllms_and_vllm_ascends_own_and_any_only_as_they_dec
     alone = [(name, where) for name, use, where in ours if use == "Any" and not where]
     assert alone == []
     assert {(name, use) for name, use, _ in ours if use != "Any" and use not in theirs} == set()
+
+
+def _their_mypy_flags() -> list[str]:
+    """The flags vllm-ascend's ``tools/mypy.sh`` gives mypy, at the lowest Python version its
+    CI checks (3.10, as ``.github/workflows/pr_test.yaml`` runs it)."""
+    script = (upstream.PRISTINE / "tools" / "mypy.sh").read_text()
+    (line,) = [line for line in script.splitlines() if line.strip().startswith("mypy --")]
+    assert (
+        '"$@"' in line
+        and "3.10" in (upstream.PRISTINE / ".github/workflows/pr_test.yaml").read_text()
+    )
+    flags = line.split()[1:-1]
+    return [flag.replace('"${PYTHON_VERSION}"', "3.10") for flag in flags]
+
+
+def _type_check(tree) -> list[str]:
+    """vllm-ascend's type check of its package on ``tree`` (its flags and ``mypy.ini``; vLLM
+    and torch from this environment): each error, without its line number."""
+    import sys
+
+    command = [sys.executable, "-m", "mypy", "--python-executable", sys.executable]
+    command += [*_their_mypy_flags(), "--cache-dir", str(tree / ".mypy_cache"), "vllm_ascend"]
+    run = subprocess.run(
+        command,
+        cwd=tree,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode in (0, 1) and "errors prevented further checking" not in run.stdout, (
+        run.stdout[-2000:] + run.stderr[-2000:]
+    )
+    assert (tree / "mypy.ini").is_file()
+    return sorted(
+        re.sub(r":\d+: ", ": ", line) for line in run.stdout.splitlines() if ": error:" in line
+    )
+
+
+@pytest.fixture(scope="module")
+def pristine_type_check(tmp_path_factory) -> list[str]:
+    return _type_check(upstream.patched_tree(tmp_path_factory.mktemp("pristine"), apply=False))
+
+
+@pytest.mark.parametrize("parts", [1, 2, None], ids=["part 1", "parts 1-2", "the patch"])
+def test_vllm_ascends_type_check_reports_nothing_new_on_each_parts_tree(
+    parts, pristine_type_check, tmp_path
+):
+    """vllm-ascend's CI runs mypy over its package (``tools/mypy.sh``): the tree of each part of
+    the series, and of the whole patch, gets exactly the errors the pristine tree gets."""
+    tree = upstream.patched_tree(tmp_path / "tree", parts=parts)
+    assert (tree / upstream.PACKAGE / "window.py").is_file()
+    assert _type_check(tree) == pristine_type_check

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import dcp_local_lengths
+from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import DcpLayout, dcp_local_lengths
 from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import (
     DraftWindow,
     not_in_path,
@@ -37,7 +37,7 @@ def fia_params(
             f"draft prefill without FULL graphs"
         )
     if window.dcp is not None:
-        return _dcp_shares(speculator, window, params)
+        return _dcp_shares(speculator, window.dcp, params)
     # Layers of one step share a list: window it once (``done`` keeps ids alive).
     done: dict[int, tuple[list[int], list[int]]] = {}
     for param in params:
@@ -50,7 +50,7 @@ def fia_params(
 
 
 def _dcp_shares(
-    speculator: AscendAutoRegressiveSpeculator, window: DraftWindow, params: list[dict[str, Any]]
+    speculator: AscendAutoRegressiveSpeculator, layout: DcpLayout, params: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """This rank's share of each step's windowed global lengths, recomputed with
     ``_calc_next_seq_lens_cpu``: a rank's share cannot be windowed by itself."""
@@ -63,14 +63,16 @@ def _dcp_shares(
             f"lists for {speculator.num_speculative_steps - 1} decode steps, which the window "
             f"cannot match to their steps"
         )
-    n, n_pad = speculator.input_batch.num_reqs, len(step_lists[0])
+    batch = speculator.input_batch
+    assert batch is not None
+    n, n_pad = batch.num_reqs, len(step_lists[0])
     target = torch.zeros(n_pad, dtype=torch.int32)
-    target[:n] = torch.from_numpy(speculator.input_batch.seq_lens_np[:n])
+    target[:n] = torch.from_numpy(batch.seq_lens_np[:n])
     shares = {}
     for step, lengths_of_step in enumerate(step_lists, start=1):
         lengths = speculator._calc_next_seq_lens_cpu(target, n, n_pad, step)
         share = dcp_local_lengths(
-            lengths, window.dcp, scratch=torch.empty_like(lengths), out=torch.empty_like(lengths)
+            lengths, layout, scratch=torch.empty_like(lengths), out=torch.empty_like(lengths)
         )
         shares[id(lengths_of_step)] = share.tolist()
     for param in params:

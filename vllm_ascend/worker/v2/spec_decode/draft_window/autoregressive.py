@@ -48,19 +48,19 @@ def windowed_prefill_metadata(
         "seq_lens": window.seq_lens[:n],
         "seq_lens_cpu_upper_bound": bound,
     }
-    if getattr(batch, "dcp_local_seq_lens", None) is not None:
-        local = window.dcp_local_seq_lens
-        dcp_local_lengths(
-            window.seq_lens[:n], window.dcp, scratch=window.dcp_scratch[:n], out=local[:n]
-        )
+    dcp_lengths = getattr(batch, "dcp_local_seq_lens", None)
+    if dcp_lengths is not None:
+        layout, local, scratch = window.dcp, window.dcp_local_seq_lens, window.dcp_scratch
+        assert layout is not None and local is not None and scratch is not None
+        dcp_local_lengths(window.seq_lens[:n], layout, scratch=scratch[:n], out=local[:n])
         local[n:].zero_()
-        changes["dcp_local_seq_lens"] = local[: batch.dcp_local_seq_lens.shape[0]]
+        changes["dcp_local_seq_lens"] = local[: dcp_lengths.shape[0]]
     fields = {f.name for f in dataclasses.fields(batch)}
     if "prompt_lens" in fields:
         # The target's restricted-SWA prefix; the draft layers have none.
         changes["prompt_lens"] = None
     mirror = getattr(batch, host_mirror, None) if host_mirror else None
-    if mirror is not None:
+    if host_mirror and mirror is not None:
         exact = torch.from_numpy(np.ascontiguousarray(mirror[:n], dtype=np.int32))
         changes[host_mirror] = _window_exact(window, exact, query_lens_cpu).numpy()
     windowed_batch = dataclasses.replace(batch, **changes)

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -140,7 +141,7 @@ def _kind(spec: KVCacheSpec) -> str:
     return name
 
 
-def describe_decisions(decisions: list[GroupDecision]) -> str:
+def describe_decisions(decisions: Sequence[GroupDecision]) -> str:
     windowed = [d.describe() for d in decisions if d.windowed]
     unwindowed = [f"{d.describe()}: {d.reason}" for d in decisions if not d.windowed]
     parts = []

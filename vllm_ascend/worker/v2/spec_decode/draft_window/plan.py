@@ -90,7 +90,7 @@ def plan(
     freed: Freed | None = None,
 ) -> Plan | None:
     """The speculator's window under ``config`` on ``release``; None: off (said once)."""
-    window_size, method = config.draft_window_size, speculator.method
+    asked, method = config.draft_window_size, speculator.method
     kind = METHODS.get(method)
     if kind is Kind.MTP:
         _say_mtp_ignored(speculator, config)
@@ -98,22 +98,23 @@ def plan(
     query_stretch = speculator.num_speculative_steps + 1
     decisions = decide_groups(speculator.kv_cache_config, speculator.attn_groups, freed)
     layout = DcpLayout.of(speculator.block_tables)
-    with policy.refusals(KEY, window_size):
+    with policy.refusals(KEY, asked):
         policy.refuse_method(method, release)
         policy.refuse_speculator(speculator, release)
-        if not config.auto:
-            policy.refuse_shape(method, window_size, query_stretch, speculator.vllm_config)
+        if isinstance(asked, int):
+            policy.refuse_shape(method, asked, query_stretch, speculator.vllm_config)
         policy.refuse_config(speculator.vllm_config, release)
         policy.refuse_backends(speculator, release, decisions)
         policy.refuse_dcp(speculator, layout, release, decisions)
-    windowed = _windowed_groups(decisions, window_size)
+    windowed = _windowed_groups(decisions, asked)
     if not windowed:
         return None
     units = column_tokens(speculator.block_tables, windowed, layout)
+    alignment = lcm_alignment(list(units.values()))
+    window_size = asked if isinstance(asked, int) else _auto_window_size(speculator, alignment)
+    if window_size is None:
+        return None
     if config.auto:
-        window_size = _auto_window_size(speculator, lcm_alignment(list(units.values())))
-        if window_size is None:
-            return None
         with policy.refusals(KEY, window_size):
             policy.refuse_shape(method, window_size, query_stretch, speculator.vllm_config)
     spec = WindowSpec.derive(
@@ -203,7 +204,7 @@ def _extra_query_slots(speculator: DraftModelSpeculator) -> int:
     extra = getattr(speculator, "num_extra_query_per_req", None)
     if extra is None:
         extra = getattr(speculator.speculative_config, "max_num_new_slots_for_drafting", 0)
-    return int(extra)
+    return int(extra or 0)
 
 
 def _auto_window_size(speculator: DraftModelSpeculator, alignment: int) -> int | None:
@@ -264,7 +265,7 @@ def _auto_window_size(speculator: DraftModelSpeculator, alignment: int) -> int |
     return window_size
 
 
-def _windowed_groups(decisions: list[GroupDecision], window_size: int | str) -> list[int]:
+def _windowed_groups(decisions: list[GroupDecision], window_size: int | str | None) -> list[int]:
     """The draft groups the window serves; an unknown spec and none at all said once."""
     for decision in decisions:
         if decision.unknown:

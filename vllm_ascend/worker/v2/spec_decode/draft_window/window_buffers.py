@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -111,6 +112,7 @@ class DraftWindow:
         self.windowed_attn_groups: list[list[AttentionGroup]] | None = None
         self.unwindowed_attn_groups: list[list[AttentionGroup]] | None = None
         if plan.unwindowed_group_ids:
+            assert attn_groups is not None, "the groups not windowed need their builders"
             self._keep_unwindowed_groups(attn_groups, plan.unwindowed_group_ids)
         # The slot mapping passed to the build in progress, if any (never windowed).
         self.build_slot_mappings: torch.Tensor | None = None
@@ -172,6 +174,7 @@ class DraftWindow:
     ) -> Callable[..., object]:
         windowed, vllms = self.seq_lens, self.input_buffers.base.seq_lens
 
+        @functools.wraps(real)
         def build(*args: Any, **kwargs: Any) -> object:
             in_kwargs = "common_attn_metadata" in kwargs
             cm = kwargs["common_attn_metadata"] if in_kwargs else args[position]
@@ -183,7 +186,6 @@ class DraftWindow:
                     args = (*args[:position], cm, *args[position + 1 :])
             return real(*args, **kwargs)
 
-        build.__wrapped__ = real
         return build
 
     def refresh(
