@@ -89,6 +89,7 @@ OVERLAY_MODULES = {
         "patches.py",
         "plugin.py",
         "supported.py",
+        "plugin_release.py",
         "free_kv.py",
         "kv_reclaim.py",
         "path_check.py",

@@ -510,17 +510,20 @@ def test_a_dflash_draft_is_served_at_the_dcp_size_vllm_gives_it_by_default(
     set after validation: a DFlash config validates against its draft checkpoint.)"""
     from testbed.configs import set_method
     from vllm_ascend.worker.v2.spec_decode.draft_window import policy
+    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.plugin_release import (
+        refuse_config,
+    )
 
     config = set_method(tp4_dcp2_config(model_dir, "eagle3", None), "dflash")
     assert not config.speculative_config.draft_model_config.use_mla
     object.__setattr__(config.speculative_config, "draft_decode_context_parallel_size", draft_dcp)
     if not refused:
         with policy.refusals("draft_window_size", 512):
-            policy.refuse_config(config, RELEASE)
+            refuse_config(config, RELEASE)
         return
     proven = "for method 'dflash': the window is proven for that "
     with pytest.raises(ValueError, match=proven), policy.refusals("draft_window_size", 512):
-        policy.refuse_config(config, RELEASE)
+        refuse_config(config, RELEASE)
 
 
 @pytest.mark.release("vLLM 0.34.x")
@@ -528,14 +531,10 @@ def test_dual_batch_overlap_is_refused_by_name(model_dir, restore_runner_choice)
     """Dual-batch overlap makes vLLM 0.34 rebuild the draft prefill's metadata from the full
     tables, a path the window is not proven on. (vLLM's CPU platform turns DBO off at
     validation, a GPU platform keeps it: set after validation.)"""
-    from vllm_ascend.worker.v2.spec_decode.draft_window import policy
-    from vllm_ascend.worker.v2.spec_decode.draft_window.config import DraftWindowConfig
-
     plugin.register()
     config = speculative_config_for(model_dir, {"draft_window_size": 512})
     object.__setattr__(config.parallel_config, "enable_dbo", True)
     assert config.parallel_config.use_ubatching
-    window = DraftWindowConfig.from_additional_config(config.additional_config)
     message = (
         "draft_window_size=512 is not supported on vLLM 0.34.x with dual-batch overlap "
         "(micro-batching): the target's forward builds metadata per micro-batch, so the draft "
@@ -543,7 +542,7 @@ def test_dual_batch_overlap_is_refused_by_name(model_dir, restore_runner_choice)
         "on. Disable dual-batch overlap, or remove draft_window_size."
     )
     with pytest.raises(ValueError, match=re.escape(message)):
-        policy.check_start_up(config, window, RELEASE, True)
+        plugin._check_window_config(config)
 
 
 FREE_KV = {"draft_window_size": 512, "draft_window_free_kv": True}

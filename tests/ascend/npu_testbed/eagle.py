@@ -108,7 +108,7 @@ def setup_decode(
     tib.seq_lens_cpu.zero_()
     tib.seq_lens_cpu[:n] = target
     s.input_batch = InputBatchSeen(n, np.zeros(n, dtype=bool), tib.seq_lens_np[:n], target.clone())
-    if installed_release().fia_table_from_target:
+    if getattr(installed_release(), "fia_table_from_target", False):  # the plugin's 0.29
         # What the target runner leaves in the model state for the draft layers (vllm-ascend
         # 0.29 takes a FULL replay's block table from it): the full table of this step.
         full = s.block_tables.input_block_tables[0]

@@ -103,7 +103,6 @@ def plan(
         policy.refuse_speculator(speculator, release)
         if isinstance(asked, int):
             policy.refuse_shape(method, asked, query_stretch, speculator.vllm_config)
-        policy.refuse_config(speculator.vllm_config, release)
         policy.refuse_backends(speculator, release, decisions)
         policy.refuse_dcp(speculator, layout, release, decisions)
     windowed = _windowed_groups(decisions, asked)

@@ -69,7 +69,6 @@ def check_start_up(
         if method is not None and release is not None and METHODS.get(method) is not Kind.MTP:
             with refusals(KEY, config.draft_window_size):
                 refuse_method(method, release)
-                refuse_config(vllm_config, release)
             if config.auto:
                 declared_context(vllm_config)
     elif config.draft_window_free_kv:
@@ -106,32 +105,6 @@ def refuse_method(method: str, release: Release) -> None:
             f"is not supported on Model Runner V2 for speculative method {method!r} on "
             f"{release.name}; supported there: {', '.join(release.methods)}",
             "Use one of those methods",
-        )
-
-
-def refuse_config(vllm_config: VllmConfig, release: Release) -> None:
-    """Stop on a layout the release does not serve (vLLM 0.34's dual-batch overlap) or a draft
-    DCP size other than the target's (1 for a DFlash-family draft without MLA)."""
-    for path, layout, why, fix in release.unserved_config:
-        if dotted(vllm_config, path):
-            raise Refusal(f"is not supported on {release.name} {layout}: {why}", fix)
-    speculative = vllm_config.speculative_config
-    draft_dcp = getattr(speculative, "draft_decode_context_parallel_size", None)
-    if not release.own_draft_dcp or draft_dcp is None:
-        return
-    target_dcp = vllm_config.parallel_config.decode_context_parallel_size
-    draft_config = getattr(speculative, "draft_model_config", None)
-    replicated = METHODS.get(speculative.method) is Kind.PARALLEL and not getattr(
-        draft_config, "use_mla", False
-    )
-    served = 1 if replicated else target_dcp
-    if draft_dcp != served:
-        raise Refusal(
-            f"is not supported on {release.name} with draft_decode_context_parallel_size="
-            f"{draft_dcp} under decode_context_parallel_size={target_dcp} for method "
-            f"{speculative.method!r}: the window is proven for that draft at "
-            f"draft_decode_context_parallel_size={served} only",
-            f"Set draft_decode_context_parallel_size={served} (or leave it unset)",
         )
 
 

@@ -18,7 +18,6 @@ class Release:
     """A supported vLLM release (with vllm-ascend where paired) and what the window serves."""
 
     name: str
-    vllm_minor: tuple[int, int]
     # Per method: the speculator classes and attention backends the window is proven for.
     speculators: tuple[tuple[str, tuple[str, ...]], ...]
     backends: tuple[tuple[str, tuple[str, ...]], ...] = ()
@@ -29,8 +28,6 @@ class Release:
     dcp_backend_notes: tuple[tuple[str, str, bool], ...] = ()
     dcp_actual_from_bound: tuple[str, ...] = ()
     dcp_unserved: str | None = None
-    # Metadata (decode, prefill) row counts where prefill rows take the host bound as exact.
-    bound_as_exact_rows: tuple[str, str] | None = None
     # Kernels taking actual lengths computed on the host, from which the window starts.
     actual_from_bound_backends: tuple[tuple[str, tuple[str, ...]], ...] = ()
     dspark_host_length_targets: tuple[str, ...] = ()
@@ -43,11 +40,8 @@ class Release:
     # (attribute path, layout, why, fix) of speculator state the window does not serve.
     unserved_state: tuple[tuple[str, str, str, str], ...] = ()
     prefill_state: tuple[str, ...] = ()
-    fia_table_from_target: bool = False
     model_runner_v1: bool = True
     block_table_width: tuple[str, str] = ("vllm.v1.worker.block_table", "get_block_table_width")
-    unserved_config: tuple[tuple[str, str, str, str], ...] = ()
-    own_draft_dcp: bool = False
     free_kv_unserved: str | None = None
 
     @property
@@ -122,7 +116,6 @@ ASCEND_SPECULATORS = (
 # the host bound plus the query length as exact; DSpark on MLA has an exact host copy.
 VLLM_0_30_ASCEND = Release(
     name="vLLM 0.30.x with vllm-ascend 0.30.0rc1 or 0.30.0rc2",
-    vllm_minor=(0, 30),
     speculators=ASCEND_SPECULATORS,
     backends=(
         ("dflash", ("AscendAttentionBackend", "AscendMLABackend")),

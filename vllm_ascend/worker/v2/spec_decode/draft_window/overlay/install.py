@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import patches, supported, versions
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.plugin_release import PluginRelease
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.supported import Hook
-from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ class Resolved:
     method: object
 
 
-def resolve(release: Release) -> tuple[list[Resolved], list[str]]:
+def resolve(release: PluginRelease) -> tuple[list[Resolved], list[str]]:
     """Find every hook of ``release`` on the installed vLLM: (found, problems). Imports and
     inspects only; it never raises because of what the installed vLLM looks like.
 

@@ -38,12 +38,17 @@ class PathCheck:
     """Watches the metadata builders of one speculator's windowed KV cache groups."""
 
     def __init__(
-        self, window: DraftWindow, speculator: DraftModelSpeculator, release: Release
+        self,
+        window: DraftWindow,
+        speculator: DraftModelSpeculator,
+        release: Release,
+        bound_as_exact_rows: tuple[str, str] | None = None,
     ) -> None:
         self.speculator = speculator
         self.window = window
         self.built_host_lengths = release.built_host_lengths
-        self.bound_as_exact_rows = release.bound_as_exact_rows
+        # Metadata (decode, prefill) row counts where prefill rows take the host bound as exact.
+        self.bound_as_exact_rows = bound_as_exact_rows
         # Host copies of unwindowed lengths, which a built host seq_lens must never be.
         mirror_name = release.host_mirror[0] if release.host_mirror else None
         self.unwindowed_host = [

@@ -33,6 +33,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import (
     supported,
     versions,
 )
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.plugin_release import refuse_config
 
 # The keys besides draft_window_size that only this package reads.
 OWN_KEYS = (SINKS_KEY, MIN_CONTEXT_KEY, FREE_KV_KEY)
@@ -131,6 +132,9 @@ def _check_window_config(vllm_config) -> None:
     installed = install.installation()
     release = installed.release if installed is not None else None
     policy.check_start_up(vllm_config, config, release, model_runner_v2)
+    if model_runner_v2 and release is not None:
+        with policy.refusals(KEY, config.draft_window_size):
+            refuse_config(vllm_config, release)
     method = getattr(vllm_config.speculative_config, "method", None)
     if model_runner_v2 and config.draft_window_free_kv and method is not None:
         free_kv.refuse_free_kv(vllm_config, config, release)

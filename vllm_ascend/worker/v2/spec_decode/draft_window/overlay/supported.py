@@ -14,13 +14,13 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from vllm_ascend.worker.v2.spec_decode.draft_window import release as core_release
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import vllm_backends
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.plugin_release import PluginRelease
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import (
     ASCEND_SPECULATORS,
     FREE_KV_ASCEND,
     UNSERVED_STATE_ASCEND,
-    VLLM_0_30_ASCEND,
-    Release,
 )
 
 
@@ -120,7 +120,7 @@ def _autoregressive(package: str, cls: str, graph_manager_module: str, graph_man
 
 _AR_0_33 = f"{_SD}.target_dependent_ar"
 _ar_0_33 = _on(Family.AUTOREGRESSIVE, f"{_AR_0_33}.speculator", "TargetDependentARSpeculator")
-VLLM_0_33 = Release(
+VLLM_0_33 = PluginRelease(
     name="vLLM 0.33.x",
     vllm_minor=(0, 33),
     # vLLM's init_speculator: method "dflash" makes a DFlash, or by the draft's architecture
@@ -148,7 +148,8 @@ VLLM_0_33 = Release(
     bound_as_exact_rows=("num_decodes", "num_prefills"),
 )
 
-# vllm-ascend 0.30.0rc1/rc2 (its facts: release.VLLM_0_30_ASCEND).
+# vllm-ascend 0.30.0rc1/rc2: the release its call sites name, with the plugin's facts.
+VLLM_0_30_ASCEND = PluginRelease.of(core_release.VLLM_0_30_ASCEND, vllm_minor=(0, 30))
 _ASCEND_SD = "vllm_ascend.worker.v2.spec_decode"
 _ASCEND_AR = f"{_ASCEND_SD}.autoregressive"
 _ascend_ar = _on(
@@ -193,7 +194,7 @@ _HOOKS_0_30_ASCEND = (
 # length as exact, are refused. An EAGLE FULL decode replay takes its block table from the
 # target's metadata (fia_table_from_target). No DCP path; the target's host lengths are
 # always synced after rejection.
-VLLM_0_29_ASCEND = Release(
+VLLM_0_29_ASCEND = PluginRelease(
     name="vLLM 0.29.x with vllm-ascend 0.29.0rc1",
     vllm_minor=(0, 29),
     speculators=ASCEND_SPECULATORS,
@@ -316,7 +317,7 @@ STRICT_CONFIG = ("vllm_ascend.ascend_config", "AscendConfig")
 SUPPORTED = ", ".join(release.name for release in RELEASES)
 
 
-def release_for(vllm_version: str) -> Release | None:
+def release_for(vllm_version: str) -> PluginRelease | None:
     """The supported release of a vLLM version (``0.33.0``, ``0.33.1.dev4+g...``), or None."""
     parts = vllm_version.split(".")
     try:
@@ -342,11 +343,11 @@ _REQUIRES = {
 }
 
 
-def hooks_for(release: Release) -> tuple[Hook, ...]:
+def hooks_for(release: PluginRelease) -> tuple[Hook, ...]:
     """The methods the window wraps or calls on ``release``."""
     return _HOOKS[release.name]
 
 
-def requires_for(release: Release) -> tuple[str, tuple[str, ...]] | None:
+def requires_for(release: PluginRelease) -> tuple[str, tuple[str, ...]] | None:
     """The distribution and its releases that must be installed beside vLLM, or None."""
     return _REQUIRES.get(release.name)

@@ -2,7 +2,7 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """What the host has installed, as the overlay's start-up asks it (``install.py``,
 ``plugin.py``): the vLLM and vllm-ascend versions, whether a release's companion fits, and
-which model runner a config runs. The release table itself is ``releases.py``; vllm-ascend's
+which model runner a config runs. The release table itself is ``supported.py``; vllm-ascend's
 tree (the upstream patch) names its release at its call sites and needs none of this."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import importlib.metadata
 from typing import Any
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import supported
-from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.plugin_release import PluginRelease
 
 
 def installed_versions() -> dict[str, str]:
@@ -25,7 +25,7 @@ def describe_versions() -> str:
     return f"vLLM {versions['vllm']}, vllm-ascend {versions['vllm-ascend']}"
 
 
-def requirement_problem(release: Release) -> str | None:
+def requirement_problem(release: PluginRelease) -> str | None:
     """Why the release's companion distribution does not fit, or None."""
     requires = supported.requires_for(release)
     if requires is None:

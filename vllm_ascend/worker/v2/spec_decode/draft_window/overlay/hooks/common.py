@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY, DraftWindowConfig
-from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.plugin_release import PluginRelease
 from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import (
     DraftWindow,
     not_in_path,
@@ -32,7 +32,7 @@ class Installed:
     still active (after uninstalling, a wrapper another plugin keeps in its chain makes no
     window)."""
 
-    release: Release
+    release: PluginRelease
     names: dict[str, list[str]] = field(default_factory=dict)
     active: bool = True
 

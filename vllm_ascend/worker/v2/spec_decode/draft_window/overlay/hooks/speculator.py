@@ -20,8 +20,8 @@ import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import speculator
-from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY
+from vllm_ascend.worker.v2.spec_decode.draft_window import policy, speculator
+from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY, DraftWindowConfig
 from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.fused_check import enable_if_trusted
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.common import (
@@ -34,7 +34,10 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.path_check import (
     UPDATE_PATH,
     PathCheck,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.plugin_release import (
+    PluginRelease,
+    refuse_config,
+)
 from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
 if TYPE_CHECKING:
@@ -42,14 +45,24 @@ if TYPE_CHECKING:
 
 
 def create_checked_window(
-    draft_speculator: Any, release: Release, freed: Freed | None = None
+    draft_speculator: Any, release: PluginRelease, freed: Freed | None = None
 ) -> DraftWindow | None:
-    """``speculator.create_draft_window``, its builders then watched by the path check (the
+    """``speculator.create_draft_window`` once the layouts only the plugin's releases refuse
+    are checked (``refuse_config``), its builders then watched by the path check (the
     hooks wrap methods by name: a release that routes a build around them is caught) and
     the fused refresh enabled where its self-check passes on the window's device."""
+    vllm_config = draft_speculator.vllm_config
+    config = DraftWindowConfig.from_additional_config(
+        getattr(vllm_config, "additional_config", None)
+    )
+    if config.enabled:
+        with policy.refusals(KEY, config.draft_window_size):
+            refuse_config(vllm_config, release)
     window = speculator.create_draft_window(draft_speculator, release, freed)
     if window is not None:
-        window.path_check = PathCheck(window, draft_speculator, release)
+        window.path_check = PathCheck(
+            window, draft_speculator, release, release.bound_as_exact_rows
+        )
         enable_if_trusted(window, logger, KEY)
     return window
 
