@@ -787,6 +787,8 @@ EXTERNAL = {
     "worker/v2/spec_decode/autoregressive/speculator.py",
     "worker/v2/spec_decode/dflash/speculator.py",
     "worker/v2/spec_decode/dspark/speculator.py",
+    "worker/v2/spec_decode/pcp_utils.py",
+    "worker/v2/attn_utils.py",
     "aclgraph.py",
     "report.json",
     "report.md",
