@@ -545,6 +545,23 @@ def test_dual_batch_overlap_is_refused_by_name(model_dir, restore_runner_choice)
         plugin._check_window_config(config)
 
 
+@pytest.mark.release("vLLM 0.34.x")
+def test_dual_batch_overlap_the_start_up_check_did_not_see_is_refused_at_set_attn(model_dir):
+    """The same refusal where the layout was set after the engine's start-up check: the
+    plugin's set_attn refuses it before the draft's window is made."""
+    from testbed.speculators import SPECULATOR_CLASSES, make_vllm_config, wire_speculator
+    from tests.cpu_testbed.dflash import LAYOUTS, MAX_MODEL_LEN, MAX_NUM_REQS, NUM_SPEC, make_batch
+
+    plugin.register()
+    config = make_vllm_config(model_dir, MAX_MODEL_LEN, MAX_NUM_REQS, {"draft_window_size": 64})
+    object.__setattr__(config.parallel_config, "enable_dbo", True)
+    layouts = LAYOUTS["one_group"]
+    batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
+    message = "draft_window_size=64 is not supported on vLLM 0.34.x with dual-batch overlap"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        wire_speculator(SPECULATOR_CLASSES["dflash"], batch, layouts, config, "dflash", NUM_SPEC)
+
+
 FREE_KV = {"draft_window_size": 512, "draft_window_free_kv": True}
 
 
