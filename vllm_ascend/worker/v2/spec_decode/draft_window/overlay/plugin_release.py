@@ -41,7 +41,8 @@ def refuse_config(vllm_config: VllmConfig, release: PluginRelease) -> None:
     """Stop on a layout the release does not serve (vLLM 0.34's dual-batch overlap) or a draft
     DCP size other than the target's (1 for a DFlash-family draft without MLA)."""
     speculative = vllm_config.speculative_config
-    if METHODS.get(getattr(speculative, "method", None) or "") is Kind.MTP:
+    method = getattr(speculative, "method", None)
+    if METHODS.get(method or "") is Kind.MTP:
         return
     for path, layout, why, fix in release.unserved_config:
         if dotted(vllm_config, path):
@@ -51,7 +52,7 @@ def refuse_config(vllm_config: VllmConfig, release: PluginRelease) -> None:
         return
     target_dcp = vllm_config.parallel_config.decode_context_parallel_size
     draft_config = getattr(speculative, "draft_model_config", None)
-    replicated = METHODS.get(speculative.method) is Kind.PARALLEL and not getattr(
+    replicated = METHODS.get(method) is Kind.PARALLEL and not getattr(
         draft_config, "use_mla", False
     )
     served = 1 if replicated else target_dcp
@@ -59,7 +60,7 @@ def refuse_config(vllm_config: VllmConfig, release: PluginRelease) -> None:
         raise Refusal(
             f"is not supported on {release.name} with draft_decode_context_parallel_size="
             f"{draft_dcp} under decode_context_parallel_size={target_dcp} for method "
-            f"{speculative.method!r}: the window is proven for that draft at "
+            f"{method!r}: the window is proven for that draft at "
             f"draft_decode_context_parallel_size={served} only",
             f"Set draft_decode_context_parallel_size={served} (or leave it unset)",
         )

@@ -17,11 +17,6 @@ from typing import Any
 from vllm_ascend.worker.v2.spec_decode.draft_window import release as core_release
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import vllm_backends
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.plugin_release import PluginRelease
-from vllm_ascend.worker.v2.spec_decode.draft_window.release import (
-    ASCEND_SPECULATORS,
-    FREE_KV_ASCEND,
-    UNSERVED_STATE_ASCEND,
-)
 
 
 class Family(enum.Enum):
@@ -197,7 +192,7 @@ _HOOKS_0_30_ASCEND = (
 VLLM_0_29_ASCEND = PluginRelease(
     name="vLLM 0.29.x with vllm-ascend 0.29.0rc1",
     vllm_minor=(0, 29),
-    speculators=ASCEND_SPECULATORS,
+    speculators=core_release.ASCEND_SPECULATORS,
     backends=(
         ("dflash", ("AscendAttentionBackend",)),
         ("dspark", ("AscendAttentionBackend",)),
@@ -210,10 +205,10 @@ VLLM_0_29_ASCEND = PluginRelease(
     backend_module=("vllm_ascend.", "vllm-ascend"),
     host_mirror=("seq_lens_cpu", "seq_lens_np"),
     built_host_lengths=("seq_lens_list", "decode.seq_lens_list"),
-    unserved_state=UNSERVED_STATE_ASCEND[:1],
+    unserved_state=core_release.UNSERVED_STATE_ASCEND[:1],
     prefill_state=("kvpp_runtime", "device_metadata"),
     fia_table_from_target=True,
-    free_kv_unserved=FREE_KV_ASCEND,
+    free_kv_unserved=core_release.FREE_KV_ASCEND,
 )
 
 # vLLM 0.34.x (design doc, section 8.4): Model Runner V2 only. The EAGLE family and draft
