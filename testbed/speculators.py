@@ -58,17 +58,21 @@ class GroupLayout:
     """One KV-cache group: its manager block size, whether the draft reads it, the smaller
     kernel block size its backend uses (None: the same), its KV-cache spec (None: full
     attention of ``block_size``-token blocks; a ``UniformTypeKVCacheSpecs`` gives its first
-    member to the attention group), and its attention backend (None: vLLM's Triton)."""
+    member to the attention group), its attention backend (None: vLLM's Triton), and whether
+    the window serves a spec of another class (None: only full attention and plain MLA)."""
 
     block_size: int
     draft: bool = True
     kernel_block_size: int | None = None
     spec: Any = None
     backend: Any = None
+    windowed: bool | None = None
 
     @property
     def full_attention(self) -> bool:
         """Whether the window serves it: full attention, or plain MLA."""
+        if self.windowed is not None:
+            return self.windowed
         return self.spec is None or type(self.spec).__name__ == "MLAAttentionSpec"
 
 

@@ -46,6 +46,16 @@ TINY_MLA = {
 }
 # vLLM 0.33's MLA metadata takes head size 576 only (kv_lora_rank 512 + rope 64).
 TINY_MLA_576 = {**TINY_MLA, "kv_lora_rank": 512, "qk_rope_head_dim": 64}
+# DeepSeek-V3.2 / GLM-5 sparse attention: an indexer scores the context for the top-k tokens
+# each query reads (vllm-ascend's ``enable_sfa`` reads ``index_topk``); a latent rank that
+# vllm-ascend's packed C8 cache tiles (by 128).
+TINY_SFA = {
+    **TINY_MLA,
+    "kv_lora_rank": 128,
+    "index_topk": 64,
+    "index_head_dim": 32,
+    "index_n_heads": 4,
+}
 
 
 def write_model_dir(root: Path, config: dict, **overrides) -> Path:

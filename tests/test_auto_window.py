@@ -263,8 +263,8 @@ def test_the_threshold_composes_with_auto_as_with_a_number(
 
 
 def test_the_lines_said_before_auto_is_resolved_name_it_as_set(model_dir, tmp_path, log):
-    """A draft whose groups the window does not apply to: off before any alignment exists,
-    said with the value as set (and MTP's warning likewise)."""
+    """A draft whose groups the window does not apply to: refused before any alignment exists,
+    with the value as set (and MTP's warning likewise)."""
     import torch
     from vllm.v1.kv_cache_interface import SlidingWindowSpec
 
@@ -278,13 +278,9 @@ def test_the_lines_said_before_auto_is_resolved_name_it_as_set(model_dir, tmp_pa
         dtype=torch.float32,
     )
     layouts = (GroupLayout(16, draft=False), GroupLayout(32, spec=sliding))
-    _, s = wired(model_dir, tmp_path, AUTO, 512, layouts)
-    assert s.draft_window is None
-    ((level, said),) = log
-    assert level == "warning" and said.startswith(
-        "draft_window_size=auto: no draft KV-cache group is one the window applies to"
-    )
-    log.clear()
+    with pytest.raises(ValueError, match=r"^draft_window_size=auto cannot window the draft: "):
+        wired(model_dir, tmp_path, AUTO, 512, layouts)
+    assert log == []
     batch = make_mrv2_batch([BLOCK], [100], 4, 1, 4, MAX_MODEL_LEN, np.random.default_rng(0))
     config = make_vllm_config(model_dir, MAX_MODEL_LEN, 4, AUTO)
     mtp = SPECULATOR_CLASSES["mtp"]

@@ -18,6 +18,7 @@ from vllm.v1.kv_cache_interface import (
     FullAttentionSpec,
     HiddenStateCacheSpec,
     HiSparseHotSpec,
+    KVCacheSpec,
     MambaSpec,
     MLAAttentionSpec,
     RSWASpec,
@@ -59,7 +60,7 @@ def sliding_window(block_size, window=128):
     return SlidingWindowSpec(block_size=block_size, sliding_window=window, **KV)
 
 
-def dsv4_dspark_swa():
+def dsv4_dspark_swa(layer_name="draft.layer"):
     """The one KV-cache layer each DeepSeek-V4 DSpark draft layer has on vLLM 0.33
     (`DeepseekV4SWACache`: compress ratio 1, 64-token blocks), grouped per layer type."""
     layer = SlidingWindowMLASpec(
@@ -70,11 +71,16 @@ def dsv4_dspark_swa():
         head_size=512,
         dtype=torch.bfloat16,
     )
-    return UniformTypeKVCacheSpecs(block_size=64, kv_cache_specs={"draft.layer": layer})
+    return UniformTypeKVCacheSpecs(block_size=64, kv_cache_specs={layer_name: layer})
 
 
 class NewAttentionSpec(FullAttentionSpec):
-    """A spec class this project has never seen."""
+    """A full-attention subclass this project has never seen (as vllm-ascend's
+    ``AscendMLAAttentionSpec`` is one of ``MLAAttentionSpec``)."""
+
+
+class NewCacheSpec(KVCacheSpec):
+    """A spec class of no attention kind this project knows."""
 
 
 POLICY = [
@@ -89,7 +95,11 @@ POLICY = [
         "every layer attends over the whole context",
     ),
     (sliding_window(32), False, "a sliding window the layer reads by itself"),
-    (dsv4_dspark_swa(), False, "a member layer is not windowed: a sliding window"),
+    (
+        dsv4_dspark_swa(),
+        False,
+        "layer draft.layer is not windowed: a sliding window",
+    ),
     (
         FullAttentionSpec(block_size=16, sliding_window=256, **KV),
         False,
@@ -139,8 +149,8 @@ POLICY = [
     ("spec", "windowed", "reason"), POLICY, ids=[type(p[0]).__name__ for p in POLICY]
 )
 def test_each_kv_cache_spec_gets_a_decision_and_its_reason(spec, windowed, reason):
-    decision, why, unknown = groups.classify(spec)
-    assert (decision, unknown) == (windowed, False)
+    decision, why = groups.classify(spec)
+    assert decision is windowed
     assert why.startswith(reason)
 
 
@@ -176,12 +186,43 @@ def test_the_groups_free_kv_converted_are_known_by_their_layers_not_their_window
         groups.decide_groups(merged, [["attn"]], freed)
 
 
-def test_an_unknown_spec_class_is_not_windowed_and_named():
-    spec = NewAttentionSpec(block_size=16, **KV)
-    assert groups.classify(spec) == (
-        False,
-        "a KV-cache spec the draft window does not know (NewAttentionSpec)",
+def test_a_full_attention_subclass_is_decided_by_its_fields_not_its_name():
+    assert groups.classify(NewAttentionSpec(block_size=16, **KV)) == (
         True,
+        "full attention over the whole context, one token per slot",
+    )
+    assert groups.classify(NewAttentionSpec(block_size=16, sliding_window=64, **KV)) == (
+        False,
+        "a sliding window of 64 tokens computed in the layer",
+    )
+    assert groups.classify(NewCacheSpec(block_size=16)) == (
+        False,
+        "a KV-cache spec the draft window does not know (NewCacheSpec)",
+    )
+
+
+def test_a_uniform_group_is_decided_by_the_drafts_own_layers():
+    """vLLM puts same-kind layers of the target and the draft in one uniform-type group; the
+    draft reads only its own, so the target's layers in it do not decide the draft's window."""
+    from vllm.v1.kv_cache_interface import KVCacheGroupSpec
+
+    spec = UniformTypeKVCacheSpecs(
+        block_size=16,
+        kv_cache_specs={
+            "target.0": FullAttentionSpec(block_size=16, sliding_window=64, **KV),
+            "draft.0": full_attention_spec(16),
+        },
+    )
+    config = SimpleNamespace(kv_cache_groups=[KVCacheGroupSpec(["target.0", "draft.0"], spec)])
+    (decision,) = groups.decide_groups(config, [[SimpleNamespace(layer_names=["draft.0"])]])
+    assert (decision.windowed, decision.reason) == (
+        True,
+        "every layer attends over the whole context, one token per slot",
+    )
+    (decision,) = groups.decide_groups(config, [[SimpleNamespace(layer_names=["target.0"])]])
+    assert (decision.windowed, decision.reason) == (
+        False,
+        "layer target.0 is not windowed: a sliding window of 64 tokens computed in the layer",
     )
 
 
@@ -259,20 +300,16 @@ def warnings(window_log):
     return window_log
 
 
-def test_no_windowable_group_keeps_the_window_off_with_one_warning(
-    model_dir, monkeypatch, warnings
-):
+def test_no_windowable_group_stops_start_up_naming_the_groups(model_dir, monkeypatch):
     layouts = [GroupLayout(16, draft=False), GroupLayout(32, spec=sliding_window(32))]
-    wired = wire("dflash", layouts, make_batch(layouts), model_dir, monkeypatch)
-    assert wired.speculator.draft_window is None
-    assert warnings == [
-        (
-            "warning",
-            "draft_window_size=64: no draft KV-cache group is one the window applies to, so the "
-            "draft window stays off; not windowed: group 1 (SlidingWindowSpec, block size 32): a "
-            "sliding window the layer reads by itself (and was trained with).",
-        )
-    ]
+    with pytest.raises(ValueError) as refused:
+        wire("dflash", layouts, make_batch(layouts), model_dir, monkeypatch)
+    assert str(refused.value) == (
+        "draft_window_size=64 cannot window the draft: none of its KV-cache groups is dense, "
+        "causal attention over the whole context (not windowed: group 1 (SlidingWindowSpec, "
+        "block size 32): a sliding window the layer reads by itself (and was trained with)). "
+        "Use a draft whose attention layers are, or remove draft_window_size."
+    )
 
 
 def test_the_start_up_line_lists_the_groups_windowed_and_not_windowed(
@@ -290,25 +327,23 @@ def test_the_start_up_line_lists_the_groups_windowed_and_not_windowed(
     )
 
 
-def test_an_unknown_spec_class_is_named_in_a_warning(model_dir, monkeypatch, warnings):
-    layouts = [GroupLayout(16), GroupLayout(16, spec=NewAttentionSpec(block_size=16, **KV))]
-    wired = wire("dflash", layouts, make_batch(layouts), model_dir, monkeypatch)
-    assert sorted(wired.speculator.draft_window.windows) == [0]
-    assert warnings[0] == (
-        "warning",
-        "draft_window_size: draft KV-cache group 1 has a spec the "
-        "window does not know (NewAttentionSpec); it is not "
-        "windowed.",
-    )
+def test_a_group_of_a_full_attention_subclass_reads_the_window(model_dir, monkeypatch):
+    subclass = NewAttentionSpec(block_size=16, **KV)
+    layouts = [GroupLayout(16), GroupLayout(16, spec=subclass, windowed=True)]
+    batch = make_batch(layouts, num_reqs_padded=MAX_NUM_REQS)
+    wired = wire("dflash", layouts, batch, model_dir, monkeypatch)
+    assert sorted(wired.speculator.draft_window.windows) == [0, 1]
+    assert_reads_exactly_the_window(wired, layouts, build(wired, CUDAGraphMode.NONE))
 
 
 def deepseek_v4(wired_config):
     wired_config.model_config.hf_config.model_type = "deepseek_v4"
 
 
-def test_a_deepseek_v4_dspark_draft_has_no_group_to_window(model_dir, monkeypatch, warnings):
+def test_a_deepseek_v4_dspark_draft_has_no_group_to_window(model_dir, monkeypatch):
     """On vLLM 0.33 each DSV4 DSpark draft layer caches only its sliding-window MLA state:
-    the draft never reads past its own window, and the draft window has nothing to crop."""
+    the draft never reads past its own window, and the draft window has nothing to crop:
+    the key stops start-up."""
     from vllm.v1.worker.gpu.spec_decode.dspark.speculator import DSparkSpeculator
 
     from testbed.speculators import (
@@ -317,19 +352,13 @@ def test_a_deepseek_v4_dspark_draft_has_no_group_to_window(model_dir, monkeypatc
     )
     from tests.cpu_testbed.dflash import MAX_MODEL_LEN, NUM_SPEC, W
 
-    layouts = [GroupLayout(64, draft=False), GroupLayout(64, spec=dsv4_dspark_swa())]
+    layouts = [GroupLayout(64, draft=False), GroupLayout(64, spec=dsv4_dspark_swa("draft.1"))]
     config = make_vllm_config(model_dir, MAX_MODEL_LEN, MAX_NUM_REQS, {"draft_window_size": W})
     deepseek_v4(config)
-    wired = wire_speculator(
-        DSparkSpeculator, make_batch(layouts), layouts, config, "dspark", NUM_SPEC
-    )
-    assert wired.speculator.draft_window is None
-    assert warnings == [
-        (
-            "warning",
-            "draft_window_size=64: no draft KV-cache group is one the window applies to, so the "
-            "draft window stays off; not windowed: group 1 "
-            "(UniformTypeKVCacheSpecs[SlidingWindowMLASpec], block size 64): a member layer is "
-            "not windowed: a sliding window the layer reads by itself (and was trained with).",
-        )
-    ]
+    with pytest.raises(
+        ValueError,
+        match=r"draft_window_size=64 cannot window the draft: .*\(not windowed: group 1 "
+        r"\(UniformTypeKVCacheSpecs\[SlidingWindowMLASpec\], block size 64\): layer "
+        r"draft.1 is not windowed: a sliding window the layer reads by itself",
+    ):
+        wire_speculator(DSparkSpeculator, make_batch(layouts), layouts, config, "dspark", NUM_SPEC)

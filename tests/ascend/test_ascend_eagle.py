@@ -325,10 +325,6 @@ def test_eagle_layouts_the_actual_lengths_cannot_serve_stop_at_start_up(model_di
             assert create_draft_window(d.s, release) is not None
     monkeypatch.setattr(hf_config, "model_type", "llama")
 
-    d.s.model_state.kvpp_runtime = object()
-    refused(d, "with the model state's kvpp_runtime")
-    d.s.model_state.kvpp_runtime = None
-
     swa = SlidingWindowSpec(
         block_size=16,
         num_kv_heads=NUM_KV_HEADS,
@@ -342,6 +338,22 @@ def test_eagle_layouts_the_actual_lengths_cannot_serve_stop_at_start_up(model_di
         [AttentionGroup(AscendAttentionBackend, ["draft.1"], swa, 1)],
     ]
     refused(d, r"with draft KV-cache groups the window does not window \(not windowed: group 1")
+
+
+def test_vllm_ascend_itself_refuses_kv_layer_parallelism_with_an_eagle_draft(mla_model_dir):
+    """KV layer parallelism (``enable_kvpp``) schedules its layer prefetch in the target's
+    ``prepare_attn``, which the window's EAGLE draft prefill would run a second time per step;
+    the window leaves it unrefused because vllm-ascend's own start-up check
+    (``platform._validate_parallel_config``) refuses KVPP with an EAGLE draft. A release
+    that served it would fail here, and the window would need its own refusal back."""
+    from tests.ascend.npu_testbed.wiring import eagle_config
+    from vllm_ascend.platform import _validate_parallel_config
+
+    config = eagle_config(mla_model_dir, "eagle3", {"draft_window_size": W, "enable_kvpp": True}, 3)
+    config.parallel_config.tensor_parallel_size = 2
+    config.model_config.enforce_eager = True
+    with pytest.raises(ValueError, match=r"KVPP .*speculative decoding only with method='mtp'"):
+        _validate_parallel_config(config)
 
 
 def test_a_build_handed_vllm_ascends_unwindowed_host_mirror_is_stopped(model_dir, monkeypatch):

@@ -121,6 +121,10 @@ def test_dspark_on_a_glm_family_target_reads_the_window_of_what_fia_is_told(
         ("dspark", REPLAY, 0),
         ("dflash", REPLAY, 258),
         ("dspark", EAGER, 258),
+        # A GLM-family DSpark draft (vllm-ascend's glm5_dspark): its MLA layers decode their
+        # query block non-causally (``non_causal_multi_token_decode``).
+        ("glm-dspark", EAGER, 0),
+        ("glm-dspark", REPLAY, 258),
     ],
 )
 def test_mla_drafts_read_the_window_of_the_host_lengths_mla_takes(
@@ -137,16 +141,28 @@ def test_mla_drafts_read_the_window_of_the_host_lengths_mla_takes(
     from tests.ascend.npu_testbed.wiring import speculator as make
     from vllm_ascend.attention.mla_v1 import AscendMLABackend
 
-    config = vllm_config(mla_model_dir, method, window_config(min_context))
+    glm = method == "glm-dspark"
+    method = "dspark" if glm else method
+    config = vllm_config(
+        mla_model_dir, method, window_config(min_context), model_type="glm_moe_dsa" if glm else None
+    )
+    mla = {"backend": AscendMLABackend, "non_causal_multi_token_decode": glm}
     if "AscendMLABackend" not in installed_release().backends_for(method):
         with pytest.raises(
             ValueError,
             match=r"on attention backend AscendMLABackend: its "
             r"builder hands the kernel one host length for every request",
         ):
-            make(config, method, BLOCK, MAX_NUM_REQS, backend=AscendMLABackend)
+            make(config, method, BLOCK, MAX_NUM_REQS, **mla)
         return
-    s = make(config, method, BLOCK, MAX_NUM_REQS, backend=AscendMLABackend)
+    s = make(config, method, BLOCK, MAX_NUM_REQS, **mla)
+    # The spec vllm-ascend's start-up built for the draft's layer, and its decision.
+    (group,) = s.kv_cache_config.kv_cache_groups
+    assert type(group.kv_cache_spec).__name__ == "AscendMLAAttentionSpec"
+    assert group.kv_cache_spec.non_causal_multi_token_decode is glm
+    (decision,) = s.draft_window.plan.decisions
+    assert decision.windowed
+    assert ("query block attends within itself" in decision.reason) is glm
     batch = make_batch(SEQ_LENS, BLOCK, MAX_NUM_REQS)
     fill(s, batch)
     n = len(batch.seq_lens)
@@ -177,7 +193,7 @@ def test_an_eagle_draft_on_mla_stops_at_start_up(mla_model_dir):
     config = eagle_config(mla_model_dir, "eagle3", {"draft_window_size": W}, 3)
     with pytest.raises(
         ValueError,
-        match=r"for eagle3 with group 0 \(MLAAttentionSpec, block "
+        match=r"for eagle3 with group 0 \(AscendMLAAttentionSpec, block "
         r"size 128\) on attention backend AscendMLABackend: "
         # 0.30: EAGLE's decode state on MLA is not windowed; 0.29: one host length for all.
         r"its (kernel takes host lengths|builder hands the kernel one host length)",

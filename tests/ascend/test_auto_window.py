@@ -149,12 +149,22 @@ def test_a_declared_context_at_max_model_len_keeps_the_window_off(
     ]
 
 
-@pytest.mark.overlay
-def test_free_kv_is_refused_by_name_on_the_ascend_pairing(registered, model_runner_v2, model_dir):
-    """``draft_window_free_kv`` passes vllm-ascend's strict ``AscendConfig`` (the plugin's
-    own key), then stops start-up with the reason it is not served here."""
+@pytest.mark.parametrize("free_kv", [False, True])
+def test_free_kv_passes_the_strict_ascend_config_and_true_is_refused_by_name(
+    registered, model_runner_v2, model_dir, free_kv
+):
+    """``draft_window_free_kv`` passes vllm-ascend's strict ``AscendConfig`` in both forms (the
+    plugin's own key; a field the patch declares beside the window's others), as vllm-ascend's
+    platform builds it at start-up: ``false`` changes nothing, ``true`` stops start-up with the
+    reason it is not served here."""
+    from vllm_ascend.ascend_config import init_ascend_config
+
+    keys = {"draft_window_size": 512, "draft_window_free_kv": free_kv}
+    if not free_kv:
+        assert init_ascend_config(speculative_config(model_dir, keys)).draft_window_size == 512
+        return
     with pytest.raises(ValueError) as info:
-        speculative_config(model_dir, {"draft_window_size": 512, "draft_window_free_kv": True})
+        init_ascend_config(speculative_config(model_dir, keys))
     # (vLLM 0.29 and 0.30 wrap a config's error in pydantic's.)
     message = str(info.value)
     assert "draft_window_free_kv=true cannot be served on vLLM 0." in message

@@ -44,9 +44,11 @@ class GroupStandIn:
 
 def on_rank(monkeypatch, cp_size: int, rank: int) -> None:
     """Make ``rank`` of ``cp_size`` the DCP rank vllm-ascend reads (``get_dcp_group``), with
-    no prefill context parallelism."""
+    no prefill context parallelism and one tensor-parallel rank (the DCP attention impls of
+    the registered layers keep all three groups)."""
     monkeypatch.setattr(parallel_state, "_DCP", GroupStandIn("dcp", cp_size, rank))
     monkeypatch.setattr(parallel_state, "_PCP", GroupStandIn("pcp", 1, 0))
+    monkeypatch.setattr(parallel_state, "_TP", GroupStandIn("tp", 1, 0))
 
 
 @pytest.fixture

@@ -23,9 +23,11 @@ from vllm.config import (
     set_current_vllm_config,
 )
 from vllm.config.compilation import CompilationMode, CUDAGraphMode
+from vllm.v1.kv_cache_interface import KVCacheConfig
 
 from testbed.reference import PagedKVCache
 from testbed.speculators import propose_after_verify
+from tests.ascend.npu_testbed import kv_specs
 from tests.ascend.npu_testbed.acl_graphs import DraftModel, FiaKernel
 from tests.ascend.npu_testbed.compat import without_piecewise
 from tests.ascend.npu_testbed.wiring import ascend_model_state, load_tables, vllm_config
@@ -44,55 +46,14 @@ GRAPH_REQS = (4, MAX_NUM_REQS)
 DRAFT_EXTRA = {"dflash_config": {"mask_token_id": 250, "selector_top_k": FAMILY_TOP_K}}
 
 
-class MLALayer(torch.nn.Module):
-    """Stand-in for a registered MLA attention layer of the draft (or target) model: building
-    vllm-ascend's ``AscendMLAAttention`` needs the model's projections and tensor-parallel
-    group. It carries what vLLM's ``init_attn_backend`` and vllm-ascend's MLA metadata
-    builder read from a layer."""
-
-    def __init__(self, config, prefix: str) -> None:
-        from types import SimpleNamespace
-
-        super().__init__()
-        mla = config.model_config.hf_text_config
-        self.num_heads, self.q_lora_rank = mla.num_attention_heads, mla.q_lora_rank
-        self.kv_lora_rank, self.v_head_dim = mla.kv_lora_rank, mla.v_head_dim
-        self.qk_nope_head_dim, self.qk_rope_head_dim = mla.qk_nope_head_dim, mla.qk_rope_head_dim
-        self.impl = SimpleNamespace(use_mla_rope=True, num_heads=self.num_heads)
-        self.prefill_backend = SimpleNamespace(clone=lambda: None)
-        config.compilation_config.static_forward_context[prefix] = self
-
-    def get_attn_backend(self):
-        from vllm_ascend.attention.mla_v1 import AscendMLABackend
-
-        return AscendMLABackend
-
-    def get_kv_cache_spec(self, vllm_config):
-        return None
-
-
-def _layers(config, backend: str):
-    """The target's and the draft's attention layers, registered as the models register them;
-    returns the KV-cache spec they share."""
-    from vllm.model_executor.layers.attention.attention import Attention
-    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, MLAAttentionSpec
-
-    from vllm_ascend.attention.attention_v1 import AscendAttentionBackend
-
+def _layers(config, backend: str) -> KVCacheConfig:
+    """The target's and the draft's attention layers, registered as the models register them
+    (vLLM's own on vllm-ascend's GQA backend, or vllm-ascend's MLA layers); returns the
+    KV-cache config vllm-ascend's start-up makes of them (``kv_specs``)."""
     if backend == "gqa":
         for name in ("target.0", "draft.0"):
-            Attention(
-                4,
-                HEAD_SIZE,
-                HEAD_SIZE**-0.5,
-                num_kv_heads=NUM_KV_HEADS,
-                prefix=name,
-                attn_backend=AscendAttentionBackend,
-            )
-        return FullAttentionSpec(
-            block_size=BLOCK, num_kv_heads=NUM_KV_HEADS, head_size=HEAD_SIZE, dtype=torch.float32
-        )
+            kv_specs.gqa_layer(config, name, 4, HEAD_SIZE, NUM_KV_HEADS)
+        return kv_specs.start_up_kv_cache_config(config)
     import vllm_ascend.ops.rotary_embedding as rope
 
     mla = config.model_config.hf_text_config
@@ -100,15 +61,9 @@ def _layers(config, backend: str):
     # MLA builder gathers cos/sin by position; their values do not matter here).
     rope._cos_cache = torch.ones(MAX_MODEL_LEN, mla.qk_rope_head_dim)
     rope._sin_cache = torch.zeros(MAX_MODEL_LEN, mla.qk_rope_head_dim)
-    AttentionLayerBase.register(MLALayer)
     for name in ("target.0", "draft.0"):
-        MLALayer(config, name)
-    return MLAAttentionSpec(
-        block_size=BLOCK,
-        num_kv_heads=1,
-        head_size=mla.kv_lora_rank + mla.qk_rope_head_dim,
-        dtype=torch.float32,
-    )
+        kv_specs.mla_layer(config, name)
+    return kv_specs.start_up_kv_cache_config(config)
 
 
 def started(
@@ -130,7 +85,6 @@ def started(
     (``init_cudagraph_manager``); PIECEWISE graphs also need torch.compile, which vLLM's CPU
     platform turns off, so the config keeps that mode's FULL part (the stood-in draft model
     runs uncompiled where a host runs its piecewise graphs)."""
-    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.worker.gpu.attn_utils import init_attn_backend
 
     from vllm_ascend.ascend_config import init_ascend_config
@@ -182,13 +136,7 @@ def started(
             if method == "dflash2"
             else init_speculator(config, CPU)
         )
-    with set_current_vllm_config(config):
-        spec = _layers(config, backend)
-    kv_cache_config = KVCacheConfig(
-        num_blocks=1,
-        kv_cache_tensors=[],
-        kv_cache_groups=[KVCacheGroupSpec(["target.0", "draft.0"], spec)],
-    )
+    kv_cache_config = _layers(config, backend)
     block_tables = AscendBlockTables(
         [BLOCK],
         MAX_NUM_REQS,

@@ -6,25 +6,18 @@ path) and its ``AscendBlockTables``, as vllm-ascend's own unit tests build such 
 (``object.__new__`` plus the state the metadata paths read)."""
 
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import torch
-from vllm.config import (
-    set_current_vllm_config,
-)
-from vllm.v1.kv_cache_interface import (
-    FullAttentionSpec,
-    KVCacheConfig,
-    KVCacheGroupSpec,
-    MLAAttentionSpec,
-)
+from vllm.config import CacheConfig, set_current_vllm_config
+from vllm.v1.kv_cache_interface import KVCacheConfig, UniformTypeKVCacheSpecs
 from vllm.v1.worker.gpu.input_batch import InputBuffers
 from vllm.v1.worker.utils import AttentionGroup
 
 from testbed.buffers import verify_step
 from testbed.configs import set_method, speculative_vllm_config
+from tests.ascend.npu_testbed import kv_specs
 from vllm_ascend.attention.attention_v1 import AscendAttentionBackend
 from vllm_ascend.attention.mla_v1 import AscendMLABackend
 from vllm_ascend.worker.v2.block_table import AscendBlockTables
@@ -84,6 +77,9 @@ def vllm_config(
     DFlash/DSpark drafts without their draft model, or, with a draft checkpoint of the
     method's own layout (``draft``, a folder: ``tiny_models.write_draft_dir``), validated by
     vLLM as a host validates it."""
+    # Half-precision KV, as a host runs (vllm-ascend 0.29's GQA layers refuse any other
+    # unquantized KV dtype); the block size is the draft group's (``draft_group``).
+    configs.setdefault("cache_config", CacheConfig(cache_dtype="bfloat16"))
     if draft is None:
         config = speculative_vllm_config(
             model_dir, MAX_MODEL_LEN, num_spec, "draft_model", **configs
@@ -99,10 +95,15 @@ def vllm_config(
     return config
 
 
-def draft_group(config, backend: type, block_size: int) -> AttentionGroup:
-    """The draft's one KV-cache group with vllm-ascend's real metadata builder: GQA (FIA), or
-    MLA for an MLA model config (``mla_model_dir``)."""
-    names = ["draft.0"]
+def draft_group(
+    config, backend: type, block_size: int, non_causal_multi_token_decode: bool = False
+) -> tuple[AttentionGroup, KVCacheConfig]:
+    """The draft's attention group with vllm-ascend's real metadata builder, GQA (FIA) or MLA
+    for an MLA model config (``mla_model_dir``), and the KV-cache config vllm-ascend's
+    start-up makes of every layer registered in ``config`` (``kv_specs``: the draft's own and
+    any a test registered for the target), the draft's in group 0. As vLLM's
+    ``init_attn_backend`` does, the attention group holds the draft layer's own spec."""
+    config.cache_config.block_size = block_size
     if backend is AscendMLABackend:
         import vllm_ascend.ops.rotary_embedding as rope
 
@@ -112,36 +113,23 @@ def draft_group(config, backend: type, block_size: int) -> AttentionGroup:
         if rope._cos_cache is None:
             rope._cos_cache = torch.ones(MAX_MODEL_LEN, mla.qk_rope_head_dim)
             rope._sin_cache = torch.zeros(MAX_MODEL_LEN, mla.qk_rope_head_dim)
-        spec = MLAAttentionSpec(
-            block_size=block_size,
-            num_kv_heads=1,
-            head_size=mla.kv_lora_rank + mla.qk_rope_head_dim,
-            dtype=torch.float32,
-        )
-        # Stand-in for the draft model's registered MLA layer (building it needs the model
-        # and NPU kernels): the fields the MLA metadata builders read at construction.
-        config.compilation_config.static_forward_context["draft.0"] = SimpleNamespace(
-            impl=SimpleNamespace(use_mla_rope=True),
-            num_heads=mla.num_attention_heads,
-            q_lora_rank=mla.q_lora_rank,
-            kv_lora_rank=mla.kv_lora_rank,
-            qk_nope_head_dim=mla.qk_nope_head_dim,
-            qk_rope_head_dim=mla.qk_rope_head_dim,
-            v_head_dim=mla.v_head_dim,
-            prefill_backend=SimpleNamespace(clone=lambda: None),
+        kv_specs.mla_layer(
+            config,
+            "draft.0",
+            non_causal_multi_token_decode=non_causal_multi_token_decode,
             dcp_manager=mla_dcp_manager(config, mla),
         )
     else:
-        spec = FullAttentionSpec(
-            block_size=block_size,
-            num_kv_heads=NUM_KV_HEADS,
-            head_size=HEAD_SIZE,
-            dtype=torch.float32,
-        )
-    group = AttentionGroup(backend, names, spec, 0)
+        kv_specs.gqa_layer(config, "draft.0", 4, HEAD_SIZE, NUM_KV_HEADS)
+    kv_cache_config = kv_specs.start_up_kv_cache_config(config)
+    (kv_cache_group,) = kv_cache_config.kv_cache_groups
+    spec = kv_cache_group.kv_cache_spec
+    if isinstance(spec, UniformTypeKVCacheSpecs):
+        spec = spec.kv_cache_specs["draft.0"]
+    group = AttentionGroup(backend, ["draft.0"], spec, 0)
     with set_current_vllm_config(config):
         group.create_metadata_builders(config, CPU)
-    return group
+    return group, kv_cache_config
 
 
 def mla_dcp_manager(config, mla) -> Any:
@@ -172,14 +160,17 @@ def speculator(
     max_num_reqs: int,
     backend: type = AscendAttentionBackend,
     cp: tuple[int, int, int] | None = None,
+    non_causal_multi_token_decode: bool = False,
 ) -> Any:
     """A real vllm-ascend speculator with one draft KV-cache group of ``block_size``-token
     blocks, and its window made as the ``set_attn`` hook makes it (``set_attn`` itself needs
     the draft model's registered attention layers). ``cp``: (ranks, this rank, interleave)
     under decode context parallelism (``config`` set by ``with_dcp``, the DCP group stood in
-    by ``dcp_ranks.on_rank``): the rank's tables, and DSpark's DCP manager."""
-    group = draft_group(config, backend, block_size)
-    names, spec = group.layer_names, group.kv_cache_spec
+    by ``dcp_ranks.on_rank``): the rank's tables, and DSpark's DCP manager;
+    ``non_causal_multi_token_decode``: a GLM-family DSpark draft's MLA layer (its query block
+    attends within itself)."""
+    group, kv_cache_config = draft_group(config, backend, block_size, non_causal_multi_token_decode)
+    names = group.layer_names
     max_tokens = max_num_reqs * Q
     s = object.__new__(CLASSES[method])
     s.vllm_config, s.speculative_config, s.method, s.device = (
@@ -200,9 +191,7 @@ def speculator(
     s.block_tables = block_tables(block_size, max_num_reqs, max_tokens, cp)
     s.attn_groups = [[group]]
     s.draft_attn_layer_names = set(names)
-    s.kv_cache_config = KVCacheConfig(
-        num_blocks=1, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(names, spec)]
-    )
+    s.kv_cache_config = kv_cache_config
     s.arange_np = np.arange(max_num_reqs + 1, dtype=np.int32)
     s.arange = torch.from_numpy(s.arange_np)  # vLLM 0.29's query layout reads this one
     s.draft_is_prefilling = torch.zeros(max_num_reqs, dtype=torch.bool)
@@ -350,8 +339,8 @@ def eagle_speculator(
     from vllm_ascend.worker.v2.input_batch import AscendInputBuffers
     from vllm_ascend.worker.v2.spec_decode.eagle.speculator import AscendEagleSpeculator
 
-    group = draft_group(config, backend, block_size)
-    names, spec = group.layer_names, group.kv_cache_spec
+    group, kv_cache_config = draft_group(config, backend, block_size)
+    names = group.layer_names
     max_tokens = max_num_tokens or max_num_reqs * (num_spec + 1)
     s = object.__new__(AscendEagleSpeculator)
     s.vllm_config = s.draft_vllm_config = config
@@ -368,9 +357,7 @@ def eagle_speculator(
     s.block_tables = block_tables(block_size, max_num_reqs, max_tokens, cp)
     s.attn_groups = s.target_attn_groups = [[group]]
     s.draft_attn_layer_names = set(names)
-    s.kv_cache_config = KVCacheConfig(
-        num_blocks=1, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(names, spec)]
-    )
+    s.kv_cache_config = kv_cache_config
     s.arange_np = np.arange(max_num_reqs + 1, dtype=np.int32)
     s.draft_is_prefilling = torch.zeros(max_num_reqs, dtype=torch.bool)
     s.attn_architecture = "MLA" if backend is AscendMLABackend else "GQA"
@@ -430,3 +417,20 @@ def window_as_set_attn_makes_it(s) -> Any:
 
     installed = install.installation()
     return create_checked_window(s, installed.release) if installed is not None else None
+
+
+def sparse_target_config(sfa_model_dir, **impl_fields):
+    """A GLM-family DSpark config whose target layer is sparse (vllm-ascend's SFA backend)
+    with its indexer cache, registered after vllm-ascend's platform validated the config
+    (``init_ascend_config``); ``impl_fields``: as for ``kv_specs.mla_layer``. Returns (config,
+    the indexer's layer name)."""
+    from vllm_ascend.ascend_config import init_ascend_config
+    from vllm_ascend.attention.sfa_v1 import AscendSFABackend
+
+    config = vllm_config(
+        sfa_model_dir, "dspark", {"draft_window_size": 128}, model_type="glm_moe_dsa"
+    )
+    config.cache_config.block_size = 128
+    init_ascend_config(config)
+    kv_specs.mla_layer(config, "target.0.attn", backend=AscendSFABackend, **impl_fields)
+    return config, kv_specs.sfa_indexer_layer(config, "target.0.attn")

@@ -1,12 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""Which draft KV cache groups are windowed: causal full attention, one token per slot."""
+"""Which draft KV cache groups are windowed: dense, causal full attention, one token per slot."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from vllm.v1.kv_cache_interface import FullAttentionSpec, UniformTypeKVCacheSpecs
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import FREE_KV_KEY, KEY
 
@@ -30,8 +32,6 @@ class GroupDecision:
     block_size: int
     windowed: bool
     reason: str
-    # A spec class not known here (not windowed, with a warning).
-    unknown: bool = False
 
     def describe(self) -> str:
         return f"group {self.group_id} ({self.spec_kind}, block size {self.block_size})"
@@ -54,9 +54,6 @@ _NOT_WINDOWED = (
     ("HiSparseHotSpec", "a sparse (HiSparse) cache"),
     ("HiSparseResidentSpec", "a sparse (HiSparse) cache"),
 )
-# Windowed when their fields say full, dense, causal attention (exact class only).
-_FULL = ("FullAttentionSpec", "MLAAttentionSpec")
-_UNIFORM = "UniformTypeKVCacheSpecs"
 
 
 def decide_groups(
@@ -64,15 +61,18 @@ def decide_groups(
     attn_groups: list[list[AttentionGroup]],
     freed: Freed | None = None,
 ) -> list[GroupDecision]:
-    """One decision per KV cache group the draft reads (a non-empty ``attn_groups[g]``)."""
+    """One decision per KV cache group the draft reads, by the specs of the draft's layers."""
     decisions = []
     for g, groups in enumerate(attn_groups):
         if not groups:
             continue
         group = kv_cache_config.kv_cache_groups[g]
         spec = group.kv_cache_spec
-        windowed, reason, unknown = classify(spec, _converted(group, freed))
-        decisions.append(GroupDecision(g, _kind(spec), spec.block_size, windowed, reason, unknown))
+        layer_names = None
+        if isinstance(spec, UniformTypeKVCacheSpecs):
+            layer_names = sorted({name for attn_group in groups for name in attn_group.layer_names})
+        windowed, reason = classify(spec, _converted(group, freed), layer_names)
+        decisions.append(GroupDecision(g, _kind(spec), spec.block_size, windowed, reason))
     return decisions
 
 
@@ -95,47 +95,76 @@ def _converted(group: KVCacheGroupSpec, freed: Freed | None) -> int | None:
     )
 
 
-def classify(spec: KVCacheSpec, freed_tokens: int | None = None) -> tuple[bool, str, bool]:
-    """(windowed, reason, unknown class) for one KV cache spec; ``freed_tokens``: a full
-    attention spec ``draft_window_free_kv`` converted to a sliding window."""
+def classify(
+    spec: KVCacheSpec, freed_tokens: int | None = None, layer_names: Sequence[str] | None = None
+) -> tuple[bool, str]:
+    """(windowed, reason) for one KV cache spec, by its class and fields; ``freed_tokens``: full
+    attention ``draft_window_free_kv`` made a sliding window; ``layer_names``: the members of a
+    uniform-type spec to decide (all without)."""
     from vllm.v1 import kv_cache_interface
 
-    name = type(spec).__name__
     if freed_tokens is not None:
-        return True, f"full attention, its KV before the last {freed_tokens} tokens freed", False
-    if name == _UNIFORM:
-        members = [classify(member, freed_tokens) for member in spec.kv_cache_specs.values()]
-        for windowed, reason, unknown in members:
+        return True, f"full attention, its KV before the last {freed_tokens} tokens freed"
+    if isinstance(spec, UniformTypeKVCacheSpecs):
+        members = spec.kv_cache_specs
+        for name in layer_names or sorted(members):
+            windowed, reason = classify(members[name])
             if not windowed:
-                return False, f"a member layer is not windowed: {reason}", unknown
-        return True, "every layer attends over the whole context, one token per slot", False
+                return False, f"layer {name} is not windowed: {reason}"
+        return True, "every layer attends over the whole context, one token per slot"
     for class_name, reason in _NOT_WINDOWED:
         cls = getattr(kv_cache_interface, class_name, None)
         if isinstance(cls, type) and isinstance(spec, cls):
-            return False, reason, False
-    if name not in _FULL:
-        return False, f"a KV-cache spec the draft window does not know ({name})", True
-    tokens_per_state = getattr(spec, "tokens_per_state", 1)
-    if tokens_per_state != 1:
-        return False, f"compressed: one state per {tokens_per_state} tokens", False
-    if getattr(spec, "sliding_window", None) is not None:
-        window = spec.sliding_window
-        return False, f"a sliding window of {window} tokens computed in the layer", False
-    if getattr(spec, "attention_chunk_size", None) is not None:
-        return False, "chunked local attention computed in the layer", False
-    if getattr(spec, "non_causal", False):
-        return False, "non-causal attention over absolute positions", False
+            return False, reason
+    if _is_ascend_indexer_cache(spec):
+        return False, "vllm-ascend's sparse-attention (SFA) indexer cache, not attention KV"
+    if not isinstance(spec, FullAttentionSpec):
+        return False, f"a KV-cache spec the draft window does not know ({type(spec).__name__})"
+    if spec.tokens_per_state != 1:
+        return False, f"compressed: one state per {spec.tokens_per_state} tokens"
+    if spec.sliding_window is not None:
+        return False, f"a sliding window of {spec.sliding_window} tokens computed in the layer"
+    if spec.attention_chunk_size is not None:
+        return False, "chunked local attention computed in the layer"
+    if spec.non_causal:
+        return False, "non-causal attention over absolute positions"
     if getattr(spec, "topk_buffer_width", None) is not None:
-        return False, "sparse MLA: top-k tokens chosen over the whole context", False
+        return False, "sparse MLA: top-k tokens chosen over the whole context"
     role = getattr(spec, "cache_role", None)
     if role is not None and getattr(role, "value", role) != "sparse":
-        return False, f"a sparse-attention {getattr(role, 'value', role)} cache", False
-    return True, "full attention over the whole context, one token per slot", False
+        return False, f"a sparse-attention {getattr(role, 'value', role)} cache"
+    if getattr(spec, "store_on_host", False):
+        return False, "stored on the host (sparse KV offload): read by absolute slots"
+    if getattr(spec, "cache_sparse_sfa_c8", False) or getattr(
+        spec, "cache_sparse_sfa_turboquant", False
+    ):
+        return (
+            False,
+            "a packed sparse-attention (SFA) main cache: top-k tokens of the whole context",
+        )
+    if getattr(spec, "non_causal_multi_token_decode", False):
+        # NOTE: the draft's query block attends within itself (no mask) and over the
+        # context before it; the window crops that context, and the block, its last
+        # num_speculative_tokens + 1 positions, lies inside every window.
+        return True, (
+            "full attention over the whole context, one token per slot (the draft's query "
+            "block attends within itself)"
+        )
+    return True, "full attention over the whole context, one token per slot"
+
+
+def _is_ascend_indexer_cache(spec: KVCacheSpec) -> bool:
+    """vllm-ascend's SFA indexer cache (its ``cache_role`` is the main cache's default)."""
+    try:
+        from vllm_ascend.core.kv_cache_interface import AscendSFAIndexerCacheSpec
+    except ImportError:  # vLLM without vllm-ascend (the plugin on CUDA)
+        return False
+    return isinstance(spec, AscendSFAIndexerCacheSpec)
 
 
 def _kind(spec: KVCacheSpec) -> str:
     name = type(spec).__name__
-    if name == _UNIFORM:
+    if isinstance(spec, UniformTypeKVCacheSpecs):
         members = sorted({type(member).__name__ for member in spec.kv_cache_specs.values()})
         return f"{name}[{', '.join(members)}]"
     return name

@@ -106,8 +106,6 @@ def plan(
         policy.refuse_backends(speculator, release, decisions)
         policy.refuse_dcp(speculator, layout, release, decisions)
     windowed = _windowed_groups(decisions, asked)
-    if not windowed:
-        return None
     units = column_tokens(speculator.block_tables, windowed, layout)
     alignment = lcm_alignment(list(units.values()))
     window_size = asked if isinstance(asked, int) else _auto_window_size(speculator, alignment)
@@ -265,24 +263,14 @@ def _auto_window_size(speculator: DraftModelSpeculator, alignment: int) -> int |
 
 
 def _windowed_groups(decisions: list[GroupDecision], window_size: int | str | None) -> list[int]:
-    """The draft groups the window serves; an unknown spec and none at all said once."""
-    for decision in decisions:
-        if decision.unknown:
-            logger.warning(
-                "%s: draft KV-cache group %d has a spec the window does not know "
-                "(%s); it is not windowed.",
-                KEY,
-                decision.group_id,
-                decision.spec_kind,
-            )
+    """The draft groups the window serves; none stops start-up (``set_attn`` runs before the KV
+    cache is allocated)."""
     windowed = [d.group_id for d in decisions if d.windowed]
     if not windowed:
-        logger.warning(
-            "%s=%s: no draft KV-cache group is one the window applies to, so the "
-            "draft window stays off; %s.",
-            KEY,
-            window_size,
-            describe_decisions(decisions),
+        raise ValueError(
+            f"{KEY}={window_size} cannot window the draft: none of its KV-cache groups is "
+            f"dense, causal attention over the whole context ({describe_decisions(decisions)}). "
+            f"Use a draft whose attention layers are, or remove {KEY}."
         )
     return windowed
 

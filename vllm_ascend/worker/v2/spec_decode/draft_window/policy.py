@@ -277,13 +277,11 @@ def actual_seq_lens_source(
             f"differ"
         )
     if source == FROM_TARGET:
-        _refuse_target_lengths(speculator, release, decisions, where)
+        _refuse_target_lengths(decisions, where)
     return source
 
 
-def _refuse_target_lengths(
-    speculator: DraftModelSpeculator, release: Release, decisions: list[GroupDecision], where: str
-) -> None:
+def _refuse_target_lengths(decisions: list[GroupDecision], where: str) -> None:
     """The layouts an EAGLE decode whose kernel takes the target's lengths cannot serve."""
     unwindowed = [d for d in decisions if not d.windowed]
     if unwindowed:
@@ -292,14 +290,6 @@ def _refuse_target_lengths(
             f"({describe_decisions(unwindowed)}): vllm-ascend writes one host length list "
             f"into every draft layer"
         )
-    model_state = getattr(speculator, "model_state", None)
-    for name in release.prefill_state:
-        if getattr(model_state, name, None) is not None:
-            raise Refusal(
-                f"{where} with the model state's {name} (KV prefetch or device-built "
-                f"metadata): the draft prefill's windowed rebuild would run its per-step "
-                f"state twice"
-            )
 
 
 def model_type(vllm_config: VllmConfig, attr: str) -> str:

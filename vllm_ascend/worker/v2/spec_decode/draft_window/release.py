@@ -39,7 +39,6 @@ class Release:
     unsynced_target: tuple[str, str] | None = None
     # (attribute path, layout, why, fix) of speculator state the window does not serve.
     unserved_state: tuple[tuple[str, str, str, str], ...] = ()
-    prefill_state: tuple[str, ...] = ()
     model_runner_v1: bool = True
     block_table_width: tuple[str, str] = ("vllm.v1.worker.block_table", "get_block_table_width")
     free_kv_unserved: str | None = None
@@ -133,6 +132,5 @@ VLLM_0_30_ASCEND = Release(
     built_host_lengths=("seq_lens_list", "decode.seq_lens_list"),
     unsynced_target=("vllm_ascend.utils", "is_deepseek_v41"),
     unserved_state=UNSERVED_STATE_ASCEND,
-    prefill_state=("kvpp_runtime", "device_metadata"),
     free_kv_unserved=FREE_KV_ASCEND,
 )

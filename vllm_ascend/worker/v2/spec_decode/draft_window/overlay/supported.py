@@ -206,7 +206,6 @@ VLLM_0_29_ASCEND = PluginRelease(
     host_mirror=("seq_lens_cpu", "seq_lens_np"),
     built_host_lengths=("seq_lens_list", "decode.seq_lens_list"),
     unserved_state=core_release.UNSERVED_STATE_ASCEND[:1],
-    prefill_state=("kvpp_runtime", "device_metadata"),
     fia_table_from_target=True,
     free_kv_unserved=core_release.FREE_KV_ASCEND,
 )
