@@ -36,6 +36,7 @@ import vllm_ascend.worker.v2.spec_decode.dspark.speculator as dspark_module
 from vllm_ascend.ascend_config import clear_ascend_config, init_ascend_config
 from vllm_ascend.attention.attention_v1 import AscendAttentionBackend, AscendAttentionState
 from vllm_ascend.attention.mla_v1 import AscendMLABackend
+from vllm_ascend.core.kv_cache_interface import AscendMLAAttentionSpec, AscendSFAIndexerCacheSpec
 from vllm_ascend.worker.v2.input_batch import AscendInputBuffers
 from vllm_ascend.worker.v2.spec_decode.autoregressive.speculator import (
     AscendAutoRegressiveSpeculator,
@@ -47,6 +48,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.declared import (
     auto_window_size,
     declared_context,
 )
+from vllm_ascend.worker.v2.spec_decode.draft_window.groups import classify
 from vllm_ascend.worker.v2.spec_decode.draft_window.plan import Plan
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import VLLM_0_30_ASCEND
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec, window_seq_lens
@@ -157,6 +159,20 @@ def test_window_seq_lens_reads_the_last_window_tokens_from_a_block_boundary(wind
     # Without sinks the tokens left out are the window start.
     assert torch.equal(skip, lengths - out)
     assert out[0] == 0
+
+
+# ---- which draft KV-cache specs are windowed ----
+
+
+def test_kv_cache_specs_are_windowed_by_their_fields_not_their_class_name():
+    mla = {"block_size": BLOCK_SIZE, "num_kv_heads": 1, "head_size": 576, "dtype": torch.bfloat16}
+    assert classify(AscendMLAAttentionSpec(**mla))[0]
+    # A GLM-family DSpark draft: its query block attends within itself, inside the window.
+    assert classify(AscendMLAAttentionSpec(**mla, non_causal_multi_token_decode=True))[0]
+    assert not classify(AscendMLAAttentionSpec(**mla, store_on_host=True))[0]
+    assert not classify(AscendMLAAttentionSpec(**mla, cache_sparse_sfa_c8=True))[0]
+    assert not classify(AscendMLAAttentionSpec(**mla, tokens_per_state=4))[0]
+    assert not classify(AscendSFAIndexerCacheSpec(**{**mla, "head_size": 128}))[0]
 
 
 def test_window_actual_seq_lens_windows_in_place_and_keeps_padded_rows_zero():
