@@ -13,7 +13,8 @@ from types import SimpleNamespace
 
 import torch
 from vllm.config import set_current_vllm_config
-from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheSpec
+from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheSpec, MambaSpec
 
 
 def gqa_layer(config, prefix: str, num_heads: int, head_size: int, num_kv_heads: int) -> None:
@@ -95,6 +96,25 @@ def sfa_indexer_layer(config, attention_prefix: str) -> str:
     return name
 
 
+class MambaLayer(torch.nn.Module, AttentionLayerBase):
+    """Stand-in for a hybrid target's registered Mamba mixer (building one needs the model's
+    projections and kernels): the ``MambaSpec`` vLLM's mixer returns, on vLLM's Mamba2
+    backend."""
+
+    def __init__(self, config, prefix: str, spec: MambaSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        config.compilation_config.static_forward_context[prefix] = self
+
+    def get_kv_cache_spec(self, vllm_config) -> MambaSpec:
+        return self.spec
+
+    def get_attn_backend(self) -> type:
+        from vllm.v1.attention.backends.mamba2_attn import Mamba2AttentionBackend
+
+        return Mamba2AttentionBackend
+
+
 def start_up_kv_cache_specs(config) -> dict[str, KVCacheSpec]:
     """vllm-ascend's ``get_kv_cache_spec`` over the layers registered in ``config``."""
     from vllm_ascend.worker.v2.attn_utils import get_kv_cache_spec
@@ -105,10 +125,18 @@ def start_up_kv_cache_specs(config) -> dict[str, KVCacheSpec]:
 
 def start_up_kv_cache_config(config) -> KVCacheConfig:
     """The registered layers' specs from vllm-ascend's ``get_kv_cache_spec``, in the groups
-    vLLM's ``get_kv_cache_groups`` makes of them."""
+    vLLM's ``get_kv_cache_groups`` makes of them once the engine core has resolved the KV
+    cache layout from what the layers' backends support (as it does before grouping)."""
+    from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
+    from vllm.v1.attention.backends.utils import (
+        get_supported_kv_cache_layouts,
+        resolve_kv_cache_layout,
+    )
     from vllm.v1.core.kv_cache_utils import get_kv_cache_groups
 
     specs = start_up_kv_cache_specs(config)
     with set_current_vllm_config(config):
+        supported = get_supported_kv_cache_layouts(get_current_attn_backends(config))
+        resolve_kv_cache_layout(config, [[layout.name for layout in supported]], specs.values())
         groups = get_kv_cache_groups(config, specs)
     return KVCacheConfig(num_blocks=1, kv_cache_tensors=[], kv_cache_groups=groups)
