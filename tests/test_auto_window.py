@@ -281,6 +281,15 @@ def test_the_lines_said_before_auto_is_resolved_name_it_as_set(model_dir, tmp_pa
     with pytest.raises(ValueError, match=r"^draft_window_size=auto cannot window the draft: "):
         wired(model_dir, tmp_path, AUTO, 512, layouts)
     assert log == []
+    # A declared context that keeps "auto" off says so, and nothing is refused.
+    draft, s = wired(model_dir, tmp_path, AUTO, MAX_MODEL_LEN, layouts)
+    assert s.draft_window is None
+    ((level, said),) = log
+    assert level == "info" and said.startswith(
+        f"draft_window_size=auto: the draft checkpoint {draft} declares "
+        f"max_position_embeddings={MAX_MODEL_LEN}, not below max_model_len={MAX_MODEL_LEN}"
+    )
+    log.clear()
     batch = make_mrv2_batch([BLOCK], [100], 4, 1, 4, MAX_MODEL_LEN, np.random.default_rng(0))
     config = make_vllm_config(model_dir, MAX_MODEL_LEN, 4, AUTO)
     mtp = SPECULATOR_CLASSES["mtp"]

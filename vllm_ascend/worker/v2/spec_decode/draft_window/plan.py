@@ -23,6 +23,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
 from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import DcpLayout, column_tokens
 from vllm_ascend.worker.v2.spec_decode.draft_window.declared import (
     FIELDS,
+    Declared,
     auto_window_size,
     declared_context,
 )
@@ -105,13 +106,17 @@ def plan(
             policy.refuse_shape(method, asked, query_stretch, speculator.vllm_config)
         policy.refuse_backends(speculator, release, decisions)
         policy.refuse_dcp(speculator, layout, release, decisions)
+    declared = _auto_context(speculator) if config.auto else None
+    if config.auto and declared is None:
+        return None
     windowed = _windowed_groups(decisions, asked)
     units = column_tokens(speculator.block_tables, windowed, layout)
     alignment = lcm_alignment(list(units.values()))
-    window_size = asked if isinstance(asked, int) else _auto_window_size(speculator, alignment)
-    if window_size is None:
-        return None
-    if config.auto:
+    if declared is None:
+        assert isinstance(asked, int)
+        window_size = asked
+    else:
+        window_size = _auto_window_size(speculator, declared, alignment)
         with policy.refusals(KEY, window_size):
             policy.refuse_shape(method, window_size, query_stretch, speculator.vllm_config)
     spec = WindowSpec.derive(
@@ -204,9 +209,9 @@ def _extra_query_slots(speculator: DraftModelSpeculator) -> int:
     return int(extra or 0)
 
 
-def _auto_window_size(speculator: DraftModelSpeculator, alignment: int) -> int | None:
-    """``"auto"`` as ``W = C - a + 1``, the largest window whose reads stay within the declared
-    context ``C``; None (off, said once) without one, or with one not below max_model_len."""
+def _auto_context(speculator: DraftModelSpeculator) -> Declared | None:
+    """The training context ``"auto"`` sizes the window from; None (off, said once) without
+    one, or with one not below max_model_len."""
     declared = declared_context(speculator.vllm_config)
     max_model_len = speculator.max_model_len
     if declared.tokens is None:
@@ -236,6 +241,14 @@ def _auto_window_size(speculator: DraftModelSpeculator, alignment: int) -> int |
             KEY,
         )
         return None
+    return declared
+
+
+def _auto_window_size(speculator: DraftModelSpeculator, declared: Declared, alignment: int) -> int:
+    """``"auto"`` as ``W = C - a + 1``, the largest window whose reads stay within the declared
+    context ``C``."""
+    context, field = declared.tokens, declared.field
+    assert context is not None
     window_size = auto_window_size(context, alignment)
     query_stretch = speculator.num_speculative_steps + 1
     if window_size < query_stretch:
