@@ -8,8 +8,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from vllm.v1.kv_cache_interface import FullAttentionSpec, UniformTypeKVCacheSpecs
-
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import FREE_KV_KEY, KEY
 
 if TYPE_CHECKING:
@@ -62,6 +60,8 @@ def decide_groups(
     freed: Freed | None = None,
 ) -> list[GroupDecision]:
     """One decision per KV cache group the draft reads, by the specs of the draft's layers."""
+    from vllm.v1.kv_cache_interface import UniformTypeKVCacheSpecs
+
     decisions = []
     for g, groups in enumerate(attn_groups):
         if not groups:
@@ -102,6 +102,7 @@ def classify(
     attention ``draft_window_free_kv`` made a sliding window; ``layer_names``: the members of a
     uniform-type spec to decide (all without)."""
     from vllm.v1 import kv_cache_interface
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, UniformTypeKVCacheSpecs
 
     if freed_tokens is not None:
         return True, f"full attention, its KV before the last {freed_tokens} tokens freed"
@@ -163,6 +164,8 @@ def _is_ascend_indexer_cache(spec: KVCacheSpec) -> bool:
 
 
 def _kind(spec: KVCacheSpec) -> str:
+    from vllm.v1.kv_cache_interface import UniformTypeKVCacheSpecs
+
     name = type(spec).__name__
     if isinstance(spec, UniformTypeKVCacheSpecs):
         members = sorted({type(member).__name__ for member in spec.kv_cache_specs.values()})

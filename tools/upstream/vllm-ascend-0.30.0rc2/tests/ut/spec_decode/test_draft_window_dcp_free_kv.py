@@ -4,8 +4,9 @@
 ``draft_window_free_kv``: the global lengths are windowed before vllm-ascend splits them per
 rank, and a rank's share of a windowed length is the count of its own tokens in the read.
 ``draft_window_free_kv`` (vLLM frees the draft's KV before the window; served by the plugin
-form on vLLM 0.34, not declared by this release's ``AscendConfig``): the key validated, refused
-on this release, and only the draft layers it converted windowed as freed."""
+form on vLLM 0.34; this release's ``AscendConfig`` declares it and the window refuses it): the
+key validated, refused on this release, and only the draft layers it converted windowed as
+freed."""
 
 from types import SimpleNamespace
 from unittest.mock import MagicMock
@@ -35,20 +36,28 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.config import DraftWindowCon
 from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import DcpLayout, dcp_local_lengths
 from vllm_ascend.worker.v2.spec_decode.draft_window.groups import Freed, decide_groups
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import VLLM_0_30_ASCEND
+from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec, window_seq_lens
 
 
-@pytest.mark.parametrize("cp_size,interleave", [(2, 1), (4, 16), (8, 4)])
-def test_a_ranks_share_is_its_own_tokens_of_the_read(cp_size, interleave):
-    lengths = torch.arange(0, 300, dtype=torch.int32)
+@pytest.mark.parametrize("cp_size,interleave,block_size", [(2, 1, 16), (4, 16, 16), (8, 4, 32)])
+def test_a_ranks_share_is_its_own_tokens_of_the_windowed_read(cp_size, interleave, block_size):
+    # The window starts on a column of the sharded table: cp_size * block_size tokens.
+    spec = WindowSpec(100, cp_size * block_size)
+    lengths = torch.arange(0, 700, dtype=torch.int32)
+    windowed = torch.empty_like(lengths)
+    window_seq_lens(lengths, spec, skip_out=torch.empty_like(lengths), out=windowed)
+    starts = (lengths - windowed).tolist()
+    assert max(starts) > 0
     for rank in range(cp_size):
         layout = DcpLayout(cp_size, rank, interleave, (True,))
         out = dcp_local_lengths(
-            lengths, layout, scratch=torch.empty_like(lengths), out=torch.empty_like(lengths)
+            windowed, layout, scratch=torch.empty_like(lengths), out=torch.empty_like(lengths)
         )
-        # Token p of a request lives on rank (p // interleave) % cp_size.
+        # Token p of a request lives on rank (p // interleave) % cp_size; the rank reads its own
+        # tokens of [start, L).
         owned = [
-            sum(1 for p in range(length) if (p // interleave) % cp_size == rank)
-            for length in lengths.tolist()
+            sum(1 for p in range(start, length) if (p // interleave) % cp_size == rank)
+            for start, length in zip(starts, lengths.tolist(), strict=True)
         ]
         assert out.tolist() == owned
 
