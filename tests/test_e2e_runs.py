@@ -56,8 +56,13 @@ for serve in json.loads(Path(args.serve_params).read_text()):
         print("INFO Draft KV window active: the first draft metadata build is windowed.")
     for bench in json.loads(Path(args.bench_params).read_text()):
         prompts = Path(bench["dataset_path"]).read_text().splitlines()
+        # STAND_IN_DIVERGE=k: every k-th text of a windowed server differs from the others'.
+        every = int(os.environ.get("STAND_IN_DIVERGE") or 0) if window is not None else 0
         result = {
-            "generated_texts": [f"text {i}" for i in range(len(prompts))],
+            "generated_texts": [
+                f"other {i}" if every and i % every == every - 1 else f"text {i}"
+                for i in range(len(prompts))
+            ],
             "output_throughput": 10.0, "mean_tpot_ms": 1.0, "mean_ttft_ms": 1.0,
             "num_prompts": len(prompts), "completed": len(prompts), "failed": 0, "errors": [],
         }
@@ -569,10 +574,11 @@ PASTED = {
 }
 
 
-def pasted(kind, tmp_path, monkeypatch, capsys) -> Path:
+def pasted(kind, tmp_path, monkeypatch, capsys, **env: str) -> Path:
     """A dry run's folder after its printed commands ran, as a user pastes them (by bash,
-    the stand-in playing vllm; vLLM's cutter played by writing each dataset it names):
-    each sweep's summary.csv and its servers' log, where the printed command writes them."""
+    the stand-in playing vllm, with ``env``; vLLM's cutter played by writing each dataset it
+    names): each sweep's summary.csv and its servers' log, where the printed command writes
+    them."""
     stand_in = tmp_path / "vllm"
     stand_in.write_text(f"#!{sys.executable}\n{STAND_IN}")
     stand_in.chmod(0o755)
@@ -588,8 +594,8 @@ def pasted(kind, tmp_path, monkeypatch, capsys) -> Path:
             prompts = int(words[words.index("--num-prompts") + 1])
             sweep_plan.write_dataset(Path(words[words.index("--output") + 1]), ["p"] * prompts, 4)
         elif " bench sweep serve " in line:
-            env = {"PATH": "/usr/bin:/bin", "STAND_IN_LENGTH": "2.0"}
-            done = subprocess.run(line, shell=True, executable="/bin/bash", env=env)
+            stand_in_env = {"PATH": "/usr/bin:/bin", "STAND_IN_LENGTH": "2.0", **env}
+            done = subprocess.run(line, shell=True, executable="/bin/bash", env=stand_in_env)
             assert done.returncode == 0
             ran += 1
     assert ran == {"study": 1, "ascend": 2}[kind]
@@ -741,26 +747,31 @@ def test_e2e_check_calls_results_older_than_the_dry_run_stale(tmp_path, monkeypa
 
 def test_e2e_check_takes_lossless_and_min_identical_given_to_it(tmp_path, monkeypatch, capsys):
     """The check's settings over the run's (the dry run's run.json says fraction 66% on
-    Ascend), from the command line and from make e2e-check."""
-    folder = pasted("ascend", tmp_path, monkeypatch, capsys)
+    Ascend), from the command line and from make e2e-check: the windowed server's texts
+    differ from the others' for every second prompt (6 of 10 identical), so each setting
+    decides the verdict."""
+    folder = pasted("ascend", tmp_path, monkeypatch, capsys, STAND_IN_DIVERGE="2")
+    assert harness.main(["--check", str(folder)]) == 1
     assert harness.main(["--check", str(folder), "--min-identical", "0.5"]) == 0
     report = json.loads((folder / "report.json").read_text())
     assert report["lossless"] == "fraction: at least 50% of the prompts' texts identical"
     assert "with MIN_IDENTICAL=0.5" in report["produced_by"]["checked"]
-    assert harness.main(["--check", str(folder), "--lossless", "exact"]) == 0
+    assert harness.main(["--check", str(folder), "--lossless", "exact"]) == 1
     report = json.loads((folder / "report.json").read_text())
     assert report["lossless"] == "exact: every text identical"
     capsys.readouterr()
-    result = subprocess.run(
-        ["make", "-s", "e2e-check", f"RESULTS={folder}", "MIN_IDENTICAL=0.4"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable},
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    # (make exits 2 where its recipe fails.)
+    for setting, code in (("0.4", 0), ("0.7", 2)):
+        result = subprocess.run(
+            ["make", "-s", "e2e-check", f"RESULTS={folder}", f"MIN_IDENTICAL={setting}"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable},
+        )
+        assert result.returncode == code, result.stdout + result.stderr
     report = json.loads((folder / "report.json").read_text())
-    assert report["lossless"] == "fraction: at least 40% of the prompts' texts identical"
+    assert report["lossless"] == "fraction: at least 70% of the prompts' texts identical"
     code, lines = e2e_check_with(folder, capsys, "--lossless", "exact", "--min-identical", "0.5")
     assert code == 2
     assert lines[-1] == (
