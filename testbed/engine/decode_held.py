@@ -5,7 +5,8 @@ step (``LLMEngine``, as ``load.py`` drives it): the most blocks one request hold
 group after any step (``most_held``) and after the steps where each running request is past
 its first decode step (``decode_held``: steady decode), from vLLM's KV cache manager in this
 process (the null block, which stands for a freed one, not counted); each finished request's
-tokens, vLLM's counters and the most requests it ran at once:
+tokens, vLLM's counters, the most requests it ran at once, each group's spec (``kv_groups``)
+and the lookahead slots its scheduler allocates a step (``lookahead``):
 
     python decode_held.py PLAN.json RESULTS.json
 
@@ -30,6 +31,20 @@ def held_now(scheduler) -> list[int]:
     return [
         max((sum(not b.is_null for b in blocks) for blocks in m.req_to_blocks.values()), default=0)
         for m in managers
+    ]
+
+
+def group_specs(scheduler) -> list[dict]:
+    """Each KV-cache group's spec as vLLM's KV cache manager holds it: its block size and,
+    of a sliding-window group, its window and the tokens it retains below it."""
+    specs = [m.kv_cache_spec for m in scheduler.kv_cache_manager.coordinator.single_type_managers]
+    return [
+        {
+            "block_size": spec.block_size,
+            "sliding_window": getattr(spec, "sliding_window", None),
+            "extra_retained_tokens": getattr(spec, "extra_retained_tokens", 0),
+        }
+        for spec in specs
     ]
 
 
@@ -70,6 +85,7 @@ def run(plan: dict, spec: dict) -> dict:
             decode_held = now if decode_held is None else list(map(max, decode_held, now))
             decode_steps += 1
     found = counters(llm)
+    groups, lookahead = group_specs(scheduler), scheduler.num_lookahead_tokens
     del llm, engine, scheduler
     release_engine()
     return {
@@ -80,6 +96,8 @@ def run(plan: dict, spec: dict) -> dict:
         "most_held": most_held,
         "decode_held": decode_held,
         "decode_steps": decode_steps,
+        "kv_groups": groups,
+        "lookahead": lookahead,
     }
 
 
