@@ -146,28 +146,38 @@ def test_a_study_whose_checks_failed_gives_its_report_and_one_without_a_report_s
     tmp_path, monkeypatch
 ):
     from benchmarks import long_context
+    from e2e import cpu_study
 
     report = tmp_path / "study_eagle3" / "report.json"
     written = study_report(48, 40, ["greedy outputs of v2_window differ"])
 
-    def harness(command, **kwargs):
-        # The harness: its checks failed, it wrote its report and exits 1.
-        assert command[1:3] == ["-m", "e2e"] and command[-2:] == ["--out", str(tmp_path)]
-        report.parent.mkdir(parents=True, exist_ok=True)
-        report.write_text(json.dumps(written))
-        return subprocess.CompletedProcess(command, 1, stdout="[e2e] failed\n")
+    class Harness:
+        """The harness's process: it prints ``stdout`` and exits 1, having written ``report``
+        where it is given one (its checks failed) or none (a sweep failed)."""
 
-    monkeypatch.setattr(long_context.subprocess, "run", harness)
+        def __init__(self, stdout: str, written: dict | None) -> None:
+            self.stdout, self.written, self.returncode = stdout, written, None
+
+        def __call__(self, command, **kwargs):
+            assert command[1:3] == ["-m", "e2e"] and command[-2:] == ["--out", str(tmp_path)]
+            if self.written is not None:
+                report.parent.mkdir(parents=True, exist_ok=True)
+                report.write_text(json.dumps(self.written))
+            return self
+
+        def communicate(self):
+            self.returncode = 1
+            return self.stdout, None
+
+    monkeypatch.setattr(cpu_study.subprocess, "Popen", Harness("[e2e] failed\n", written))
     found = long_context.study("eagle3", tmp_path, {})
     assert found["failures"] == ["greedy outputs of v2_window differ"]
     assert found["runs"]["v2_window"]["lossless"]["identical"] == 40
 
-    def refused(command, **kwargs):
-        # A sweep that failed: no report, the end of its output in the error.
-        return subprocess.CompletedProcess(command, 1, stdout="vllm bench sweep serve exited 1\n")
-
-    # The report left by the run before is not this run's.
-    monkeypatch.setattr(long_context.subprocess, "run", refused)
+    # A sweep that failed: no report (the one left by the run before is not this run's), the
+    # end of its output in the error.
+    refused = Harness("vllm bench sweep serve exited 1\n", None)
+    monkeypatch.setattr(cpu_study.subprocess, "Popen", refused)
     with pytest.raises(RuntimeError, match=r"wrote no report \(exit 1\):\nvllm bench sweep serve"):
         long_context.study("eagle3", tmp_path, {})
 
@@ -472,13 +482,90 @@ def test_a_section_alone_measures_it_and_writes_the_results_with_the_others_rows
     )
 
 
-def test_the_committed_results_are_written_from_the_committed_rows(tmp_path):
-    """benchmarks/results/README.md is what the writer makes of benchmarks/results/rows/."""
+def without_times(rows: list[dict]) -> list[dict]:
+    """Per-build rows without their times (every float: microseconds, and ratios of them):
+    the configurations, and the allocations, launches and table widths measured."""
+    return [{k: v for k, v in row.items() if not isinstance(v, float)} for row in rows]
+
+
+def test_the_committed_results_are_written_from_rows_the_sections_measure(tmp_path, monkeypatch):
+    """benchmarks/results/README.md is what the writer makes of benchmarks/results/rows/, and
+    those rows are what the sections measure now: the per-build sections' (one round of one
+    call each) but for their times, and ``kv_reclaim``'s shapes (vLLM's grouping, KV cache
+    manager and concurrency, no clock) exactly. Not measured again here, minutes each: the
+    real engines' rows (``long_context``, ``engine``, ``kv_reclaim``'s engine runs: the next
+    test checks their settings) and ``attention`` (its reads of 128k contexts)."""
+    import argparse
     import shutil
 
-    from benchmarks import bench_window
+    from benchmarks import bench_window, kv_reclaim
+    from testbed.mrv1_adapter import load_mrv1_adapter_module
 
     results = bench_window.ROOT / "benchmarks" / "results"
     shutil.copytree(results / "rows", tmp_path / "rows")
-    bench_window.write_results(tmp_path, bench_window.load_rows(tmp_path))
+    records = bench_window.load_rows(tmp_path)
+    bench_window.write_results(tmp_path, records)
     assert (tmp_path / "README.md").read_text() == (results / "README.md").read_text()
+    args = argparse.Namespace(mrv1=load_mrv1_adapter_module(), rounds=1, iters=1, out=tmp_path)
+    for name in ("steps", "sinks", "threshold", "dcp", "launches"):
+        measured = bench_window.BY_NAME[name].measure(args)
+        assert without_times(measured) == without_times(records[name]["rows"]), name
+    committed = records["kv_reclaim"]["rows"]
+    monkeypatch.setattr(kv_reclaim, "engine_admission", lambda: committed["engine"])
+    measured = bench_window.BY_NAME["kv_reclaim"].measure(args)
+    for now, then in zip(measured["rows"], committed["rows"], strict=True):
+        assert now == then, now["shape"]
+
+
+def test_the_committed_engine_rows_carry_the_settings_their_sections_run():
+    """The rows of the real engines (minutes each to measure again) name what they were
+    measured from: the long-context studies the CPU study's contexts, prompts, tokens, K,
+    block size, sampling and the drafters' training context; the engine section and
+    ``kv_reclaim``'s engine runs their plans."""
+    import trained_models as trained
+    from benchmarks import bench_window, engine, long_context
+    from e2e.scenarios import cpu_study_defaults
+    from testbed.engine.load_plan import WINDOW
+    from testbed.engine.runs import PROMPT_LENS, Run
+
+    records = bench_window.load_rows(bench_window.ROOT / "benchmarks" / "results")
+    studies = records["long_context"]["rows"]
+    study = cpu_study_defaults()
+    contexts = [int(c) for c in study["CONTEXTS"].split(",")]
+    greedy, sampled = {"temperature": "0"}, {"temperature": "0.8", "seed": "0"}
+    settings = ("contexts", "prompts_per_context", "output_tokens", "num_spec")
+    settings += ("draft_training_context", "alignment", "sampling")
+    common = (int(study["OUTPUT_TOKENS"]), trained.NUM_SPEC, trained.DRAFT_CONTEXT)
+    common += (int(study["BLOCK_SIZE"]),)
+    curve = (contexts, int(study["PROMPTS_PER_CONTEXT"]), *common)
+    load = ([long_context.LONGEST], int(long_context.LOAD["PROMPTS_PER_CONTEXT"]), *common)
+    reports = [("rerun", studies["rerun"], (*curve, sampled))]
+    for group, want in (
+        ("curves", (*curve, greedy)),
+        ("avx2", (*curve, greedy)),
+        ("sampled", (*curve, sampled)),
+        ("load", (*load, greedy)),
+    ):
+        assert set(studies[group]) == set(long_context.CURVES), group
+        reports += [(f"{group} {s}", report, want) for s, report in studies[group].items()]
+    for name, report, want in reports:
+        assert tuple(report[key] for key in settings) == want, name
+    dflash = studies["dflash"]
+    assert (dflash["contexts"], dflash["num_spec"], dflash["training_context"]) == (
+        contexts,
+        trained.NUM_SPEC,
+        trained.DRAFT_CONTEXT,
+    )
+    assert records["engine"]["rows"]["config"] == {
+        "method": engine.METHOD,
+        "num_spec": engine.NUM_SPEC,
+        "prompt_lens": list(PROMPT_LENS),
+        "max_tokens": Run("any", engine.METHOD).max_tokens,
+        "windows": {"never": engine.NEVER, "crops": engine.CROPS},
+    }
+    admission = records["kv_reclaim"]["rows"]["engine"]
+    assert (admission["window"], admission["requests"], admission["lengths"]) == (
+        WINDOW["draft_window_size"],
+        4,
+        [1024],
+    )
