@@ -51,7 +51,7 @@ not take DCP (its golden files and draft KV estimates are for one rank's layout)
 
 DEVICE=cpu runs the long-context study only, in this project's ``.venv`` (``make
 study-cpu``): vLLM's CPU worker in the engine environment of
-``cpu_engine.py``, the committed tiny models (``trained_models/``:
+``tools/cpu_engine.py``, the committed tiny models (``trained_models/``:
 ``draft_model`` and ``eagle3`` scenarios) and their held-out text (rebuilt from .venv's vLLM:
 ``make heldout``), contexts from inside the drafter's training context to 16 times it.
 """

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from e2e import study, sweep_plan
-from e2e.cpu_engine import engine_env, model_info_cache
+from tools.cpu_engine import engine_env, model_info_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,7 +11,7 @@ serving path imports this package.
 
 import os
 
-from e2e.cpu_engine import model_info_cache
+from tools.cpu_engine import model_info_cache
 
 
 def use_triton_interpreter() -> None:
@@ -26,6 +26,6 @@ def use_triton_interpreter() -> None:
 
 def use_model_info_cache() -> None:
     """This process uses vLLM's model-class cache of the engines it starts
-    (``e2e.cpu_engine.model_info_cache``), an existing setting kept; only before vLLM's
+    (``tools.cpu_engine.model_info_cache``), an existing setting kept; only before vLLM's
     first import."""
     os.environ.setdefault("VLLM_CACHE_ROOT", str(model_info_cache()))

@@ -373,7 +373,7 @@ def test_every_drafting_method_has_a_scenario(dry_run, method):
 
 
 def test_the_cpu_study_serves_the_trained_models_on_vllms_cpu_worker(dry_run):
-    """DEVICE=cpu: the committed tiny models, the CPU engine environment (``e2e/cpu_engine.py``),
+    """DEVICE=cpu: the committed tiny models, the CPU engine environment (``tools/cpu_engine.py``),
     the held-out text cut to each context exactly, plain completions."""
     import trained_models as trained
 

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""How a real vLLM engine runs on this CPU-only host: the environment of its process.
+"""How a real vLLM engine runs on this CPU-only host: the environment of its process, for
+the CPU study's servers (``e2e``, ``DEVICE=cpu``) and the test bed's engines
+(``testbed/engine``) alike.
 
 Two things stand in at the device boundary, both set up by ``make setup``
 (``tools/setup_engine.sh``): the compiled CPU ops (``vllm/_C*.so`` and friends) come from

@@ -15,7 +15,7 @@ DFlash speculator runs it. LOGITS: ``compute_logits`` of the block, the embeddin
 head the target's (what vLLM's DFlash loader shares).
 
 Run as a script from a directory outside the checkout (vLLM's CPU environment:
-``e2e.cpu_engine``).
+``tools.cpu_engine``).
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ from pathlib import Path
 import requests
 from vllm.benchmarks.sweep.server import ServerProcess
 
-from e2e.cpu_engine import engine_env, model_info_cache
 from testbed.engine.models import NUM_SPEC, VOCAB, TinyModels
+from tools.cpu_engine import engine_env, model_info_cache
 
 OFFLINE = Path(__file__).with_name("offline.py")
 LOAD = Path(__file__).with_name("load.py")

@@ -21,9 +21,9 @@ from importlib.metadata import entry_points, version
 
 import pytest
 
-from e2e.cpu_engine import model_info_cache
 from testbed.tiny_models import TINY_LLAMA, TINY_MLA, TINY_SFA, write_model_dir
 from tests.ascend.npu_testbed.pairing import IN_TREE, check_every_tree_window, check_in_tree
+from tools.cpu_engine import model_info_cache
 
 # First, before anything imports vLLM (vllm-ascend's package __init__ files do): vLLM's and
 # vllm-ascend's Triton kernels run under Triton's interpreter, set up as
