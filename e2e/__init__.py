@@ -28,9 +28,11 @@ position with K entries, V2 with the window at least V2 without it minus 0.1 on 
 prompts (the acceptance checked within the run), per-position acceptance of V2 with the
 window on the golden prompt within 0.1 of the golden file where one was recorded under the
 run's conditions (device, runner, sampling, EOS, graphs, dtype, block size: written beside
-it; elsewhere the report shows it as a reference: the committed one is vllm-ascend Model
-Runner V1's figure), and V2 with the window at least V1 with the window minus 0.05 on the
-long prompts; and writes a JSON and markdown report (with what produced it) and a plot of
+it; one recorded with the run's sampling under other conditions is its floor, V2 with the
+window failing below half its tokens per draft, so that a drafter broken on every runner
+fails: the committed one, vllm-ascend Model Runner V1's greedy figure, is each greedy run's;
+one sampled otherwise the report shows as a reference), and V2 with the window at least V1
+with the window minus 0.05 on the long prompts; and writes a JSON and markdown report (with what produced it) and a plot of
 acceptance by position. Every setting is checked against every other before anything runs
 or is deleted; a run clears its own folder (run.json marks it) after every check has passed,
 and a dry run never deletes results. Each printed sweep fails where vLLM's fails (pipefail)

@@ -116,6 +116,11 @@ def acceptance(result: dict) -> dict:
     }
 
 
+# A golden recorded under other conditions than the run's (another runner, EOS honoured,
+# eager, another device) but with its sampling moves the acceptance by a few tenths of a
+# token per draft, not by half: a V2 run with the window below this share of its tokens per
+# draft fails, even where every runner of the run is as low (a drafter broken everywhere).
+FLOOR_SHARE = 0.5
 # The window may cost at most this much mean acceptance over the long prompts against the
 # same V2 run without it: inside the drafter's training context it changes little (the
 # study's rule at short contexts), past it it gains.
@@ -128,12 +133,14 @@ def check(
     tolerance: float = 0.1,
     num_spec: int | None = None,
     policy: lossless.Policy | None = None,
+    floor: list[float] | None = None,
 ) -> list[str]:
     """The assertions; returns the failures (empty when everything holds). Every run's
     texts against the V2 run with the window's (``policy``: exact unless it says otherwise;
     each run's result under ``results[run]["lossless"]``); every run's acceptance by
     position has ``num_spec`` entries; the acceptance checked within the run (the window
-    against no window, ``WINDOW_MARGIN``) and against the golden where there is one."""
+    against no window, ``WINDOW_MARGIN``), against the golden where there is one, and
+    against ``floor`` (a golden recorded under other conditions: ``Golden.floor``)."""
     found, failures = lossless.check(results, "v2_window", policy or lossless.Policy())
     for name, compared in found.items():
         results[name]["lossless"] = compared
@@ -165,6 +172,15 @@ def check(
                 failures.append(
                     f"acceptance at position {i}: {got:.3f}, golden {want:.3f} (+-{tolerance})"
                 )
+    if floor is not None:
+        accepted, reference = sum(ours["per_position"]), sum(floor)
+        if accepted < FLOOR_SHARE * reference:
+            failures.append(
+                f"V2 with the window accepts {accepted:.2f} tokens per draft on the golden "
+                f"prompt, under {FLOOR_SHARE:.0%} of the {reference:.2f} of the golden "
+                "recorded under other conditions: a drafter this far below it is broken, "
+                "whichever runner agrees with it"
+            )
     if "v1_window" in results:
         v2 = results["v2_window"]["all_long"]["mean_length"]
         v1 = results["v1_window"]["all_long"]["mean_length"]
@@ -195,7 +211,8 @@ def startup_failures(results: dict[str, dict]) -> list[str]:
 class Golden:
     """A golden file: its figures, their tolerance, where they come from, and the conditions
     they were recorded under (``recorded``: ``run_conditions``'s keys). It gates only a run
-    of the same conditions; elsewhere the report shows it as a reference."""
+    of the same conditions; recorded with the run's sampling, it is a run's floor (``floor``);
+    elsewhere the report shows it as a reference."""
 
     values: list | dict
     tolerance: float
@@ -210,10 +227,23 @@ class Golden:
             if self.recorded.get(key) != value
         ]
 
-    def describe(self, conditions: dict) -> str:
+    def floor(self, conditions: dict) -> list | None:
+        """Its figures where they bound this run from below (``FLOOR_SHARE``): recorded
+        under other conditions but with the run's sampling. None where it gates the run, or
+        was sampled otherwise (the acceptance of another sampling is not comparable)."""
+        differs = self.differences(conditions)
+        same_sampling = self.recorded.get("sampling") == conditions.get("sampling")
+        return self.values if differs and same_sampling else None
+
+    def describe(self, conditions: dict, floor: bool = False) -> str:
         differs = self.differences(conditions)
         if not differs:
             return f"gates this run (+-{self.tolerance}): {self.source}"
+        if floor:
+            return (
+                f"a floor, not a gate (recorded with {', '.join(differs)}): the run fails "
+                f"below {FLOOR_SHARE:.0%} of its tokens per draft: {self.source}"
+            )
         return f"a reference, not a gate (recorded with {', '.join(differs)}): {self.source}"
 
 

@@ -53,13 +53,14 @@ def finish_scenario(job: host.Job, results: dict, record: bool = False) -> int:
     gating = checks.gate(golden, conditions)
     tolerance = 0.1 if gating is None else gating.tolerance
     values = None if gating is None else gating.values
-    failures = checks.check(results, values, tolerance, scenario.num_spec, job.policy)
+    floor = None if golden is None else golden.floor(conditions)
+    failures = checks.check(results, values, tolerance, scenario.num_spec, job.policy, floor=floor)
     if not results["v2_window"]["window_active"]:
         failures.append("the V2 server with the window did not log the window on and active")
     if results["v2_no_window"]["window_active"]:
         failures.append("the V2 server without the window logged the window as on")
     produced = {**(job.produced or {}), "finished": host.now()}
-    note = golden and golden.describe(conditions)
+    note = golden and golden.describe(conditions, floor=floor is not None)
     write_report(
         job.out, scenario, job.device, results, golden, failures, produced, job.policy, note
     )
@@ -70,7 +71,7 @@ def write_report(
     out_dir, scenario, device, results, golden, failures, produced=None, policy=None, note=None
 ) -> None:
     """report.json, report.md and acceptance.png; ``golden`` (a ``Golden`` or None) with
-    ``note``: whether it gated this run or is shown as a reference."""
+    ``note``: whether it gated this run, bounded it from below or is shown as a reference."""
     policy = policy or lossless.Policy()
     report = {
         "scenario": scenario.name,

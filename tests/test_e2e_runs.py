@@ -955,8 +955,9 @@ def test_dtype_and_block_size_reach_every_server_as_vllms_flags(env, capsys, mon
     assert recorded and all(f" --dtype {env['DTYPE']}" in s for s in recorded)
 
 
-def golden_results(per_position: list[float]) -> dict:
-    """The scenario's runs as its checks read them, every text alike, the window active."""
+def golden_results(per_position: list[float], v1: bool = False) -> dict:
+    """The scenario's runs as its checks read them (with ``v1``, V1's run with the window
+    too), every text alike, the window active where served."""
 
     def one(window: bool) -> dict:
         measured = {"per_position": per_position, "mean_length": 1 + sum(per_position)}
@@ -967,25 +968,44 @@ def golden_results(per_position: list[float]) -> dict:
             "window_active": window,
         }
 
-    return {"v2_window": one(True), "v2_no_window": one(False)}
+    runs = {"v2_window": one(True), "v2_no_window": one(False)}
+    return {**runs, "v1_window": one(True)} if v1 else runs
 
 
-def test_the_committed_golden_is_model_runner_v1s_and_gates_no_run_of_the_harness(tmp_path):
-    """It was measured by vllm-ascend's MRV1 test (eager, EOS honoured); the harness runs
-    Model Runner V2 with --ignore-eos and graphs: shown as a reference, not a gate."""
+def test_the_committed_golden_gates_no_run_but_fails_a_drafter_broken_on_every_runner(tmp_path):
+    """It was measured by vllm-ascend's MRV1 test (greedy, eager, EOS honoured); the harness
+    runs Model Runner V2 with --ignore-eos and graphs: its figures gate no run, but it is a
+    greedy run's floor on Ascend and on CUDA. A drafter broken on every runner (0.3 tokens
+    per draft against its 1.4, with and without the window, on V1 as on V2) fails the run;
+    one a few tenths below it passes; sampled, it is a reference only."""
     scenario = scenarios.scenarios({})["eagle3"]
     golden = checks.load_golden(scenario, False)
     assert golden.values == [0.7, 0.4, 0.3] and "Model Runner V1's figure" in golden.source
+    broken, healthy = [0.2, 0.1, 0.0], [0.6, 0.3, 0.2]
     for device in ("ascend", "cuda"):
         conditions = checks.run_conditions(scenario, device, {})
         assert conditions["ignore_eos"] is True and conditions["eager"] is False
         assert checks.gate(golden, conditions) is None
-    job = host.Job(scenario, "ascend", tmp_path, {})
-    job.produced = host.provenance(job)
-    assert reports.finish_scenario(job, golden_results([0.2, 0.1, 0.0])) == 0
-    md = (tmp_path / "report.md").read_text()
+        out = tmp_path / device
+        out.mkdir()
+        job = host.Job(scenario, device, out, {})
+        job.produced = host.provenance(job)
+        v1 = device == "ascend"
+        assert reports.finish_scenario(job, golden_results(broken, v1)) == 1
+        assert json.loads((out / "report.json").read_text())["failures"] == [
+            "V2 with the window accepts 0.30 tokens per draft on the golden prompt, under 50% "
+            "of the 1.40 of the golden recorded under other conditions: a drafter this far "
+            "below it is broken, whichever runner agrees with it"
+        ]
+        md = (out / "report.md").read_text()
+        assert "Golden acceptance by position 0.70, 0.40, 0.30: a floor, not a gate" in md
+        assert "runner 'v1' (this run: 'v2')" in md and "ignore_eos False (this run: True)" in md
+        assert reports.finish_scenario(job, golden_results(healthy, v1)) == 0
+    sampled = host.Job(scenario, "ascend", tmp_path / "ascend", {"TEMPERATURE": "0.8"})
+    sampled.produced = host.provenance(sampled)
+    assert reports.finish_scenario(sampled, golden_results(broken, True)) == 0
+    md = (tmp_path / "ascend" / "report.md").read_text()
     assert "Golden acceptance by position 0.70, 0.40, 0.30: a reference, not a gate" in md
-    assert "runner 'v1' (this run: 'v2')" in md and "ignore_eos False (this run: True)" in md
 
 
 def test_a_golden_recorded_under_the_runs_conditions_gates_it(tmp_path):
