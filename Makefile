@@ -64,14 +64,12 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_CPU_DIR := $(firstword $(foreach dir,$(patsubst file://%,%,$(TORCH_CPU_WHEELS)),$(if $(wildcard $(dir)/torch-$(TORCH_CPU_VERSION)-*.whl),$(dir))))
 TORCH_CPU := --find-links $(or $(TORCH_CPU_DIR),$(TORCH_CPU_INDEX)/torch/) torch==$(TORCH_CPU_VERSION)
 export UV TORCH_CPU
-# Each environment's bytecode, compiled once when it is made: uv writes none, and where
-# PYTHONDONTWRITEBYTECODE is set (as on these machines) no process caches any either, so
-# every process that imports torch and vLLM compiles them again (what that cost:
-# design/testing.md, "Times and test counts").
-# Errors are ignored, as pip ignores them: a file for a newer Python (torch's py312 test
-# intrinsics) is never imported. The packages' own test folders (pandas', sympy's, numpy's:
-# a seventh of the files) are left out: no process here imports them.
-COMPILE_BYTECODE = $(1)/bin/python -c "import compileall, re, sysconfig; compileall.compile_dir(sysconfig.get_path('purelib'), quiet=2, workers=0, rx=re.compile('/tests/'))"
+# Python caches each module's bytecode in the environment the first time a process here
+# imports it: where PYTHONDONTWRITEBYTECODE is set (as on these machines) no process would, so
+# every process that imports torch and vLLM would compile them again. Compiling every file
+# when an environment is made cost more: most of transformers', vLLM's and torch's files are
+# never imported here.
+unexport PYTHONDONTWRITEBYTECODE
 
 # This project in every test environment as on a host: its wheel, built once (pip builds in
 # the source tree), installed into each, not editable (again when a package file changes).
@@ -84,19 +82,16 @@ ASCEND_PYTEST := -m pytest tests/ascend --confcutdir=tests/ascend -p no:cachepro
 # The end-to-end harness's settings (python -m e2e --help): each make variable given, on make's
 # command line or from the environment (make e2e-ascend SINKS=32, SINKS=32 make e2e-ascend),
 # passed as its flag (--sinks=32); one not given is left out. VARIABLE:flag, as e2e/cli.py's
-# SETTINGS names them. The cards (ASCEND_RT_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES) stay the
-# environment's, which vLLM reads.
+# SETTINGS names them, but for the study's own (STUDY_OWN: its code passes them). The cards
+# (ASCEND_RT_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES) stay the environment's, which vLLM reads.
 E2E_SETTINGS := DEVICE:device E2E_SCENARIO:scenario STUDY:study DRY_RUN:dry-run \
 	TARGET_MODEL:target-model DRAFT_MODEL:draft-model WINDOW:window SINKS:sinks \
 	MIN_CONTEXT:min-context TP:tensor-parallel-size DCP:decode-context-parallel-size \
-	DCP_INTERLEAVE:cp-kv-cache-interleave-size PARALLEL:parallel PORT:port \
+	DCP_INTERLEAVE:cp-kv-cache-interleave-size PORT:port BLOCK_SIZE:block-size DTYPE:dtype \
 	RECORD_GOLDEN:record-golden LOSSLESS:lossless MIN_IDENTICAL:min-identical \
-	TEMPERATURE:temperature TOP_P:top-p TOP_K:top-k SEED:seed CONTEXTS:contexts \
-	MAX_CONTEXT:max-context CONCURRENCY:concurrency SHARED_PREFIX:shared-prefix \
-	PROMPTS_PER_CONTEXT:prompts-per-context OUTPUT_TOKENS:output-tokens BLOCK_SIZE:block-size \
-	MAX_MODEL_LEN:max-model-len LONG_CONTEXT:long-context SHORT_CONTEXT:short-context \
-	STUDY_TEXT:study-text AUTO:auto MORE_WINDOWS:more-windows NO_SPECULATION:no-speculation \
-	DTYPE:dtype
+	TEMPERATURE:temperature TOP_P:top-p TOP_K:top-k SEED:seed PARALLEL:parallel \
+	CONTEXTS:contexts MAX_CONTEXT:max-context CONCURRENCY:concurrency \
+	SHARED_PREFIX:shared-prefix AUTO:auto
 e2e_flag = $(if $($(1)),'--$(2)=$($(1))')
 # Where a run writes (--out): OUT=folder, e2e/results by default.
 E2E_OUT = $(if $(OUT),'--out=$(OUT)')
@@ -168,7 +163,6 @@ define upstream_venv
 	$(UV_INSTALL) --python $(1)/bin/python --no-deps $$(tools/fetch_pinned.sh $(WHEEL_DIR) vllm==$(2))
 	$(UV_INSTALL) --python $(1)/bin/python --no-deps -r requirements/cpu.txt -r requirements/bench.txt
 	tools/setup_engine.sh install $(1)
-	$(call COMPILE_BYTECODE,$(1))
 	touch $@
 endef
 
@@ -202,7 +196,6 @@ $(VLLM_ASCEND_WHEEL_STAMP): | $(STAMP)
 # vllm-ascend 0.30.0rc2, and rc1 beside it (the same code, compared by a test).
 .venv-030/.setup-done: $(ASCEND_SETUP) | $(UV)
 	PYTHON=$(PYTHON) tools/setup_ascend.sh .venv-030 0.30.0rc2 0.30.0rc1
-	$(call COMPILE_BYTECODE,.venv-030)
 	touch $@
 
 # What vllm-ascend's own unit tests import beyond the window's tests (its requirements name
@@ -215,7 +208,6 @@ $(VLLM_ASCEND_WHEEL_STAMP): | $(STAMP)
 
 .venv-029/.setup-done: $(ASCEND_SETUP) | $(UV)
 	PYTHON=$(PYTHON) tools/setup_ascend.sh .venv-029 0.29.0rc1
-	$(call COMPILE_BYTECODE,.venv-029)
 	touch $@
 
 $(PROJECT_WHEEL): pyproject.toml $(PACKAGE_FILES) | $(STAMP)
