@@ -20,6 +20,7 @@ The window's own tests run against the patched tree in ``make test-upstream``
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -376,13 +377,14 @@ def _their_mypy_flags() -> list[str]:
     return [flag.replace('"${PYTHON_VERSION}"', "3.10") for flag in flags]
 
 
-def _type_check(tree) -> list[str]:
+def _type_check(tree: Path, cache: Path) -> list[str]:
     """vllm-ascend's type check of its package on ``tree`` (its flags and ``mypy.ini``; vLLM
-    and torch from this environment): each error, without its line number."""
+    and torch from this environment), incremental over ``cache``: each error, without its
+    line number."""
     import sys
 
     command = [sys.executable, "-m", "mypy", "--python-executable", sys.executable]
-    command += [*_their_mypy_flags(), "--cache-dir", str(tree / ".mypy_cache"), "vllm_ascend"]
+    command += [*_their_mypy_flags(), "--cache-dir", str(cache), "vllm_ascend"]
     run = subprocess.run(
         command,
         cwd=tree,
@@ -399,16 +401,20 @@ def _type_check(tree) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def pristine_type_check(tmp_path_factory) -> list[str]:
-    return _type_check(upstream.patched_tree(tmp_path_factory.mktemp("pristine"), apply=False))
+def type_checked(tmp_path_factory) -> tuple[Path, Path, list[str]]:
+    """Where every tree is type-checked (one path, one mypy cache: each later tree re-checks
+    what its patch changed and what depends on it, as mypy's incremental mode does on a
+    developer's checkout), and the pristine tree's errors, checked there first."""
+    root = tmp_path_factory.mktemp("type-check")
+    tree, cache = root / "tree", root / ".mypy_cache"
+    return tree, cache, _type_check(upstream.patched_tree(tree, apply=False), cache)
 
 
 @pytest.mark.parametrize("parts", [1, 2, None], ids=["part 1", "parts 1-2", "the patch"])
-def test_vllm_ascends_type_check_reports_nothing_new_on_each_parts_tree(
-    parts, pristine_type_check, tmp_path
-):
+def test_vllm_ascends_type_check_reports_nothing_new_on_each_parts_tree(parts, type_checked):
     """vllm-ascend's CI runs mypy over its package (``tools/mypy.sh``): the tree of each part of
     the series, and of the whole patch, gets exactly the errors the pristine tree gets."""
-    tree = upstream.patched_tree(tmp_path / "tree", parts=parts)
+    directory, cache, pristine = type_checked
+    tree = upstream.patched_tree(directory, parts=parts)
     assert (tree / upstream.PACKAGE / "window.py").is_file()
-    assert _type_check(tree) == pristine_type_check
+    assert _type_check(tree, cache) == pristine
