@@ -167,7 +167,7 @@ TRAINED_ROOT = ROOT / "trained_models"
 
 # The CPU study's defaults (the settings given override each): KV blocks of 32 tokens (the CPU
 # attention backend's smallest), 8 prompts per context sent together, 16 output tokens each:
-# so small a model's greedy continuation soon repeats itself (design/e2e.md), so the study
+# so small a model's greedy continuation soon repeats itself (design/usage.md), so the study
 # measures the tokens right after each stretch of real text. A KV cache of 64 MiB holds 8
 # prompts of the longest context with both models' KV.
 CPU_BLOCK_SIZE = 32

@@ -12,7 +12,7 @@ acceptance is vLLM's own spec-decode metrics. The draft model trained at 64 toke
 to the same margin under serving load (``test_engine_load.py``); ``make bench`` draws both
 drafters' curves. (A window that cannot crop changes nothing: ``test_engine.py``, where a
 draft model that is the target accepts every token with it.) The margins below were
-set from what the study measured (design/e2e.md): they hold with room, and fail where the
+set from what the study measured (design/testing.md): they hold with room, and fail where the
 window stops bringing acceptance back, where the drafter no longer collapses without it
 (then the test shows nothing), or where the tokens change.
 

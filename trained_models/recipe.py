@@ -23,7 +23,7 @@ against the target's own predictions; the DFlash drafter, one Qwen3 layer over t
 of the target's two layers drafting a block of 4 (the bonus token and 3 mask tokens) in one
 non-causal pass, trained at 64 tokens against the target's predictions, on the committed
 target (``train_dflash``: not the one retrained beside it, so that its weights are the same
-wherever the recipe's environment gives the same training). About 4 minutes on 2 cores.
+wherever the recipe's environment gives the same training).
 
 The DFlash drafter has one layer because the CPU engine here serves no deeper one as vLLM's
 model code means it: ``precompute_and_store_context_kv`` norms every layer's context keys in
