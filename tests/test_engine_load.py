@@ -20,7 +20,9 @@ everything, the drafts and acceptances are exactly the window's without the key.
 
 from __future__ import annotations
 
+import ast
 import re
+from pathlib import Path
 
 import pytest
 
@@ -48,20 +50,36 @@ from testbed.engine.runs import LOAD, engine_script
 pytestmark = pytest.mark.newest_line
 
 GAIN = 0.6
+USAGE = Path(__file__).resolve().parent.parent / "design" / "usage.md"
+
+
+def documented_example(models: trained.TrainedModels) -> tuple[dict, dict]:
+    """The offline ``LLM(...)`` example of design/usage.md: its ``speculative_config`` (the
+    draft the committed EAGLE3 head) and ``additional_config``, for the EAGLE3 run (its
+    target and ``max_model_len`` are the plan's; tests/test_docs.py holds the example to
+    these four arguments)."""
+    block = re.search(r"```python\n(.*?)```", USAGE.read_text(), re.S).group(1)
+    (call,) = [
+        node
+        for node in ast.walk(ast.parse(block))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "LLM"
+    ]
+    kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+    return {**kwargs["speculative_config"], "model": models.eagle3}, kwargs["additional_config"]
 
 
 @pytest.fixture(scope="module")
 def load(tmp_path_factory):
     models = trained.committed()
     draft_model = speculative("draft_model", models.draft_model)
-    eagle3 = speculative("eagle3", models.eagle3)
+    eagle3, eagle3_window = documented_example(models)
     draft_model_load = {**UNDER_LOAD, "kv_cache_memory_bytes": KV_BYTES["draft_model"]}
     eagle3_load = {**UNDER_LOAD, "kv_cache_memory_bytes": KV_BYTES["eagle3"]}
     runs = [
         ("no speculation, roomy", None, {}, ROOMY),
         ("draft model, no window", draft_model, {}, draft_model_load),
         ("draft model, window", draft_model, WINDOW, draft_model_load),
-        ("EAGLE3, window", eagle3, WINDOW, eagle3_load),
+        ("EAGLE3, window", eagle3, eagle3_window, eagle3_load),
         ("draft model, window, KV freed", draft_model, FREE_KV, draft_model_load),
         ("draft model, window, roomy", draft_model, WINDOW, ROOMY_UNCACHED),
         ("draft model, window, KV freed, roomy", draft_model, FREE_KV, ROOMY_UNCACHED),
@@ -143,10 +161,15 @@ def test_the_load_preempts_hits_the_prefix_cache_and_batches_more_than_it_runs(l
 
 
 def test_the_window_stays_engaged_and_brings_acceptance_back_under_load(load):
-    _, done = load
+    plan, done = load
     for name in ("draft model, window", "EAGLE3, window"):
         log = done.logs[name]
         assert "Draft KV window on for" in log and "Draft KV window active" in log, name
+    # The EAGLE3 run is usage.md's offline example: the window it asks for is the one served.
+    (example,) = [run for run in plan["runs"] if run["name"] == "EAGLE3, window"]
+    window = example["additional_config"]["draft_window_size"]
+    said = f"draft_window_size={window}" + (" became W=" if window == "auto" else ",")
+    assert said in done.logs["EAGLE3, window"]
     assert "Draft KV window" not in done.logs["draft model, no window"]
     on = mean_length(done.results["draft model, window"]["counters"])
     off = mean_length(done.results["draft model, no window"]["counters"])
