@@ -251,8 +251,8 @@ def _ar_build_speculator(monkeypatch, window, seen: dict, use_dcp=False):
     return spec
 
 
-def _build(spec, step=1, num_reqs=2, query_per_req=1, cg_mode=CUDAGraphMode.NONE):
-    return spec._build_attn_metadata(
+def _build_arguments(step=1, num_reqs=2, query_per_req=1, cg_mode=CUDAGraphMode.NONE) -> dict:
+    return dict(
         num_reqs=num_reqs,
         batch_desc=BatchExecutionDescriptor(
             cg_mode=cg_mode, num_tokens=num_reqs * query_per_req, num_reqs=num_reqs
@@ -261,6 +261,10 @@ def _build(spec, step=1, num_reqs=2, query_per_req=1, cg_mode=CUDAGraphMode.NONE
         seq_lens_cpu_upper_bound=torch.tensor(TARGET_LENS, dtype=torch.int32),
         step=step,
     )
+
+
+def _build(spec, **kwargs):
+    return spec._build_attn_metadata(**_build_arguments(**kwargs))
 
 
 def _assert_built_through_the_window(seen: dict, window: DraftWindow, step: int):
@@ -309,6 +313,7 @@ def test_ar_set_attn_creates_and_stores_the_draft_window(monkeypatch):
 class _Manager:
     def __init__(self, vllm_config, device, cudagraph_mode, *args, **kwargs):
         self.cudagraph_mode = cudagraph_mode
+        self.made_with = (vllm_config, device, cudagraph_mode, args, kwargs)
 
 
 def _ar_graph_speculator(monkeypatch, window) -> AscendAutoRegressiveSpeculator:
@@ -360,8 +365,10 @@ def _ar_capture_speculator(monkeypatch, window, seen: dict) -> AscendAutoRegress
     def capture_prefill(fn, model_state, input_buffers, block_tables, *args, **kwargs):
         seen["prefill_capturing"] = window.propose.capturing if window else None
         seen["prefill_input_buffers"] = input_buffers
+        seen["prefill_graph_inputs"] = (model_state, input_buffers, block_tables, *args)
 
     def capture_decode(fn, model_state, input_buffers, block_tables, *args, **kwargs):
+        seen["decode_graph_inputs"] = (model_state, input_buffers, block_tables, *args)
         seen["decode_input_buffers"] = input_buffers
         seen["decode_block_tables"] = block_tables
         seen["decode_path"] = list(window.path) if window else None
@@ -514,28 +521,73 @@ def test_ar_without_window_lengths_are_upstreams():
     assert next_lens.tolist() == [301, 22, 0]
 
 
+class _RecordingBuilder:
+    """An attention backend's metadata builder keeping the common metadata vLLM hands it."""
+
+    def __init__(self):
+        self.common = []
+
+    def build(self, common_prefix_len, common_attn_metadata, **kwargs):
+        self.common.append(
+            {
+                name: value.clone() if isinstance(value, torch.Tensor) else value
+                for name, value in vars(common_attn_metadata).items()
+            }
+        )
+        return SimpleNamespace()
+
+
+def _assert_same_common_metadata(built, reference):
+    assert built.keys() == reference.keys()
+    for name, value in reference.items():
+        if isinstance(value, torch.Tensor):
+            assert built[name].dtype == value.dtype and torch.equal(built[name], value), name
+        else:
+            assert built[name] == value, name
+
+
 def test_ar_without_window_builds_and_graphs_are_upstreams(monkeypatch):
-    seen = {}
-    spec = _ar_build_speculator(monkeypatch, None, seen)
-    input_buffers, block_tables = spec.input_buffers, spec.block_tables
-
-    _build(spec, step=1)
-
-    assert seen["input_buffers"] is input_buffers
-    assert seen["block_tables"] is block_tables
-    assert seen["upper_bound_values"].tolist() == TARGET_LENS
+    """Without the window the speculator hands vLLM's own draft build, graph managers and
+    captures what vLLM's code gives them: the common metadata its build hands a backend's
+    builder (each decode step's lengths, bound, tables and slots) is that of vLLM's
+    ``_build_attn_metadata`` called with the same arguments, as upstream's override calls
+    it; the graph managers of every mode are those vLLM's ``init_cudagraph_manager`` makes;
+    the graphs capture on the inputs vLLM's ``capture`` hands them."""
+    vllm_build = DraftModelSpeculator._build_attn_metadata
+    spec = _ar_build_speculator(monkeypatch, None, {})
+    monkeypatch.setattr(DraftModelSpeculator, "_build_attn_metadata", vllm_build)
+    builder = _RecordingBuilder()
+    group = SimpleNamespace(get_metadata_builder=lambda i: builder, layer_names=["draft.0"])
+    spec.attn_groups = [[group]]
+    spec.kv_cache_config = SimpleNamespace(kv_cache_groups=[object()])
+    spec.draft_is_prefilling = torch.zeros(MAX_NUM_REQS, dtype=torch.bool)
+    for step in (1, 2):
+        assert list(spec._build_attn_metadata(**_build_arguments(step=step))) == ["draft.0"]
+        vllm_build(spec, **_build_arguments(step=step))
+        built, reference = builder.common[-2:]
+        _assert_same_common_metadata(built, reference)
+        assert reference["seq_lens_cpu_upper_bound"].tolist() == [n + step for n in TARGET_LENS]
 
     graphs = _ar_graph_speculator(monkeypatch, None)
-    graphs.init_cudagraph_manager(CUDAGraphMode.FULL_AND_PIECEWISE)
-    assert graphs.prefill_cudagraph_manager.cudagraph_mode == CUDAGraphMode.FULL_AND_PIECEWISE
-    assert graphs.decode_cudagraph_manager.cudagraph_mode == CUDAGraphMode.FULL_DECODE_ONLY
+    for mode in CUDAGraphMode:
+        AutoRegressiveSpeculator.init_cudagraph_manager(graphs, mode)
+        upstream = graphs.prefill_cudagraph_manager, graphs.decode_cudagraph_manager
+        graphs.init_cudagraph_manager(mode)
+        assert graphs.prefill_cudagraph_manager.made_with == upstream[0].made_with, mode
+        assert graphs.decode_cudagraph_manager.made_with == upstream[1].made_with, mode
 
     captured = {}
     capture = _ar_capture_speculator(monkeypatch, None, captured)
+    capture.idx_mapping = torch.zeros(MAX_NUM_REQS, dtype=torch.int32)
+    capture.max_num_reqs = MAX_NUM_REQS
+    capture.use_fused_multi_step_decode = False
     capture.capture()
-    assert captured["decode_input_buffers"] is capture.input_buffers
-    assert captured["decode_block_tables"] is capture.block_tables
-    assert captured["prefill_capturing"] is None  # no window, no window state
+    ours = dict(captured)
+    AutoRegressiveSpeculator.capture(capture)
+    for graph in ("prefill_graph_inputs", "decode_graph_inputs"):
+        theirs = captured[graph]
+        assert len(ours[graph]) == len(theirs), graph
+        assert all(a is b for a, b in zip(ours[graph], theirs, strict=True)), graph
 
     received = {}
     prefill = _ar_prefill_speculator(monkeypatch, None, received)
