@@ -32,12 +32,13 @@ it; one recorded with the run's sampling under other conditions is its floor, V2
 window failing below half its tokens per draft, so that a drafter broken on every runner
 fails: the committed one, vllm-ascend Model Runner V1's greedy figure, is each greedy run's;
 one sampled otherwise the report shows as a reference), and V2 with the window at least V1
-with the window minus 0.05 on the long prompts; and writes a JSON and markdown report (with what produced it) and a plot of
-acceptance by position. Every setting is checked against every other before anything runs
-or is deleted; a run clears its own folder (run.json marks it) after every check has passed,
-and a dry run never deletes results. Each printed sweep fails where vLLM's fails (pipefail)
-and stops where its experiment folder exists (pasted again); ``--check`` tells a log of
-another paste, or stale results, from a window that did not engage.
+with the window minus 0.05 on the long prompts; and writes a JSON and markdown report (with
+what produced it) and a plot of acceptance by position. Every setting is checked against
+every other before anything runs or is deleted; a run clears its own folder (run.json marks
+it) after every check has passed, and a dry run never deletes results. Each printed sweep
+fails where vLLM's fails (pipefail) and stops where its experiment folder exists (pasted
+again); ``--check`` tells a log of another paste, or stale results, from a window that did
+not engage.
 Model locations come from TARGET_MODEL and DRAFT_MODEL (local paths
 work with no network). With SINKS, the V2 run with the window also keeps that many attention
 sinks (its golden file is one of its own); V1 has no sinks, so its run keeps the plain window
