@@ -40,8 +40,7 @@ def recipe_models(models):
 
 
 def held_out_tokens(models, length: int) -> torch.Tensor:
-    data = models.heldout.read_bytes()[10_000 : 10_000 + length]
-    return torch.tensor(list(data))[None]
+    return torch.tensor(models.prompt(10_000, length))[None]
 
 
 def recipe_logits(target, head, tokens, base: int):

@@ -129,6 +129,20 @@ def test_the_committed_models_load_with_their_held_out_text():
         assert config["max_position_embeddings"] == trained_models.DRAFT_CONTEXT
 
 
+def test_a_prompt_of_the_held_out_text_is_what_the_targets_tokenizer_makes_of_it():
+    """Every prompt is cut from the held-out text as its bytes (``TrainedModels.prompt``):
+    the target's own tokenizer gives the whole text those ids."""
+    from transformers import AutoTokenizer
+
+    models = trained_models.committed()
+    tokenizer = AutoTokenizer.from_pretrained(models.target)
+    text = models.heldout.read_text(encoding="utf-8")
+    ids = tokenizer(text, add_special_tokens=False).input_ids
+    assert len(ids) == models.heldout_tokens
+    assert ids == models.prompt(0, models.heldout_tokens)
+    assert models.prompt(len(ids) - 3, 8) == ids[-3:]
+
+
 def test_what_serves_the_models_never_trains_them():
     """``make -n``: what each target would run, from this checkout as it is (the retrained
     models in .cache may be missing or stale: nothing here asks for them)."""

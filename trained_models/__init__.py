@@ -14,7 +14,6 @@ it is rebuilt from the installed vLLM wheel into ``.cache/heldout.txt`` (``make 
     python -m trained_models check          # the committed files against the manifest
     python -m trained_models heldout [OUT]  # make heldout: rebuild and check the held-out text
     python -m trained_models train DIR      # make trained-models: retrain into DIR (recipe.py)
-    python -m trained_models train-dflash DIR  # the DFlash drafter alone, into DIR/dflash
     python -m trained_models compare DIR    # make trained-models: retrained DIR's digests
                                             # against the committed ones (replaces nothing)
     python -m trained_models adopt DIR      # commit DIR's models here (after a recipe change)

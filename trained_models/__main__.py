@@ -1,7 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""``python -m trained_models check | heldout [OUT] | train DIR | train-dflash DIR | compare DIR |
-adopt DIR``
+"""``python -m trained_models check | heldout [OUT] | train DIR | compare DIR | adopt DIR``
 (the package's docstring)."""
 
 from __future__ import annotations
@@ -30,10 +29,6 @@ def main(argv: list[str]) -> int:
             from trained_models import recipe
 
             return recipe.main(rest)
-        if command == "train-dflash" and len(rest) == 1:
-            from trained_models import recipe
-
-            return recipe.main_dflash(rest)
         if command == "compare" and len(rest) == 1:
             # Informative: a retrained model that differs is what another CPU trains.
             trained_models.compare(Path(rest[0]))

@@ -7,7 +7,6 @@ drafters do at 32k and beyond, a target sound at every context the engine serves
 states at the same short context. Nothing is downloaded.
 
     python -m trained_models train DIR         # make trained-models: .cache/trained-models
-    python -m trained_models train-dflash DIR  # the DFlash drafter alone: DIR/dflash
 
 The corpus is the source of the pinned vLLM 0.33.0 wheel: its ``.py`` files sorted by path
 and concatenated, byte-identical wherever that wheel is installed. The last files, 5% of the
@@ -38,8 +37,7 @@ at start-up), and so does the DFlash drafter; the draft model the target's conte
 vLLM's Model Runner V2 lowers ``max_model_len`` to a draft model's own
 (``VllmConfig._limit_max_model_len_to_draft``), so a draft model declaring 64 could serve
 nothing longer. ``training.json`` beside them records the recipe, the corpus, the machine,
-each model's digest and training time (the DFlash drafter's machine apart: ``python -m
-trained_models train-dflash DIR`` trains it alone).
+each model's digest and training time (the DFlash drafter's machine apart).
 
 The environment pins (``Recipe.environment``) give the same weights run after run on one
 machine, not on every x86-64 CPU: an AMD EPYC trained other weights (design/testing.md); the
@@ -137,6 +135,11 @@ class Recipe:
 RECIPE = Recipe()
 
 
+def _model(folder: str) -> property:
+    """A model's folder under the root, as vLLM takes it (a path string)."""
+    return property(lambda self: str(self.root / folder))
+
+
 @dataclass(frozen=True)
 class TrainedModels:
     """The four models under ``root`` and the held-out text their prompts come from:
@@ -145,25 +148,27 @@ class TrainedModels:
     root: Path
     text: Path | None = None
 
-    @property
-    def target(self) -> str:
-        return str(self.root / "target")
-
-    @property
-    def draft_model(self) -> str:
-        return str(self.root / "draft")
-
-    @property
-    def eagle3(self) -> str:
-        return str(self.root / "eagle3")
-
-    @property
-    def dflash(self) -> str:
-        return str(self.root / "dflash")
+    target = _model("target")
+    draft_model = _model("draft")
+    eagle3 = _model("eagle3")
+    dflash = _model("dflash")
 
     @property
     def heldout(self) -> Path:
         return self.text if self.text is not None else self.root / "heldout.txt"
+
+    @property
+    def heldout_tokens(self) -> int:
+        """How many tokens the held-out text is: its bytes (``prompt``)."""
+        return self.heldout.stat().st_size
+
+    def prompt(self, start: int, length: int) -> list[int]:
+        """``length`` tokens of the held-out text from token ``start`` on, as the target's
+        token ids: the text's bytes there (``byte_tokenizer`` gives every byte its own id,
+        and the text holds none of its specials)."""
+        with self.heldout.open("rb") as text:
+            text.seek(start)
+            return list(text.read(length))
 
     @property
     def training(self) -> dict:
@@ -226,7 +231,6 @@ def _byte_chars() -> dict[int, str]:
 def byte_tokenizer():
     """A tokenizer vLLM loads whose token ids are the text's UTF-8 bytes (specials after)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     chars = _byte_chars()
     assert set(chars.values()) == set(pre_tokenizers.ByteLevel.alphabet())
@@ -236,12 +240,22 @@ def byte_tokenizer():
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.add_special_tokens(list(SPECIALS))
+    return with_specials(tokenizer)
+
+
+def with_specials(tokenizer, **settings):
+    """``tokenizer`` as the transformers tokenizer vLLM loads, ``SPECIALS`` its beginning,
+    end, padding and mask tokens."""
+    from transformers import PreTrainedTokenizerFast
+
+    bos, eos, pad, mask = SPECIALS
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
-        bos_token=SPECIALS[0],
-        eos_token=SPECIALS[1],
-        pad_token=SPECIALS[2],
-        mask_token=SPECIALS[3],
+        bos_token=bos,
+        eos_token=eos,
+        pad_token=pad,
+        mask_token=mask,
+        **settings,
     )
 
 
@@ -757,6 +771,8 @@ def train(root: Path, recipe: Recipe = RECIPE, log=print) -> TrainedModels:
     from transformers import LlamaForCausalLM
     from transformers.utils import logging as transformers_logging
 
+    from tools.cpu_ops import cpu_model
+
     transformers_logging.disable_progress_bar()
     torch.set_num_threads(recipe.threads)
     capability = torch.backends.cpu.get_cpu_capability()
@@ -809,8 +825,8 @@ def train(root: Path, recipe: Recipe = RECIPE, log=print) -> TrainedModels:
         },
         # Where it ran, and what came out: the weights' digests match on every machine the
         # recipe's environment holds for.
-        "machine": {"cpu": _cpu_model(), "torch_cpu_capability": capability},
-        "dflash_machine": {"cpu": _cpu_model(), "torch_cpu_capability": capability},
+        "machine": {"cpu": cpu_model(), "torch_cpu_capability": capability},
+        "dflash_machine": {"cpu": cpu_model(), "torch_cpu_capability": capability},
         "weights": {
             name: hashlib.sha256((Path(path) / "model.safetensors").read_bytes()).hexdigest()
             for name, path in (
@@ -829,16 +845,8 @@ def train(root: Path, recipe: Recipe = RECIPE, log=print) -> TrainedModels:
     return models
 
 
-def _cpu_model() -> str:
-    with open("/proc/cpuinfo") as info:
-        for line in info:
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
-    return "unknown"
-
-
-def pinned(command: str, argv: list[str]) -> None:
-    """Runs ``python -m trained_models COMMAND ARGV`` again with the recipe's environment
+def pinned(argv: list[str]) -> None:
+    """Runs ``python -m trained_models train ARGV`` again with the recipe's environment
     where this process was not started with it (torch and MKL read it once, when they
     load); returns where it was."""
     wanted = dict(RECIPE.environment)
@@ -846,7 +854,7 @@ def pinned(command: str, argv: list[str]) -> None:
         # OpenMP threads that wait sleep rather than spin: with another busy process on the
         # machine, spinning threads slowed training several times over (measured here).
         env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", **wanted}
-        os.execve(sys.executable, [sys.executable, "-m", "trained_models", command, *argv], env)
+        os.execve(sys.executable, [sys.executable, "-m", "trained_models", "train", *argv], env)
 
 
 def main(argv: list[str]) -> int:
@@ -856,33 +864,6 @@ def main(argv: list[str]) -> int:
     if stamp.exists() and stamp.read_text() == RECIPE.fingerprint():
         print(f"trained models up to date: {root}")
         return 0
-    pinned("train", argv)
+    pinned(argv)
     train(root, log=lambda line: print(line, flush=True))
     return 0
-
-
-def main_dflash(argv: list[str]) -> int:
-    """Trains the DFlash drafter alone into ``DIR/dflash`` (on the committed target), with
-    its record in ``DIR/dflash/training.json``."""
-    (root,) = argv
-    pinned("train-dflash", argv)
-    import torch
-
-    torch.set_num_threads(RECIPE.threads)
-    seconds = train_dflash(Path(root), log=lambda line: print(line, flush=True))
-    path = Path(root) / "dflash"
-    record = {
-        "stage": asdict(RECIPE.dflash),
-        "machine": _machine(),
-        "weights": hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest(),
-        "seconds": round(seconds, 1),
-    }
-    (Path(root) / "dflash-training.json").write_text(json.dumps(record, indent=1))
-    print(f"dflash trained in {seconds:.0f} s: {path}")
-    return 0
-
-
-def _machine() -> dict:
-    import torch
-
-    return {"cpu": _cpu_model(), "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}

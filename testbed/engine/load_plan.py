@@ -49,17 +49,12 @@ ROOMY_UNCACHED = {**ROOMY, "enable_prefix_caching": False}
 
 
 def requests(models: trained.TrainedModels) -> dict[str, list[int]]:
-    """Stretches of the held-out text (a byte a token), spread over it, by name."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(models.target)
-    text = models.heldout.read_text(encoding="utf-8")
-    ids = tokenizer(text, add_special_tokens=False).input_ids
-    step = len(ids) // (len(LENGTHS) + 5)
-    own = [(f"{n} tokens", ids[k * step :][:n]) for k, n in enumerate(LENGTHS)]
-    prefix = ids[len(LENGTHS) * step :][:SHARED]
+    """Stretches of the held-out text, spread over it, by name."""
+    step = models.heldout_tokens // (len(LENGTHS) + 5)
+    own = [(f"{n} tokens", models.prompt(k * step, n)) for k, n in enumerate(LENGTHS)]
+    prefix = models.prompt(len(LENGTHS) * step, SHARED)
     shared = [
-        (f"shared prefix {k}", prefix + ids[(len(LENGTHS) + 1 + k) * step :][:SUFFIX])
+        (f"shared prefix {k}", prefix + models.prompt((len(LENGTHS) + 1 + k) * step, SUFFIX))
         for k in range(4)
     ]
     order = [*own[:3], shared[0], own[3], *shared[1:3], *own[4:], shared[3]]
@@ -71,12 +66,7 @@ def requests(models: trained.TrainedModels) -> dict[str, list[int]]:
 
 def long_requests(models: trained.TrainedModels) -> list[list[int]]:
     """Four stretches of 1024 tokens of the held-out text, from its second half."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(models.target)
-    text = models.heldout.read_text(encoding="utf-8")
-    ids = tokenizer(text, add_special_tokens=False).input_ids
-    return [ids[len(ids) // 2 + k * 4096 :][:1024] for k in range(4)]
+    return [models.prompt(models.heldout_tokens // 2 + k * 4096, 1024) for k in range(4)]
 
 
 def speculative(method: str, model: str) -> dict:

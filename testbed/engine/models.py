@@ -18,6 +18,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from trained_models.recipe import SPECIALS, with_specials
+
 VOCAB = 512
 HIDDEN = 128
 INTERMEDIATE = 256
@@ -26,9 +28,9 @@ KV_HEADS = 2
 HEAD_DIM = 32
 TARGET_LAYERS = 4
 MAX_POSITIONS = 2048
-# <s>, </s>, <pad>, and the mask token DFlash and DSpark drafts fill their queries with.
-SPECIALS = ("<s>", "</s>", "<pad>", "<|mask|>")
-MASK_TOKEN_ID = 3
+# The committed models' specials (<s>, </s>, <pad>, and the mask token DFlash and DSpark
+# drafts fill their queries with), the trained tokenizer's first ids: 0 to 3.
+MASK_TOKEN_ID = SPECIALS.index("<|mask|>")
 # The target layers whose hidden states the heads read (vLLM numbers them from 1 for DFlash
 # and DSpark's ``target_layer_ids``, which count after the embedding).
 AUX_LAYERS = (1, 2, 3)
@@ -111,7 +113,6 @@ def _corpus(lines: int = 3000) -> list[str]:
 
 def _tokenizer():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -124,14 +125,7 @@ def _tokenizer():
     )
     tokenizer.train_from_iterator(_corpus(), trainer=trainer)
     assert tokenizer.get_vocab_size() == VOCAB, tokenizer.get_vocab_size()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        bos_token=SPECIALS[0],
-        eos_token=SPECIALS[1],
-        pad_token=SPECIALS[2],
-        mask_token=SPECIALS[3],
-        model_max_length=MAX_POSITIONS,
-    )
+    return with_specials(tokenizer, model_max_length=MAX_POSITIONS)
 
 
 def _shape() -> dict:
