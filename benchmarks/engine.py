@@ -57,7 +57,10 @@ def bench_engine() -> dict:
         "never_s": statistics.median(r["generate_s"] for r in never),
         "crops_s": crops["generate_s"],
         "acceptance": {
-            label: (rows[0]["num_accepted_tokens"], rows[0]["num_draft_tokens"])
+            label: (
+                rows[0]["counters"]["vllm:spec_decode_num_accepted_tokens"],
+                rows[0]["counters"]["vllm:spec_decode_num_draft_tokens"],
+            )
             for label, rows in (("plain", plain), ("never", never), ("crops", [crops]))
         },
         # Each run's tokens against the first engine's without the window.

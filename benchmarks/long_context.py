@@ -110,17 +110,7 @@ def bench_dflash(out: Path) -> dict:
         StudyRun("no_speculation"),
         *(StudyRun(name, "dflash", config) for name, config in dflash_runs(window).items()),
     ]
-    found = run_study(
-        models.target,
-        models.dflash,
-        models.heldout,
-        runs,
-        contexts,
-        out,
-        trained.NUM_SPEC,
-        trained.TARGET_CONTEXT,
-        (GREEDY, SAMPLED),
-    )
+    found = run_study(models, models.dflash, runs, contexts, out, (GREEDY, SAMPLED))
     failures = [f"{n}: {r['error']}" for n, r in found.results.items() if "error" in r]
     if failures:
         raise RuntimeError(f"the DFlash study failed: {failures}\n{(out / 'engine.log')}")

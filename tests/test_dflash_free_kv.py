@@ -3,7 +3,7 @@
 """``draft_window_free_kv`` with a trained DFlash drafter, the shape where vLLM's grouping
 pays: a one-layer draft (``trained_models/dflash``) beside the two-layer target, which vLLM
 groups without padding (three groups of one layer with the key, one of three without). In a
-real vLLM engine on CPU driven as a server drives it (``testbed/engine/decode_held.py``): four
+real vLLM engine on CPU driven as a server drives it (``testbed/engine/load.py``): four
 requests of 1024 tokens (16 times the drafter's training context), 48 tokens each, greedy,
 chunked prefill of 96 tokens a step, in KV bytes that hold one of them with the draft's
 whole KV. With the key the draft's group holds only what the window reads, so vLLM runs
@@ -12,15 +12,13 @@ two at once; the tokens and the drafts' acceptance are the window's without the 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 import trained_models as trained
 from testbed.engine.load_plan import ADMISSION, FREE_KV, WINDOW, long_requests, speculative
-from testbed.engine.runs import engine_script
-
-DECODE_HELD = Path(__file__).resolve().parent.parent / "testbed" / "engine" / "decode_held.py"
+from testbed.engine.offline import mean_length
+from testbed.engine.runs import LOAD, engine_script
 
 pytestmark = pytest.mark.newest_line
 
@@ -52,12 +50,7 @@ def admitted(tmp_path_factory):
             for name, window in RUNS.items()
         ],
     }
-    return engine_script(DECODE_HELD, plan, tmp_path_factory.mktemp("dflash-free-kv"))
-
-
-def mean_length(counters: dict) -> float:
-    drafts = counters["vllm:spec_decode_num_drafts"]
-    return 1 + counters["vllm:spec_decode_num_accepted_tokens"] / drafts
+    return engine_script(LOAD, plan, tmp_path_factory.mktemp("dflash-free-kv"))
 
 
 def concurrency(log: str) -> float:

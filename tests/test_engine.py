@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from testbed.engine.models import HEAD_METHODS, make_tiny_models
-from testbed.engine.runs import NUM_SPEC, Run, Server, offline, spec_counter
+from testbed.engine.runs import NUM_SPEC, Run, Server, offline, served_counters
 
 WINDOW = {"draft_window_size": 32}
 # Sinks of one block, and a threshold one prompt (118 tokens) starts above, one (77) reaches
@@ -129,9 +129,10 @@ def test_without_the_key_the_plugin_says_nothing(name, engines):
 def test_a_draft_that_is_the_target_loses_acceptance_only_where_the_window_crops(
     name, crops, engines
 ):
-    found = result(engines, name)
-    drafted, accepted = found["num_draft_tokens"], found["num_accepted_tokens"]
-    assert drafted > 0 and drafted == NUM_SPEC * found["num_drafts"], found
+    found = result(engines, name)["counters"]
+    drafted = found["vllm:spec_decode_num_draft_tokens"]
+    accepted = found["vllm:spec_decode_num_accepted_tokens"]
+    assert drafted > 0 and drafted == NUM_SPEC * found["vllm:spec_decode_num_drafts"], found
     if crops:
         assert accepted < drafted, f"run {name!r}: every draft token accepted ({drafted})"
     else:
@@ -148,8 +149,9 @@ def test_every_head_drafts_inside_the_engine(head, engines, models):
     names = [run.name for run in RUNS if run.draft == head]
     assert names, head
     for name in names:
-        found = result(engines, name)
-        assert found["num_drafts"] > 0 and found["num_draft_tokens"] > 0, (name, found)
+        found = result(engines, name)["counters"]
+        assert found["vllm:spec_decode_num_drafts"] > 0, (name, found)
+        assert found["vllm:spec_decode_num_draft_tokens"] > 0, (name, found)
         assert f"Resolved architecture: {architecture}" in engines.logs[name], name
 
 
@@ -174,10 +176,10 @@ def test_vllm_serve_answers_what_the_offline_engine_generates(served, engines):
 def test_vllm_serves_metrics_count_the_drafts_the_window_crops(served, engines):
     run, _, metrics, _ = served
     offline_run = result(engines, run.name)
-    drafted = spec_counter(metrics, "num_draft_tokens")
-    accepted = spec_counter(metrics, "num_accepted_tokens")
-    assert drafted == offline_run["num_draft_tokens"] > 0
-    assert accepted == offline_run["num_accepted_tokens"] < drafted
+    counted = served_counters(metrics)
+    assert counted == offline_run["counters"], counted
+    drafted = counted["vllm:spec_decode_num_draft_tokens"]
+    assert drafted > 0 and counted["vllm:spec_decode_num_accepted_tokens"] < drafted
 
 
 def test_a_bad_key_stops_vllm_serve_before_it_listens(models, tmp_path_factory):

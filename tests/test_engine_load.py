@@ -43,6 +43,7 @@ from testbed.engine.load_plan import (
     requests,
     speculative,
 )
+from testbed.engine.offline import mean_length
 from testbed.engine.runs import LOAD, engine_script
 
 # What it measures is the trained models' (the window's hooks serve every line the same
@@ -113,11 +114,6 @@ def load(tmp_path_factory):
         ],
     }
     return plan, engine_script(LOAD, plan, tmp_path_factory.mktemp("load"))
-
-
-def mean_length(counters: dict) -> float:
-    drafts = counters["vllm:spec_decode_num_drafts"]
-    return 1 + counters["vllm:spec_decode_num_accepted_tokens"] / drafts
 
 
 def test_every_finished_request_generates_the_tokens_of_no_speculation(load):

@@ -31,9 +31,9 @@ import json
 from pathlib import Path
 
 import pytest
+from vllm.utils.network_utils import get_open_port
 
 import trained_models as trained
-from testbed.engine.runs import free_port
 from testbed.engine.study import StudyRun, mean_lengths, run_study
 
 # What it measures is the trained models' (the window's hooks serve every line the same
@@ -65,7 +65,7 @@ def eagle3(tmp_path_factory):
     out, printed = tmp_path_factory.mktemp("demo"), io.StringIO()
     with contextlib.redirect_stdout(printed):
         contexts = ",".join(map(str, CONTEXTS))
-        ok = served.serve_study(out, parallel=1, contexts=contexts, port=free_port())
+        ok = served.serve_study(out, parallel=1, contexts=contexts, port=get_open_port())
     report = out / "study_eagle3" / "report.json"
     assert report.exists(), printed.getvalue()
     return ok, json.loads(report.read_text()), printed.getvalue()
@@ -157,14 +157,7 @@ def dflash(tmp_path_factory):
     W and with "auto", one engine after another in one process."""
     models = trained.committed()
     found = run_study(
-        models.target,
-        models.dflash,
-        models.heldout,
-        DFLASH_RUNS,
-        CONTEXTS,
-        tmp_path_factory.mktemp("dflash-study"),
-        trained.NUM_SPEC,
-        trained.TARGET_CONTEXT,
+        models, models.dflash, DFLASH_RUNS, CONTEXTS, tmp_path_factory.mktemp("dflash-study")
     )
     for name, result in found.results.items():
         assert "error" not in result, (

@@ -3,21 +3,27 @@
 """Runs vLLM's offline engine under serving load, once per run of a plan, one engine after
 another in this process, driving ``LLMEngine`` step by step as a server does: every request
 added at once (more than ``max_num_seqs``, so requests join and leave a running batch), one
-of them aborted once it has generated ``abort_after`` tokens, the rest run to the end. It
-writes each finished request's tokens, which request was aborted and after how many tokens,
-and vLLM's own counters (preemptions, prefix-cache queries and hits, spec decode):
+of them aborted once it has generated ``abort_after`` tokens (where the plan names one), the
+rest run to the end. It writes each finished request's tokens, which request was aborted and
+after how many tokens, and vLLM's own counters (preemptions, prefix-cache queries and hits,
+spec decode):
 
     python load.py PLAN.json RESULTS.json
 
 Run as a script from a directory outside the checkout (the project imported as installed).
 PLAN: {"target": path, "max_model_len": n, "block_size": b, "requests": {id: [ids]},
-"abort": id, "abort_after": n, "max_tokens": n, "runs": [{"name", "speculative_config" (or
-null), "additional_config", "engine": {LLM keyword arguments}, "requests" (optional: this
-run's own, none aborted)}], "keep_going" (optional: a run whose engine raises is recorded
-as its error, {"name", "error"}, and the next one runs)}. Each run also records the most
-requests vLLM had running at once (its ``vllm:num_requests_running`` gauge after each
-step) and, per KV-cache group, the most blocks one request held after a step (vLLM's KV
-cache manager, in this process: the engine core runs in process here).
+"abort" (optional): id, "abort_after": n, "max_tokens": n, "runs": [{"name",
+"speculative_config" (or null), "additional_config", "engine": {LLM keyword arguments},
+"requests" (optional: this run's own, none aborted)}], "keep_going" (optional: a run whose
+engine raises is recorded as its error, {"name", "error"}, and the next one runs)}.
+
+Each run also records the most requests vLLM had running at once (its
+``vllm:num_requests_running`` gauge after each step) and, from vLLM's KV cache manager in
+this process (the engine core runs in process here), the blocks each KV-cache group holds
+per request: the most one request holds after any step (``most_held``) and after the steps
+where each running request is past its first decode step (``decode_held``: steady decode;
+the null block, which stands for a freed one, not counted); each group's spec
+(``kv_groups``) and the lookahead slots its scheduler allocates a step (``lookahead``).
 """
 
 from __future__ import annotations
@@ -25,66 +31,70 @@ from __future__ import annotations
 import sys
 
 # Beside this script, whose folder Python puts first on the path.
-from offline import read_plan, release_engine, run_plan
+from offline import SPEC_DECODE, counters, greedy, make_llm, read_plan, release_engine, run_plan
 
 RUNNING = "vllm:num_requests_running"
 COUNTERS = (
     "vllm:num_preemptions",
     "vllm:prefix_cache_queries",
     "vllm:prefix_cache_hits",
-    "vllm:spec_decode_num_drafts",
-    "vllm:spec_decode_num_draft_tokens",
-    "vllm:spec_decode_num_accepted_tokens",
+    *SPEC_DECODE,
 )
 
 
 def running(llm) -> int:
-    return sum(int(getattr(m, "value", 0)) for m in llm.get_metrics() if m.name == RUNNING)
+    """The requests vLLM runs now (its gauge)."""
+    return counters(llm, (RUNNING,))[RUNNING]
 
 
-def counters(llm) -> dict[str, int]:
-    found = dict.fromkeys(COUNTERS, 0)
-    for metric in llm.get_metrics():
-        if metric.name in found:
-            found[metric.name] += int(getattr(metric, "value", 0))
-    return found
+def add_requests(llm, requests: dict[str, list[int]], max_tokens: int):
+    """Every request added to the engine at once, greedy, ``max_tokens`` each, as a server
+    adds what arrives together; the engine they were added to."""
+    from vllm.inputs import TokensPrompt
+
+    engine = llm.llm_engine
+    for request_id, ids in requests.items():
+        engine.add_request(request_id, TokensPrompt(prompt_token_ids=ids), greedy(max_tokens))
+    return engine
 
 
-def most_held(llm, found: list[int]) -> list[int]:
-    """``found`` raised to the blocks each request holds now, per KV-cache group (the null
-    block, which stands for a freed one, not counted)."""
-    scheduler = llm.llm_engine.engine_core.engine_core.scheduler
+def held_now(scheduler) -> list[int]:
+    """The most blocks one request holds now, per KV-cache group (the null block, which
+    stands for a freed one, not counted)."""
     managers = scheduler.kv_cache_manager.coordinator.single_type_managers
-    found = found or [0] * len(managers)
-    for group, manager in enumerate(managers):
-        for blocks in manager.req_to_blocks.values():
-            found[group] = max(found[group], sum(not block.is_null for block in blocks))
-    return found
+    return [
+        max((sum(not b.is_null for b in blocks) for blocks in m.req_to_blocks.values()), default=0)
+        for m in managers
+    ]
+
+
+def most(so_far: list[int] | None, now: list[int]) -> list[int]:
+    """Each group's most blocks so far, with ``now``'s."""
+    return now if so_far is None else list(map(max, so_far, now))
+
+
+def group_specs(scheduler) -> list[dict]:
+    """Each KV-cache group's spec as vLLM's KV cache manager holds it: its block size and,
+    of a sliding-window group, its window and the tokens it retains below it."""
+    specs = [m.kv_cache_spec for m in scheduler.kv_cache_manager.coordinator.single_type_managers]
+    return [
+        {
+            "block_size": spec.block_size,
+            "sliding_window": getattr(spec, "sliding_window", None),
+            "extra_retained_tokens": getattr(spec, "extra_retained_tokens", 0),
+        }
+        for spec in specs
+    ]
 
 
 def run(plan: dict, spec: dict) -> dict:
-    from vllm import LLM, SamplingParams
-    from vllm.inputs import TokensPrompt
-
-    llm = LLM(
-        model=plan["target"],
-        dtype="float32",
-        enforce_eager=True,
-        block_size=plan["block_size"],
-        max_model_len=plan["max_model_len"],
-        seed=0,
-        disable_log_stats=False,
-        speculative_config=spec["speculative_config"],
-        additional_config=spec["additional_config"],
-        **spec["engine"],
-    )
-    engine = llm.llm_engine
-    params = SamplingParams(temperature=0.0, max_tokens=plan["max_tokens"], ignore_eos=True)
+    llm = make_llm(plan, spec, **spec["engine"])
     requests = spec.get("requests") or plan["requests"]
-    abort = None if "requests" in spec else plan["abort"]
-    for request_id, ids in requests.items():
-        engine.add_request(request_id, TokensPrompt(prompt_token_ids=ids), params)
-    finished, aborted, most_running, held = {}, None, 0, []
+    abort = None if "requests" in spec else plan.get("abort")
+    engine = add_requests(llm, requests, plan["max_tokens"])
+    scheduler = engine.engine_core.engine_core.scheduler
+    finished, aborted, most_running = {}, None, 0
+    most_held, decode_held, decode_steps = None, None, 0
     while engine.has_unfinished_requests():
         for output in engine.step():
             tokens = list(output.outputs[0].token_ids)
@@ -95,9 +105,17 @@ def run(plan: dict, spec: dict) -> dict:
                 engine.abort_request([output.request_id])
                 aborted = {"request": output.request_id, "after_tokens": len(tokens)}
         most_running = max(most_running, running(llm))
-        held = most_held(llm, held)
-    found = counters(llm)
-    del llm, engine
+        now = held_now(scheduler)
+        most_held = most(most_held, now)
+        # Past its first decode step: a request's last prefill chunk is the step before its
+        # first token, and vLLM frees a sliding-window group's blocks before the window when
+        # it next allocates, at that first decode step.
+        if scheduler.running and all(r.num_output_tokens >= 2 for r in scheduler.running):
+            decode_held = most(decode_held, now)
+            decode_steps += 1
+    found = counters(llm, COUNTERS)
+    groups, lookahead = group_specs(scheduler), scheduler.num_lookahead_tokens
+    del llm, engine, scheduler
     release_engine()
     return {
         "name": spec["name"],
@@ -105,7 +123,11 @@ def run(plan: dict, spec: dict) -> dict:
         "aborted": aborted,
         "counters": found,
         "most_running": most_running,
-        "most_held": held,
+        "most_held": most_held,
+        "decode_held": decode_held,
+        "decode_steps": decode_steps,
+        "kv_groups": groups,
+        "lookahead": lookahead,
     }
 
 

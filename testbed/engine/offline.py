@@ -13,6 +13,11 @@ framed by ``=== run NAME`` and ``=== end NAME`` lines on stdout.
 PLAN: {"target": path, "max_model_len": n, "block_size": b, "prompts": [[ids]],
 "runs": [{"name", "max_tokens", "speculative_config" (or null), "additional_config"}],
 "inspect_in_process": whether vLLM inspects each model class here (``inspect_in_process``)}.
+
+The engine scripts beside it (``load.py``, ``study_engine.py``) build
+their engines and read vLLM's counters with what is here; the tests read the counters'
+names and the mean acceptance length they give from here too (``SPEC_DECODE``,
+``mean_length``: this module imports nothing of vLLM's at load).
 """
 
 from __future__ import annotations
@@ -23,21 +28,62 @@ import sys
 import time
 from collections.abc import Callable
 
-# Beside this script, whose folder Python puts first on the path (the project is imported
-# as installed, never from this checkout).
-from triton_interpreter import set_up_interpreter
+# vLLM's spec-decode counters (vllm/v1/metrics), by vLLM's names: read before and after
+# each generate.
+SPEC_DECODE = (
+    "vllm:spec_decode_num_drafts",
+    "vllm:spec_decode_num_draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens",
+)
 
-# vLLM's spec-decode counters (vllm/v1/metrics), read before and after each generate.
-COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
 
-
-def counts(llm) -> dict[str, int]:
-    found = {}
+def counters(llm, names: tuple[str, ...] = SPEC_DECODE) -> dict[str, int]:
+    """vLLM's own metrics ``names`` in this engine now, each summed over its labels."""
+    found = dict.fromkeys(names, 0)
     for metric in llm.get_metrics():
-        name = metric.name.removeprefix("vllm:spec_decode_")
-        if name in COUNTERS:
-            found[name] = int(getattr(metric, "value", 0))
-    return {name: found.get(name, 0) for name in COUNTERS}
+        if metric.name in found:
+            found[metric.name] += int(getattr(metric, "value", 0))
+    return found
+
+
+def since(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """What each counter counted between two readings."""
+    return {name: after[name] - before[name] for name in after}
+
+
+def mean_length(counted: dict[str, int]) -> float:
+    """vLLM's mean acceptance length over what the spec-decode counters counted: one token
+    per draft (the bonus) and the draft tokens it accepted."""
+    drafts = counted["vllm:spec_decode_num_drafts"]
+    return 1 + counted["vllm:spec_decode_num_accepted_tokens"] / drafts
+
+
+def make_llm(plan: dict, spec: dict, **settings):
+    """vLLM's offline engine (``LLM``) of a run of ``plan`` as every engine script builds
+    it: the plan's target, block size and ``max_model_len``, float32, eager, seeded, its
+    metrics kept, the run's speculative config and the window's keys; ``settings``: the
+    script's own (the KV cache, the batch)."""
+    from vllm import LLM
+
+    return LLM(
+        model=plan["target"],
+        dtype="float32",
+        enforce_eager=True,
+        block_size=plan["block_size"],
+        max_model_len=plan["max_model_len"],
+        seed=0,
+        disable_log_stats=False,
+        speculative_config=spec["speculative_config"],
+        additional_config=spec["additional_config"],
+        **settings,
+    )
+
+
+def greedy(max_tokens: int):
+    """Greedy sampling of ``max_tokens`` tokens, the end-of-sequence token ignored."""
+    from vllm import SamplingParams
+
+    return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
 
 
 def release_engine() -> None:
@@ -67,38 +113,27 @@ def inspect_in_process() -> None:
 
 
 def run(plan: dict, spec: dict) -> dict:
-    from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
     started = time.perf_counter()
-    llm = LLM(
-        model=plan["target"],
-        dtype="float32",
-        enforce_eager=True,
-        block_size=plan["block_size"],
-        kv_cache_memory_bytes=64 * 1024 * 1024,
-        max_model_len=plan["max_model_len"],
-        max_num_seqs=len(plan["prompts"]),
-        seed=0,
-        disable_log_stats=False,
-        speculative_config=spec["speculative_config"],
-        additional_config=spec["additional_config"],
+    llm = make_llm(
+        plan, spec, kv_cache_memory_bytes=64 * 1024 * 1024, max_num_seqs=len(plan["prompts"])
     )
     built = time.perf_counter()
-    before = counts(llm)
+    before = counters(llm)
     outputs = llm.generate(
         [TokensPrompt(prompt_token_ids=ids) for ids in plan["prompts"]],
-        SamplingParams(temperature=0.0, max_tokens=spec["max_tokens"], ignore_eos=True),
+        greedy(spec["max_tokens"]),
         use_tqdm=False,
     )
     done = time.perf_counter()
-    after = counts(llm)
+    counted = since(before, counters(llm))
     del llm
     release_engine()
     return {
         "name": spec["name"],
         "token_ids": [list(o.outputs[0].token_ids) for o in outputs],
-        **{name: after[name] - before[name] for name in COUNTERS},
+        "counters": counted,
         "construct_s": round(built - started, 2),
         "generate_s": round(done - built, 3),
     }
@@ -106,6 +141,10 @@ def run(plan: dict, spec: dict) -> dict:
 
 def read_plan(plan_path: str) -> dict:
     """The plan an engine script runs, read once Triton's interpreter is set up."""
+    # Beside this script, whose folder Python puts first on the path (the project is
+    # imported as installed, never from this checkout).
+    from triton_interpreter import set_up_interpreter
+
     set_up_interpreter()
     with open(plan_path) as f:
         return json.load(f)

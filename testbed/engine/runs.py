@@ -12,7 +12,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,8 +20,10 @@ from pathlib import Path
 
 import requests
 from vllm.benchmarks.sweep.server import ServerProcess
+from vllm.utils.network_utils import get_open_port
 
 from testbed.engine.models import NUM_SPEC, VOCAB, TinyModels
+from testbed.engine.offline import SPEC_DECODE
 from tools.cpu_engine import engine_env, model_info_cache
 
 OFFLINE = Path(__file__).with_name("offline.py")
@@ -148,12 +149,6 @@ def _split(output: str) -> dict[str, str]:
     return logs
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server(ServerProcess):
     """``vllm serve`` of the tiny target on 127.0.0.1, in its own process group (stopped,
     with everything it started, on exit), printing to ``log``; vLLM's sweep server, whose
@@ -169,7 +164,7 @@ class Server(ServerProcess):
             "vllm.entrypoints.cli.main",
             "serve",
             models.target,
-            *("--host", "127.0.0.1", "--port", str(free_port()), "--dtype", "float32"),
+            *("--host", "127.0.0.1", "--port", str(get_open_port()), "--dtype", "float32"),
             *("--enforce-eager", "--block-size", str(BLOCK), "--seed", "0"),
             *("--kv-cache-memory-bytes", str(64 * 1024 * 1024)),
             *("--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", str(len(PROMPT_LENS))),
@@ -251,10 +246,13 @@ class Server(ServerProcess):
         self.process.wait()
 
 
-def spec_counter(metrics: str, name: str) -> float:
-    """A spec-decode counter of the server's /metrics (summed over its labels)."""
-    total = 0.0
-    for line in metrics.splitlines():
-        if line.startswith(f"vllm:spec_decode_{name}_total"):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+def served_counters(metrics: str, names: tuple[str, ...] = SPEC_DECODE) -> dict[str, float]:
+    """vLLM's counters ``names`` in a server's /metrics text, each summed over its labels."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    found = dict.fromkeys(names, 0.0)
+    for family in text_string_to_metric_families(metrics):
+        if family.name in found:
+            total = f"{family.name}_total"
+            found[family.name] += sum(s.value for s in family.samples if s.name == total)
+    return found

@@ -11,6 +11,9 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+import trained_models as trained
+from testbed.engine.load_plan import speculative
+from testbed.engine.offline import mean_length
 from testbed.engine.runs import BLOCK, Offline, engine_script
 
 STUDY_ENGINE = Path(__file__).with_name("study_engine.py")
@@ -31,44 +34,40 @@ class StudyRun:
     window: dict | None = None
 
 
-def held_out_prompts(text: Path, contexts: tuple[int, ...], count: int = PROMPTS) -> dict:
-    """``count`` stretches of the held-out text per context, as token ids (the byte
-    tokenizer's ids are the text's bytes), seeded by the context: a context's prompts are
-    the same whatever other contexts a study runs."""
-    data = Path(text).read_bytes()
+def held_out_prompts(
+    models: trained.TrainedModels, contexts: tuple[int, ...], count: int = PROMPTS
+) -> dict:
+    """``count`` stretches of the held-out text per context, seeded by the context: a
+    context's prompts are the same whatever other contexts a study runs."""
     found = {}
     for context in contexts:
         rng = random.Random(context)
-        starts = [rng.randrange(len(data) - context) for _ in range(count)]
-        found[str(context)] = [list(data[s : s + context]) for s in starts]
+        starts = [rng.randrange(models.heldout_tokens - context) for _ in range(count)]
+        found[str(context)] = [models.prompt(start, context) for start in starts]
     return found
 
 
 def run_study(
-    target: str,
+    models: trained.TrainedModels,
     draft: str,
-    heldout: Path,
     runs: list[StudyRun],
     contexts: tuple[int, ...],
     workdir: Path,
-    num_spec: int,
-    max_model_len: int,
     sampling: tuple[dict, ...] = (GREEDY,),
 ) -> Offline:
-    """Every run, one engine after another, over the prompts of every context."""
+    """Every run of ``draft`` for the target of ``models``, one engine after another, over
+    the prompts of every context."""
     plan = {
-        "target": target,
-        "max_model_len": max_model_len,
+        "target": models.target,
+        "max_model_len": trained.TARGET_CONTEXT,
         "block_size": BLOCK,
         "max_tokens": OUTPUT_TOKENS,
-        "prompts": held_out_prompts(heldout, contexts),
+        "prompts": held_out_prompts(models, contexts),
         "sampling": list(sampling),
         "runs": [
             {
                 "name": run.name,
-                "speculative_config": None
-                if run.method is None
-                else {"method": run.method, "model": draft, "num_speculative_tokens": num_spec},
+                "speculative_config": run.method and speculative(run.method, draft),
                 "additional_config": dict(run.window or {}),
             }
             for run in runs
@@ -78,8 +77,8 @@ def run_study(
 
 
 def mean_lengths(result: dict, sampling: str = "greedy") -> dict[int, float]:
-    """Mean acceptance length by context (vLLM's: 1 + accepted / drafts)."""
+    """Mean acceptance length by context."""
     return {
-        int(context): 1 + found["num_accepted_tokens"] / found["num_drafts"]
+        int(context): mean_length(found["counters"])
         for context, found in result["contexts"][sampling].items()
     }

@@ -21,42 +21,29 @@ import sys
 import time
 
 # Beside this script, whose folder Python puts first on the path.
-from offline import counts, read_plan, release_engine, run_plan
+from offline import counters, make_llm, read_plan, release_engine, run_plan, since
 
 
 def run(plan: dict, spec: dict) -> dict:
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
     started = time.perf_counter()
     in_flight = max(len(prompts) for prompts in plan["prompts"].values())
-    llm = LLM(
-        model=plan["target"],
-        dtype="float32",
-        enforce_eager=True,
-        block_size=plan["block_size"],
-        kv_cache_memory_bytes=64 * 1024 * 1024,
-        max_model_len=plan["max_model_len"],
-        max_num_seqs=in_flight,
-        seed=0,
-        disable_log_stats=False,
-        speculative_config=spec["speculative_config"],
-        additional_config=spec["additional_config"],
-    )
+    llm = make_llm(plan, spec, kv_cache_memory_bytes=64 * 1024 * 1024, max_num_seqs=in_flight)
     contexts = {}
     for sampling in plan["sampling"]:
         label = "greedy" if sampling["temperature"] == 0 else f"t{sampling['temperature']}"
         for context, prompts in plan["prompts"].items():
-            before = counts(llm)
+            before = counters(llm)
             outputs = llm.generate(
                 [TokensPrompt(prompt_token_ids=ids) for ids in prompts],
                 SamplingParams(max_tokens=plan["max_tokens"], ignore_eos=True, **sampling),
                 use_tqdm=False,
             )
-            after = counts(llm)
             contexts.setdefault(label, {})[context] = {
                 "token_ids": [list(o.outputs[0].token_ids) for o in outputs],
-                **{name: after[name] - before[name] for name in after},
+                "counters": since(before, counters(llm)),
             }
     del llm
     release_engine()
