@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from benchmarks.measure import BLOCK_SIZE, CONTEXTS, interleaved, windows
+from benchmarks.measure import BLOCK_SIZE, CONTEXTS, interleaved, kib, markdown_table, windows
 from testbed.reference import PagedKVCache
 
 
@@ -91,14 +91,21 @@ def attention_lines(rows: list[dict]) -> list[str]:
         f"Reads of about 2k tokens are noisy on a shared CPU; the ratio is a median of "
         f"{first['sinks_rounds']} interleaved rounds.",
         "",
-        "| context | windowed length | window ms | full ms | ratio | ideal (windowed / L) "
-        "| with sinks / window | ideal |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *markdown_table(
+            [
+                *("context", "windowed length", "window ms", "full ms", "ratio"),
+                *("ideal (windowed / L)", "with sinks / window", "ideal"),
+            ],
+            [
+                [
+                    kib(r["context"]),
+                    str(r["windowed_len"]),
+                    *(f"{r[k]:.2f}" for k in ("windowed_ms", "full_ms")),
+                    *(f"{r[k]:.3f}" for k in ("ratio", "ideal", "sinks_ratio", "sinks_ideal")),
+                ]
+                for r in rows
+            ],
+        ),
+        "",
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['context'] // 1024}k | {r['windowed_len']} | {r['windowed_ms']:.2f} | "
-            f"{r['full_ms']:.2f} | {r['ratio']:.3f} | {r['ideal']:.3f} | "
-            f"{r['sinks_ratio']:.3f} | {r['sinks_ideal']:.3f} |"
-        )
-    return [*lines, ""]
+    return lines

@@ -18,6 +18,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from benchmarks.measure import markdown_table
 from testbed.engine.models import NUM_SPEC, make_tiny_models
 from testbed.engine.runs import PROMPT_LENS, Run, offline
 
@@ -130,12 +131,20 @@ def engine_lines(row: dict) -> list[str]:
         "window and vLLM's Triton kernels (interpreted) run on the host: a ratio, not an "
         "accelerator's time.",
         "",
-        "| run | generate s (median) | accepted / drafted | tokens |",
-        "|---|---:|---:|---|",
-        f"| no window | {row['plain_s']:.2f} | {share('plain')} | reference "
-        f"({tokens('plain')} in every round) |",
-        f"| {never} | {row['never_s']:.2f} | {share('never')} | {tokens('never')} |",
-        f"| {cropping} | {row['crops_s']:.2f} | {share('crops')} | {tokens('crops')} |",
+        *markdown_table(
+            ["run", "generate s (median)", "accepted / drafted", "tokens"],
+            [
+                [
+                    "no window",
+                    f"{row['plain_s']:.2f}",
+                    share("plain"),
+                    f"reference ({tokens('plain')} in every round)",
+                ],
+                [never, f"{row['never_s']:.2f}", share("never"), tokens("never")],
+                [cropping, f"{row['crops_s']:.2f}", share("crops"), tokens("crops")],
+            ],
+            "lrrl",
+        ),
         "",
         f"The window's end-to-end cost with ``{never}``: "
         f"{ratio:.2f}x the generate time without it (medians of {ROUNDS} engines each, "

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.measure import markdown_table
 from testbed import kv_manager
 from testbed.kv_manager import Shape
 from testbed.shims import apply_cpu_shims
@@ -172,23 +173,32 @@ def kv_reclaim_lines(found: dict) -> list[str]:
         "",
         __doc__.split("\n\n", 1)[1].strip().replace("\n", " "),
         "",
-        "| shape | with the key: groups (padding layers), draft share | extra groups' block "
-        "tables / draft KV freed per request at max_model_len, MiB | key | context | "
-        "GiB per request, today -> freed | reported concurrency, today -> freed | steady "
-        "concurrency, today -> freed (x) |",
-        "|---|---|---|---|---:|---|---|---|",
     ]
+    cells = []
     for r in found["rows"]:
         contexts = sorted(key[1] for key in r if isinstance(key, tuple) and key[0] == "today")
         for context in contexts:
             today, freed = r["today", context], r["freed", context]
-            lines.append(
-                f"| {r['shape']} | {r['groups']} ({r['padding']}), {r['share']:.1%} | "
-                f"{r['tables'][0] / MIB:.2f} / {r['tables'][1] / MIB:.2f} | {r['verdict']} | "
-                f"{context} | {today['gib']:.2f} -> {freed['gib']:.2f} | "
-                f"{today['reported']:.2f} -> {freed['reported']:.2f} | {today['steady']:.2f} -> "
-                f"{freed['steady']:.2f} (x{freed['steady'] / today['steady']:.3f}) |"
+            cells.append(
+                [
+                    r["shape"],
+                    f"{r['groups']} ({r['padding']}), {r['share']:.1%}",
+                    f"{r['tables'][0] / MIB:.2f} / {r['tables'][1] / MIB:.2f}",
+                    r["verdict"],
+                    str(context),
+                    *(f"{today[k]:.2f} -> {freed[k]:.2f}" for k in ("gib", "reported")),
+                    f"{today['steady']:.2f} -> {freed['steady']:.2f} "
+                    f"(x{freed['steady'] / today['steady']:.3f})",
+                ]
             )
+    heads = [
+        "shape",
+        "with the key: groups (padding layers), draft share",
+        "extra groups' block tables / draft KV freed per request at max_model_len, MiB",
+        *("key", "context", "GiB per request, today -> freed"),
+        *("reported concurrency, today -> freed", "steady concurrency, today -> freed (x)"),
+    ]
+    lines += markdown_table(heads, cells, "llllrlll")
     engine = found["engine"]
     whole, freed = engine["whole"], engine["freed"]
     same = "the same" if whole["tokens"] == freed["tokens"] else "DIFFERENT"

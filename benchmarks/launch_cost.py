@@ -15,6 +15,7 @@ from benchmarks.measure import (
     launches,
     listed,
     make_inputs,
+    markdown_table,
     mrv1_step,
     mrv2_step,
     verdict,
@@ -194,15 +195,24 @@ def launch_table_lines(rows: list[dict]) -> list[str]:
         "microseconds: median per propose, interleaved (the fused kernel is not "
         "timed: on CPU it runs only under Triton's interpreter, whose timings mean nothing).",
         "",
-        "| method | K | batch | MRV1 launches | torch launches | fused launches "
-        "| fused / MRV1 | MRV1 us | torch us | torch / MRV1 |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        *[
-            f"| {r['method']} | {r['k'] or '-'} | {r['batch']} | {r['mrv1']} | {r['torch']} | "
-            f"{r['fused']} | {r['fused'] / r['mrv1']:.2f} | {r['mrv1_us']:.1f} | "
-            f"{r['torch_us']:.1f} | {r['torch_us'] / r['mrv1_us']:.2f} |"
-            for r in rows
-        ],
+        *markdown_table(
+            [
+                *("method", "K", "batch", "MRV1 launches", "torch launches", "fused launches"),
+                *("fused / MRV1", "MRV1 us", "torch us", "torch / MRV1"),
+            ],
+            [
+                [
+                    r["method"],
+                    str(r["k"] or "-"),
+                    *(str(r[k]) for k in ("batch", "mrv1", "torch", "fused")),
+                    f"{r['fused'] / r['mrv1']:.2f}",
+                    *(f"{r[k]:.1f}" for k in ("mrv1_us", "torch_us")),
+                    f"{r['torch_us'] / r['mrv1_us']:.2f}",
+                ]
+                for r in rows
+            ],
+            "l",
+        ),
         "",
     ]
 
@@ -252,14 +262,22 @@ def fixed_start_lines(rows: list[dict]) -> list[str]:
         "launch; the earlier steps read up to K - 2 tokens less than their window), beside "
         "the per-step refresh: torch path counted and timed, fused launches by construction:",
         "",
-        "| K | batch | torch launches per step / fixed | fused launches per step / fixed "
-        "| torch us per step / fixed |",
-        "|---:|---:|---:|---:|---:|",
-        *[
-            f"| {r['k']} | {r['batch']} | {r['torch']} / {r['fixed_torch']} | "
-            f"{r['fused']} / {r['fixed_fused']} | {r['torch_us']:.1f} / {r['fixed_us']:.1f} |"
-            for r in eagle
-        ],
+        *markdown_table(
+            [
+                *("K", "batch", "torch launches per step / fixed"),
+                *("fused launches per step / fixed", "torch us per step / fixed"),
+            ],
+            [
+                [
+                    str(r["k"]),
+                    str(r["batch"]),
+                    f"{r['torch']} / {r['fixed_torch']}",
+                    f"{r['fused']} / {r['fixed_fused']}",
+                    f"{r['torch_us']:.1f} / {r['fixed_us']:.1f}",
+                ]
+                for r in eagle
+            ],
+        ),
         "",
         "- A fixed start is not offered: on a device the window runs the fused kernel, where "
         "it costs the same K launches (every later step still has to write the window's own "

@@ -26,17 +26,16 @@ machine's, not an accelerator's; acceptance and tokens are the same on every mac
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
+
+from benchmarks.measure import markdown_table
+from e2e import cpu_study
 
 ROOT = Path(__file__).resolve().parent.parent
 LONGEST = 1024
 CURVES = {
-    # scenario: the harness's environment beside DEVICE=cpu STUDY=long
+    # scenario: the study's settings beside DEVICE=cpu STUDY=long
     "draft_model": {"SINKS": "32", "MORE_WINDOWS": "64", "PARALLEL": "2"},
     "eagle3": {"SINKS": "32", "NO_SPECULATION": "0", "PARALLEL": "2"},
 }
@@ -55,30 +54,16 @@ LOAD_SCENARIOS = {
 LABELS = {"draft_model": "draft model", "eagle3": "EAGLE3"}
 
 
-def study(scenario: str, out: Path, extra: dict[str, str]) -> dict:
-    """One run of the harness (``python -m e2e``) with the settings of ``extra`` (the
-    Makefile's names) as its flags, and the rest of it (the engine's own variables: an AVX2
-    path) as its environment; its report, failed checks included (the report's verdicts say
-    them: ``long_context_lines``). A run that wrote no report (a sweep that failed, a setting
-    refused) raises."""
-    from e2e import cli
-
-    given = {"DEVICE": "cpu", "STUDY": "long", "E2E_SCENARIO": scenario}
-    given |= {k: v for k, v in extra.items() if k in cli.SETTINGS}
-    env = {**os.environ, **{k: v for k, v in extra.items() if k not in cli.SETTINGS}}
-    command = [sys.executable, "-m", "e2e", *cli.flags(given), "--out", str(out)]
-    report = out / f"study_{scenario}" / "report.json"
-    report.unlink(missing_ok=True)  # an earlier run's report is not this run's
-    done = subprocess.run(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    print(
-        "\n".join(f"  {line}" for line in done.stdout.splitlines() if ": mean" in line),
-        flush=True,
-    )
-    if not report.exists():
-        raise RuntimeError(
-            f"the {scenario} study wrote no report (exit {done.returncode}):\n{done.stdout[-4000:]}"
-        )
-    return json.loads(report.read_text())
+def study(
+    scenario: str, out: Path, settings: dict[str, str], env: dict[str, str] | None = None
+) -> dict:
+    """One CPU study of ``scenario`` (``e2e.cpu_study``) with ``settings``, ``env`` (the
+    engine's own variables: an AVX2 path) over this process's environment; its report,
+    failed checks included (the report's verdicts say them: ``long_context_lines``), its
+    acceptance lines printed."""
+    report, printed = cpu_study.run(scenario, out, settings, env)
+    print("\n".join(f"  {line}" for line in printed.splitlines() if ": mean" in line), flush=True)
+    return report
 
 
 def avx2_path(root: Path) -> dict[str, str]:
@@ -152,12 +137,12 @@ def dflash_lines(dflash: dict) -> list[str]:
     """The DFlash drafter's curve, greedy and sampled, its share of the in-distribution
     acceptance at the longest context and the tokens' verdict."""
     contexts = dflash["contexts"]
-    labels = {
-        "v2_no_window": "no window",
-        "v2_window": f"W = {dflash['window']}",
-        "v2_auto": "auto",
-    }
     sampled = f"t{dflash['sampling']['temperature']}"
+    rows = [
+        (f"DFlash, {run_label(dflash, run)}{suffix}", [f"{found[c]:.2f}" for c in contexts])
+        for sampling, suffix in (("greedy", ""), (sampled, ", sampled"))
+        for run, found in dflash["means"][sampling].items()
+    ]
     lines = [
         f"The DFlash drafter (`trained_models/dflash`: one layer, a block of "
         f"{dflash['num_spec'] + 1} drafted in one pass, trained at {dflash['training_context']} "
@@ -166,18 +151,18 @@ def dflash_lines(dflash: dict) -> list[str]:
         f"{dflash['num_spec']}): mean acceptance length, greedy and sampled (temperature "
         f"{dflash['sampling']['temperature']}, every request seeded):",
         "",
-        "| run | " + " | ".join(str(c) for c in contexts) + " |",
-        "|---|" + "---:|" * len(contexts),
+        *run_table(contexts, rows),
     ]
-    for sampling, suffix in (("greedy", ""), (sampled, ", sampled")):
-        for run, means in dflash["means"][sampling].items():
-            row = " | ".join(f"{means[c]:.2f}" for c in contexts)
-            lines.append(f"| DFlash, {labels[run]}{suffix} | {row} |")
     longest, inside = max(contexts), min(contexts)
+
+    def share(sampling: str, run: str) -> float:
+        by_run = dflash["means"][sampling]
+        return by_run[run][longest] / by_run["v2_no_window"][inside]
+
     shares = [
-        f"{labels[run]} {means[longest] / dflash['means'][s]['v2_no_window'][inside]:.0%}{suffix}"
+        f"{run_label(dflash, run)} {share(s, run):.0%}{suffix}"
         for s, suffix in (("greedy", " greedy"), (sampled, " sampled"))
-        for run, means in dflash["means"][s].items()
+        for run in dflash["means"][s]
     ]
     same = dflash["identical"] == dflash["total"]
     verdict = "the same as" if same else "DIFFERENT from"
@@ -197,7 +182,7 @@ def bench_long_context(out: Path) -> dict:
     curves = {s: study(s, out / "study", extra) for s, extra in CURVES.items()}
     with tempfile.TemporaryDirectory() as tmp:
         path = avx2_path(Path(tmp))
-        avx2 = {s: study(s, out / "study" / "avx2", {**AVX2, **path}) for s in CURVES}
+        avx2 = {s: study(s, out / "study" / "avx2", AVX2, path) for s in CURVES}
     sampled = {s: study(s, out / "study" / "sampled", SAMPLED) for s in CURVES}
     rerun = study("draft_model", out / "study" / "sampled_rerun", SAMPLED)
     load = {s: study(s, out / "study" / "load", extra) for s, extra in LOAD_SCENARIOS.items()}
@@ -212,8 +197,9 @@ def bench_long_context(out: Path) -> dict:
 
 
 def run_label(report: dict, run: str) -> str:
-    """A run as its report's config names it: the window and sinks it was served with."""
-    window, sinks = report["window"], report["sinks"]
+    """A run as its report's config names it (a study's, or the DFlash curve's): the window
+    and sinks it was served with."""
+    window, sinks = report["window"], report.get("sinks", 0)
     if run == "v2_no_window":
         return "no window"
     if run == "v2_window":
@@ -249,6 +235,20 @@ def setup_line(reports: dict) -> str:
     )
 
 
+def mean_cells(report: dict, run: str, contexts: list[int]) -> list[str]:
+    """A run's mean acceptance length at each of ``contexts``, as its table cells."""
+    found = _by_context(report, run, "mean_length")
+    return [f"{found[c]:.2f}" for c in contexts]
+
+
+def run_table(heads: list, rows: list[tuple[str, list[str]]]) -> list[str]:
+    """A markdown table of runs by ``heads`` (contexts, workloads): each row a run's name and
+    its cells."""
+    return markdown_table(
+        ["run", *(str(head) for head in heads)], [[name, *cells] for name, cells in rows], "l"
+    )
+
+
 def _by_context(report: dict, run: str, field: str) -> dict[int, float | None]:
     return {int(c): m[field] for c, m in report["runs"][run]["contexts"].items()}
 
@@ -257,8 +257,8 @@ def long_context_lines(studies: dict) -> list[str]:
     reports = studies["curves"]
     base = reports["draft_model"]
     contexts = base["contexts"]
-    runs = [
-        (scenario, run, f"{LABELS[scenario]}, {run_label(report, run)}")
+    rows = [
+        (f"{LABELS[scenario]}, {run_label(report, run)}", mean_cells(report, run, contexts))
         for scenario, report in reports.items()
         for run in report["runs"]
         if run != "no_speculation"
@@ -272,13 +272,12 @@ def long_context_lines(studies: dict) -> list[str]:
         f"{1 + base['num_spec']}) by context (tokens of prompt; the drafters trained at "
         f"{trained_at(reports)}):",
         "",
-        "| run | " + " | ".join(str(c) for c in contexts) + " |",
-        "|---|" + "---:|" * len(contexts),
+        *run_table(contexts, rows),
+        "",
+        *_sampled_lines(studies),
+        "",
+        *_avx2_lines(studies),
     ]
-    for scenario, run, name in runs:
-        means = _by_context(reports[scenario], run, "mean_length")
-        lines.append(f"| {name} | " + " | ".join(f"{means[c]:.2f}" for c in contexts) + " |")
-    lines += ["", *_sampled_lines(studies), "", *_avx2_lines(studies)]
     lines += ["", *_load_lines(studies["load"])]
     lines += ["", *dflash_lines(studies["dflash"])]
     greedy, sampled = greedy_reports(studies), sampled_reports(studies)
@@ -357,50 +356,35 @@ def _load_lines(load: dict) -> list[str]:
         return f"c = {m['concurrency']}{shared}"
 
     heads = [head(alone[w]) for w in workloads]
-    lines = [
+
+    def cells(found: dict, field: str, digits: int) -> list[str]:
+        return [f"{found[w][field]:.{digits}f}" for w in workloads]
+
+    def ratios(found: dict, to: dict) -> list[str]:
+        return [
+            f"{found[w]['output_tokens_per_s'] / to[w]['output_tokens_per_s']:.2f}"
+            for w in workloads
+        ]
+
+    rows = [("no speculation, tok/s", cells(alone, "output_tokens_per_s", 1))]
+    for scenario, report in load.items():
+        on, off = (report["runs"][run]["workloads"] for run in ("v2_window", "v2_no_window"))
+        drafter, window = LABELS[scenario], run_label(report, "v2_window")
+        both = ((f"{drafter}, no window", off), (f"{drafter}, {window}", on))
+        rows += [(f"{name}, acceptance length", cells(f, "mean_length", 2)) for name, f in both]
+        rows += [(f"{name}, tok/s", cells(f, "output_tokens_per_s", 1)) for name, f in both]
+        rows += [
+            (f"{drafter}, {window} / no window", ratios(on, off)),
+            (f"{drafter}, {window} / no speculation", ratios(on, alone)),
+        ]
+    return [
         f"Under load, at {LONGEST} tokens of context (16 prompts per workload, c prompts in "
         "flight; one server at a time): mean acceptance length, and output tokens/s of this "
         "machine (`vllm bench serve`'s output throughput) with the ratios to the same drafter "
         "without the window and to no speculation:",
         "",
-        "| run | " + " | ".join(heads) + " |",
-        "|---|" + "---:|" * len(heads),
-        "| no speculation, tok/s | "
-        + " | ".join(f"{alone[w]['output_tokens_per_s']:.1f}" for w in workloads)
-        + " |",
+        *run_table(heads, rows),
     ]
-    for scenario, report in load.items():
-        on, off = (report["runs"][run]["workloads"] for run in ("v2_window", "v2_no_window"))
-        drafter, window = LABELS[scenario], run_label(report, "v2_window")
-        for name, found in ((f"{drafter}, no window", off), (f"{drafter}, {window}", on)):
-            lines.append(
-                f"| {name}, acceptance length | "
-                + " | ".join(f"{found[w]['mean_length']:.2f}" for w in workloads)
-                + " |"
-            )
-        for name, found in ((f"{drafter}, no window", off), (f"{drafter}, {window}", on)):
-            lines.append(
-                f"| {name}, tok/s | "
-                + " | ".join(f"{found[w]['output_tokens_per_s']:.1f}" for w in workloads)
-                + " |"
-            )
-        lines.append(
-            f"| {drafter}, {window} / no window | "
-            + " | ".join(
-                f"{on[w]['output_tokens_per_s'] / off[w]['output_tokens_per_s']:.2f}"
-                for w in workloads
-            )
-            + " |"
-        )
-        lines.append(
-            f"| {drafter}, {window} / no speculation | "
-            + " | ".join(
-                f"{on[w]['output_tokens_per_s'] / alone[w]['output_tokens_per_s']:.2f}"
-                for w in workloads
-            )
-            + " |"
-        )
-    return lines
 
 
 def _share(report: dict, run: str, longest: int) -> float:
@@ -421,14 +405,15 @@ def _sampled_lines(studies: dict) -> list[str]:
         "by context, the same prompts and servers as above; sampled runs are checked on "
         "acceptance only (their tokens are not expected to match across runs):",
         "",
-        "| run | " + " | ".join(str(c) for c in contexts) + " |",
-        "|---|" + "---:|" * len(contexts),
+        *run_table(
+            contexts,
+            [
+                (f"{LABELS[scenario]}, {run_label(report, run)}", mean_cells(report, run, contexts))
+                for scenario, report in sampled.items()
+                for run in ("v2_no_window", "v2_window")
+            ],
+        ),
     ]
-    for scenario, report in sampled.items():
-        for run in ("v2_no_window", "v2_window"):
-            means = _by_context(report, run, "mean_length")
-            name = f"{LABELS[scenario]}, {run_label(report, run)}"
-            lines.append(f"| {name} | " + " | ".join(f"{means[c]:.2f}" for c in contexts) + " |")
     shares = [
         f"{LABELS[s]} {_share(greedy[s], 'v2_window', longest):.0%} greedy, "
         f"{_share(r, 'v2_window', longest):.0%} sampled"
@@ -508,21 +493,16 @@ def plot(path: Path, studies: dict) -> None:
 
 
 def _plot_dflash(ax, dflash: dict) -> None:
-    labels = {
-        "v2_no_window": "no window",
-        "v2_window": f"W = {dflash['window']}",
-        "v2_auto": "auto",
-    }
     temperature = dflash["sampling"]["temperature"]
     for sampling, style in (("greedy", ("o", "-")), (f"t{temperature}", ("x", "--"))):
-        for run, means in dflash["means"][sampling].items():
-            label = (
-                labels[run] if sampling == "greedy" else f"{labels[run]}, temperature {temperature}"
-            )
-            contexts = sorted(means)
+        for run, found in dflash["means"][sampling].items():
+            label = run_label(dflash, run)
+            if sampling != "greedy":
+                label += f", temperature {temperature}"
+            contexts = sorted(found)
             ax.plot(
                 contexts,
-                [means[c] for c in contexts],
+                [found[c] for c in contexts],
                 marker=style[0],
                 linestyle=style[1],
                 label=label,
@@ -532,20 +512,3 @@ def _plot_dflash(ax, dflash: dict) -> None:
     ax.set_xlabel("context (tokens)")
     ax.set_title(f"DFlash drafter, trained at {dflash['training_context']} tokens")
     ax.legend(fontsize=8)
-
-
-def main() -> None:
-    """The DFlash curve alone (``python -m benchmarks.long_context dflash [OUT]``): its lines,
-    as ``make bench`` writes them, printed."""
-    import json
-
-    if sys.argv[1:2] != ["dflash"]:
-        raise SystemExit("usage: python -m benchmarks.long_context dflash [OUT]")
-    out = Path(sys.argv[2]) if len(sys.argv) > 2 else ROOT / "benchmarks" / "results" / "study"
-    found = bench_dflash(out / "dflash")
-    (out / "dflash" / "curve.json").write_text(json.dumps(found, indent=1))
-    print("\n".join(dflash_lines(found)))
-
-
-if __name__ == "__main__":
-    main()

@@ -3,7 +3,8 @@
 """What the window-cost sections share: the inputs (random lengths and block tables over a
 context), the window over them, and how a build is timed (torch.utils.benchmark's Timer, the
 medians of rounds that alternate which of two goes first), its allocations counted (torch
-profiler memory events) and its device launches counted."""
+profiler memory events) and its device launches counted; and how every section writes its
+tables (``markdown_table``)."""
 
 from __future__ import annotations
 
@@ -166,6 +167,43 @@ def launches(fn, host: tuple[torch.Tensor, ...] = ()) -> int:
     with LaunchCounter(host) as counter:
         fn()
     return counter.count
+
+
+def markdown_table(heads: list[str], rows: list[list[str]], aligns: str = "") -> list[str]:
+    """A markdown table of ``rows`` of cells under ``heads``; ``aligns``: a letter a column,
+    ``l`` left-aligned, ``r`` right-aligned (the default for every column not named)."""
+    aligns = aligns.ljust(len(heads), "r")
+    return [
+        "| " + " | ".join(heads) + " |",
+        "|" + "".join("---|" if a == "l" else "---:|" for a in aligns),
+        *("| " + " | ".join(row) + " |" for row in rows),
+    ]
+
+
+def measured(rows: list[dict], row: dict, what: str) -> None:
+    """A measurement's row, kept in ``rows`` and shown as it is taken: its context and batch,
+    then ``what``."""
+    rows.append(row)
+    print(f"  context {row['context']:>6} batch {row['batch']:>4} {what}", flush=True)
+
+
+def kib(tokens: int) -> str:
+    """A context as the tables name it: ``8k``."""
+    return f"{tokens // 1024}k"
+
+
+def counted(allocations: tuple[int, int]) -> str:
+    """Allocations as the tables show them: count / bytes."""
+    return f"{allocations[0]} / {allocations[1]}"
+
+
+def inputs_against_plain(contexts: list[int]):
+    """The inputs of a window measured against the plain one at each context and batch
+    size: (context, batch, lengths, table, the host bound, the plain window over them)."""
+    for context in contexts:
+        for batch in BATCH_SIZES:
+            seq_lens, table = make_inputs(batch, context)
+            yield context, batch, seq_lens, table, seq_lens.clone(), window_over(seq_lens, table)
 
 
 def listed(values) -> str:

@@ -18,16 +18,20 @@ from benchmarks.measure import (
     SINKS_WINDOW,
     WINDOWS,
     allocations,
+    counted,
+    inputs_against_plain,
     interleaved,
+    kib,
     launches,
     make_inputs,
+    markdown_table,
+    measured,
     mrv1_step,
     mrv2_step,
     step_of,
     window_over,
     windows,
 )
-from testbed.plans import plan_over
 from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import dcp_local_lengths
 from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
@@ -50,11 +54,7 @@ def bench_step_cost(mrv1, rounds: int, iters: int) -> list[dict]:
             seq_lens, table = make_inputs(batch, context)
             bound = seq_lens.clone()
             for w in WINDOWS:
-                base_ib = SimpleNamespace(seq_lens=seq_lens)
-                base_bt = SimpleNamespace(block_sizes=[BLOCK_SIZE], input_block_tables=[table])
-                window = DraftWindow(
-                    plan_over(w, base_bt, [0]), base_ib, base_bt, batch, torch.device("cpu")
-                )
+                window = window_over(seq_lens, table, w)
                 adapter = mrv1.SlidingWindowAdapter(w, BLOCK_SIZE, batch, 0, torch.device("cpu"))
 
                 def ours(window=window, bound=bound, batch=batch):
@@ -66,30 +66,38 @@ def bench_step_cost(mrv1, rounds: int, iters: int) -> list[dict]:
                 ours()
                 theirs()
                 t_ours, t_theirs = interleaved(ours, theirs, rounds, iters)
-                rows.append(
-                    {
-                        "context": context,
-                        "batch": batch,
-                        "window": w,
-                        "width": table.shape[1],
-                        "mrv2_us": t_ours,
-                        "mrv1_us": t_theirs,
-                        "ratio": t_ours / t_theirs,
-                        "mrv2_allocs": allocations(ours),
-                        "mrv1_allocs": allocations(theirs),
-                    }
-                )
-                print(
-                    f"  context {context:>6} batch {batch:>4} W {w:>4}: MRV2 {t_ours:7.1f} us"
-                    f"  MRV1 {t_theirs:7.1f} us  ratio {t_ours / t_theirs:.2f}",
-                    flush=True,
-                )
+                row = {
+                    "context": context,
+                    "batch": batch,
+                    "window": w,
+                    "width": table.shape[1],
+                    "mrv2_us": t_ours,
+                    "mrv1_us": t_theirs,
+                    "ratio": t_ours / t_theirs,
+                    "mrv2_allocs": allocations(ours),
+                    "mrv1_allocs": allocations(theirs),
+                }
+                said = f"MRV2 {t_ours:7.1f} us  MRV1 {t_theirs:7.1f} us  ratio {row['ratio']:.2f}"
+                measured(rows, row, f"W {w:>4}: {said}")
     return rows
 
 
 def step_lines(steps: list[dict]) -> list[str]:
     """Section 1 and 2: the per-build window work against MRV1's apply, and allocations."""
-    lines = [
+    heads = ["context", "table width", "batch", "W", "MRV2 us", "MRV1 us", "ratio"]
+    cells = [
+        [
+            kib(r["context"]),
+            *(str(r[k]) for k in ("width", "batch", "window")),
+            *(f"{r[k]:.1f}" for k in ("mrv2_us", "mrv1_us")),
+            f"{r['ratio']:.2f}",
+            *(counted(r[k]) for k in ("mrv2_allocs", "mrv1_allocs")),
+        ]
+        for r in steps
+    ]
+    worst = max(r["ratio"] for r in steps)
+    big = [r["ratio"] for r in steps if r["batch"] >= 256]
+    return [
         "## Per-step window cost: MRV2 hook vs the released MRV1 adapter",
         "",
         "Same seq_lens and block table for both; median microseconds per build, interleaved. "
@@ -100,21 +108,7 @@ def step_lines(steps: list[dict]) -> list[str]:
         "once per draft step on MRV2, where MRV1 applies once. Allocations: per build after "
         "warm-up, above 8 bytes (count / bytes).",
         "",
-        "| context | table width | batch | W | MRV2 us | MRV1 us | ratio | MRV2 allocs "
-        "| MRV1 allocs |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in steps:
-        lines.append(
-            f"| {r['context'] // 1024}k | {r['width']} | {r['batch']} | {r['window']} | "
-            f"{r['mrv2_us']:.1f} | {r['mrv1_us']:.1f} | {r['ratio']:.2f} | "
-            f"{r['mrv2_allocs'][0]} / {r['mrv2_allocs'][1]} | "
-            f"{r['mrv1_allocs'][0]} / {r['mrv1_allocs'][1]} |"
-        )
-    worst = max(r["ratio"] for r in steps)
-    big = [r["ratio"] for r in steps if r["batch"] >= 256]
-    return [
-        *lines,
+        *markdown_table([*heads, "MRV2 allocs", "MRV1 allocs"], cells),
         "",
         f"Ratio MRV2 / MRV1: worst {worst:.2f}; at batch >= 256 median "
         f"{statistics.median(big):.2f}, worst {max(big):.2f}.",
@@ -125,49 +119,54 @@ def step_lines(steps: list[dict]) -> list[str]:
 def bench_sinks_cost(rounds: int, iters: int) -> list[dict]:
     """Per-build window work with sinks against the plain window, same inputs."""
     rows = []
-    for context in CONTEXTS[1:]:
-        for batch in BATCH_SIZES:
-            seq_lens, table = make_inputs(batch, context)
-            bound = seq_lens.clone()
-            plain = window_over(seq_lens, table)
-            for sinks in SINKS:
-                with_sinks = window_over(seq_lens, table, sink_tokens=sinks)
-                # A plain window as wide as sinks + window: same table width, no sink op.
-                size = with_sinks.spec.sink_size
-                wide = window_over(seq_lens, table, SINKS_WINDOW + size)
-                a, b, c = (step_of(w, bound) for w in (with_sinks, plain, wide))
-                a()
-                b()
-                c()
-                t_sinks, t_plain = interleaved(a, b, rounds, iters)
-                t_sinks2, t_wide = interleaved(a, c, rounds, iters)
-                rows.append(
-                    {
-                        "context": context,
-                        "batch": batch,
-                        "window": plain.spec.window_size,
-                        "sinks": sinks,
-                        "sink_size": size,
-                        "sinks_us": t_sinks,
-                        "plain_us": t_plain,
-                        "extra_us": t_sinks - t_plain,
-                        "ratio": t_sinks / t_plain,
-                        "allocs": allocations(a),
-                        "wide_ratio": t_sinks2 / t_wide,
-                    }
-                )
-                print(
-                    f"  context {context:>6} batch {batch:>4} sinks {sinks:>3}: "
-                    f"{t_sinks:7.1f} us vs plain {t_plain:7.1f} us, ratio "
-                    f"{t_sinks / t_plain:.2f}; vs plain W + S {t_sinks2 / t_wide:.2f}",
-                    flush=True,
-                )
+    for context, batch, seq_lens, table, bound, plain in inputs_against_plain(CONTEXTS[1:]):
+        for sinks in SINKS:
+            with_sinks = window_over(seq_lens, table, sink_tokens=sinks)
+            # A plain window as wide as sinks + window: same table width, no sink op.
+            size = with_sinks.spec.sink_size
+            wide = window_over(seq_lens, table, SINKS_WINDOW + size)
+            a, b, c = (step_of(w, bound) for w in (with_sinks, plain, wide))
+            a()
+            b()
+            c()
+            t_sinks, t_plain = interleaved(a, b, rounds, iters)
+            t_sinks2, t_wide = interleaved(a, c, rounds, iters)
+            row = {"context": context, "batch": batch, "window": plain.spec.window_size}
+            row |= {"sinks": sinks, "sink_size": size, "sinks_us": t_sinks, "plain_us": t_plain}
+            row |= {"extra_us": t_sinks - t_plain, "ratio": t_sinks / t_plain}
+            row |= {"allocs": allocations(a), "wide_ratio": t_sinks2 / t_wide}
+            said = f"{t_sinks:7.1f} us vs plain {t_plain:7.1f} us, ratio {row['ratio']:.2f}"
+            measured(rows, row, f"sinks {sinks:>3}: {said}; vs plain W + S {row['wide_ratio']:.2f}")
     return rows
+
+
+def where(row: dict) -> list[str]:
+    """A row's context and batch, as its table's first cells."""
+    return [kib(row["context"]), str(row["batch"])]
+
+
+def cost(row: dict) -> list[str]:
+    """A row's ratio to the plain window and its allocations, as its table's cells."""
+    return [f"{row['ratio']:.2f}", counted(row["allocs"])]
 
 
 def sinks_lines(sinks: list[dict]) -> list[str]:
     """Section 3: the extra per-build work of attention sinks."""
-    lines = [
+    heads = ["context", "batch", "sinks (rounded)", "with sinks us", "plain us", "extra us"]
+    cells = [
+        [
+            *where(r),
+            f"{r['sinks']} ({r['sink_size']})",
+            *(f"{r[k]:.1f}" for k in ("sinks_us", "plain_us", "extra_us")),
+            *cost(r),
+            f"{r['wide_ratio']:.2f}",
+        ]
+        for r in sinks
+    ]
+    extra = [r["extra_us"] for r in sinks]
+    ratios = [r["ratio"] for r in sinks]
+    wide = [r["wide_ratio"] for r in sinks]
+    return [
         "## Attention sinks: extra per-step cost",
         "",
         f"The same MRV2 per-build work (`refresh` + host bound) with `draft_attention_sinks` "
@@ -180,21 +179,7 @@ def sinks_lines(sinks: list[dict]) -> list[str]:
         f"tokens, whose tables are as wide. "
         f"Allocations: per build after warm-up, above 8 bytes (count / bytes).",
         "",
-        "| context | batch | sinks (rounded) | with sinks us | plain us | extra us | ratio "
-        "| allocs | ratio to a plain W + S |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in sinks:
-        lines.append(
-            f"| {r['context'] // 1024}k | {r['batch']} | {r['sinks']} ({r['sink_size']}) | "
-            f"{r['sinks_us']:.1f} | {r['plain_us']:.1f} | {r['extra_us']:.1f} | "
-            f"{r['ratio']:.2f} | {r['allocs'][0]} / {r['allocs'][1]} | {r['wide_ratio']:.2f} |"
-        )
-    extra = [r["extra_us"] for r in sinks]
-    ratios = [r["ratio"] for r in sinks]
-    wide = [r["wide_ratio"] for r in sinks]
-    return [
-        *lines,
+        *markdown_table([*heads, "ratio", "allocs", "ratio to a plain W + S"], cells),
         "",
         f"Extra per build with sinks: median {statistics.median(extra):.1f} us (from "
         f"{min(extra):.1f} to {max(extra):.1f} us); ratio to the plain window median "
@@ -208,45 +193,60 @@ def bench_threshold_cost(rounds: int, iters: int) -> list[dict]:
     """Per-build window work with draft_window_min_context against the plain window, same
     inputs (lengths spread over the context: rows on both sides of the threshold)."""
     rows = []
-    for context in CONTEXTS[1:]:
-        for batch in BATCH_SIZES:
-            seq_lens, table = make_inputs(batch, context)
-            bound = seq_lens.clone()
-            plain = window_over(seq_lens, table)
-            for min_context in MIN_CONTEXTS:
-                engaged = window_over(seq_lens, table, min_context=min_context)
-                a, b = step_of(engaged, bound), step_of(plain, bound)
-                a()
-                b()
-                t_on, t_plain = interleaved(a, b, rounds, iters)
-                rows.append(
-                    {
-                        "context": context,
-                        "batch": batch,
-                        "window": plain.spec.window_size,
-                        "min_context": min_context,
-                        "below": int((seq_lens < min_context).sum()),
-                        "width": engaged.windows[0].max_window_blocks,
-                        "plain_width": plain.windows[0].max_window_blocks,
-                        "on_us": t_on,
-                        "plain_us": t_plain,
-                        "ratio": t_on / t_plain,
-                        "allocs": allocations(a),
-                        "launches": launches(a, (bound, engaged.seq_lens_cpu_upper_bound)),
-                        "plain_launches": launches(b, (bound, plain.seq_lens_cpu_upper_bound)),
-                    }
-                )
-                print(
-                    f"  context {context:>6} batch {batch:>4} min_context {min_context:>5}: "
-                    f"{t_on:7.1f} us vs plain {t_plain:7.1f} us, ratio "
-                    f"{t_on / t_plain:.2f}",
-                    flush=True,
-                )
+    for context, batch, seq_lens, table, bound, plain in inputs_against_plain(CONTEXTS[1:]):
+        for min_context in MIN_CONTEXTS:
+            engaged = window_over(seq_lens, table, min_context=min_context)
+            a, b = step_of(engaged, bound), step_of(plain, bound)
+            a()
+            b()
+            t_on, t_plain = interleaved(a, b, rounds, iters)
+            row = {"context": context, "batch": batch, "window": plain.spec.window_size}
+            row |= {"min_context": min_context, "below": int((seq_lens < min_context).sum())}
+            row |= widths(engaged, plain) | {"on_us": t_on, "plain_us": t_plain}
+            row |= {"ratio": t_on / t_plain, "allocs": allocations(a)}
+            row |= device_ops(bound, launches=(a, engaged), plain_launches=(b, plain))
+            said = f"{t_on:7.1f} us vs plain {t_plain:7.1f} us, ratio {row['ratio']:.2f}"
+            measured(rows, row, f"min_context {min_context:>5}: {said}")
     return rows
 
 
+def widths(window: DraftWindow, plain: DraftWindow) -> dict[str, int]:
+    """The cropped table's columns of ``window`` and of the plain window."""
+    return {
+        "width": window.windows[0].max_window_blocks,
+        "plain_width": plain.windows[0].max_window_blocks,
+    }
+
+
+def device_ops(bound: torch.Tensor, **builds) -> dict[str, int]:
+    """The device launches of each named build (its call and its window), the host bound
+    and the window's host mirror left out."""
+    return {
+        name: launches(step, (bound, window.seq_lens_cpu_upper_bound))
+        for name, (step, window) in builds.items()
+    }
+
+
 def threshold_lines(rows: list[dict]) -> list[str]:
-    lines = [
+    heads = ["context", "batch", "M", "rows below M", "table columns (plain)", "with M us"]
+    cells = [
+        [
+            *where(r),
+            *(str(r[k]) for k in ("min_context", "below")),
+            f"{r['width']} ({r['plain_width']})",
+            *(f"{r[k]:.1f}" for k in ("on_us", "plain_us")),
+            *cost(r),
+            f"{r['launches']} ({r['plain_launches']})",
+        ]
+        for r in rows
+    ]
+    by_m = {}
+    for r in rows:
+        by_m.setdefault(r["min_context"], []).append(r["ratio"])
+    summary = [
+        f"M = {m}: median {statistics.median(v):.2f}, worst {max(v):.2f}" for m, v in by_m.items()
+    ]
+    return [
         "## Engaging the window by context length: extra per-step cost",
         "",
         f"The same MRV2 per-build work (`refresh` + host bound) with "
@@ -259,25 +259,11 @@ def threshold_lines(rows: list[dict]) -> list[str]:
         f"per-column op pays. Device ops: torch-path ops that launch a kernel on a device "
         f"(host-bound ops excluded).",
         "",
-        "| context | batch | M | rows below M | table columns (plain) | with M us | plain us "
-        "| ratio | allocs | device ops (plain) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *markdown_table([*heads, "plain us", "ratio", "allocs", "device ops (plain)"], cells),
+        "",
+        f"Ratio to the plain window: {'; '.join(summary)}.",
+        "",
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['context'] // 1024}k | {r['batch']} | {r['min_context']} | {r['below']} | "
-            f"{r['width']} ({r['plain_width']}) | {r['on_us']:.1f} | {r['plain_us']:.1f} | "
-            f"{r['ratio']:.2f} | {r['allocs'][0]} / {r['allocs'][1]} | "
-            f"{r['launches']} ({r['plain_launches']}) |"
-        )
-    by_m = {}
-    for r in rows:
-        by_m.setdefault(r["min_context"], []).append(r["ratio"])
-    summary = [
-        f"M = {m}: median {statistics.median(v):.2f}, worst {max(v):.2f}" for m, v in by_m.items()
-    ]
-    lines += ["", f"Ratio to the plain window: {'; '.join(summary)}.", ""]
-    return lines
 
 
 def bench_dcp_cost(rounds: int, iters: int) -> list[dict]:
@@ -287,11 +273,7 @@ def bench_dcp_cost(rounds: int, iters: int) -> list[dict]:
     prefill (a decode step's come from vLLM's own kernel, which runs with or without the
     window)."""
     rows = []
-    context = CONTEXTS[1]
-    for batch in BATCH_SIZES:
-        seq_lens, table = make_inputs(batch, context)
-        bound = seq_lens.clone()
-        plain = window_over(seq_lens, table)
+    for context, batch, seq_lens, table, bound, plain in inputs_against_plain(CONTEXTS[1:2]):
         for cp in DCP_SIZES:
             dcp = _rank_zero_window(seq_lens, table, cp)
             a, b = step_of(dcp, bound), step_of(plain, bound)
@@ -300,32 +282,16 @@ def bench_dcp_cost(rounds: int, iters: int) -> list[dict]:
             b()
             t_dcp, t_plain = interleaved(a, b, rounds, iters)
             t_local, t_plain2 = interleaved(a_local, b, rounds, iters)
-            rows.append(
-                {
-                    "context": context,
-                    "batch": batch,
-                    "window": plain.spec.window_size,
-                    "cp": cp,
-                    "alignment": dcp.spec.alignment,
-                    "width": dcp.windows[0].max_window_blocks,
-                    "plain_width": plain.windows[0].max_window_blocks,
-                    "dcp_us": t_dcp,
-                    "local_us": t_local,
-                    "plain_us": t_plain,
-                    "ratio": t_dcp / t_plain,
-                    "local_ratio": t_local / t_plain2,
-                    "allocs": allocations(a_local),
-                    "launches": launches(a, (bound, dcp.seq_lens_cpu_upper_bound)),
-                    "local_launches": launches(a_local, (bound, dcp.seq_lens_cpu_upper_bound)),
-                    "plain_launches": launches(b, (bound, plain.seq_lens_cpu_upper_bound)),
-                }
-            )
-            print(
-                f"  batch {batch:>4} cp {cp}: {t_dcp:7.1f} us ({t_local:7.1f} us with the "
-                f"DCP-local lengths) vs no DCP {t_plain:7.1f} us, ratio "
-                f"{t_dcp / t_plain:.2f} ({t_local / t_plain2:.2f})",
-                flush=True,
-            )
+            row = {"context": context, "batch": batch, "window": plain.spec.window_size}
+            row |= {"cp": cp, "alignment": dcp.spec.alignment, **widths(dcp, plain)}
+            row |= {"dcp_us": t_dcp, "local_us": t_local, "plain_us": t_plain}
+            row |= {"ratio": t_dcp / t_plain, "local_ratio": t_local / t_plain2}
+            row |= {"allocs": allocations(a_local)}
+            ops = {"launches": (a, dcp), "local_launches": (a_local, dcp)}
+            row |= device_ops(bound, **ops, plain_launches=(b, plain))
+            said = f"{t_dcp:7.1f} us ({t_local:7.1f} us with the DCP-local lengths) vs no DCP"
+            ratios = f"{row['ratio']:.2f} ({row['local_ratio']:.2f})"
+            measured(rows, row, f"cp {cp}: {said} {t_plain:7.1f} us, ratio {ratios}")
     return rows
 
 
@@ -381,18 +347,25 @@ def dcp_lines(rows: list[dict]) -> list[str]:
         f"fused refresh stays one launch under DCP (the DCP-local lengths of a draft prefill "
         f"come after it).",
         "",
-        "| batch | cp | alignment | table columns (no DCP) | DCP us | + DCP-local lengths us "
-        "| no DCP us | ratio | ratio with DCP-local lengths | allocs | device ops "
-        "(+ lengths; no DCP) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *markdown_table(
+            [
+                *("batch", "cp", "alignment", "table columns (no DCP)", "DCP us"),
+                *("+ DCP-local lengths us", "no DCP us", "ratio", "ratio with DCP-local lengths"),
+                *("allocs", "device ops (+ lengths; no DCP)"),
+            ],
+            [
+                [
+                    *(str(r[k]) for k in ("batch", "cp", "alignment")),
+                    f"{r['width']} ({r['plain_width']})",
+                    *(f"{r[k]:.1f}" for k in ("dcp_us", "local_us", "plain_us")),
+                    *(f"{r[k]:.2f}" for k in ("ratio", "local_ratio")),
+                    counted(r["allocs"]),
+                    f"{r['launches']} ({r['local_launches']}; {r['plain_launches']})",
+                ]
+                for r in rows
+            ],
+        ),
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['batch']} | {r['cp']} | {r['alignment']} | {r['width']} ({r['plain_width']}) "
-            f"| {r['dcp_us']:.1f} | {r['local_us']:.1f} | {r['plain_us']:.1f} | "
-            f"{r['ratio']:.2f} | {r['local_ratio']:.2f} | {r['allocs'][0]} / {r['allocs'][1]} "
-            f"| {r['launches']} ({r['local_launches']}; {r['plain_launches']}) |"
-        )
     ratios = [r["ratio"] for r in rows]
     local = [r["local_ratio"] for r in rows]
     lines += [

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.measure import BLOCK_SIZE, interleaved, listed, timed, windows
+from benchmarks.measure import BLOCK_SIZE, interleaved, listed, markdown_table, timed, windows
 
 
 def bench_whole_build(rounds: int, iters: int) -> list[dict]:
@@ -132,12 +132,17 @@ def whole_build_lines(rows: list[dict]) -> list[str]:
         "removed from the builders. On CPU every device op of the refresh runs eagerly "
         "(section 1 measures it alone); the rest of the difference is the wrapper's Python.",
         "",
-        "| batch | vLLM build us | windowed build us | ratio | path check's share us |",
-        "|---:|---:|---:|---:|---:|",
-        *[
-            f"| {r['batch']} | {r['plain']:.1f} | {r['ours']:.1f} | {r['ours'] / r['plain']:.2f} "
-            f"| {r['watched'] - r['unwatched']:+.1f} |"
-            for r in rows
-        ],
+        *markdown_table(
+            ["batch", "vLLM build us", "windowed build us", "ratio", "path check's share us"],
+            [
+                [
+                    str(r["batch"]),
+                    *(f"{r[k]:.1f}" for k in ("plain", "ours")),
+                    f"{r['ours'] / r['plain']:.2f}",
+                    f"{r['watched'] - r['unwatched']:+.1f}",
+                ]
+                for r in rows
+            ],
+        ),
         "",
     ]

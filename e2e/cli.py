@@ -70,26 +70,39 @@ MODEL = (lambda text: not Path(text).is_file()), "is a file, not a model's folde
 TOP_P_IS = "is not a number above 0 and at most 1"
 
 # Every setting, by the name the Makefile (and the README) gives it: its flag (vLLM's where
-# the setting is passed to vLLM as that flag), what it takes and what it does. The report
-# records the settings given (what produced it).
-SETTINGS = {
+# the setting is passed to vLLM as that flag), what it takes and what it does, by what it
+# sets. The report records the settings given (what produced it).
+RUN = {
     "DEVICE": ("--device", one_of(DEVICES), "where vllm serve runs (default: ascend)"),
     "E2E_SCENARIO": ("--scenario", ANY, "the scenario (default: eagle3)"),
     "STUDY": ("--study", one_of(STUDIES), "the long-context study (study.py)"),
     "DRY_RUN": ("--dry-run", SWITCH, "write the parameter files, print the commands"),
+}
+MODELS = {
     "TARGET_MODEL": ("--target-model", MODEL, "the target's name or local path"),
     "DRAFT_MODEL": ("--draft-model", MODEL, "the drafter's name or local path"),
+}
+WINDOW_KEYS = {
     "WINDOW": ("--window", at_least(1), "draft_window_size of the runs with the window"),
     "SINKS": ("--sinks", at_least(0), "draft_attention_sinks of the V2 run with the window"),
     "MIN_CONTEXT": ("--min-context", at_least(0), "draft_window_min_context of that run"),
+}
+PARALLELISM = {
     "TP": ("--tensor-parallel-size", at_least(1), "every server's (default: the scenario's)"),
     "DCP": ("--decode-context-parallel-size", at_least(1), "every server's"),
     "DCP_INTERLEAVE": ("--cp-kv-cache-interleave-size", at_least(1), "with DCP > 1"),
-    "PARALLEL": ("--parallel", at_least(1), "servers side by side (cards of their own)"),
+}
+SERVERS = {
     "PORT": ("--port", between(1, 65535), "the first server's port (default: the first free)"),
+    "BLOCK_SIZE": ("--block-size", at_least(1), "the KV block size (the window's alignment)"),
+    "DTYPE": ("--dtype", one_of(DTYPES), "the served dtype (CPU: float32 by default)"),
+}
+CHECKS = {
     "RECORD_GOLDEN": ("--record-golden", SWITCH, "record the golden file, then check"),
     "LOSSLESS": ("--lossless", one_of(lossless.MODES), "exact or fraction (lossless.py)"),
     "MIN_IDENTICAL": ("--min-identical", number(0, 1, "a fraction"), "for --lossless fraction"),
+}
+SAMPLING = {
     "TEMPERATURE": ("--temperature", number(0, 100), "sampling (default: greedy)"),
     "TOP_P": (
         "--top-p",
@@ -98,32 +111,46 @@ SETTINGS = {
     ),
     "TOP_K": ("--top-k", ((lambda t: t == "-1" or _within(t, 1)), at_least(1)[1]), "sampling"),
     "SEED": ("--seed", at_least(0), "every sampled request's seed (default: 0)"),
+}
+THE_STUDY = {
+    "PARALLEL": ("--parallel", at_least(1), "servers side by side (cards of their own)"),
     "CONTEXTS": ("--contexts", INTEGERS, "the study's contexts, e.g. 32,512,1024"),
     "MAX_CONTEXT": ("--max-context", at_least(0), "the study's longest context"),
     "CONCURRENCY": ("--concurrency", INTEGERS, "each context at each (default: all)"),
     "SHARED_PREFIX": ("--shared-prefix", at_least(0), "prompts sharing their first tokens"),
+    "AUTO": ("--auto", SWITCH, 'also a run with draft_window_size "auto"'),
+}
+# The study's own: what the project's study code passes (the CPU study's defaults,
+# ``scenarios.cpu_study_defaults``; make bench's and make compare-trained-models' studies,
+# ``cpu_study.py``). Flags of python -m e2e as the others are, but not variables of make
+# e2e-ascend, whose settings are what a user on an NPU or GPU sets.
+STUDY_OWN = {
     "PROMPTS_PER_CONTEXT": ("--prompts-per-context", at_least(1), "the study's prompts"),
     "OUTPUT_TOKENS": ("--output-tokens", at_least(1), "each prompt's"),
-    "BLOCK_SIZE": ("--block-size", at_least(1), "the KV block size (the window's alignment)"),
     "MAX_MODEL_LEN": ("--max-model-len", at_least(0), "every server's (default: the study's)"),
     "LONG_CONTEXT": ("--long-context", at_least(1), "the study's window helps from here"),
     "SHORT_CONTEXT": ("--short-context", at_least(1), "and changes little up to here"),
     "STUDY_TEXT": ("--study-text", FILE, "the text the prompts are cut from"),
-    "AUTO": ("--auto", SWITCH, 'also a run with draft_window_size "auto"'),
     "MORE_WINDOWS": ("--more-windows", INTEGERS, "also a run with each of these windows"),
     "NO_SPECULATION": ("--no-speculation", SWITCH, "the run without speculation (default 1)"),
-    "DTYPE": ("--dtype", one_of(DTYPES), "the served dtype (CPU: float32 by default)"),
+}
+SETTINGS = {
+    **RUN,
+    **MODELS,
+    **WINDOW_KEYS,
+    **PARALLELISM,
+    **SERVERS,
+    **CHECKS,
+    **SAMPLING,
+    **THE_STUDY,
+    **STUDY_OWN,
 }
 
 
 # The settings only the long-context study reads, and those only sampled requests read
 # (TEMPERATURE above 0): given elsewhere they would change nothing, so they are refused.
-STUDY_ONLY = (
-    *("PARALLEL", "CONTEXTS", "MAX_CONTEXT", "CONCURRENCY", "SHARED_PREFIX"),
-    *("PROMPTS_PER_CONTEXT", "OUTPUT_TOKENS", "MAX_MODEL_LEN", "LONG_CONTEXT"),
-    *("SHORT_CONTEXT", "STUDY_TEXT", "AUTO", "MORE_WINDOWS", "NO_SPECULATION"),
-)
-SAMPLED_ONLY = ("TOP_P", "TOP_K", "SEED")
+STUDY_ONLY = (*THE_STUDY, *STUDY_OWN)
+SAMPLED_ONLY = tuple(name for name in SAMPLING if name != "TEMPERATURE")
 # The settings of --check (make e2e-check): the check's own, over the run's.
 CHECK_SETTINGS = ("LOSSLESS", "MIN_IDENTICAL")
 
@@ -301,6 +328,12 @@ def study_problem(
     return None
 
 
+def run_folder(out: Path, scenario: str, study: bool) -> Path:
+    """Where a run of ``scenario`` writes under OUT: a folder of its name, the study's
+    ``study_`` and its name."""
+    return out / (f"study_{scenario}" if study else scenario)
+
+
 def flags(given: dict[str, str]) -> list[str]:
     """The command line of settings given by the Makefile's names: ``{"SINKS": "32"}`` ->
     ``["--sinks", "32"]``; an empty value is not given; a name that is no setting is refused
@@ -455,7 +488,7 @@ def parse(argv: list[str] | None = None) -> Options:
             found.error(str(error))
     if int(given.get("PORT") or 8123) + sweeps - 1 > 65535:
         found.error(f"PORT={given['PORT']!r} leaves no port for each of {sweeps} sweeps: lower it")
-    options.out = Path(args.out) / (f"study_{name}" if study_asked else name)
+    options.out = run_folder(Path(args.out), name, bool(study_asked))
     problem = folder_problem(options.out, options.on("DRY_RUN"))
     if problem:
         found.error(f"OUT={str(args.out)!r}: {problem}")

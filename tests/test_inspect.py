@@ -185,6 +185,7 @@ def test_a_failure_in_the_tables_stops_the_study_started_beside_them(monkeypatch
     import subprocess
     import sys
 
+    from e2e.cpu_study import CpuStudy
     from tools.inspector import served
 
     # A study that has started a server of its own: a process group of two sleepers.
@@ -201,7 +202,7 @@ def test_a_failure_in_the_tables_stops_the_study_started_beside_them(monkeypatch
         )
         study.stdout.readline()  # its child is started
         started.append(study)
-        return served.Study(study, time.time())
+        return CpuStudy(study, Path("no-report"))
 
     def tables(args):
         raise RuntimeError("a table failed")
@@ -231,22 +232,28 @@ def live_in_group(group: int) -> list[int]:
     return live
 
 
-def test_a_study_that_stops_before_its_report_never_shows_an_earlier_runs(tmp_path, capsys):
+def test_a_study_that_stops_before_its_report_never_shows_an_earlier_runs(
+    tmp_path, capsys, monkeypatch
+):
     """A study refused before it clears its folder (a failed check) leaves the last run's
     report there: ``make demo`` says it failed and prints no table from it."""
     import subprocess
     import sys
 
+    from e2e import cpu_study
     from tools.inspector import served
 
     earlier = tmp_path / f"study_{served.SCENARIO}" / "report.json"
     earlier.parent.mkdir()
     earlier.write_text("{}")  # an earlier run's; a table from it would raise
-    refused = subprocess.Popen(
-        [sys.executable, "-c", "print('[e2e] cannot run'); raise SystemExit(2)"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert not served.finish_study(served.Study(refused, time.time()), tmp_path)
+    real = subprocess.Popen
+
+    def refused(command, **kwargs):
+        assert command[1:3] == ["-m", "e2e"] and command[-2:] == ["--out", str(tmp_path)]
+        script = "print('[e2e] cannot run'); raise SystemExit(2)"
+        return real([sys.executable, "-c", script], **kwargs)
+
+    monkeypatch.setattr(cpu_study.subprocess, "Popen", refused)
+    assert not served.finish_study(served.start_study(tmp_path))
     out = capsys.readouterr().out
     assert "cannot run" in out and "Report:" not in out

@@ -19,13 +19,11 @@ study did not run.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
-from e2e import cli
+from e2e import cpu_study
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTEXTS = (32, 512, 1024)
@@ -37,17 +35,11 @@ TOLERANCE = 0.25
 def curve(scenario: str, models: Path | None, out: Path) -> dict[str, dict[int, float]]:
     """One study of ``scenario`` over the models under ``models`` (None: the committed
     ones): mean acceptance length by run and context."""
-    given = {"DEVICE": "cpu", "STUDY": "long", "E2E_SCENARIO": scenario}
-    given |= {"CONTEXTS": ",".join(map(str, CONTEXTS)), "NO_SPECULATION": "0", "PARALLEL": "2"}
+    settings = {"CONTEXTS": ",".join(map(str, CONTEXTS)), "NO_SPECULATION": "0", "PARALLEL": "2"}
     if models is not None:
-        given["TARGET_MODEL"] = str(models / "target")
-        given["DRAFT_MODEL"] = str(models / SCENARIOS[scenario][0])
-    command = [sys.executable, "-m", "e2e", *cli.flags(given), "--out", str(out)]
-    done = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    report = out / f"study_{scenario}" / "report.json"
-    if not report.exists():
-        raise RuntimeError(f"the {scenario} study did not run:\n{done.stdout[-4000:]}")
-    runs = json.loads(report.read_text())["runs"]
+        settings["TARGET_MODEL"] = str(models / "target")
+        settings["DRAFT_MODEL"] = str(models / SCENARIOS[scenario][0])
+    runs = cpu_study.run(scenario, out, settings)[0]["runs"]
     return {
         run: {int(c): m["mean_length"] for c, m in runs[run]["contexts"].items()} for run in RUNS
     }

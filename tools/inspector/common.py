@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
 """What the inspector's single-rank (``inspector.py``) and per-rank (``dcp.py``) runs share:
-the methods it builds, the reference check's shape, the table title, and the console the
-window's start-up lines reach."""
+the methods it builds, the reference check's shape, the table title and its fixed-width
+table (the served study's too, ``served.py``), and the console the window's start-up lines
+reach."""
 
 from __future__ import annotations
 
@@ -46,6 +47,82 @@ def title(method: str, args, rows: list[dict]) -> str:
         f"{args.block_sizes}, alignment {rows[0]['alignment']}, {args.num_spec_tokens} "
         f"speculative tokens"
     )
+
+
+def draft_metadata(speculator, batch, n: int, query: int):
+    """The speculator's draft metadata over ``batch``'s first ``n`` requests, ``query``
+    tokens each, as an eager propose builds it (``_build_uniform_attn_metadata``)."""
+    import torch
+    from vllm.config.compilation import CUDAGraphMode
+    from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
+
+    desc = BatchExecutionDescriptor(cg_mode=CUDAGraphMode.NONE, num_tokens=n * query, num_reqs=None)
+    return speculator._build_uniform_attn_metadata(
+        batch_desc=desc,
+        num_reqs=n,
+        num_query_per_req=query,
+        seq_lens_cpu_upper_bound=torch.tensor(batch.seq_lens - query, dtype=torch.int32),
+        step=query,
+    )
+
+
+def text_table(
+    columns: list[tuple[str, int]],
+    rows: list[list[str]],
+    groups: tuple[tuple[str, int], ...] = (),
+) -> list[str]:
+    """A table of fixed-width columns (each a heading and its width), every cell
+    right-aligned, one space apart, the header underlined; ``groups``: headings centred
+    over runs of columns (each a heading and how many columns it spans), in order."""
+    widths = [width for _, width in columns]
+
+    def line(cells: list[str]) -> str:
+        return " ".join(f"{cell:>{width}}" for cell, width in zip(cells, widths, strict=True))
+
+    lines, first = [], 0
+    if groups:
+        spans = []
+        for heading, count in groups:
+            spans.append(f"{heading:^{sum(widths[first : first + count]) + count - 1}}")
+            first += count
+        lines.append(" ".join(spans).rstrip())
+    header = line([heading for heading, _ in columns])
+    return [*lines, header, "-" * len(header), *(line(row) for row in rows)]
+
+
+# The columns of a request in the inspector's tables: what the window reads of it, then
+# (``kv_columns``) its blocks, its KV and the checks.
+REQUEST_COLUMNS = [("context", 8), ("seq_len", 8), ("engaged", 7), ("start", 8), ("windowed", 8)]
+
+
+def request_cells(row: dict) -> list[str]:
+    """A request's cells of ``REQUEST_COLUMNS``."""
+    engaged = "yes" if row["engaged"] else "no"
+    return [
+        str(row["context"]),
+        str(row["seq_len"]),
+        engaged,
+        str(row["start"]),
+        str(row["windowed"]),
+    ]
+
+
+def kv_columns(blocks: str, kv: str) -> list[tuple[str, int]]:
+    """The columns of ``kv_cells``, the first two headed ``blocks`` and ``kv``."""
+    return [(blocks, 13), (kv, 20), ("reduction", 9), ("checks", 6)]
+
+
+def kv_cells(row: dict) -> list[str]:
+    """A request's blocks, KV MiB read (both against the whole context's), the reduction
+    and its checks, as the inspector's tables show them."""
+    mib = 1 << 20
+    reduction = row["full_kv_bytes"] / row["kv_bytes"] if row["kv_bytes"] else 1.0
+    return [
+        f"{row['blocks']:>6}/{row['full_blocks']:<6}",
+        f"{row['kv_bytes'] / mib:>9.2f}/{row['full_kv_bytes'] / mib:<10.2f}",
+        f"{reduction:>8.1f}x",
+        "ok" if row["ok"] else "FAILED",
+    ]
 
 
 def quiet_vllm() -> None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tools.inspector.common import CHECK_HEAD_DIM, CHECK_HEADS, query_len, title
+from tools.inspector import common
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     KEY,
     MIN_CONTEXT_KEY,
@@ -94,7 +94,7 @@ def inspect_method(args, method: str, model_dir) -> list[dict]:
 
     k_spec = args.num_spec_tokens
     # DFlash/DSpark seq_lens count the whole query stretch; an EAGLE decode step, one token.
-    query = query_len(method, k_spec)
+    query = common.query_len(method, k_spec)
     seq_lens = [length + query for length in args.seq_lens]
     windowed, plain, spec, block_ids = _build_every_rank(args, method, model_dir, seq_lens, query)
     rows = []
@@ -172,10 +172,6 @@ def _group_checks(args, built, g: int, b: int, i: int, length: int, query: int) 
 def _build_every_rank(args, method: str, model_dir, seq_lens: list[int], query: int):
     """Every rank's windowed and plain builds (``Built``), the window's spec, and the block ids
     of every rank's table."""
-    import torch
-    from vllm.config.compilation import CUDAGraphMode
-    from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
-
     from testbed.buffers import make_mrv2_batch
     from testbed.speculators import (
         SPECULATOR_CLASSES,
@@ -191,7 +187,6 @@ def _build_every_rank(args, method: str, model_dir, seq_lens: list[int], query: 
     configs = {
         w: make_vllm_config(model_dir, max_model_len, n, on if w else {}) for w in (True, False)
     }
-    desc = BatchExecutionDescriptor(cg_mode=CUDAGraphMode.NONE, num_tokens=n * query, num_reqs=None)
     windowed, plain, spec, block_ids = [], [], None, None
     for rank in range(cp):
         # One seed for every rank: the same requests and block ids (one column per cp * b
@@ -209,7 +204,6 @@ def _build_every_rank(args, method: str, model_dir, seq_lens: list[int], query: 
         )
         assert block_ids in (None, batch.req_block_ids), "the ranks' block ids differ"
         block_ids = batch.req_block_ids
-        bound = torch.tensor(batch.seq_lens - query, dtype=torch.int32)
         # An EAGLE decode step reads its own buffers, laid out one token per request.
         own = None if query > 1 else batch.input_buffers
         for window, out in ((True, windowed), (False, plain)):
@@ -224,13 +218,7 @@ def _build_every_rank(args, method: str, model_dir, seq_lens: list[int], query: 
                     dcp_size=cp,
                     draft_input_buffers=own,
                 )
-                metadata = wired.speculator._build_uniform_attn_metadata(
-                    batch_desc=desc,
-                    num_reqs=n,
-                    num_query_per_req=query,
-                    seq_lens_cpu_upper_bound=bound,
-                    step=query,
-                )
+                metadata = common.draft_metadata(wired.speculator, batch, n, query)
             out.append(_copy_out(wired, metadata, n, n * query))
             if window:
                 spec = wired.speculator.draft_window.spec
@@ -302,10 +290,10 @@ def _reference_check(
     from testbed.reference import dense_attention
 
     gen = torch.Generator().manual_seed(i)
-    shape = (length, CHECK_HEADS, CHECK_HEAD_DIM)
+    shape = (length, common.CHECK_HEADS, common.CHECK_HEAD_DIM)
     k = torch.randn(shape, generator=gen, dtype=torch.float64)
     v = torch.randn(shape, generator=gen, dtype=torch.float64)
-    caches = DcpCaches(cp, interleave, b, max(ids) + 1, CHECK_HEADS, CHECK_HEAD_DIM)
+    caches = DcpCaches(cp, interleave, b, max(ids) + 1, common.CHECK_HEADS, common.CHECK_HEAD_DIM)
     caches.write(ids, k, v)
     q = k[length - query : length]
     q_pos = torch.arange(length - query, length)
@@ -327,26 +315,21 @@ def print_table(method: str, args, rows: list[dict]) -> None:
     sinks = rows[0]["sinks"]
     cp = args.dcp
     print(
-        f"{title(method, args, rows)}; decode_context_parallel_size={cp}, "
+        f"{common.title(method, args, rows)}; decode_context_parallel_size={cp}, "
         f"cp_kv_cache_interleave_size={args.dcp_interleave}: a table column spans {cp} "
         f"blocks of a request's tokens, one on each rank"
     )
-    ranks = "".join(f"{f'rank {r} read/full':>17}" for r in range(cp))
-    header = (
-        f"{'context':>8} {'seq_len':>8} {'engaged':>7} {'start':>8} {'windowed':>8}{ranks}"
-        f" {'blocks/rank':>13} {'KV MiB/rank':>20} {'reduction':>9}  checks"
-    )
-    print(header)
-    print("-" * len(header))
-    for r in rows:
-        reduction = r["full_kv_bytes"] / r["kv_bytes"] if r["kv_bytes"] else 1.0
-        shares = "".join(f"{f'{read}/{full}':>17}" for read, full in r["ranks"])
-        print(
-            f"{r['context']:>8} {r['seq_len']:>8} {'yes' if r['engaged'] else 'no':>7} "
-            f"{r['start']:>8} {r['windowed']:>8}{shares} {r['blocks']:>6}/{r['full_blocks']:<6} "
-            f"{r['kv_bytes'] / mib:>9.2f}/{r['full_kv_bytes'] / mib:<10.2f} "
-            f"{reduction:>8.1f}x  {'ok' if r['ok'] else 'FAILED'}"
-        )
+    ranks = [(f"rank {r} read/full", 16) for r in range(cp)]
+    columns = [*common.REQUEST_COLUMNS, *ranks, *common.kv_columns("blocks/rank", "KV MiB/rank")]
+    cells = [
+        [
+            *common.request_cells(r),
+            *(f"{read}/{full}" for read, full in r["ranks"]),
+            *common.kv_cells(r),
+        ]
+        for r in rows
+    ]
+    print("\n".join(common.text_table(columns, cells)))
     most = sum(r["kv_bytes"] for r in rows), sum(r["full_kv_bytes"] for r in rows)
     print(
         f"batch: the rank that reads the most (rank 0) reads {most[0] / mib:.1f} MiB of KV "

@@ -31,8 +31,14 @@ from tools.inspector.common import (
     CHECK_HEADS,
     DEFAULT_METHODS,
     METHODS,
+    REQUEST_COLUMNS,
+    draft_metadata,
+    kv_cells,
+    kv_columns,
     query_len,
+    request_cells,
     show_window_lines,
+    text_table,
     title,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
@@ -161,10 +167,6 @@ def inspect_method(args, method: str, model_dir: Path) -> list[dict]:
 
 def _build(args, method: str, model_dir: Path, batch, max_model_len: int, window: int | None):
     """One speculator wired to ``batch`` through the real build: (wired, metadata)."""
-    import torch
-    from vllm.config.compilation import CUDAGraphMode
-    from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
-
     from testbed.speculators import (
         SPECULATOR_CLASSES,
         GroupLayout,
@@ -196,16 +198,7 @@ def _build(args, method: str, model_dir: Path, batch, max_model_len: int, window
         k_spec,
         draft_input_buffers=draft_buffers,
     )
-    desc = BatchExecutionDescriptor(cg_mode=CUDAGraphMode.NONE, num_tokens=n * query, num_reqs=None)
-    bound = torch.tensor(batch.seq_lens - query, dtype=torch.int32)
-    metadata = wired.speculator._build_uniform_attn_metadata(
-        batch_desc=desc,
-        num_reqs=n,
-        num_query_per_req=query,
-        seq_lens_cpu_upper_bound=bound,
-        step=query,
-    )
-    return wired, metadata
+    return wired, draft_metadata(wired.speculator, batch, n, query)
 
 
 def _request_row(args, batch, windowed, plain, i: int, length: int, query: int) -> dict:
@@ -284,21 +277,8 @@ def print_table(method: str, args, rows: list[dict]) -> None:
     mib = 1 << 20
     sinks = rows[0]["sinks"]
     print(f"{title(method, args, rows)}; blocks of {args.block_sizes[0]} tokens")
-    header = (
-        f"{'context':>8} {'seq_len':>8} {'engaged':>7} {'start':>8} {'windowed':>8} "
-        f"{'blocks':>13} {'KV MiB read':>20} {'reduction':>9}  checks"
-    )
-    print(header)
-    print("-" * len(header))
-    for r in rows:
-        reduction = r["full_kv_bytes"] / r["kv_bytes"] if r["kv_bytes"] else 1.0
-        engaged = "yes" if r["engaged"] else "no"
-        print(
-            f"{r['context']:>8} {r['seq_len']:>8} {engaged:>7} {r['start']:>8} "
-            f"{r['windowed']:>8} {r['blocks']:>6}/{r['full_blocks']:<6} "
-            f"{r['kv_bytes'] / mib:>9.2f}/{r['full_kv_bytes'] / mib:<10.2f} "
-            f"{reduction:>8.1f}x  {'ok' if r['ok'] else 'FAILED'}"
-        )
+    columns = [*REQUEST_COLUMNS, *kv_columns("blocks", "KV MiB read")]
+    print("\n".join(text_table(columns, [[*request_cells(r), *kv_cells(r)] for r in rows])))
     total = sum(r["kv_bytes"] for r in rows), sum(r["full_kv_bytes"] for r in rows)
     print(
         f"batch: the draft reads {total[0] / mib:.1f} MiB of KV instead of "
@@ -375,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         failed = not tables(args)
     except BaseException:
         if study is not None:
-            served.stop_study(study)
+            study.stop()
         raise
     if study is not None:
         failed |= not served.finish_study(study)

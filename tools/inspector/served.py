@@ -12,18 +12,11 @@ without speculation: the same tokens every way.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import signal
-import subprocess
-import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import trained_models as trained
-from e2e import cli
+from e2e.cpu_study import CpuStudy
+from tools.inspector.common import text_table
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "e2e" / "results"
@@ -49,45 +42,22 @@ def serve_study(
     """Runs the study (``parallel`` servers at a time, one core each) at ``contexts`` into
     ``out`` (the servers from ``port`` on; None: the first free) and prints what it
     measured; False when it failed (a server did not start, or the tokens differ)."""
-    return finish_study(start_study(out, parallel, contexts, port), out)
-
-
-@dataclass(frozen=True)
-class Study:
-    """A started study's process, and when it started (a report older than that is an
-    earlier run's)."""
-
-    process: subprocess.Popen
-    started: float
+    return finish_study(start_study(out, parallel, contexts, port))
 
 
 def start_study(
     out: Path = OUT, parallel: int = 2, contexts: str = CONTEXTS, port: int | None = None
-) -> Study:
-    """The study's process, started (``serve_study``'s arguments); ``finish_study`` prints
-    what it measured. Its first seconds are checks and vLLM's dataset cutter on one core, so
-    the inspector starts it before its own tables."""
-    given = {"DEVICE": "cpu", "STUDY": "long", "E2E_SCENARIO": SCENARIO, "AUTO": "1"}
-    given |= {"PARALLEL": str(parallel), "CONTEXTS": contexts, "PORT": str(port or "")}
-    command = [sys.executable, "-m", "e2e", *cli.flags(given), "--out", str(out)]
-    started = time.time()
-    # A session of its own: stop_study stops its servers with it.
-    process = subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True
-    )
-    return Study(process, started)
+) -> CpuStudy:
+    """The study, started (``serve_study``'s arguments); ``finish_study`` prints what it
+    measured. Its first seconds are checks and vLLM's dataset cutter on one core, so the
+    inspector starts it before its own tables."""
+    settings = {"AUTO": "1", "PARALLEL": str(parallel), "CONTEXTS": contexts}
+    return CpuStudy.start(SCENARIO, out, settings | {"PORT": str(port or "")})
 
 
-def stop_study(study: Study) -> None:
-    """Stops a started study and every process it started (the tables failed first)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(study.process.pid, signal.SIGTERM)
-    study.process.wait()
-
-
-def finish_study(study: Study, out: Path = OUT) -> bool:
-    """Waits for the study ``start_study`` started into ``out`` and prints what it
-    measured (never an earlier run's report); False when it failed."""
+def finish_study(study: CpuStudy) -> bool:
+    """Waits for the study and prints what it measured (never an earlier run's report);
+    False when it failed."""
     print(
         "\nWhat the window is for, in a real vLLM engine: the long-context study of make "
         "e2e-ascend, here on CPU (vllm serve, Model Runner V2) with an EAGLE3 head trained "
@@ -95,16 +65,14 @@ def finish_study(study: Study, out: Path = OUT) -> bool:
         f"(both committed: trained_models/), greedy, {trained.NUM_SPEC} speculative tokens.",
         flush=True,
     )
-    stdout, _ = study.process.communicate()
-    for line in stdout.splitlines():
+    report, printed = study.finish()
+    for line in printed.splitlines():
         if line.startswith("[e2e] study ") and ": mean acceptance length" not in line:
             continue  # the serve commands: in the report's folder, one log per run
         print(f"  {line}", flush=True)
-    report_path = out / f"study_{SCENARIO}" / "report.json"
-    if not report_path.exists() or report_path.stat().st_mtime < study.started:
+    if report is None:
         return False
-    report = json.loads(report_path.read_text())
-    print(table(report, report_path.parent), flush=True)
+    print(table(report, study.report_path.parent), flush=True)
     return study.process.returncode == 0
 
 
@@ -116,7 +84,22 @@ def table(report: dict, folder: Path) -> str:
     speculating = [name for name in runs if name != "no_speculation"]
     window, contexts = report["window"], report["contexts"]
     trained_at = report["draft_training_context"]
-    width = 11
+    columns = [
+        ("context", 7),
+        *((RUNS[n], 10) for n in speculating),
+        *((RUNS[n], 10) for n in runs),
+    ]
+    groups = (("", 1), ("mean acceptance length", len(speculating)), ("output tokens/s", len(runs)))
+    cells = []
+    for ctx in contexts:
+        row = {n: r["contexts"][str(ctx)] for n, r in runs.items()}
+        cells.append(
+            [
+                str(ctx),
+                *(f"{row[n]['mean_length']:.2f}" for n in speculating),
+                *(f"{row[n]['output_tokens_per_s']:.1f}" for n in runs),
+            ]
+        )
     lines = [
         "",
         f"{report['prompts_per_context']} prompts of held-out text per context (the head "
@@ -125,19 +108,10 @@ def table(report: dict, folder: Path) -> str:
         f"{1 + report['num_spec']}); output tokens/s as vllm bench serve measures them, "
         "prefill included (no spec: the target alone):",
         "",
-        f"  {'context':>7}  {'mean acceptance length':^{width * len(speculating)}}"
-        f"  {'output tokens/s':^{width * len(runs)}}",
-        f"  {'':>7}  "
-        + "".join(f"{RUNS[n]:>{width}}" for n in speculating)
-        + "  "
-        + "".join(f"{RUNS[n]:>{width}}" for n in runs),
+        *(f"  {line}" for line in text_table(columns, cells, groups)),
+        "",
+        *summary(report),
     ]
-    for ctx in contexts:
-        row = {n: r["contexts"][str(ctx)] for n, r in runs.items()}
-        means = "".join(f"{row[n]['mean_length']:>{width}.2f}" for n in speculating)
-        speeds = "".join(f"{row[n]['output_tokens_per_s']:>{width}.1f}" for n in runs)
-        lines.append(f"  {ctx:>7}  {means}  {speeds}")
-    lines += ["", *summary(report)]
     compared = [run["lossless"] for run in runs.values() if "lossless" in run]
     identical = sum(c["identical"] for c in compared)
     total = sum(c["total"] for c in compared)
