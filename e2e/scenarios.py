@@ -268,20 +268,25 @@ class Run:
     speculative: bool = True
 
 
-# Asks the host's vLLM (this interpreter's) whether it still has Model Runner V1.
+# Asks the host's vLLM (this interpreter's) whether it still has Model Runner V1, as the
+# plugin asks it at start-up.
 V1_PROBE = (
-    "from vllm import envs; "
-    "print('VLLM_USE_V2_MODEL_RUNNER' in getattr(envs, 'environment_variables', {}))"
+    "from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.versions import "
+    "has_model_runner_v1; print(has_model_runner_v1())"
 )
 
 
 @functools.cache
 def host_has_model_runner_v1() -> bool:
-    """Whether the host's vLLM still has Model Runner V1 and ``VLLM_USE_V2_MODEL_RUNNER``:
-    vLLM 0.34 removed both (it refuses the variable unless 1, and warns that 1 is
-    redundant), so there every run is Model Runner V2 with nothing to set. Before vLLM is
-    importable (a dry run on a bare host), the releases that have V1 are assumed."""
-    probe = subprocess.run([sys.executable, "-c", V1_PROBE], capture_output=True, text=True)
+    """Whether the host's vLLM still has Model Runner V1 and ``VLLM_USE_V2_MODEL_RUNNER``
+    (``versions.has_model_runner_v1``, run in the host's Python from this checkout, so that
+    it answers before the install too): vLLM 0.34 removed both (it refuses the variable
+    unless 1, and warns that 1 is redundant), so there every run is Model Runner V2 with
+    nothing to set. Where it cannot answer (no vLLM yet, or an installed vllm-ascend without
+    this package: its releases have V1), the releases that have V1 are assumed."""
+    probe = subprocess.run(
+        [sys.executable, "-c", V1_PROBE], capture_output=True, text=True, cwd=ROOT
+    )
     return probe.returncode != 0 or probe.stdout.strip() != "False"
 
 
@@ -436,12 +441,14 @@ def prompts(scenario: Scenario) -> tuple[list[str], list[str], list[str]]:
     """(the golden prompt, more prompts longer than W, a few shorter ones). The golden one
     mirrors the upstream MRV1 end-to-end test of the window, whose per-position acceptance
     the golden file records; the others give the V1/V2 comparison enough drafts to resolve
-    0.05. The models trained here take stretches of their held-out text (a byte a token)."""
+    0.05. The models trained here take stretches of their held-out text spread over it,
+    as text: whole characters."""
     if not scenario.chat:
-        text = trained_models().COMMITTED.heldout.read_text(encoding="utf-8")
+        models = trained_models().COMMITTED
 
         def stretch(k: int, length: int) -> str:
-            return text[k * len(text) // 10 :][:length]
+            cut = models.prompt(k * models.heldout_tokens // 10, length)
+            return bytes(cut).decode("utf-8", errors="ignore")
 
         long = 4 * scenario.window
         return (

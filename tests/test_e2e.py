@@ -64,9 +64,11 @@ def test_default_plan_installs_then_sweeps_v2_with_and_without_the_window_and_v1
 
 
 def test_the_host_vllm_says_whether_it_still_has_model_runner_v1():
-    """Asked of the host's vLLM (here 0.33.0, which has V1)."""
+    """Asked of the host's vLLM as the plugin asks it (here 0.33.0, which has V1)."""
+    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import versions
+
     scenarios.host_has_model_runner_v1.cache_clear()
-    assert scenarios.host_has_model_runner_v1()
+    assert scenarios.host_has_model_runner_v1() is versions.has_model_runner_v1() is True
 
 
 @pytest.mark.parametrize("device", ["ascend", "cuda"])
