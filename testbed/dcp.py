@@ -126,18 +126,18 @@ def dcp_group(monkeypatch, cp_size: int, rank: int) -> None:
     monkeypatch.setattr(parallel_state, "_DCP", DcpGroupStandIn(cp_size, rank))
 
 
-def true_kv(lengths, seed=0):
+def true_kv(lengths, seed=0, heads: int = HEADS, dim: int = DIM):
+    """Random keys and values of each request, ``heads`` of ``dim`` per token."""
     gen = torch.Generator().manual_seed(seed)
-    shape = (HEADS, DIM)
-    k = [torch.randn(n, *shape, generator=gen, dtype=torch.float64) for n in lengths]
-    v = [torch.randn(n, *shape, generator=gen, dtype=torch.float64) for n in lengths]
+    k = [torch.randn(n, heads, dim, generator=gen, dtype=torch.float64) for n in lengths]
+    v = [torch.randn(n, heads, dim, generator=gen, dtype=torch.float64) for n in lengths]
     return k, v
 
 
-def reference_caches(cp_size, interleave, req_block_ids, k, v) -> DcpCaches:
+def reference_caches(cp_size, interleave, req_block_ids, k, v, block_size: int = B) -> DcpCaches:
     """Every rank's cache of one group, written through the full tables by vLLM's layout."""
     num_blocks = max(max(ids, default=0) for ids in req_block_ids) + 1
-    caches = DcpCaches(cp_size, interleave, B, num_blocks, *k[0].shape[1:])
+    caches = DcpCaches(cp_size, interleave, block_size, num_blocks, *k[0].shape[1:])
     for ids, ki, vi in zip(req_block_ids, k, v, strict=True):
         caches.write(ids, ki, vi)
     return caches
@@ -149,41 +149,56 @@ def assert_ranks_read_the_window(
     reads,
     rank_reads,
     sinks: int,
-    window: int,
+    window,
     alignment: int,
     k,
     v,
     num_queries=1,
     min_context=0,
-    new_tokens=None,
+    new_tokens=0,
+    causal: bool = True,
+    block_ids=None,
 ) -> None:
     """``reads[i]``: the global windowed length of request ``i``; ``rank_reads[r]``: what
     rank ``r``'s kernel is handed, ``(table, local lengths)``. Each rank reads exactly its
-    tokens of the window, in order, and the log-sum-exp combination of the ranks' partial
-    attention equals dense attention over the window.
+    tokens of the window, in order, its start a multiple of ``alignment``, and the log-sum-exp
+    combination of the ranks' partial attention equals attention over exactly the window
+    (causal: ``dense_attention``; else every query sees it all). ``window``, ``num_queries``
+    and ``new_tokens``: one for every request, or each request's.
 
-    ``new_tokens[i]`` (flash attention's DCP): the ranks read the window's context only, and
-    the step's own last tokens are attended to from the step's K/V, as one more partial."""
+    ``new_tokens[i]`` (flash attention's DCP, vllm-ascend's history/current split): the ranks
+    read the window's context only, and the step's own last tokens are attended to from the
+    step's K/V, as one more partial, counted once. ``block_ids[i]``: the request's full table
+    row; a rank's cropped row must be its columns from the start on (after the sinks')."""
     cp_size = caches.cp_size
-    if isinstance(num_queries, int):
-        num_queries = [num_queries] * len(lengths)
-    if isinstance(window, int):  # per request: a draft prefill's chunk may be longer
-        window = [window] * len(lengths)
+
+    def each(value) -> list:
+        return [value] * len(lengths) if isinstance(value, int) else list(value)
+
+    window, num_queries, new_tokens = each(window), each(num_queries), each(new_tokens)
     for i, length in enumerate(lengths):
-        new = 0 if new_tokens is None else int(new_tokens[i])
-        read = int(reads[i])
+        new, read = int(new_tokens[i]), int(reads[i])
         start, kept = positions_read(length, read, sinks)
-        assert start % alignment == 0, (i, start)
+        assert start % alignment == 0, (i, start, alignment)
         if length < min_context:
             assert read == length
         else:
             assert min(length, sinks + window[i]) <= read <= sinks + window[i] + alignment - 1
-        q = k[i][length - num_queries[i] : length] * 0.5
-        q_pos = torch.arange(length - num_queries[i], length)
+        q_len = num_queries[i]
+        q = k[i][length - q_len : length] * 0.5
+        q_pos = torch.arange(length - q_len, length)
+        if not causal:
+            q_pos = torch.full((q_len,), length - 1)
         outs, lses = [], []
         context = kept[kept < length - new]
         for r in range(cp_size):
             table, local = rank_reads[r]
+            if block_ids is not None:
+                # A window start drops whole columns, the same ones on every rank.
+                column = cp_size * caches.unit
+                first, cols = start // column, -(-int(local[i]) // caches.unit)
+                held = [*block_ids[i][: min(sinks, start) // column], *block_ids[i][first:]]
+                assert table[i][:cols].tolist() == held[:cols], (i, r)
             out, lse, pos = caches.read(r, table[i], int(local[i]), q, q_pos)
             mine = context[owner(context, cp_size, caches.interleave) == r]
             assert pos.tolist() == mine.tolist(), (i, r)
@@ -194,7 +209,10 @@ def assert_ranks_read_the_window(
             out, lse = partial_attention(q, q_pos, k[i][pos], v[i][pos], pos)
             outs.append(out)
             lses.append(lse)
-        expected = dense_attention(q, k[i], v[i], start, length, sinks)
+        if causal:
+            expected = dense_attention(q, k[i], v[i], start, length, sinks)
+        else:
+            expected, _ = partial_attention(q, q_pos, k[i][kept], v[i][kept], kept)
         torch.testing.assert_close(combine(outs, lses), expected)
 
 

@@ -22,9 +22,9 @@ import torch
 from vllm.config.compilation import CUDAGraphMode
 from vllm.v1.attention.backends.utils import get_dcp_local_seq_lens
 
+from testbed.dcp import assert_ranks_read_the_window
 from tests.ascend.npu_testbed.dcp_ranks import (
     BLOCK,
-    assert_ranks_read_the_window,
     dcp_builders,  # noqa: F401 (a fixture)
     interleave_of,
     on_rank,
@@ -117,8 +117,9 @@ def test_every_eager_decode_step_hands_each_rank_its_share_of_the_window(
             actual_at(step),
             reads,
             [(table, local) for _, table, local in ranks],
-            cp_size * block,
+            0,
             W,
+            cp_size * block,
             d.k,
             d.v,
             block_ids=d.block_ids,
@@ -170,8 +171,9 @@ def test_every_full_graph_replay_step_hands_each_rank_its_share_of_the_window(
             actual_at(step),
             reads,
             [(table, local) for _, table, local in ranks],
-            cp_size * block,
+            0,
             W,
+            cp_size * block,
             d.k,
             d.v,
             block_ids=d.block_ids,
@@ -289,11 +291,12 @@ def test_the_draft_prefill_hands_each_rank_its_share_of_the_window(
         TARGET_LENS,
         reads,
         [(table, local) for _, table, local in ranks],
-        cp_size * block,
+        0,
         [max(W, q) for q in query_lens],
+        cp_size * block,
         d.k,
         d.v,
         num_queries=query_lens,
-        current=query_lens,
+        new_tokens=query_lens,
         block_ids=d.block_ids,
     )

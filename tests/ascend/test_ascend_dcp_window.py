@@ -19,15 +19,18 @@ import pytest
 import torch
 from vllm.v1.attention.backends.utils import PAD_SLOT_ID
 
-from testbed.dcp import local_position, owner
+from testbed.dcp import (
+    assert_ranks_read_the_window,
+    local_position,
+    owner,
+    reference_caches,
+    true_kv,
+)
 from tests.ascend.npu_testbed.dcp_ranks import (
     BLOCK,
-    assert_ranks_read_the_window,
-    caches_of,
     dcp_builders,  # noqa: F401 (a fixture)
     interleave_of,
     on_rank,
-    true_kv,
 )
 from tests.ascend.npu_testbed.dflash import EAGER, MAX_NUM_REQS, REPLAY, SEQ_LENS, W
 from tests.ascend.npu_testbed.wiring import (
@@ -229,19 +232,19 @@ def assert_each_rank_reads_its_share(
         ranks.append((reads, *kernel_reads(md, attention, rank)))
     reads = ranks[0][0]
     assert all(r[0] == reads for r in ranks)  # one window per request on every rank
-    k, v = true_kv(SEQ_LENS, NUM_KV_HEADS, HEAD_SIZE)
-    caches = caches_of(cp_size, interleave, block, batch.block_ids, k, v)
+    k, v = true_kv(SEQ_LENS, heads=NUM_KV_HEADS, dim=HEAD_SIZE)
+    caches = reference_caches(cp_size, interleave, batch.block_ids, k, v, block_size=block)
     assert_ranks_read_the_window(
         caches,
         SEQ_LENS,
         reads,
         [(table, local) for _, table, local in ranks],
-        cp_size * block,
+        s.draft_window.spec.sink_size,
         W,
+        cp_size * block,
         k,
         v,
         num_queries=Q,
         causal=False,
         block_ids=batch.block_ids,
-        sinks=s.draft_window.spec.sink_size,
     )
