@@ -58,7 +58,7 @@ def _block_tables(
     """vLLM's ``BlockTables`` for one rank, sized as the model runner sizes them (enough
     blocks for max_model_len, rounded up to the 128-token alignment kernels load block ids
     in), the tokens each group's column covers and each group's width in columns."""
-    cp_size, cp_rank, cp_interleave = cp
+    cp_size = cp[0]
     column = [b * cp_size if s else b for b, s in zip(block_sizes, sharded, strict=True)]
     max_blocks = [
         get_block_table_width(-(-max_model_len // c), b)
@@ -70,9 +70,8 @@ def _block_tables(
         max_num_batched_tokens=max_num_tokens,
         max_num_blocks_per_group=max_blocks,
         device=CPU,
-        cp_size=cp_size,
-        cp_rank=cp_rank,
-        cp_interleave=cp_interleave,
+        # (ranks, rank, interleave), as BlockTables names them.
+        **dict(zip(("cp_size", "cp_rank", "cp_interleave"), cp, strict=True)),
         dcp_sharded=sharded,
     )
     return block_tables, column, max_blocks

@@ -285,7 +285,3 @@ def serve(
             req.append_output_token_ids(7)
     if running:
         yield list(running)
-
-
-def spec_fields(spec: Any) -> dict[str, Any]:
-    return {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
