@@ -122,13 +122,39 @@ def check_kernels(device, tiny: bool, quick: bool) -> list[Result]:
     return results
 
 
+def decode_attention(q, k, v, out, lengths, max_len: int, table) -> None:
+    """vLLM's ``unified_attention`` of one query token a request, into ``out``, over the
+    paged K/V ``table`` maps: ``lengths`` tokens each, at most ``max_len``."""
+    import torch
+    from vllm.v1.attention.ops.triton_unified_attention import unified_attention
+
+    unified_attention(
+        q=q,
+        k=k,
+        v=v,
+        out=out,
+        cu_seqlens_q=torch.arange(q.shape[0] + 1, dtype=torch.int32, device=q.device),
+        max_seqlen_q=1,
+        seqused_k=lengths,
+        max_seqlen_k=max_len,
+        softmax_scale=q.shape[-1] ** -0.5,
+        causal=True,
+        window_size=(-1, -1),
+        block_table=table,
+        softcap=0,
+        q_descale=None,
+        k_descale=None,
+        v_descale=None,
+    )
+
+
 def check_attention(device, tiny: bool) -> list[Result]:
     """vLLM's unified_attention over windowed metadata against dense attention over exactly
     the window (the sinks, then [start, L))."""
     import torch
 
     try:
-        from vllm.v1.attention.ops.triton_unified_attention import unified_attention
+        from vllm.v1.attention.ops import triton_unified_attention  # noqa: F401
     except ImportError as error:
         return [
             Result(
@@ -163,24 +189,7 @@ def check_attention(device, tiny: bool) -> list[Result]:
     cropped, read = window.windows[0].block_table[:n], window.seq_lens[:n]
     # The interpreter evaluates masked-off lanes too (0/0 there, discarded by the mask).
     with numpy_errors_ignored():
-        unified_attention(
-            q=q,
-            k=k,
-            v=v,
-            out=out,
-            cu_seqlens_q=torch.arange(n + 1, dtype=torch.int32, device=device),
-            max_seqlen_q=1,
-            seqused_k=read,
-            max_seqlen_k=spec.max_read_len,
-            softmax_scale=dim**-0.5,
-            causal=True,
-            window_size=(-1, -1),
-            block_table=cropped,
-            softcap=0,
-            q_descale=None,
-            k_descale=None,
-            v_descale=None,
-        )
+        decode_attention(q, k, v, out, read, spec.max_read_len, cropped)
     worst, bounds = 0.0, []
     for i, length in enumerate(contexts):
         start, kept = positions_read(length, int(read[i]), spec.sink_size)

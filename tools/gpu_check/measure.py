@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import torch
 
-from tools.gpu_check.checks import Result, synthetic_window
+from tools.gpu_check.checks import Result, decode_attention, synthetic_window
 
 
 def cuda_ms(fn, rounds: int = 20) -> float:
@@ -46,31 +46,6 @@ def _apply_mrv1(adapter, table, lengths) -> None:
             seq_lens=lengths.clone(),
             seq_lens_cpu_upper_bound=lengths.cpu(),
         )
-    )
-
-
-def _attention(q, k, v, lens, table, max_len) -> None:
-    from vllm.v1.attention.ops.triton_unified_attention import unified_attention
-
-    n = q.shape[0]
-    cu = torch_arange(n + 1, q.device)
-    unified_attention(
-        q=q,
-        k=k,
-        v=v,
-        out=torch.empty_like(q),
-        cu_seqlens_q=cu,
-        max_seqlen_q=1,
-        seqused_k=lens,
-        max_seqlen_k=max_len,
-        softmax_scale=q.shape[-1] ** -0.5,
-        causal=True,
-        window_size=(-1, -1),
-        block_table=table,
-        softcap=0,
-        q_descale=None,
-        k_descale=None,
-        v_descale=None,
     )
 
 
@@ -135,18 +110,11 @@ def measure(device, sizes: Sizes = Sizes()) -> list[Result]:
             full = torch.full((batch,), context, dtype=torch.int32, device=device)
             window.refresh(batch, seq_lens=full)
             q = torch.randn(batch, heads, dim, device=device, dtype=dtype)
-            t_full = cuda_ms(partial(_attention, q, k, v, full, table, context))
-            t_win = cuda_ms(
-                partial(
-                    _attention,
-                    q,
-                    k,
-                    v,
-                    window.seq_lens[:batch],
-                    window.windows[0].block_table[:batch],
-                    window.spec.max_read_len,
-                )
-            )
+            out = torch.empty_like(q)
+            t_full = cuda_ms(partial(decode_attention, q, k, v, out, full, context, table))
+            read, cropped = window.seq_lens[:batch], window.windows[0].block_table[:batch]
+            max_read = window.spec.max_read_len
+            t_win = cuda_ms(partial(decode_attention, q, k, v, out, read, max_read, cropped))
             ideal = int(window.seq_lens[0]) / context
             results.append(
                 Result(
