@@ -228,6 +228,13 @@ def device_ops(bound: torch.Tensor, **builds) -> dict[str, int]:
 
 
 def threshold_lines(rows: list[dict]) -> list[str]:
+    """Section 3: the extra per-build work of ``draft_window_min_context``, by threshold."""
+    by_m = {}
+    for r in rows:
+        by_m.setdefault(r["min_context"], []).append(r["ratio"])
+    summary = [
+        f"M = {m}: median {statistics.median(v):.2f}, worst {max(v):.2f}" for m, v in by_m.items()
+    ]
     heads = ["context", "batch", "M", "rows below M", "table columns (plain)", "with M us"]
     cells = [
         [
@@ -239,12 +246,6 @@ def threshold_lines(rows: list[dict]) -> list[str]:
             f"{r['launches']} ({r['plain_launches']})",
         ]
         for r in rows
-    ]
-    by_m = {}
-    for r in rows:
-        by_m.setdefault(r["min_context"], []).append(r["ratio"])
-    summary = [
-        f"M = {m}: median {statistics.median(v):.2f}, worst {max(v):.2f}" for m, v in by_m.items()
     ]
     return [
         "## Engaging the window by context length: extra per-step cost",
