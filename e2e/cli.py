@@ -368,8 +368,9 @@ def parser() -> argparse.ArgumentParser:
     for name, (flag, spec, text) in SETTINGS.items():
         # A switch alone is on (--dry-run); the Makefile passes its 0 or 1.
         switch = {"nargs": "?", "const": "1"} if spec is SWITCH else {}
+        own = " (the study's own: no make variable)" if name in STUDY_OWN else ""
         found.add_argument(
-            flag, dest=name, type=checked(name, *spec), help=f"{name}: {text}", **switch
+            flag, dest=name, type=checked(name, *spec), help=f"{name}{own}: {text}", **switch
         )
     found.add_argument("--out", type=Path, default=ROOT / "e2e" / "results")
     found.add_argument(

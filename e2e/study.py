@@ -25,8 +25,9 @@ drafter.
 
 The text needs no model hub: by default the documentation CPython ships with itself (the
 Python Language Reference topics of ``pydoc_data.topics``, then the standard library's own
-module documentation), under the Python Software Foundation License; ``STUDY_TEXT`` names
-another. Prompts are plain stretches of it, sent as completions (no chat template: the
+module documentation), under the Python Software Foundation License; ``STUDY_TEXT``
+(``--study-text``, a setting the study's own code passes: the CPU study's held-out text)
+names another. Prompts are plain stretches of it, sent as completions (no chat template: the
 context is exactly the prompt).
 
 On CPU (``DEVICE=cpu``: vLLM's CPU worker, this project's test bed) the models are the
