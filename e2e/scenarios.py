@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from e2e import study, sweep_plan
-from tools.cpu_engine import engine_env, model_info_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -199,7 +198,10 @@ def cpu_study_defaults() -> dict[str, str]:
 
 
 def cpu_engine_env() -> dict[str, str]:
-    """What a vLLM engine needs on this CPU-only host (``cpu_engine.engine_env``)."""
+    """What a vLLM engine needs on this CPU-only host (``tools/cpu_engine.py``, imported
+    here only: a run on a device needs nothing of ``tools/``)."""
+    from tools.cpu_engine import engine_env, model_info_cache
+
     full = engine_env(model_info_cache(), host_has_model_runner_v1())
     return {key: value for key, value in full.items() if os.environ.get(key) != value}
 

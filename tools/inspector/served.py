@@ -52,7 +52,7 @@ def start_study(
     measured. Its first seconds are checks and vLLM's dataset cutter on one core, so the
     inspector starts it before its own tables."""
     settings = {"AUTO": "1", "PARALLEL": str(parallel), "CONTEXTS": contexts}
-    return CpuStudy.start(SCENARIO, out, settings | {"PORT": str(port or "")})
+    return CpuStudy.start(SCENARIO, out, {**settings, "PORT": str(port or "")})
 
 
 def finish_study(study: CpuStudy) -> bool:
