@@ -22,11 +22,12 @@ from e2e.scenarios import ROOT
 
 @dataclass(frozen=True)
 class CpuStudy:
-    """A started study: its process (output piped, in a session of its own) and where its
-    report will be."""
+    """A started study: its process (output piped, in a session of its own), where its
+    report will be, and the settings it was given (the Makefile's names)."""
 
     process: subprocess.Popen
     report_path: Path
+    settings: dict[str, str]
 
     @classmethod
     def start(
@@ -50,7 +51,7 @@ class CpuStudy:
             text=True,
             start_new_session=True,
         )
-        return cls(process, report)
+        return cls(process, report, given)
 
     def finish(self) -> tuple[dict | None, str]:
         """Waits for the study: its report (None where it wrote none) and what it printed."""

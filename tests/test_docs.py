@@ -897,7 +897,6 @@ def demo_report(h: Home) -> dict:
             "v2_no_window": run(E3),
             "v2_window": run(E3_W),
             "v2_auto": run(E3_W),
-            "no_speculation": run(None),
         },
         "window": TRAINED_AT - 32 + 1,
         "alignment": 32,

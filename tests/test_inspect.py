@@ -202,7 +202,7 @@ def test_a_failure_in_the_tables_stops_the_study_started_beside_them(monkeypatch
         )
         study.stdout.readline()  # its child is started
         started.append(study)
-        return CpuStudy(study, Path("no-report"))
+        return CpuStudy(study, Path("no-report"), {})
 
     def tables(args):
         raise RuntimeError("a table failed")

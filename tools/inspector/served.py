@@ -6,8 +6,9 @@ for, in a real vLLM engine. The long-context study of ``make e2e-ascend``
 tiny models (``trained_models/``), an EAGLE3 head trained at 64 tokens on
 the hidden states of a target sound to 1088, at contexts from inside the head's training
 context to 16 times it. Acceptance and output throughput by context, without the window,
-with it, with ``draft_window_size`` "auto" (the head declares its training context), and
-without speculation: the same tokens every way.
+with it and with ``draft_window_size`` "auto" (the head declares its training context): the
+same tokens every way. (``make study-cpu`` and ``make bench`` add the target served without
+speculation; the engine tests hold every run's tokens to the target alone's.)
 """
 
 from __future__ import annotations
@@ -34,10 +35,12 @@ RUNS = {
 # about 10 s of CPU to start (it imports vLLM), so the demo serves three (make study-cpu and
 # make bench run 32 to 1024 by powers of two).
 CONTEXTS = "32,512,1024"
+# One server per run, side by side on the CPU's cores.
+PARALLEL = 3
 
 
 def serve_study(
-    out: Path = OUT, parallel: int = 2, contexts: str = CONTEXTS, port: int | None = None
+    out: Path = OUT, parallel: int = PARALLEL, contexts: str = CONTEXTS, port: int | None = None
 ) -> bool:
     """Runs the study (``parallel`` servers at a time, one core each) at ``contexts`` into
     ``out`` (the servers from ``port`` on; None: the first free) and prints what it
@@ -46,12 +49,13 @@ def serve_study(
 
 
 def start_study(
-    out: Path = OUT, parallel: int = 2, contexts: str = CONTEXTS, port: int | None = None
+    out: Path = OUT, parallel: int = PARALLEL, contexts: str = CONTEXTS, port: int | None = None
 ) -> CpuStudy:
     """The study, started (``serve_study``'s arguments); ``finish_study`` prints what it
     measured. Its first seconds are checks and vLLM's dataset cutter on one core, so the
     inspector starts it before its own tables."""
-    settings = {"AUTO": "1", "PARALLEL": str(parallel), "CONTEXTS": contexts}
+    settings = {"AUTO": "1", "NO_SPECULATION": "0", "PARALLEL": str(parallel)}
+    settings["CONTEXTS"] = contexts
     return CpuStudy.start(SCENARIO, out, {**settings, "PORT": str(port or "")})
 
 
@@ -72,11 +76,12 @@ def finish_study(study: CpuStudy) -> bool:
         print(f"  {line}", flush=True)
     if report is None:
         return False
-    print(table(report, study.report_path.parent), flush=True)
+    parallel = int(study.settings["PARALLEL"])
+    print(table(report, study.report_path.parent, parallel), flush=True)
     return study.process.returncode == 0
 
 
-def table(report: dict, folder: Path) -> str:
+def table(report: dict, folder: Path, parallel: int = PARALLEL) -> str:
     """Acceptance and output tokens/s by context, one column per run; what the window buys
     past the head's training context and where it changes nothing; the start-up lines and
     where the report is."""
@@ -106,11 +111,11 @@ def table(report: dict, folder: Path) -> str:
         f"trained at {trained_at} tokens), {report['output_tokens']} new tokens each; mean "
         f"acceptance length from vLLM's spec-decode metrics (bonus token included, at most "
         f"{1 + report['num_spec']}); output tokens/s as vllm bench serve measures them, "
-        "prefill included (no spec: the target alone):",
+        "prefill included" + (" (no spec: the target alone):" if "no_speculation" in runs else ":"),
         "",
         *(f"  {line}" for line in text_table(columns, cells, groups)),
         "",
-        *summary(report),
+        *summary(report, parallel),
     ]
     compared = [run["lossless"] for run in runs.values() if "lossless" in run]
     identical = sum(c["identical"] for c in compared)
@@ -135,7 +140,7 @@ def table(report: dict, folder: Path) -> str:
     return "\n".join(lines)
 
 
-def summary(report: dict) -> list[str]:
+def summary(report: dict, parallel: int = PARALLEL) -> list[str]:
     """What the window buys from 8 times the head's training context on, against the
     in-distribution level (the first context, inside it), and what the throughput shows."""
     on, off = (
@@ -157,9 +162,9 @@ def summary(report: dict) -> list[str]:
             f"run past what the drafter was trained on, leave it off where they do not."
         )
     lines.append(
-        "Output tokens/s: two servers at a time on this CPU's 2 cores, so indicative. On CPU "
-        "speculation itself costs more than it saves (vLLM's rejection sampler runs in "
-        "Triton's interpreter); compare the window with no window (make bench measures them "
-        "one server at a time)."
+        f"Output tokens/s: {parallel} server{'s' * (parallel > 1)} at a time on this CPU, so "
+        "indicative. On CPU speculation itself costs more than it saves (vLLM's rejection "
+        "sampler runs in Triton's interpreter); compare the window with no window (make bench "
+        "measures them one server at a time, and without speculation)."
     )
     return lines
