@@ -37,6 +37,7 @@ committed tiny ones (``trained_models/``) and the text is their held-out source 
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,8 +79,10 @@ ANCHORS = (
 )
 
 
+@functools.cache
 def corpus() -> str:
-    """The shipped documentation of this Python, as one text (about 1.2M characters)."""
+    """The shipped documentation of this Python, as one text (about 1.2M characters;
+    rendered once a process, in seconds)."""
     import pydoc
     import pydoc_data.topics
 

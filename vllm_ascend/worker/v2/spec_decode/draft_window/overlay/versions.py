@@ -8,10 +8,15 @@ tree (the upstream patch) names its release at its call sites and needs none of 
 from __future__ import annotations
 
 import importlib.metadata
-from typing import Any
+import importlib.util
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import supported
-from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.plugin_release import PluginRelease
+if TYPE_CHECKING:
+    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.plugin_release import (
+        PluginRelease,
+    )
 
 
 def installed_versions() -> dict[str, str]:
@@ -27,6 +32,9 @@ def describe_versions() -> str:
 
 def requirement_problem(release: PluginRelease) -> str | None:
     """Why the release's companion distribution does not fit, or None."""
+    # The release table imports torch; what else this module answers needs none of it.
+    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import supported
+
     requires = supported.requires_for(release)
     if requires is None:
         return None
@@ -40,9 +48,25 @@ def requirement_problem(release: PluginRelease) -> str | None:
 def has_model_runner_v1() -> bool:
     """Whether the installed vLLM still has Model Runner V1, which ``VLLM_USE_V2_MODEL_RUNNER``
     chooses against: vLLM 0.34 removed both, so there every engine runs Model Runner V2."""
-    from vllm import envs
+    return "VLLM_USE_V2_MODEL_RUNNER" in getattr(_vllm_envs(), "environment_variables", {})
 
-    return "VLLM_USE_V2_MODEL_RUNNER" in getattr(envs, "environment_variables", {})
+
+def _vllm_envs() -> Any:
+    """vLLM's table of the environment variables it reads (``vllm/envs.py``, which imports
+    only the standard library): its module where vLLM is imported, else that file loaded on
+    its own (importing vLLM brings torch: seconds, where a process only asks this)."""
+    loaded = sys.modules.get("vllm.envs")
+    if loaded is not None:
+        return loaded
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("vllm is not installed", name="vllm")
+    path = Path(next(iter(spec.submodule_search_locations))) / "envs.py"
+    envs_spec = importlib.util.spec_from_file_location("_vllm_envs_table", path)
+    assert envs_spec is not None and envs_spec.loader is not None, path
+    envs = importlib.util.module_from_spec(envs_spec)
+    envs_spec.loader.exec_module(envs)
+    return envs
 
 
 def runs_model_runner_v2(vllm_config: Any) -> bool:
