@@ -190,15 +190,18 @@ def trained_models(root: Path) -> TrainedModels:
 
 
 def corpus_files() -> list[Path]:
-    """The ``.py`` files of the installed vLLM, sorted by their path inside the package."""
-    import vllm
+    """The ``.py`` files of the installed vLLM, sorted by their path inside the package (found
+    without importing it: its import brings torch)."""
+    import importlib.metadata
+    import importlib.util
 
-    if vllm.__version__ != CORPUS_VLLM:
+    version = importlib.metadata.version("vllm")
+    if version != CORPUS_VLLM:
         raise RuntimeError(
-            f"the corpus is vLLM {CORPUS_VLLM}'s source; this is vLLM {vllm.__version__}: "
+            f"the corpus is vLLM {CORPUS_VLLM}'s source; this is vLLM {version}: "
             "train in .venv (make trained-models), rebuild the held-out text there (make heldout)"
         )
-    package = Path(vllm.__file__).parent
+    package = Path(next(iter(importlib.util.find_spec("vllm").submodule_search_locations)))
     return sorted(package.rglob("*.py"), key=lambda p: p.relative_to(package).as_posix())
 
 
