@@ -31,7 +31,8 @@ run's conditions (device, runner, sampling, EOS, graphs, dtype, block size: writ
 it; one recorded with the run's sampling under other conditions is its floor, V2 with the
 window failing below half its tokens per draft, so that a drafter broken on every runner
 fails: the committed one, vllm-ascend Model Runner V1's greedy figure, is each greedy run's;
-one sampled otherwise the report shows as a reference), and V2 with the window at least V1
+one sampled otherwise the report shows as a reference; a greedy run no golden bounds fails
+under 0.5 tokens per draft there), and V2 with the window at least V1
 with the window minus 0.05 on the long prompts; and writes a JSON and markdown report (with
 what produced it) and a plot of acceptance by position. Every setting is checked against
 every other before anything runs or is deleted; a run clears its own folder (run.json marks

@@ -121,6 +121,10 @@ def acceptance(result: dict) -> dict:
 # token per draft, not by half: a V2 run with the window below this share of its tokens per
 # draft fails, even where every runner of the run is as low (a drafter broken everywhere).
 FLOOR_SHARE = 0.5
+# Where no golden bounds a greedy run: on the golden prompt (inside every window) a drafter
+# that works accepts more tokens per draft than this (the committed golden: 1.4), one
+# broken on every runner of the run fewer, however well the runners agree.
+MIN_ACCEPTED = 0.5
 # The window may cost at most this much mean acceptance over the long prompts against the
 # same V2 run without it: inside the drafter's training context it changes little (the
 # study's rule at short contexts), past it it gains.
@@ -134,13 +138,15 @@ def check(
     num_spec: int | None = None,
     policy: lossless.Policy | None = None,
     floor: list[float] | None = None,
+    min_accepted: float | None = None,
 ) -> list[str]:
     """The assertions; returns the failures (empty when everything holds). Every run's
     texts against the V2 run with the window's (``policy``: exact unless it says otherwise;
     each run's result under ``results[run]["lossless"]``); every run's acceptance by
     position has ``num_spec`` entries; the acceptance checked within the run (the window
-    against no window, ``WINDOW_MARGIN``), against the golden where there is one, and
-    against ``floor`` (a golden recorded under other conditions: ``Golden.floor``)."""
+    against no window, ``WINDOW_MARGIN``), against the golden where there is one, against
+    ``floor`` (a golden recorded under other conditions: ``Golden.floor``), and against
+    ``min_accepted`` tokens per draft (``MIN_ACCEPTED``, where no golden bounds it)."""
     found, failures = lossless.check(results, "v2_window", policy or lossless.Policy())
     for name, compared in found.items():
         results[name]["lossless"] = compared
@@ -181,6 +187,12 @@ def check(
                 "recorded under other conditions: a drafter this far below it is broken, "
                 "whichever runner agrees with it"
             )
+    if min_accepted is not None and sum(ours["per_position"]) < min_accepted:
+        failures.append(
+            f"V2 with the window accepts {sum(ours['per_position']):.2f} tokens per draft on "
+            f"the golden prompt, under {min_accepted}: no golden bounds this run, and a "
+            "drafter this low is broken, whichever runner agrees with it"
+        )
     if "v1_window" in results:
         v2 = results["v2_window"]["all_long"]["mean_length"]
         v1 = results["v1_window"]["all_long"]["mean_length"]

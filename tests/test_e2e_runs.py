@@ -1008,6 +1008,36 @@ def test_the_committed_golden_gates_no_run_but_fails_a_drafter_broken_on_every_r
     assert "Golden acceptance by position 0.70, 0.40, 0.30: a reference, not a gate" in md
 
 
+def test_a_greedy_run_no_golden_bounds_fails_a_drafter_broken_on_every_runner(tmp_path):
+    """DSpark, DFlash and the draft model have no golden: greedy, a drafter broken on every
+    runner (0.3 tokens per draft on the golden prompt, V1 as low as V2) fails on Ascend and on
+    CUDA, a working one passes; sampled, nothing bounds it."""
+    broken, healthy = [0.2, 0.1, 0.0], [0.4, 0.1, 0.05]
+    for name in ("dspark", "dflash", "draft_model"):
+        scenario = scenarios.scenarios({})[name]
+        assert checks.load_golden(scenario, False) is None, name
+        width = scenario.num_spec
+        for device in ("ascend", "cuda"):
+            out = tmp_path / name / device
+            out.mkdir(parents=True)
+            job = host.Job(scenario, device, out, {})
+            job.produced = host.provenance(job)
+            v1 = device == "ascend" and "v1_window" in [
+                r.name for r in scenarios.runs(scenario, device)
+            ]
+            low = (broken + [0.0] * width)[:width]
+            assert reports.finish_scenario(job, golden_results(low, v1)) == 1, (name, device)
+            (said,) = json.loads((out / "report.json").read_text())["failures"]
+            assert said.startswith("V2 with the window accepts 0.30 tokens per draft"), said
+            assert "no golden bounds this run" in said
+            fine = (healthy + [0.0] * width)[:width]
+            assert reports.finish_scenario(job, golden_results(fine, v1)) == 0, (name, device)
+        sampled = host.Job(scenario, "cuda", tmp_path / name / "cuda", {"TEMPERATURE": "0.8"})
+        sampled.produced = host.provenance(sampled)
+        low = (broken + [0.0] * scenario.num_spec)[: scenario.num_spec]
+        assert reports.finish_scenario(sampled, golden_results(low)) == 0, name
+
+
 def test_a_golden_recorded_under_the_runs_conditions_gates_it(tmp_path):
     scenario = scenarios.scenarios({"DEVICE": "cuda"})["eagle3"]
     scenario.golden = tmp_path / "golden.json"
