@@ -30,14 +30,17 @@ SUBSET = (
 # Where `make setup` puts the torchvision their conftest imports (vllm-ascend's requirements
 # name it; kept outside the environment, which the window's own tests run without it).
 UT_EXTRA = Path(sys.prefix) / "vllm-ascend-ut-extra"
+# pytest as their CI runs it, with the plugin that lets torchvision import on CPU torch.
+PYTEST = (
+    sys.executable,
+    *("-m", "pytest", "-p", "ut_cpu_torchvision", "-p", "no:cacheprovider", "-q"),
+)
 
 
-def run(tree: Path, out: Path, paths: tuple[str, ...] = SUBSET) -> dict[str, str]:
-    """Each test's outcome (``passed``, ``failed``, ``error``, ``skipped``) by its id, from
-    a pytest run of ``paths`` in ``tree`` (which imports vllm-ascend from ``tree``)."""
-    report = out / "junit.xml"
-    # Their own environment, as their CI runs them: none of what the window's tests set for
-    # themselves (Triton's interpreter, the plugins vLLM loads, the tree form).
+def environment(tree: Path, out: Path, first: tuple[Path, ...] = ()) -> dict[str, str]:
+    """Their own environment, as their CI runs them: none of what the window's tests set for
+    themselves (Triton's interpreter, the plugins vLLM loads, the tree form); ``first`` on
+    ``PYTHONPATH`` before the tree."""
     env = {
         key: value
         for key, value in os.environ.items()
@@ -46,17 +49,21 @@ def run(tree: Path, out: Path, paths: tuple[str, ...] = SUBSET) -> dict[str, str
     }
     env.update(
         # The tree first, also for the subprocesses their config tests start.
-        PYTHONPATH=os.pathsep.join([str(tree), str(UT_EXTRA), str(Path(__file__).parent)]),
+        PYTHONPATH=os.pathsep.join(map(str, [*first, tree, UT_EXTRA, Path(__file__).parent])),
         PYTHONDONTWRITEBYTECODE="1",
         NUMBA_CACHE_DIR=str(out / "numba"),
     )
-    command = [
-        sys.executable,
-        *("-m", "pytest", "-p", "ut_cpu_torchvision", "-p", "no:cacheprovider", "-q"),
-        f"--junitxml={report}",
-        *paths,
-    ]
-    done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
+    return env
+
+
+def run(tree: Path, out: Path, paths: tuple[str, ...] = SUBSET) -> dict[str, str]:
+    """Each test's outcome (``passed``, ``failed``, ``error``, ``skipped``) by its id, from
+    a pytest run of ``paths`` in ``tree`` (which imports vllm-ascend from ``tree``)."""
+    report = out / "junit.xml"
+    command = [*PYTEST, f"--junitxml={report}", *paths]
+    done = subprocess.run(
+        command, cwd=tree, env=environment(tree, out), capture_output=True, text=True
+    )
     if not report.exists():
         raise AssertionError(f"no test report from {tree}:\n{done.stdout[-4000:]}")
     return outcomes(report)
