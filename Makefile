@@ -200,10 +200,11 @@ $(VLLM_ASCEND_WHEEL_STAMP): | $(STAMP)
 
 # What vllm-ascend's own unit tests import beyond the window's tests (its requirements name
 # torchvision), beside .venv-030 rather than in it (tests/ascend/npu_testbed/vllm_ascend_ut.py);
-# and its own type check, mypy at the version its CI pins (requirements-lint.txt), in it.
-.venv-030/.ut-extra: .venv-030/.setup-done
+# and its own checks at the versions it pins, in it: mypy (its requirements-lint.txt) and the
+# tools of its pre-commit hooks (requirements/vllm-ascend-lint.txt).
+.venv-030/.ut-extra: .venv-030/.setup-done requirements/vllm-ascend-lint.txt
 	.venv-030/bin/python -m pip install -q --no-deps --target .venv-030/vllm-ascend-ut-extra torchvision==0.28.0
-	$(UV_INSTALL) --python .venv-030/bin/python mypy==1.11.1
+	$(UV_INSTALL) --python .venv-030/bin/python -r requirements/vllm-ascend-lint.txt
 	touch $@
 
 .venv-029/.setup-done: $(ASCEND_SETUP) | $(UV)
