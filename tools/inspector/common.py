@@ -138,10 +138,20 @@ def quiet_vllm() -> None:
 def show_window_lines() -> None:
     """The window's start-up lines, which a server prints through vLLM's logging, each on a
     line of its own (no progress bar redraws over them: a log keeps them whole)."""
-    from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
-
-    if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+    # The core logs through vLLM's logger: its lines, and vLLM's only as quiet_vllm lets them.
+    logger = logging.getLogger("vllm")
+    if not any(isinstance(h, _WindowLines) for h in logger.handlers):
+        handler = _WindowLines(sys.stderr)
         handler.setFormatter(logging.Formatter("INFO %(message)s"))
+        handler.addFilter(lambda record: record.levelno >= logging.INFO and window_record(record))
         logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
+        logger.setLevel(min(logger.getEffectiveLevel(), logging.INFO))
+
+
+class _WindowLines(logging.StreamHandler):
+    """The handler of the window's start-up lines."""
+
+
+def window_record(record: logging.LogRecord) -> bool:
+    """Whether ``record`` is the window's: the plugin's logger, or a module of the package."""
+    return record.name == "vllm.draft_window" or f"{os.sep}draft_window{os.sep}" in record.pathname

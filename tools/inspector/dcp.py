@@ -228,14 +228,18 @@ def _build_every_rank(args, method: str, model_dir, seq_lens: list[int], query: 
 @contextmanager
 def _start_up_lines_once(rank: int):
     """The window's start-up lines for rank 0 only: every rank would say the same."""
-    logger = logging.getLogger("vllm.draft_window")
-    level = logger.level
+    # Records logged on vLLM's logger itself (the core's) pass its filters.
+    logger = logging.getLogger("vllm")
+
+    def others(record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or not common.window_record(record)
+
     if rank:
-        logger.setLevel(logging.WARNING)
+        logger.addFilter(others)
     try:
         yield
     finally:
-        logger.setLevel(level)
+        logger.removeFilter(others)
 
 
 def _copy_out(wired, metadata, n: int, tokens: int) -> Built:

@@ -54,9 +54,7 @@ def _dcp_shares(
 ) -> list[dict[str, Any]]:
     """This rank's share of each step's windowed global lengths, recomputed with
     ``_calc_next_seq_lens_cpu``: a rank's share cannot be windowed by itself."""
-    step_lists = list(
-        {id(p["actual_seq_lengths_kv"]): p["actual_seq_lengths_kv"] for p in params}.values()
-    )
+    step_lists = list({id(p["actual_seq_lengths_kv"]): p["actual_seq_lengths_kv"] for p in params}.values())
     if len(step_lists) != speculator.num_speculative_steps - 1:
         raise not_in_path(
             f"{type(speculator).__name__}.build_fia_params gave {len(step_lists)} DCP length "
@@ -71,9 +69,7 @@ def _dcp_shares(
     shares = {}
     for step, lengths_of_step in enumerate(step_lists, start=1):
         lengths = speculator._calc_next_seq_lens_cpu(target, n, n_pad, step)
-        share = dcp_local_lengths(
-            lengths, layout, scratch=torch.empty_like(lengths), out=torch.empty_like(lengths)
-        )
+        share = dcp_local_lengths(lengths, layout, scratch=torch.empty_like(lengths), out=torch.empty_like(lengths))
         shares[id(lengths_of_step)] = share.tolist()
     for param in params:
         param["actual_seq_lengths_kv"] = shares[id(param["actual_seq_lengths_kv"])]

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 from vllm.config.compilation import CUDAGraphMode
+from vllm.logger import logger
 from vllm.v1.attention.backends.utils import PAD_SLOT_ID
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY
 from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import dcp_local_lengths
-from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import window_seq_lens
 from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
@@ -89,9 +89,7 @@ def windowed_prefill_metadata(
         window.block_tables.windows = window.windows
 
 
-def _window_exact(
-    window: DraftWindow, exact: torch.Tensor, query_lens: torch.Tensor
-) -> torch.Tensor:
+def _window_exact(window: DraftWindow, exact: torch.Tensor, query_lens: torch.Tensor) -> torch.Tensor:
     windowed = torch.empty_like(exact)
     window_seq_lens(
         exact,
@@ -123,9 +121,7 @@ def prefill_attn_metadata(
 
 
 @contextmanager
-def capturing(
-    speculator: DraftModelSpeculator, window: DraftWindow | None, path: str
-) -> Iterator[None]:
+def capturing(speculator: DraftModelSpeculator, window: DraftWindow | None, path: str) -> Iterator[None]:
     """The speculator's ``capture``: its draft prefill may read the target's dummy metadata."""
     if window is None:
         yield

@@ -18,9 +18,8 @@ FREE_KV_KEY = "draft_window_free_kv"
 
 
 class DraftWindowConfig(BaseModel):
-    """The window keys of ``additional_config``: ``draft_window_size`` (None: off; tokens;
-    ``"auto"``: the draft's declared training context) and, only with it, the sinks, the
-    threshold and ``draft_window_free_kv``."""
+    """The window keys of ``additional_config``: ``draft_window_size`` (None: off; tokens; ``"auto"``: the draft's
+    declared training context) and, only with it, the sinks, the threshold and ``draft_window_free_kv``."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -29,9 +28,7 @@ class DraftWindowConfig(BaseModel):
     draft_window_min_context: int = Field(default=0, ge=0)
     draft_window_free_kv: bool = False
 
-    @field_validator(
-        "draft_window_size", "draft_attention_sinks", "draft_window_min_context", mode="before"
-    )
+    @field_validator("draft_window_size", "draft_attention_sinks", "draft_window_min_context", mode="before")
     @classmethod
     def _no_booleans(cls, value: object) -> object:
         # pydantic's lax mode reads True as 1; a boolean here is a mistake, not a size.

@@ -35,9 +35,7 @@ class DcpLayout:
         num_groups = len(block_tables.input_block_tables)
         flags = getattr(block_tables, "dcp_sharded", None)
         # vLLM 0.30's BlockTables shards every group; 0.33's says per group.
-        sharded = (
-            tuple(bool(x) for x in flags.tolist()) if flags is not None else (True,) * num_groups
-        )
+        sharded = tuple(bool(x) for x in flags.tolist()) if flags is not None else (True,) * num_groups
         return cls(cp_size, int(block_tables.cp_rank), int(block_tables.cp_interleave), sharded)
 
     def column_tokens(self, group_id: int, unit: int) -> int:
@@ -52,9 +50,7 @@ class DcpLayout:
 
     def local_len(self, length: int, rank: int = 0) -> int:
         rounds, rest = divmod(length, self.cp_size * self.interleave)
-        return rounds * self.interleave + min(
-            max(rest - rank * self.interleave, 0), self.interleave
-        )
+        return rounds * self.interleave + min(max(rest - rank * self.interleave, 0), self.interleave)
 
     def describe(self) -> str:
         return (
@@ -63,9 +59,7 @@ class DcpLayout:
         )
 
 
-def column_tokens(
-    block_tables: BlockTables, group_ids: Sequence[int], layout: DcpLayout | None
-) -> dict[int, int]:
+def column_tokens(block_tables: BlockTables, group_ids: Sequence[int], layout: DcpLayout | None) -> dict[int, int]:
     """Tokens of a request one table column of each group covers under ``layout``."""
     units = block_table_units(block_tables)
     if layout is None:

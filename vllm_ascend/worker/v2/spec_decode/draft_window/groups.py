@@ -136,9 +136,7 @@ def classify(
         return False, f"a sparse-attention {getattr(role, 'value', role)} cache"
     if getattr(spec, "store_on_host", False):
         return False, "stored on the host (sparse KV offload): read by absolute slots"
-    if getattr(spec, "cache_sparse_sfa_c8", False) or getattr(
-        spec, "cache_sparse_sfa_turboquant", False
-    ):
+    if getattr(spec, "cache_sparse_sfa_c8", False) or getattr(spec, "cache_sparse_sfa_turboquant", False):
         return (
             False,
             "a packed sparse-attention (SFA) main cache: top-k tokens of the whole context",
@@ -148,8 +146,7 @@ def classify(
         # context before it; the window crops that context, and the block, its last
         # num_speculative_tokens + 1 positions, lies inside every window.
         return True, (
-            "full attention over the whole context, one token per slot (the draft's query "
-            "block attends within itself)"
+            "full attention over the whole context, one token per slot (the draft's query block attends within itself)"
         )
     return True, "full attention over the whole context, one token per slot"
 

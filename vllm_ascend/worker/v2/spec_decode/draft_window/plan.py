@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+from vllm.logger import logger
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import policy
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
@@ -33,7 +34,6 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.groups import (
     decide_groups,
     describe_decisions,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
 from vllm_ascend.worker.v2.spec_decode.draft_window.methods import (
     METHODS,
     MTP_REASON,
@@ -119,16 +119,12 @@ def plan(
         window_size = _auto_window_size(speculator, declared, alignment)
         with policy.refusals(KEY, window_size):
             policy.refuse_shape(method, window_size, query_stretch, speculator.vllm_config)
-    spec = WindowSpec.derive(
-        window_size, units.values(), config.draft_attention_sinks, config.draft_window_min_context
-    )
+    spec = WindowSpec.derive(window_size, units.values(), config.draft_attention_sinks, config.draft_window_min_context)
     if not _engages(spec, config, speculator.max_model_len):
         return None
     if freed is not None:
         _refuse_freed_reads(spec, units, freed, speculator.kv_cache_config)
-    if method == "dspark" and policy.model_type(speculator.vllm_config, "hf_config").startswith(
-        "deepseek_v4"
-    ):
+    if method == "dspark" and policy.model_type(speculator.vllm_config, "hf_config").startswith("deepseek_v4"):
         logger.warning(
             "%s=%s with a DeepSeek-V4 target: its DSpark draft is trained with the "
             "target for long context, and a window may lower acceptance. The window "
@@ -245,8 +241,7 @@ def _auto_context(speculator: DraftModelSpeculator) -> Declared | None:
 
 
 def _auto_window_size(speculator: DraftModelSpeculator, declared: Declared, alignment: int) -> int:
-    """``"auto"`` as ``W = C - a + 1``, the largest window whose reads stay within the declared
-    context ``C``."""
+    """``"auto"`` as ``W = C - a + 1``, the largest window whose reads stay within the declared context ``C``."""
     context, field = declared.tokens, declared.field
     assert context is not None
     window_size = auto_window_size(context, alignment)
@@ -276,8 +271,7 @@ def _auto_window_size(speculator: DraftModelSpeculator, declared: Declared, alig
 
 
 def _windowed_groups(decisions: list[GroupDecision], window_size: int | str | None) -> list[int]:
-    """The draft groups the window serves; none stops start-up (``set_attn`` runs before the KV
-    cache is allocated)."""
+    """The draft groups the window serves; none stops start-up (``set_attn`` runs before the KV cache is allocated)."""
     windowed = [d.group_id for d in decisions if d.windowed]
     if not windowed:
         raise ValueError(
@@ -319,8 +313,7 @@ def _engages(spec: WindowSpec, config: DraftWindowConfig, max_model_len: int) ->
         )
     if spec.min_context > max_model_len:
         logger.info(
-            "%s=%d is above max_model_len=%d: no request reaches it, so the draft "
-            "window stays off.",
+            "%s=%d is above max_model_len=%d: no request reaches it, so the draft window stays off.",
             MIN_CONTEXT_KEY,
             spec.min_context,
             max_model_len,

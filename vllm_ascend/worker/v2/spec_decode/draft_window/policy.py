@@ -121,9 +121,7 @@ def refuse_speculator(speculator: DraftModelSpeculator, release: Release) -> Non
         )
 
 
-def refuse_shape(
-    method: str, window_size: int, query_stretch: int, vllm_config: VllmConfig
-) -> None:
+def refuse_shape(method: str, window_size: int, query_stretch: int, vllm_config: VllmConfig) -> None:
     """Stop where one block-aligned window per request cannot hold the draft."""
     if window_size < query_stretch:
         raise Refusal(
@@ -177,8 +175,7 @@ def refuse_dcp(
                 f"{where}: the interleave does not divide the {int(units[g])} tokens one column "
                 f"of {decision.describe()} holds on each rank, so no window start is whole "
                 f"columns on every rank",
-                f"Use a cp_kv_cache_interleave_size that divides {int(units[g])} (1, or the "
-                "block size)",
+                f"Use a cp_kv_cache_interleave_size that divides {int(units[g])} (1, or the block size)",
             )
         for group in speculator.attn_groups[g]:
             why = notes.get(group.backend.__name__)
@@ -191,9 +188,7 @@ def refuse_dcp(
                 )
 
 
-def refuse_backends(
-    speculator: DraftModelSpeculator, release: Release, decisions: list[GroupDecision]
-) -> None:
+def refuse_backends(speculator: DraftModelSpeculator, release: Release, decisions: list[GroupDecision]) -> None:
     """Stop where the draft's kernel would read lengths the window does not set."""
     method = speculator.method
     backends = release.backends_for(method)
@@ -217,16 +212,12 @@ def refuse_backends(
                 raise Refusal(
                     f"{where} from {module}, defined outside {project}: the window is proven "
                     f"on this release for {project}'s own backends only",
-                    "Use a supported release for that platform"
-                    + (v1 if release.model_runner_v1 else ""),
+                    "Use a supported release for that platform" + (v1 if release.model_runner_v1 else ""),
                 )
             if backends is not None and name not in backends:
-                why = method_note or notes.get(
-                    name, "its kernel takes host lengths the window does not set yet"
-                )
+                why = method_note or notes.get(name, "its kernel takes host lengths the window does not set yet")
                 raise Refusal(
-                    f"{where}: {why} (supported for {method} on this release: "
-                    f"{', '.join(backends)})",
+                    f"{where}: {why} (supported for {method} on this release: {', '.join(backends)})",
                     "Use one of those attention backends",
                 )
     for path, layout, why, fix in release.unserved_state:
@@ -248,16 +239,9 @@ def actual_seq_lens_source(
     """Where the draft's kernel takes host-computed actual lengths (None: its own device
     lengths); refused where the window start cannot come from them."""
     method = speculator.method
-    backends = {
-        group.backend.__name__
-        for d in decisions
-        if d.windowed
-        for group in speculator.attn_groups[d.group_id]
-    }
+    backends = {group.backend.__name__ for d in decisions if d.windowed for group in speculator.attn_groups[d.group_id]}
     target = model_type(speculator.vllm_config, "hf_text_config")
-    if (dcp and method in release.dcp_actual_from_bound) or release.actual_from_bound(
-        method, backends, target
-    ):
+    if (dcp and method in release.dcp_actual_from_bound) or release.actual_from_bound(method, backends, target):
         source = FROM_HOST_BOUND
     elif METHODS.get(method) is Kind.AUTOREGRESSIVE and release.ar_actual_from_target:
         source = FROM_TARGET

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from vllm.logger import logger
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import plan as planning
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
@@ -20,7 +21,6 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     DraftWindowConfig,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.groups import Freed, describe_decisions
-from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
 from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
 
@@ -69,9 +69,7 @@ def _say_on(method: str, window: DraftWindow) -> None:
     if spec.sink_size:
         sinks = f" with the first {spec.sink_size} tokens as attention sinks"
         if spec.sink_size != plan.sink_tokens:
-            sinks += (
-                f" ({SINKS_KEY}={plan.sink_tokens} rounded up to the alignment {spec.alignment})"
-            )
+            sinks += f" ({SINKS_KEY}={plan.sink_tokens} rounded up to the alignment {spec.alignment})"
     # A draft prefill keeps a whole query chunk longer than the window (window.py).
     chunk = ""
     if plan.max_chunk_len is not None:
@@ -81,10 +79,7 @@ def _say_on(method: str, window: DraftWindow) -> None:
         )
     engaged = ""
     if spec.min_context:
-        engaged = (
-            f", from a context of {spec.min_context} tokens on ({MIN_CONTEXT_KEY}; "
-            f"shorter contexts read whole)"
-        )
+        engaged = f", from a context of {spec.min_context} tokens on ({MIN_CONTEXT_KEY}; shorter contexts read whole)"
     groups = ""
     if plan.unwindowed_group_ids:
         groups = f"; {describe_decisions(plan.decisions)}"
@@ -148,9 +143,7 @@ def build_attn_metadata(
         if window.actual is not None and window.actual.from_bound:
             host_bound = window.actual_host_bound(host_bound, num_reqs, step)
         else:
-            host_bound = window.host_upper_bound(
-                host_bound, num_reqs, step, extra_steps=state.extra_steps
-            )
+            host_bound = window.host_upper_bound(host_bound, num_reqs, step, extra_steps=state.extra_steps)
     windowed["seq_lens_cpu_upper_bound"] = host_bound
     max_query_len = 1 if chunk is None else int(chunk.max())
     # The slot mapping the caller hands the build (vLLM's own), for a check of the builders.
@@ -175,9 +168,7 @@ def build_attn_metadata(
     return metadata
 
 
-def _chunk_query_lens(
-    window: DraftWindow, query_start_loc_np: np.ndarray | None, num_reqs: int
-) -> torch.Tensor | None:
+def _chunk_query_lens(window: DraftWindow, query_start_loc_np: np.ndarray | None, num_reqs: int) -> torch.Tensor | None:
     """Host query lengths of a build longer than the per-step passes, where planned."""
     if query_start_loc_np is None or window.chunk_windows is window.windows:
         return None

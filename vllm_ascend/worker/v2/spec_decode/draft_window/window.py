@@ -36,9 +36,7 @@ def align_sinks(sink_tokens: int, alignment: int) -> int:
     return ceil_div(sink_tokens, alignment) * alignment
 
 
-def effective_min_context(
-    min_context: int, window_size: int, alignment: int, sink_size: int = 0
-) -> int:
+def effective_min_context(min_context: int, window_size: int, alignment: int, sink_size: int = 0) -> int:
     """0 at or below ``S + W + a``, where no context is cropped anyway."""
     if min_context < 0:
         raise ValueError(f"min_context must be >= 0 tokens, got {min_context}")
@@ -113,9 +111,7 @@ class WindowSpec:
 
     def _divisor(self, block_size: int) -> int:
         if self.alignment % block_size != 0:
-            raise ValueError(
-                f"block_size {block_size} does not divide the alignment {self.alignment}"
-            )
+            raise ValueError(f"block_size {block_size} does not divide the alignment {self.alignment}")
         return block_size
 
 
@@ -161,8 +157,7 @@ def seq_lens_upper_bound(
     cap = spec.max_read_len - step
     if cap < 0:
         raise ValueError(
-            f"step {step} exceeds what a window of {spec.window_size} tokens "
-            f"(alignment {spec.alignment}) can read"
+            f"step {step} exceeds what a window of {spec.window_size} tokens (alignment {spec.alignment}) can read"
         )
     if query_lens is None:
         return torch.clamp(upper_bound, max=cap, out=out)

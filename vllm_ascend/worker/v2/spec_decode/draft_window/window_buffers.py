@@ -104,9 +104,7 @@ class DraftWindow:
         self.refresh_kernel: RefreshKernel | None = None
         has_mirror = host_mirror is not None and hasattr(input_buffers, host_mirror[0])
         self.seq_lens_cpu = torch.zeros(max_num_reqs, dtype=torch.int32) if has_mirror else None
-        self.input_buffers = InputBuffersView(
-            input_buffers, self.seq_lens, host_mirror, self.seq_lens_cpu
-        )
+        self.input_buffers = InputBuffersView(input_buffers, self.seq_lens, host_mirror, self.seq_lens_cpu)
         self.block_tables = BlockTablesView(block_tables, self.windows)
         self.path: list[str] = []
         self.windowed_attn_groups: list[list[AttentionGroup]] | None = None
@@ -134,9 +132,7 @@ class DraftWindow:
             for g, b in self.group_block_sizes.items()
         }
 
-    def _allocate(
-        self, max_num_reqs: int, device: torch.device, input_buffers: InputBuffers
-    ) -> None:
+    def _allocate(self, max_num_reqs: int, device: torch.device, input_buffers: InputBuffers) -> None:
         # Graphs capture these addresses: write them in place only.
         self.seq_lens = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
         self.window_skip = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
@@ -147,16 +143,12 @@ class DraftWindow:
         self.actual_windowed = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
         self.dcp_local_seq_lens = self.dcp_scratch = None
         if self.dcp:
-            self.dcp_local_seq_lens, self.dcp_scratch = torch.zeros(
-                (2, max_num_reqs), dtype=torch.int32, device=device
-            )
+            self.dcp_local_seq_lens, self.dcp_scratch = torch.zeros((2, max_num_reqs), dtype=torch.int32, device=device)
         own = getattr(input_buffers, "dcp_local_seq_lens", None)
         self.dcp_local_buffers = [b for b in (self.dcp_local_seq_lens, own) if b is not None]
         self.host_skip = torch.zeros(max_num_reqs, dtype=torch.int32)
 
-    def _keep_unwindowed_groups(
-        self, attn_groups: list[list[AttentionGroup]], group_ids: Sequence[int]
-    ) -> None:
+    def _keep_unwindowed_groups(self, attn_groups: list[list[AttentionGroup]], group_ids: Sequence[int]) -> None:
         """Give the builders of ``group_ids`` vLLM's own lengths back (graph capture)."""
         kept = set(group_ids)
         self.windowed_attn_groups = [[] if g in kept else gs for g, gs in enumerate(attn_groups)]
@@ -169,9 +161,7 @@ class DraftWindow:
                         if callable(real):
                             setattr(builder, name, self._with_vllms_seq_lens(real, position))
 
-    def _with_vllms_seq_lens(
-        self, real: Callable[..., object], position: int
-    ) -> Callable[..., object]:
+    def _with_vllms_seq_lens(self, real: Callable[..., object], position: int) -> Callable[..., object]:
         windowed, vllms = self.seq_lens, self.input_buffers.base.seq_lens
 
         @functools.wraps(real)
@@ -258,9 +248,7 @@ class DraftWindow:
             out.add_(extra_steps).clamp_(max=self.spec.max_read_len - step)
         return self.seq_lens_cpu_upper_bound
 
-    def actual_host_bound(
-        self, seq_lens_cpu_upper_bound: torch.Tensor, num_reqs: int, step: int
-    ) -> torch.Tensor:
+    def actual_host_bound(self, seq_lens_cpu_upper_bound: torch.Tensor, num_reqs: int, step: int) -> torch.Tensor:
         """Host lengths that, plus ``step``, are the device's windowed actual lengths."""
         assert self.actual is not None
         out = self.seq_lens_cpu_upper_bound[:num_reqs]

@@ -25,7 +25,6 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.declared import (
     auto_window_size,
     declared_context,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
 from vllm_ascend.worker.v2.spec_decode.draft_window.methods import METHODS, Kind
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.kv_reclaim import (
     Freed,
@@ -36,6 +35,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.kv_reclaim import (
     reclaim,
     table_bytes,
 )
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.log import logger
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec
 
@@ -102,9 +102,7 @@ def free_draft_kv(
     refuse: bool = True,
 ) -> tuple[dict[str, KVCacheSpec], Reclaim] | None:
     """Convert the draft's full-attention specs; None (logged) where nothing is freed."""
-    layers = {
-        name for name in draft_layers & kv_cache_spec.keys() if convertible(kv_cache_spec[name])
-    }
+    layers = {name for name in draft_layers & kv_cache_spec.keys() if convertible(kv_cache_spec[name])}
     if not layers:
         raise ValueError(
             f"{FREE_KV_KEY}=true: no draft layer has full attention whose KV the window could "
@@ -122,9 +120,7 @@ def free_draft_kv(
         asked = AUTO
     else:
         asked = window_size
-    tokens = _retained_tokens(
-        WindowSpec.derive(window_size, block_sizes), block_sizes, asked, max_model_len
-    )
+    tokens = _retained_tokens(WindowSpec.derive(window_size, block_sizes), block_sizes, asked, max_model_len)
     if tokens is None:
         return None
     converted, tokens = _apart_from_other_layers(kv_cache_spec, layers, tokens)
@@ -134,10 +130,7 @@ def free_draft_kv(
     found = reclaim(vllm_config, kv_cache_spec, converted, Freed(tokens, frozenset(layers)))
     found = dataclasses.replace(found, table_bytes=table_bytes(vllm_config, found, table_width))
     if refuse and (why := found.refusal()) is not None:
-        raise ValueError(
-            f"{FREE_KV_KEY}=true {why}. Remove {FREE_KV_KEY} ({KEY} still windows what the "
-            "draft reads)."
-        )
+        raise ValueError(f"{FREE_KV_KEY}=true {why}. Remove {FREE_KV_KEY} ({KEY} still windows what the draft reads).")
     return converted, found
 
 
@@ -180,9 +173,7 @@ def _auto_window(declared: Declared, alignment: int, max_model_len: int) -> int 
     return window_size
 
 
-def _retained_tokens(
-    spec: WindowSpec, block_sizes: list[int], asked: int | str, max_model_len: int
-) -> int | None:
+def _retained_tokens(spec: WindowSpec, block_sizes: list[int], asked: int | str, max_model_len: int) -> int | None:
     """``N = W + a - b``; None (logged) where it frees nothing or the window stays off."""
     block_size = min(block_sizes)
     tokens = spec.retained_tokens(block_size)
@@ -254,9 +245,7 @@ def _shared_with_other_layers(converted: dict[str, KVCacheSpec], layers: set[str
     return any(converted[name] in others for name in layers)
 
 
-def sliding_draft_specs(
-    kv_cache_spec: dict[str, KVCacheSpec], layers: set[str], tokens: int
-) -> dict[str, KVCacheSpec]:
+def sliding_draft_specs(kv_cache_spec: dict[str, KVCacheSpec], layers: set[str], tokens: int) -> dict[str, KVCacheSpec]:
     """``kv_cache_spec`` with ``layers`` as ``SlidingWindowSpec`` of ``tokens``."""
     from vllm.v1.kv_cache_interface import SlidingWindowSpec
 
@@ -272,9 +261,7 @@ def sliding_draft_specs(
     return converted
 
 
-def refuse_free_kv(
-    vllm_config: VllmConfig, config: DraftWindowConfig, release: Release | None
-) -> None:
+def refuse_free_kv(vllm_config: VllmConfig, config: DraftWindowConfig, release: Release | None) -> None:
     """Raise where ``draft_window_free_kv`` cannot be exact or would free nothing."""
     reason = None
     method = getattr(vllm_config.speculative_config, "method", None)

@@ -62,9 +62,7 @@ class FusedRefresh:
                         f"the fused window refresh needs int32 row-major tables, got "
                         f"{table.dtype} with strides {table.stride()}"
                     )
-        self.src_tables = torch.tensor(
-            [full.data_ptr() for full, _, _ in tables], dtype=torch.int64, device=device
-        )
+        self.src_tables = torch.tensor([full.data_ptr() for full, _, _ in tables], dtype=torch.int64, device=device)
         self.dst_tables = torch.tensor(
             [cropped.data_ptr() for _, cropped, _ in tables], dtype=torch.int64, device=device
         )
@@ -129,20 +127,11 @@ class FusedWindowRefresh:
         full_tables = window.block_tables.base.input_block_tables
 
         def refresh_of(windows: dict[int, BlockTableWindow]) -> FusedRefresh:
-            tables = [
-                (full_tables[g], windows[g].block_table, windows[g].block_size)
-                for g in sorted(windows)
-            ]
-            return FusedRefresh(
-                window.spec, tables, window.seq_lens, window.window_skip, window.actual_windowed
-            )
+            tables = [(full_tables[g], windows[g].block_table, windows[g].block_size) for g in sorted(windows)]
+            return FusedRefresh(window.spec, tables, window.seq_lens, window.window_skip, window.actual_windowed)
 
         self.steps = refresh_of(window.windows)
-        self.chunks = (
-            self.steps
-            if window.chunk_windows is window.windows
-            else refresh_of(window.chunk_windows)
-        )
+        self.chunks = self.steps if window.chunk_windows is window.windows else refresh_of(window.chunk_windows)
 
     def launch(
         self,

@@ -70,9 +70,7 @@ def self_check(window: DraftWindow, seed: int = 0) -> list[str]:
     tables, sizes = [], []
     for g in range(max(groups) + 1):
         b = window.group_block_sizes.get(g, spec.alignment)
-        ids = torch.randint(
-            1, 10_000, (rows, ceil_div(max_len, b) + 3), generator=gen, dtype=torch.int32
-        )
+        ids = torch.randint(1, 10_000, (rows, ceil_div(max_len, b) + 3), generator=gen, dtype=torch.int32)
         tables.append(ids.to(device))
         sizes.append(b)
     actual = None
@@ -109,9 +107,7 @@ def self_check(window: DraftWindow, seed: int = 0) -> list[str]:
     return problems
 
 
-def enable_if_trusted(
-    window: DraftWindow, logger: Logger, key: str, allow_cpu: bool = False
-) -> bool:
+def enable_if_trusted(window: DraftWindow, logger: Logger, key: str, allow_cpu: bool = False) -> bool:
     """Enable the fused refresh if the self-check passes on the window's device."""
     if window.seq_lens.device.type == "cpu" and not allow_cpu:
         return False
@@ -133,7 +129,5 @@ def enable_if_trusted(
             "; ".join(problems),
         )
         return False
-    logger.info(
-        "%s: the window refreshes with one kernel launch on %s.", key, window.seq_lens.device
-    )
+    logger.info("%s: the window refreshes with one kernel launch on %s.", key, window.seq_lens.device)
     return True

@@ -153,9 +153,7 @@ def _with_layout(vllm_config: VllmConfig) -> VllmConfig:
     return probe
 
 
-def held_blocks(
-    tokens: int, block_size: int, scheduled: int, lookahead: int, in_flight: int, extra: int
-) -> int:
+def held_blocks(tokens: int, block_size: int, scheduled: int, lookahead: int, in_flight: int, extra: int) -> int:
     """Most blocks a sliding-window group of ``tokens`` holds for one request in a step."""
     span = tokens - 1 + extra + in_flight + scheduled + lookahead
     return -(-(span - 1) // block_size) + 1

@@ -57,8 +57,7 @@ class PathCheck:
                 speculator.input_buffers,
                 getattr(speculator, "target_input_buffers", None),
             )
-            if mirror_name
-            and isinstance(mirror := getattr(buffers, mirror_name, None), torch.Tensor)
+            if mirror_name and isinstance(mirror := getattr(buffers, mirror_name, None), torch.Tensor)
         ]
         # (path, builder method, group) already checked, outside graph capture.
         self.checked: set[tuple[tuple[str, ...], str, int]] = set()
@@ -74,9 +73,7 @@ class PathCheck:
     def capture_on(self, path: str) -> None:
         self.capture_paths.add(path)
 
-    def _watch(
-        self, builder: AttentionMetadataBuilder, name: str, g: int, group: AttentionGroup
-    ) -> Callable[..., Any]:
+    def _watch(self, builder: AttentionMetadataBuilder, name: str, g: int, group: AttentionGroup) -> Callable[..., Any]:
         real = getattr(builder, name)
 
         def watched(*args: Any, **kwargs: Any) -> Any:
@@ -119,17 +116,14 @@ class PathCheck:
         if problems:
             raise self._error(name, g, problems)
 
-    def _check_common(
-        self, g: int, group: AttentionGroup, cm: CommonAttentionMetadata, capture: bool
-    ) -> list[str]:
+    def _check_common(self, g: int, group: AttentionGroup, cm: CommonAttentionMetadata, capture: bool) -> list[str]:
         window = self.window
         problems = []
         if not _same_start(cm.seq_lens, window.seq_lens):
             problems.append("its device seq_lens is not the window's windowed seq_lens")
         if not self._is_cropped_table(g, group, cm.block_table_tensor):
             problems.append(
-                f"its block table (shape {tuple(cm.block_table_tensor.shape)}) is not the "
-                f"group's cropped table"
+                f"its block table (shape {tuple(cm.block_table_tensor.shape)}) is not the group's cropped table"
             )
         # Capture's host lengths are vLLM's worst case (max_model_len): still bounds.
         if not capture:
@@ -147,11 +141,7 @@ class PathCheck:
         problems = []
         seq_lens = getattr(metadata, "seq_lens", None)
         host = next(
-            (
-                value
-                for path in self.built_host_lengths
-                if (value := dotted(metadata, path)) is not None
-            ),
+            (value for path in self.built_host_lengths if (value := dotted(metadata, path)) is not None),
             None,
         )
         if (
@@ -165,9 +155,7 @@ class PathCheck:
         if isinstance(host, list) and host and not capture:
             cap = self.window.spec.read_cap(query_len)
             if max(host) > cap:
-                problems.append(
-                    f"the built seq_lens_list reaches {max(host)}, past the window's {cap}"
-                )
+                problems.append(f"the built seq_lens_list reaches {max(host)}, past the window's {cap}")
         if problems:
             raise self._error(name, g, problems)
 
@@ -211,9 +199,7 @@ class PathCheck:
             problems.append(f"max_seq_len={cm.max_seq_len} exceeds the window's {cap}")
         bound = getattr(cm, "seq_lens_cpu_upper_bound", None)
         if bound is not None and bound.numel() and int(bound.max()) > cap:
-            problems.append(
-                f"seq_lens_cpu_upper_bound reaches {int(bound.max())}, past the window's {cap}"
-            )
+            problems.append(f"seq_lens_cpu_upper_bound reaches {int(bound.max())}, past the window's {cap}")
         return problems
 
     def _check_update(self, g: int, metadata: object) -> list[str]:

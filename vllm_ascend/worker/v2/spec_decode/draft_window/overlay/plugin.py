@@ -25,7 +25,6 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     SINKS_KEY,
     DraftWindowConfig,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import (
     free_kv,
     install,
@@ -33,6 +32,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import (
     supported,
     versions,
 )
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.log import logger
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.plugin_release import refuse_config
 
 # The keys besides draft_window_size that only this package reads.
@@ -167,12 +167,9 @@ def _unserved_message(config: DraftWindowConfig, state: install.Status) -> str:
     # vllm-ascend's Model Runner V1 has a window of its own (without sinks or threshold),
     # where vLLM still has Model Runner V1.
     has_v1_window = versions.installed_versions()["vllm-ascend"] != "not installed"
-    v1_serves = (
-        not config.auto and not config.draft_attention_sinks and not config.draft_window_min_context
-    )
+    v1_serves = not config.auto and not config.draft_attention_sinks and not config.draft_window_min_context
     v1 = (
-        ", run Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0), whose draft window is "
-        "vllm-ascend's own,"
+        ", run Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0), whose draft window is vllm-ascend's own,"
         if has_v1_window and v1_serves and versions.has_model_runner_v1()
         else ""
     )

@@ -52,9 +52,7 @@ def refuse_config(vllm_config: VllmConfig, release: PluginRelease) -> None:
         return
     target_dcp = vllm_config.parallel_config.decode_context_parallel_size
     draft_config = getattr(speculative, "draft_model_config", None)
-    replicated = METHODS.get(method) is Kind.PARALLEL and not getattr(
-        draft_config, "use_mla", False
-    )
+    replicated = METHODS.get(method) is Kind.PARALLEL and not getattr(draft_config, "use_mla", False)
     served = 1 if replicated else target_dcp
     if draft_dcp != served:
         raise Refusal(

@@ -78,13 +78,9 @@ _BUILD_ATTN_METADATA = _draft(
 _UPDATE_DRAFT_DECODE_METADATA = _draft("_update_draft_decode_metadata", "attn_metadata", "num_reqs")
 _DFLASH_CAPTURE = Hook(Family.DFLASH, f"{_SD}.dflash.speculator", "DFlashSpeculator", "capture")
 # The draft's KV-cache specs (draft_window_free_kv): the model runner's, after vLLM's own.
-_GET_KV_CACHE_SPEC = _on(Family.KV_CACHE, "vllm.v1.worker.gpu.model_runner", "GPUModelRunner")(
-    "get_kv_cache_spec"
-)
+_GET_KV_CACHE_SPEC = _on(Family.KV_CACHE, "vllm.v1.worker.gpu.model_runner", "GPUModelRunner")("get_kv_cache_spec")
 # Called, not wrapped: the EAGLE draft prefill builds through it.
-_PREPARE_ATTN = _on(
-    Family.AUTOREGRESSIVE, "vllm.v1.worker.gpu.model_states.interface", "ModelState"
-)(
+_PREPARE_ATTN = _on(Family.AUTOREGRESSIVE, "vllm.v1.worker.gpu.model_states.interface", "ModelState")(
     "prepare_attn",
     *("input_batch", "cudagraph_mode", "block_tables", "slot_mappings", "attn_groups"),
     "kv_cache_config",
@@ -147,9 +143,7 @@ VLLM_0_33 = PluginRelease(
 VLLM_0_30_ASCEND = PluginRelease.of(core_release.VLLM_0_30_ASCEND, vllm_minor=(0, 30))
 _ASCEND_SD = "vllm_ascend.worker.v2.spec_decode"
 _ASCEND_AR = f"{_ASCEND_SD}.autoregressive"
-_ascend_ar = _on(
-    Family.ASCEND_AUTOREGRESSIVE, f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator"
-)
+_ascend_ar = _on(Family.ASCEND_AUTOREGRESSIVE, f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator")
 # vLLM's EAGLE hooks with vllm-ascend's graph manager and capture, and the host lengths its
 # subclass computes for each decode step: alike on every vllm-ascend release.
 _ASCEND_AUTOREGRESSIVE = (
@@ -160,9 +154,7 @@ _ASCEND_AUTOREGRESSIVE = (
         "AutoRegressiveAclGraphManager",
     ),
     # vllm-ascend reimplements capture without super(): vLLM's capture wrapper serves it.
-    _on(Family.AUTOREGRESSIVE, f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator")(
-        "capture"
-    ),
+    _on(Family.AUTOREGRESSIVE, f"{_ASCEND_AR}.speculator", "AscendAutoRegressiveSpeculator")("capture"),
     _ascend_ar("_calc_next_seq_lens_cpu", "seq_lens_cpu", "num_reqs", "num_reqs_padded", "step"),
 )
 _HOOKS_0_30_ASCEND = (
@@ -170,9 +162,7 @@ _HOOKS_0_30_ASCEND = (
     _BUILD_ATTN_METADATA,
     _DFLASH_CAPTURE,
     *_ASCEND_AUTOREGRESSIVE,
-    _ascend_ar(
-        "build_fia_params", "num_reqs_padded", "draft_attn_metadata", "is_draft_model_prefill"
-    ),
+    _ascend_ar("build_fia_params", "num_reqs_padded", "draft_attn_metadata", "is_draft_model_prefill"),
     _ascend_ar("_build_attn_metadata", "num_reqs", "batch_desc", "step"),
     _on(Family.ASCEND_DSPARK, f"{_ASCEND_SD}.dspark.speculator", "AscendDSparkSpeculator")(
         "_prepare_draft_dcp_metadata_inputs", "num_reqs", "num_reqs_padded", "step"
@@ -283,9 +273,7 @@ _HOOKS_0_34 = (
         wrapper="fused_multi_step_decode",
     ),
     *(
-        _on(Family.AUTOREGRESSIVE, f"{_SD}.{package}.speculator", cls)(
-            "init_cudagraph_manager", "cudagraph_mode"
-        )
+        _on(Family.AUTOREGRESSIVE, f"{_SD}.{package}.speculator", cls)("init_cudagraph_manager", "cudagraph_mode")
         for package, cls in (
             ("target_dependent_ar", "TargetDependentARSpeculator"),
             ("standalone_ar", "StandaloneARSpeculator"),

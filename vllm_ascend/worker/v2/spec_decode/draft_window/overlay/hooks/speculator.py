@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import policy, speculator
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY, DraftWindowConfig
-from vllm_ascend.worker.v2.spec_decode.draft_window.log import logger
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.fused_check import enable_if_trusted
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.common import (
     WINDOW_ATTR,
@@ -30,6 +29,7 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.common import 
     around,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.kv_cache import FREED_ATTR
+from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.log import logger
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.path_check import (
     UPDATE_PATH,
     PathCheck,
@@ -52,17 +52,13 @@ def create_checked_window(
     hooks wrap methods by name: a release that routes a build around them is caught) and
     the fused refresh enabled where its self-check passes on the window's device."""
     vllm_config = draft_speculator.vllm_config
-    config = DraftWindowConfig.from_additional_config(
-        getattr(vllm_config, "additional_config", None)
-    )
+    config = DraftWindowConfig.from_additional_config(getattr(vllm_config, "additional_config", None))
     if config.enabled:
         with policy.refusals(KEY, config.draft_window_size):
             refuse_config(vllm_config, release)
     window = speculator.create_draft_window(draft_speculator, release, freed)
     if window is not None:
-        window.path_check = PathCheck(
-            window, draft_speculator, release, release.bound_as_exact_rows
-        )
+        window.path_check = PathCheck(window, draft_speculator, release, release.bound_as_exact_rows)
         enable_if_trusted(window, logger, KEY)
     return window
 

@@ -41,9 +41,7 @@ def calc_next_seq_lens_cpu(original: Callable, installed: Installed) -> Callable
     """``_calc_next_seq_lens_cpu``: the host lengths an EAGLE decode step's kernel takes,
     windowed in place."""
 
-    def windowed(
-        self: Any, window: DraftWindow, lengths: torch.Tensor, *args: Any, **kwargs: Any
-    ) -> torch.Tensor:
+    def windowed(self: Any, window: DraftWindow, lengths: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         return window.window_actual_seq_lens(lengths)
 
     return after(original, installed, windowed)

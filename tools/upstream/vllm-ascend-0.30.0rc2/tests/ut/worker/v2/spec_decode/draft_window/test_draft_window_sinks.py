@@ -7,7 +7,8 @@ keys are validated through ``init_ascend_config``."""
 
 import pytest
 import torch
-from tests.ut.spec_decode.test_draft_window import (
+
+from tests.ut.worker.v2.spec_decode.draft_window.test_draft_window import (
     BLOCK_SIZE,
     CPU,
     MAX_NUM_REQS,
@@ -18,7 +19,6 @@ from tests.ut.spec_decode.test_draft_window import (
     _host_block_tables,  # noqa: F401
     _vllm_config,
 )
-
 from vllm_ascend.ascend_config import init_ascend_config
 from vllm_ascend.worker.v2.input_batch import AscendInputBuffers
 from vllm_ascend.worker.v2.spec_decode.draft_window.plan import Plan

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""The draft window's logger, a child of vLLM's "vllm" logger."""
+"""The plugin's own logger, a child of vLLM's "vllm" logger (the core logs through vLLM's)."""
 
 import logging
 

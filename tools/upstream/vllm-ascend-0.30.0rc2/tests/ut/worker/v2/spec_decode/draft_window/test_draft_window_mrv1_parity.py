@@ -30,9 +30,7 @@ def _batch(seed: int, window_size: int, block_size: int, future_offset: int):
 
 
 def _model_runner_v1(window_size, block_size, future_offset, lengths, table):
-    adapter = SlidingWindowAdapter(
-        window_size, block_size, lengths.shape[0], future_offset, torch.device("cpu")
-    )
+    adapter = SlidingWindowAdapter(window_size, block_size, lengths.shape[0], future_offset, torch.device("cpu"))
     metadata = SimpleNamespace(
         block_table_tensor=table,
         seq_lens=lengths.clone(),
