@@ -262,7 +262,7 @@ test-029: .venv-029/.overlay-installed  ## The Ascend suite on vLLM 0.29.0 + vll
 	@echo "== vLLM 0.29.0 + vllm-ascend 0.29.0rc1 (.venv-029) =="
 	.venv-029/bin/python $(ASCEND_PYTEST)
 
-upstream-patch: $(STAMP) .venv-030/.setup-done  ## The window as a patch to vllm-ascend 0.30.0rc2 (dist/vllm-ascend-0.30.0rc2-draft-window.patch), and as a series of three pull requests (dist/vllm-ascend-0.30.0rc2-draft-window/).
+upstream-patch: $(STAMP) .venv-030/.setup-done  ## The window as a patch to vllm-ascend 0.30.0rc2 (dist/vllm-ascend-0.30.0rc2-draft-window.patch), and as a series of six pull requests (dist/vllm-ascend-0.30.0rc2-draft-window/).
 	$(PY) -m tools.upstream patch
 
 # The window's Ascend tests against vllm-ascend's tree with the patch applied, the plugin

@@ -1110,7 +1110,7 @@ EXTERNAL = {
     "ascend_config.py",
     "_build_info.py",
     "tests/ut/conftest.py",
-    "tests/ut/spec_decode/test_draft_window.py",
+    "tests/ut/worker/v2/spec_decode/draft_window/test_draft_window.py",
     "worker/v2/test_spec_decode.py",
     "test_speculator.py",
     "test_aclgraph.py",

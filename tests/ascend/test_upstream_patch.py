@@ -66,11 +66,17 @@ def test_the_patch_touches_the_call_site_files_and_adds_only_new_ones(made):
     changed, new = _touched(made[0])
     assert changed == set(upstream.CHANGED)
     package = str(upstream.PACKAGE)
-    assert {p for p in new if not p.startswith(f"{package}/")} == {
-        "tests/ut/spec_decode/test_draft_window.py",
-        "tests/ut/spec_decode/test_draft_window_mrv1_parity.py",
-        "tests/ut/spec_decode/test_draft_window_sinks.py",
-        "tests/ut/spec_decode/test_draft_window_dcp_free_kv.py",
+    # Unit tests where vllm-ascend's mirror the source path, and e2e cases beside its own.
+    ut = "tests/ut/worker/v2/spec_decode/draft_window/test_draft_window"
+    e2e = "tests/e2e/pull_request/one_card/spec_decode/test_draft_window_"
+    assert {p for p in new if not p.startswith((f"{package}/", e2e))} == {
+        f"{ut}.py",
+        f"{ut}_mrv1_parity.py",
+        f"{ut}_eagle.py",
+        f"{ut}_auto.py",
+        f"{ut}_sinks.py",
+        f"{ut}_dcp.py",
+        f"{ut}_free_kv.py",
     }
     # The core by construction: every module of the package outside overlay/, nothing else.
     shipped = {p.removeprefix(f"{package}/") for p in new if p.startswith(package)}
@@ -96,13 +102,16 @@ def test_vllm_ascends_own_unit_tests_keep_every_outcome_and_the_patchs_own_pass(
     pristine = upstream.patched_tree(tmp_path / "pristine", apply=False)
     patched = upstream.patched_tree(tmp_path / "patched")
     before = vllm_ascend_ut.run(pristine, tmp_path)
-    after = vllm_ascend_ut.run(patched, tmp_path / "patched-run")
+    after = vllm_ascend_ut.run(
+        patched, tmp_path / "patched-run", (*vllm_ascend_ut.SUBSET, str(upstream.UT))
+    )
     assert len(before) > 900
     assert not [name for name, outcome in before.items() if outcome in ("failed", "error")]
     assert {name: after.get(name) for name in before} == before
     added = {name: outcome for name, outcome in after.items() if name not in before}
     assert added and all(
-        name.startswith("tests.ut.spec_decode.test_draft_window") for name in added
+        name.startswith("tests.ut.worker.v2.spec_decode.draft_window.test_draft_window")
+        for name in added
     )
     assert set(added.values()) == {"passed"}, added
 
@@ -167,11 +176,11 @@ def test_each_part_is_one_pull_request_in_vllm_ascends_template(series):
         assert all(f"`{test}`" in bodies[-1] for test in tests), part
 
 
-@pytest.mark.parametrize("parts", [1, 2])
+@pytest.mark.parametrize("parts", range(1, len(upstream.PARTS)))
 def test_an_earlier_parts_tree_passes_its_tests_and_the_earlier_parts(parts, tmp_path):
     tree = upstream.patched_tree(tmp_path / "tree", parts=parts)
     tests = sorted(
-        str(p.relative_to(tree)) for p in (tree / "tests/ut/spec_decode").glob("test_draft_window*")
+        str(p.relative_to(tree)) for p in (tree / upstream.UT).glob("test_draft_window*")
     )
     later = {str(p) for p, number in upstream.PART_FILES.items() if number > parts}
     assert tests and not later & set(tests)
@@ -410,7 +419,11 @@ def type_checked(tmp_path_factory) -> tuple[Path, Path, list[str]]:
     return tree, cache, _type_check(upstream.patched_tree(tree, apply=False), cache)
 
 
-@pytest.mark.parametrize("parts", [1, 2, None], ids=["part 1", "parts 1-2", "the patch"])
+@pytest.mark.parametrize(
+    "parts",
+    [*range(1, len(upstream.PARTS)), None],
+    ids=lambda n: f"parts 1-{n}" if n else "the patch",
+)
 def test_vllm_ascends_type_check_reports_nothing_new_on_each_parts_tree(parts, type_checked):
     """vllm-ascend's CI runs mypy over its package (``tools/mypy.sh``): the tree of each part of
     the series, and of the whole patch, gets exactly the errors the pristine tree gets."""

@@ -49,12 +49,29 @@ class Part:
         return SERIES / f"without-part-{self.number}.diff"
 
 
-PARTS = (Part(1, "window"), Part(2, "sinks-and-threshold"), Part(3, "dcp-and-free-kv"))
+PARTS = (
+    Part(1, "window"),
+    Part(2, "eagle"),
+    Part(3, "auto"),
+    Part(4, "sinks-and-threshold"),
+    Part(5, "dcp"),
+    Part(6, "free-kv"),
+)
+# The patch's own tests: unit tests mirroring the package's path, e2e cases beside vllm-ascend's.
+UT = Path("tests/ut/worker/v2/spec_decode/draft_window")
+E2E = Path("tests/e2e/pull_request/one_card/spec_decode")
 # New files a later part adds whole; every other new file is the first part's.
 PART_FILES = {
-    PACKAGE / "dcp.py": 3,
-    Path("tests/ut/spec_decode/test_draft_window_sinks.py"): 2,
-    Path("tests/ut/spec_decode/test_draft_window_dcp_free_kv.py"): 3,
+    PACKAGE / "autoregressive.py": 2,
+    PACKAGE / "ascend.py": 2,
+    UT / "test_draft_window_eagle.py": 2,
+    E2E / "test_draft_window_eagle.py": 2,
+    PACKAGE / "declared.py": 3,
+    UT / "test_draft_window_auto.py": 3,
+    UT / "test_draft_window_sinks.py": 4,
+    PACKAGE / "dcp.py": 5,
+    UT / "test_draft_window_dcp.py": 5,
+    UT / "test_draft_window_free_kv.py": 6,
 }
 
 
