@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import DcpLayout, column_tokens
-from vllm_ascend.worker.v2.spec_decode.draft_window.plan import ActualSeqLens, Plan
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import ActualSeqLens, Plan
 
 
 def plan_over(

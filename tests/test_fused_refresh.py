@@ -24,8 +24,7 @@ import torch
 
 from testbed.plans import plan_over
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay import fused, fused_check
-from vllm_ascend.worker.v2.spec_decode.draft_window.plan import ActualSeqLens
-from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import ActualSeqLens, DraftWindow
 
 # The same code on every vLLM line: run once, in .venv (design/testing.md).
 pytestmark = pytest.mark.release_independent

@@ -33,9 +33,11 @@ def synthetic_window(
 
     from testbed.plans import plan_over
     from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.fused import enable_fused
-    from vllm_ascend.worker.v2.spec_decode.draft_window.plan import ActualSeqLens
     from vllm_ascend.worker.v2.spec_decode.draft_window.window import ceil_div
-    from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
+    from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import (
+        ActualSeqLens,
+        DraftWindow,
+    )
 
     def i32(*shape, high=1 << 30):
         return torch.randint(1, high, shape, generator=gen, dtype=torch.int32).to(device)

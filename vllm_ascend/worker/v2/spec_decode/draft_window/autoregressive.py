@@ -32,8 +32,9 @@ def windowed_prefill_metadata(
     batch: InputBatch,
     path: str,
     host_mirror: str | None = None,
+    prepare_attn_state: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """The draft layers' prefill metadata over the target's batch, windowed."""
+    """The draft layers' prefill metadata over the target's batch, windowed (the model state as it was after)."""
     n = batch.num_reqs
     window.refresh(n, seq_lens=batch.seq_lens, query_start_loc=batch.query_start_loc)
     query_lens_cpu = torch.from_numpy(np.diff(batch.query_start_loc_np[: n + 1]))
@@ -66,10 +67,10 @@ def windowed_prefill_metadata(
     windowed_batch = dataclasses.replace(batch, **changes)
     block_tables = tuple(t[:n] for t in window.block_tables.input_block_tables)
     model_state = speculator.model_state
-    # The model state may keep what it builds (vllm-ascend does): restore it afterwards.
-    kept = dict(vars(model_state))
-    if isinstance(kept.get("max_model_len"), int) and n:
-        model_state.max_model_len = min(kept["max_model_len"], int(bound.max()))
+    names = ("max_model_len", *prepare_attn_state)
+    own = {name: model_state.__dict__[name] for name in names if name in model_state.__dict__}
+    if isinstance(own.get("max_model_len"), int) and n:
+        model_state.max_model_len = min(own["max_model_len"], int(bound.max()))
     window.exact_host_rows = prefilling
     try:
         with window.on_path(path):
@@ -83,9 +84,11 @@ def windowed_prefill_metadata(
             )
     finally:
         window.exact_host_rows = None
-        for name in set(vars(model_state)) - set(kept):
-            delattr(model_state, name)
-        vars(model_state).update(kept)
+        for name in names:
+            if name in own:
+                setattr(model_state, name, own[name])
+            else:
+                model_state.__dict__.pop(name, None)
         window.block_tables.windows = window.windows
 
 
@@ -113,7 +116,7 @@ def prefill_attn_metadata(
     """The target's metadata with the draft layers' entries windowed."""
     window.propose.prefill_windowed = True
     host_mirror = release.host_mirror[1] if release.host_mirror else None
-    draft_metadata = windowed_prefill_metadata(speculator, window, batch, path, host_mirror)
+    draft_metadata = windowed_prefill_metadata(speculator, window, batch, path, host_mirror, release.prepare_attn_state)
     # A PIECEWISE prefill may pad past the target's tokens: those slots write nowhere.
     slot_mappings = speculator.block_tables.slot_mappings
     slot_mappings[:, batch.num_tokens_after_padding : num_tokens].fill_(PAD_SLOT_ID)

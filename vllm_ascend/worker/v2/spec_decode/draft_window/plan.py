@@ -6,10 +6,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import torch
 from vllm.logger import logger
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import policy
@@ -42,46 +40,11 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.methods import (
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec, lcm_alignment
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import ActualSeqLens, Plan
 
 if TYPE_CHECKING:
     from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
-
-
-@dataclass(frozen=True)
-class ActualSeqLens:
-    """The host-computed lengths the kernel takes, the window start's source: the host bound
-    plus the step (``from_bound``), else the target's length plus each decode step."""
-
-    source: torch.Tensor
-    max_model_len: int
-    from_bound: bool = False
-
-
-@dataclass(frozen=True)
-class Plan:
-    """One speculator's window: its shape and what its persistent buffers are sized by."""
-
-    spec: WindowSpec
-    # Per windowed draft KV-cache group: a request's tokens per table column (under DCP,
-    # every rank's: dcp.py).
-    group_units: Mapping[int, int]
-    # Under decode context parallelism: this rank's layout, read once at start-up.
-    layout: DcpLayout | None = None
-    # DFlash/DSpark: the query stretch every pass reads; an EAGLE decode step: 1.
-    max_query_len: int = 1
-    # EAGLE's draft prefill: its longest query chunk (wider tables of its own), else None.
-    max_chunk_len: int | None = None
-    actual: ActualSeqLens | None = None
-    # Every draft KV-cache group's decision (groups.py); the ones not windowed keep vLLM's
-    # own inputs.
-    decisions: tuple[GroupDecision, ...] = ()
-    # draft_attention_sinks as asked (``spec.sink_size``: rounded up to the alignment).
-    sink_tokens: int = 0
-
-    @property
-    def unwindowed_group_ids(self) -> list[int]:
-        return [d.group_id for d in self.decisions if not d.windowed]
 
 
 def plan(

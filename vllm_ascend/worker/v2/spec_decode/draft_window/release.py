@@ -40,6 +40,8 @@ class Release:
     # (attribute path, layout, why, fix) of speculator state the window does not serve.
     unserved_state: tuple[tuple[str, str, str, str], ...] = ()
     model_runner_v1: bool = True
+    # What the draft's model state keeps of a ``prepare_attn`` call (the EAGLE draft prefill's).
+    prepare_attn_state: tuple[str, ...] = ()
     block_table_width: tuple[str, str] = ("vllm.v1.worker.block_table", "get_block_table_width")
     free_kv_unserved: str | None = None
 
@@ -132,5 +134,6 @@ VLLM_0_30_ASCEND = Release(
     built_host_lengths=("seq_lens_list", "decode.seq_lens_list"),
     unsynced_target=("vllm_ascend.utils", "is_deepseek_v41"),
     unserved_state=UNSERVED_STATE_ASCEND,
+    prepare_attn_state=("block_tables", "slot_mappings", "kv_cache_config", "pcp_context", "attn_metadata"),
     free_kv_unserved=FREE_KV_ASCEND,
 )

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.plan import Plan
 from vllm_ascend.worker.v2.spec_decode.draft_window.views import (
     BlockTablesView,
     InputBuffersView,
@@ -30,6 +29,46 @@ if TYPE_CHECKING:
     from vllm.v1.worker.gpu.input_batch import InputBatch, InputBuffers
     from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
     from vllm.v1.worker.utils import AttentionGroup
+
+    from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import DcpLayout
+    from vllm_ascend.worker.v2.spec_decode.draft_window.groups import GroupDecision
+    from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec
+
+
+@dataclass(frozen=True)
+class ActualSeqLens:
+    """The host-computed lengths the kernel takes, the window start's source: the host bound
+    plus the step (``from_bound``), else the target's length plus each decode step."""
+
+    source: torch.Tensor
+    max_model_len: int
+    from_bound: bool = False
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One speculator's window: its shape and what its persistent buffers are sized by."""
+
+    spec: WindowSpec
+    # Per windowed draft KV-cache group: a request's tokens per table column (under DCP,
+    # every rank's: dcp.py).
+    group_units: Mapping[int, int]
+    # Under decode context parallelism: this rank's layout, read once at start-up.
+    layout: DcpLayout | None = None
+    # DFlash/DSpark: the query stretch every pass reads; an EAGLE decode step: 1.
+    max_query_len: int = 1
+    # EAGLE's draft prefill: its longest query chunk (wider tables of its own), else None.
+    max_chunk_len: int | None = None
+    actual: ActualSeqLens | None = None
+    # Every draft KV-cache group's decision (groups.py); the ones not windowed keep vLLM's
+    # own inputs.
+    decisions: tuple[GroupDecision, ...] = ()
+    # draft_attention_sinks as asked (``spec.sink_size``: rounded up to the alignment).
+    sink_tokens: int = 0
+
+    @property
+    def unwindowed_group_ids(self) -> list[int]:
+        return [d.group_id for d in self.decisions if not d.windowed]
 
 
 class WindowNotInPathError(RuntimeError):
@@ -109,6 +148,7 @@ class DraftWindow:
         self.path: list[str] = []
         self.windowed_attn_groups: list[list[AttentionGroup]] | None = None
         self.unwindowed_attn_groups: list[list[AttentionGroup]] | None = None
+        self._unwindowed_builders: list[object] = []
         if plan.unwindowed_group_ids:
             assert attn_groups is not None, "the groups not windowed need their builders"
             self._keep_unwindowed_groups(attn_groups, plan.unwindowed_group_ids)
@@ -149,17 +189,30 @@ class DraftWindow:
         self.host_skip = torch.zeros(max_num_reqs, dtype=torch.int32)
 
     def _keep_unwindowed_groups(self, attn_groups: list[list[AttentionGroup]], group_ids: Sequence[int]) -> None:
-        """Give the builders of ``group_ids`` vLLM's own lengths back (graph capture)."""
+        """Build the groups ``group_ids`` from vLLM's own lengths (on a graph capture's path too)."""
         kept = set(group_ids)
         self.windowed_attn_groups = [[] if g in kept else gs for g, gs in enumerate(attn_groups)]
         self.unwindowed_attn_groups = [gs if g in kept else [] for g, gs in enumerate(attn_groups)]
-        for g in group_ids:
-            for group in attn_groups[g]:
-                for builder in group.metadata_builders:
-                    for name, position in (("build", 1), ("build_for_cudagraph_capture", 0)):
-                        real = getattr(builder, name, None)
-                        if callable(real):
-                            setattr(builder, name, self._with_vllms_seq_lens(real, position))
+        self._unwindowed_builders = [b for g in group_ids for group in attn_groups[g] for b in group.metadata_builders]
+
+    @contextmanager
+    def _unwindowed_builders_on_vllms_lengths(self) -> Iterator[None]:
+        """While inside, the builders of the groups not windowed read vLLM's own ``seq_lens``."""
+        replaced = []
+        for builder in self._unwindowed_builders:
+            for name, position in (("build", 1), ("build_for_cudagraph_capture", 0)):
+                real = getattr(builder, name, None)
+                if callable(real):
+                    replaced.append((builder, name, builder.__dict__.get(name)))
+                    setattr(builder, name, self._with_vllms_seq_lens(real, position))
+        try:
+            yield
+        finally:
+            for builder, name, own in reversed(replaced):
+                if own is None:
+                    delattr(builder, name)
+                else:
+                    setattr(builder, name, own)
 
     def _with_vllms_seq_lens(self, real: Callable[..., object], position: int) -> Callable[..., object]:
         windowed, vllms = self.seq_lens, self.input_buffers.base.seq_lens
@@ -273,11 +326,10 @@ class DraftWindow:
         speculator.draft_max_seq_len = min(saved[2], self.spec.read_cap(max_query_len))
         if attn_groups is not None:
             speculator.attn_groups = attn_groups
-        self.path.append(path)
         try:
-            yield
+            with self.on_path(path):
+                yield
         finally:
-            self.path.pop()
             speculator.input_buffers, speculator.block_tables, speculator.draft_max_seq_len = saved
             speculator.attn_groups = saved_groups
 
@@ -294,6 +346,7 @@ class DraftWindow:
     def on_path(self, path: str) -> Iterator[None]:
         self.path.append(path)
         try:
-            yield
+            with self._unwindowed_builders_on_vllms_lengths():
+                yield
         finally:
             self.path.pop()

@@ -13,9 +13,8 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.fused import (
     enable_fused,
     triton_available,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.plan import ActualSeqLens, Plan
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import ceil_div
-from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import ActualSeqLens, DraftWindow, Plan
 
 if TYPE_CHECKING:
     from logging import Logger

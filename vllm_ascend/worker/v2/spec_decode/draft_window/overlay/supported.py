@@ -198,6 +198,7 @@ VLLM_0_29_ASCEND = PluginRelease(
     unserved_state=core_release.UNSERVED_STATE_ASCEND[:1],
     fia_table_from_target=True,
     free_kv_unserved=core_release.FREE_KV_ASCEND,
+    prepare_attn_state=("attn_metadata",),
 )
 
 # vLLM 0.34.x (design doc, section 8.4): Model Runner V2 only. The EAGLE family and draft
@@ -217,6 +218,8 @@ VLLM_0_34 = dataclasses.replace(
     block_table_width=("vllm.v1.kv_cache_interface", "get_block_table_width"),
     unserved_config=vllm_backends.UNSERVED_CONFIG_0_34,
     own_draft_dcp=True,
+    # Its mamba-hybrid model state keeps the query starts of a prepare_attn call.
+    prepare_attn_state=("_replayssm_query_start_loc",),
 )
 
 _HOOKS_0_33 = (
