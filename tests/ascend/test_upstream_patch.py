@@ -348,7 +348,15 @@ def test_the_cores_types_are_vllms_and_vllm_ascends_own_and_any_only_as_they_dec
         if parts[0] not in ("vllm", "vllm_ascend"):
             assert hasattr(importlib.import_module(module), name), f"{module}.{name}"
             continue
-        root = upstream.PRISTINE if parts[0] == "vllm_ascend" else vllm.parent
+        # The core's own modules (for annotations only) are the patch's, not the pristine tree's.
+        core_module = module.startswith(str(upstream.PACKAGE).replace("/", "."))
+        root = (
+            upstream.ROOT
+            if core_module
+            else upstream.PRISTINE
+            if parts[0] == "vllm_ascend"
+            else vllm.parent
+        )
         source = root.joinpath(*parts)
         file = source / "__init__.py" if source.is_dir() else source.with_suffix(".py")
         assert _defines(file.read_text(encoding="utf-8"), name), f"{module}.{name}"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from tools.upstream.patch import PRISTINE
+from tools.upstream.patch import PRISTINE, _git
 
 CONFIG = ".pre-commit-config.yaml"
 # The environment's scripts: its pinned ruff, codespell and typos (not the first on PATH).
@@ -286,13 +286,3 @@ def _relative(name: str, tree: Path) -> str:
         if path.is_absolute() and path.is_relative_to(root):
             path = path.relative_to(root)
     return path.as_posix()
-
-
-def _git(cwd: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-c", "user.name=draft-window", "-c", "user.email=draft-window@localhost", *args],
-        cwd=cwd,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout

@@ -35,10 +35,9 @@ from vllm_ascend.worker.v2.input_batch import AscendInputBuffers
 from vllm_ascend.worker.v2.spec_decode.dflash.speculator import AscendDFlashSpeculator
 from vllm_ascend.worker.v2.spec_decode.draft_window import speculator as draft_window
 from vllm_ascend.worker.v2.spec_decode.draft_window.groups import classify
-from vllm_ascend.worker.v2.spec_decode.draft_window.plan import Plan
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import VLLM_0_30_ASCEND
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec, window_seq_lens
-from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow, Plan
 from vllm_ascend.worker.v2.spec_decode.dspark.speculator import AscendDSparkSpeculator
 
 CPU = torch.device("cpu")

@@ -21,9 +21,8 @@ from tests.ut.worker.v2.spec_decode.draft_window.test_draft_window import (
 )
 from vllm_ascend.ascend_config import init_ascend_config
 from vllm_ascend.worker.v2.input_batch import AscendInputBuffers
-from vllm_ascend.worker.v2.spec_decode.draft_window.plan import Plan
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec, window_seq_lens
-from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow
+from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import DraftWindow, Plan
 
 
 def test_window_seq_lens_keeps_the_attention_sinks():
