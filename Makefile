@@ -233,12 +233,13 @@ $(ASCEND_VENVS:%=%/.overlay-installed): %/.overlay-installed: %/.setup-done $(PR
 # core, has two suites' threads contend for the same two cores); each prints its output when
 # it ends. `setup` first, then this project into each environment, so that every suite is
 # ready and make starts them in the order named, longest first: the two upstream suites,
-# then the engine study and the Ascend suites on whichever core frees first, both cores
+# then the Ascend 0.30 suite (its six trees of the series), the engine study and the others on
+# whichever core frees first, both cores
 # finishing together (each suite's time: design/testing.md).
 SUITE_INSTALLS := $(VENV)/.project-installed $(VENV_034)/.project-installed $(ASCEND_VENVS:%=%/.overlay-installed)
 test: setup  ## Run the test suites on CPU: vLLM 0.33 (.venv) and 0.34 (.venv-034), each Ascend release, the upstream patch's tree.
 	@$(MAKE) --no-print-directory -j2 $(SUITE_INSTALLS)
-	@OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 --output-sync=target test-033 test-034 test-study test-030 test-029 test-upstream
+	@OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 --output-sync=target test-033 test-034 test-030 test-study test-029 test-upstream
 
 test-033: $(VENV)/.project-installed $(VLLM_ASCEND_WHEEL_STAMP) $(HELDOUT)  ## The vLLM 0.33.0 upstream suite (.venv), with the tests that run the same code on every line.
 	@echo "== vLLM 0.33.0 upstream (.venv) =="
