@@ -50,8 +50,7 @@ class Plan:
     """One speculator's window: its shape and what its persistent buffers are sized by."""
 
     spec: WindowSpec
-    # Per windowed draft KV-cache group: a request's tokens per table column (under DCP,
-    # every rank's: dcp.py).
+    # Per windowed group: a request's tokens per table column (under DCP every rank's: dcp.py).
     group_units: Mapping[int, int]
     # Under decode context parallelism: this rank's layout, read once at start-up.
     layout: DcpLayout | None = None
@@ -60,8 +59,7 @@ class Plan:
     # EAGLE's draft prefill: its longest query chunk (wider tables of its own), else None.
     max_chunk_len: int | None = None
     actual: ActualSeqLens | None = None
-    # Every draft KV-cache group's decision (groups.py); the ones not windowed keep vLLM's
-    # own inputs.
+    # Every draft KV-cache group's decision (groups.py); those not windowed keep vLLM's inputs.
     decisions: tuple[GroupDecision, ...] = ()
     # draft_attention_sinks as asked (``spec.sink_size``: rounded up to the alignment).
     sink_tokens: int = 0
