@@ -3,12 +3,18 @@
 """What a logger emits while a test runs, in both test environments."""
 
 import logging
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 # The window's lines: the core logs through vLLM's logger ("vllm"), the plugin through its own.
 WINDOW = "vllm.draft_window"
+
+
+def is_window_record(record: logging.LogRecord) -> bool:
+    """Whether ``record`` is the window's: the plugin's logger, or a module of the package."""
+    return record.name == WINDOW or f"{os.sep}draft_window{os.sep}" in record.pathname
 
 
 @contextmanager
@@ -19,8 +25,6 @@ def recorded(
     ``WINDOW``: the window's records on vLLM's logger)."""
     records: list = []
     handler = logging.Handler()
-    from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.log import is_window_record
-
     window = name == WINDOW
     handler.emit = lambda record: (
         records.append(keep(record)) if not window or is_window_record(record) else None

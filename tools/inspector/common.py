@@ -14,7 +14,6 @@ import sys
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY, MIN_CONTEXT_KEY, SINKS_KEY
 from vllm_ascend.worker.v2.spec_decode.draft_window.methods import METHODS as KINDS
 from vllm_ascend.worker.v2.spec_decode.draft_window.methods import Kind
-from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.log import is_window_record
 
 # The methods the window serves somewhere, from the package's one table (MTP is left alone).
 METHODS = tuple(m for m, kind in KINDS.items() if kind is not Kind.MTP)
@@ -144,12 +143,15 @@ def show_window_lines() -> None:
     if not any(isinstance(h, _WindowLines) for h in logger.handlers):
         handler = _WindowLines(sys.stderr)
         handler.setFormatter(logging.Formatter("INFO %(message)s"))
-        handler.addFilter(
-            lambda record: record.levelno >= logging.INFO and is_window_record(record)
-        )
+        handler.addFilter(lambda record: record.levelno >= logging.INFO and window_record(record))
         logger.addHandler(handler)
         logger.setLevel(min(logger.getEffectiveLevel(), logging.INFO))
 
 
 class _WindowLines(logging.StreamHandler):
     """The handler of the window's start-up lines."""
+
+
+def window_record(record: logging.LogRecord) -> bool:
+    """Whether ``record`` is the window's: the plugin's logger, or a module of the package."""
+    return record.name == "vllm.draft_window" or f"{os.sep}draft_window{os.sep}" in record.pathname

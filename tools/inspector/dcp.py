@@ -30,7 +30,6 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     MIN_CONTEXT_KEY,
     SINKS_KEY,
 )
-from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.log import is_window_record
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import ceil_div
 
 
@@ -233,7 +232,7 @@ def _start_up_lines_once(rank: int):
     logger = logging.getLogger("vllm")
 
     def others(record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.WARNING or not is_window_record(record)
+        return record.levelno >= logging.WARNING or not common.window_record(record)
 
     if rank:
         logger.addFilter(others)
