@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import DcpLayout, column_tokens
+from vllm_ascend.worker.v2.spec_decode.draft_window.views import block_table_units
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec
 from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import ActualSeqLens, Plan
 
@@ -27,7 +28,7 @@ def plan_over(
     """The plan over ``group_ids`` of ``block_tables``: their DCP layout read, the shape
     derived from their tokens per column."""
     layout = DcpLayout.of(block_tables)
-    units = column_tokens(block_tables, group_ids, layout)
+    units = column_tokens(block_table_units(block_tables), group_ids, layout)
     spec = WindowSpec.derive(window_size, units.values(), sink_tokens, min_context)
     return Plan(
         spec,

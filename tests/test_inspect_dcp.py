@@ -120,13 +120,8 @@ def test_a_window_that_ignores_dcp_is_caught(capsys, monkeypatch):
     """A window aligned to one rank's blocks (the table's columns taken for b tokens, not
     cp b) crops the wrong columns of every rank's table."""
     from vllm_ascend.worker.v2.spec_decode.draft_window import plan
-    from vllm_ascend.worker.v2.spec_decode.draft_window.views import block_table_units
 
-    monkeypatch.setattr(
-        plan,
-        "column_tokens",
-        lambda tables, group_ids, layout: {g: int(block_table_units(tables)[g]) for g in group_ids},
-    )
+    monkeypatch.setattr(plan, "column_tokens", lambda units, group_ids, layout: {g: int(units[g]) for g in group_ids})
     code = inspect("--window 256 --seq-lens 1000,5000 --block-sizes 16 --method dspark --dcp 2")
     out = capsys.readouterr().out
     assert code == 1

@@ -11,8 +11,6 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.views import block_table_units
-
 if TYPE_CHECKING:
     from vllm.v1.worker.gpu.block_table import BlockTables
 
@@ -38,16 +36,6 @@ class DcpLayout:
         sharded = tuple(bool(x) for x in flags.tolist()) if flags is not None else (True,) * num_groups
         return cls(cp_size, int(block_tables.cp_rank), int(block_tables.cp_interleave), sharded)
 
-    def column_tokens(self, group_id: int, unit: int) -> int:
-        if not self.sharded[group_id]:
-            return unit
-        if unit % self.interleave:
-            raise ValueError(
-                f"cp_kv_cache_interleave_size {self.interleave} does not divide the {unit} "
-                f"tokens of one column of group {group_id}'s block table on one rank"
-            )
-        return self.cp_size * unit
-
     def local_len(self, length: int, rank: int = 0) -> int:
         rounds, rest = divmod(length, self.cp_size * self.interleave)
         return rounds * self.interleave + min(max(rest - rank * self.interleave, 0), self.interleave)
@@ -59,12 +47,20 @@ class DcpLayout:
         )
 
 
-def column_tokens(block_tables: BlockTables, group_ids: Sequence[int], layout: DcpLayout | None) -> dict[int, int]:
-    """Tokens of a request one table column of each group covers under ``layout``."""
-    units = block_table_units(block_tables)
-    if layout is None:
-        return {g: int(units[g]) for g in group_ids}
-    return {g: layout.column_tokens(g, int(units[g])) for g in group_ids}
+def column_tokens(units: Sequence[int], group_ids: Sequence[int], layout: DcpLayout | None) -> dict[int, int]:
+    """Tokens of a request one table column of each group covers under ``layout`` (``units``: on one rank)."""
+    tokens = {}
+    for g in group_ids:
+        unit = int(units[g])
+        if layout is not None and layout.sharded[g]:
+            if unit % layout.interleave:
+                raise ValueError(
+                    f"cp_kv_cache_interleave_size {layout.interleave} does not divide the {unit} "
+                    f"tokens of one column of group {g}'s block table on one rank"
+                )
+            unit *= layout.cp_size
+        tokens[g] = unit
+    return tokens
 
 
 def dcp_local_lengths(

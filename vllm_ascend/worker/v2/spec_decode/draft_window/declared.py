@@ -5,14 +5,19 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from vllm.logger import logger
+
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import AUTO, KEY
+from vllm_ascend.worker.v2.spec_decode.draft_window.window import lcm_alignment
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
+    from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
 # Read in order: top level, the speculators format's layer config, a composite text config.
 FIELDS = (
@@ -47,6 +52,70 @@ def declared_context(vllm_config: VllmConfig) -> Declared:
         if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
             return Declared(value, name, checkpoint, path)
     return Declared(None, None, checkpoint, path)
+
+
+def auto_context(speculator: DraftModelSpeculator) -> Declared | None:
+    """The context ``"auto"`` sizes the window from; None (off, said once): none, or not below max_model_len."""
+    declared = declared_context(speculator.vllm_config)
+    context, field, max_model_len = declared.tokens, declared.field, speculator.max_model_len
+    if context is None:
+        logger.warning(
+            "%s=%s: the draft checkpoint %s declares no training context (none of %s in its "
+            "config.json), so the draft window stays off. Set %s to the drafter's training "
+            "context in tokens to window it.",
+            KEY,
+            AUTO,
+            declared.checkpoint,
+            ", ".join(FIELDS),
+            KEY,
+        )
+        return None
+    if context >= max_model_len:
+        logger.info(
+            "%s=%s: the draft checkpoint %s declares %s=%d, not below max_model_len=%d, so "
+            "the draft reads no context longer than it declares; the draft window stays off. "
+            "Set %s to the drafter's training context in tokens to window it anyway.",
+            KEY,
+            AUTO,
+            declared.checkpoint,
+            field,
+            context,
+            max_model_len,
+            KEY,
+        )
+        return None
+    return declared
+
+
+def auto_window(speculator: DraftModelSpeculator, declared: Declared, units: Iterable[int]) -> int:
+    """``"auto"`` as ``W = C - a + 1``: the largest window whose reads stay within the declared context ``C``."""
+    context, field = declared.tokens, declared.field
+    assert context is not None
+    alignment = lcm_alignment(list(units))
+    window_size = auto_window_size(context, alignment)
+    query_stretch = speculator.num_speculative_steps + 1
+    if window_size < query_stretch:
+        raise ValueError(
+            f"{KEY}={AUTO} cannot size the draft window: the draft checkpoint "
+            f"{declared.checkpoint} declares {field}={context} and the window's alignment is "
+            f"{alignment}, so W = {context} - {alignment} + 1 = {window_size} is smaller than "
+            f"the {query_stretch} query tokens method {speculator.method!r} drafts per request "
+            f"(num_speculative_tokens + 1). Set {KEY} explicitly to a number of tokens >= "
+            f"{query_stretch}."
+        )
+    logger.info(
+        "%s=%s became W=%d: the draft checkpoint %s declares %s=%d (its training context), "
+        "and the window's reads (W to W + a - 1 = %d tokens, alignment %d) stay within it.",
+        KEY,
+        AUTO,
+        window_size,
+        declared.checkpoint,
+        field,
+        context,
+        window_size + alignment - 1,
+        alignment,
+    )
+    return window_size
 
 
 def auto_window_size(context: int, alignment: int) -> int:

@@ -12,7 +12,6 @@ from vllm.logger import logger
 
 from vllm_ascend.worker.v2.spec_decode.draft_window import policy
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
-    AUTO,
     FREE_KV_KEY,
     KEY,
     MIN_CONTEXT_KEY,
@@ -20,15 +19,9 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
     DraftWindowConfig,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.dcp import DcpLayout, column_tokens
-from vllm_ascend.worker.v2.spec_decode.draft_window.declared import (
-    FIELDS,
-    Declared,
-    auto_window_size,
-    declared_context,
-)
+from vllm_ascend.worker.v2.spec_decode.draft_window.declared import auto_context, auto_window
 from vllm_ascend.worker.v2.spec_decode.draft_window.groups import (
     Freed,
-    GroupDecision,
     decide_groups,
     describe_decisions,
 )
@@ -39,7 +32,8 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.methods import (
     Kind,
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release
-from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec, lcm_alignment
+from vllm_ascend.worker.v2.spec_decode.draft_window.views import block_table_units
+from vllm_ascend.worker.v2.spec_decode.draft_window.window import WindowSpec
 from vllm_ascend.worker.v2.spec_decode.draft_window.window_buffers import ActualSeqLens, Plan
 
 if TYPE_CHECKING:
@@ -54,34 +48,29 @@ def plan(
     freed: Freed | None = None,
 ) -> Plan | None:
     """The speculator's window under ``config`` on ``release``; None: off (said once)."""
-    asked, method = config.draft_window_size, speculator.method
+    method = speculator.method
     kind = METHODS.get(method)
     if kind is Kind.MTP:
         _say_mtp_ignored(speculator, config)
         return None
-    query_stretch = speculator.num_speculative_steps + 1
     decisions = decide_groups(speculator.kv_cache_config, speculator.attn_groups, freed)
     layout = DcpLayout.of(speculator.block_tables)
-    with policy.refusals(KEY, asked):
-        policy.refuse_method(method, release)
-        policy.refuse_speculator(speculator, release)
-        if isinstance(asked, int):
-            policy.refuse_shape(method, asked, query_stretch, speculator.vllm_config)
-        policy.refuse_backends(speculator, release, decisions)
-        policy.refuse_dcp(speculator, layout, release, decisions)
-    declared = _auto_context(speculator) if config.auto else None
+    per_rank = block_table_units(speculator.block_tables)
+    source = policy.refuse_unserved(speculator, config, release, decisions, layout, per_rank)
+    declared = auto_context(speculator) if config.auto else None
     if config.auto and declared is None:
         return None
-    windowed = _windowed_groups(decisions, asked)
-    units = column_tokens(speculator.block_tables, windowed, layout)
-    alignment = lcm_alignment(list(units.values()))
-    if declared is None:
-        assert isinstance(asked, int)
-        window_size = asked
-    else:
-        window_size = _auto_window_size(speculator, declared, alignment)
-        with policy.refusals(KEY, window_size):
-            policy.refuse_shape(method, window_size, query_stretch, speculator.vllm_config)
+    windowed = [d.group_id for d in decisions if d.windowed]
+    if not windowed:
+        # Refused at set_attn, before the KV cache is allocated.
+        raise ValueError(
+            f"{KEY}={config.draft_window_size} cannot window the draft: none of its KV-cache groups is dense, "
+            f"causal attention over the whole context ({describe_decisions(decisions)}). Use a draft whose "
+            f"attention layers are, or remove {KEY}."
+        )
+    units = column_tokens(per_rank, windowed, layout)
+    window_size = config.draft_window_size if declared is None else auto_window(speculator, declared, units.values())
+    assert isinstance(window_size, int)
     spec = WindowSpec.derive(window_size, units.values(), config.draft_attention_sinks, config.draft_window_min_context)
     if not _engages(spec, config, speculator.max_model_len):
         return None
@@ -95,17 +84,22 @@ def plan(
             KEY,
             config.draft_window_size,
         )
-    actual = _actual_seq_lens(speculator, release, decisions, config, layout is not None)
+    actual = None
+    if source is not None:
+        lengths = speculator.target_input_buffers.seq_lens
+        actual = ActualSeqLens(lengths, speculator.max_model_len, from_bound=source == policy.FROM_HOST_BOUND)
     # EAGLE and a draft model: one query token per decode step, and a prefill over the
     # target's chunks (a draft model's with one correction token per request more).
     one_token_steps = kind in (Kind.AUTOREGRESSIVE, Kind.DRAFT_MODEL)
-    chunk = speculator.max_num_tokens + _extra_query_slots(speculator)
+    extra = getattr(speculator, "num_extra_query_per_req", None)
+    if extra is None:
+        extra = getattr(speculator.speculative_config, "max_num_new_slots_for_drafting", 0)
     return Plan(
         spec,
         units,
         layout,
-        max_query_len=1 if one_token_steps else query_stretch,
-        max_chunk_len=chunk if one_token_steps else None,
+        max_query_len=1 if one_token_steps else speculator.num_speculative_steps + 1,
+        max_chunk_len=speculator.max_num_tokens + int(extra or 0) if one_token_steps else None,
         actual=actual,
         decisions=tuple(decisions),
         sink_tokens=config.draft_attention_sinks,
@@ -126,22 +120,6 @@ def _say_mtp_ignored(speculator: DraftModelSpeculator, config: DraftWindowConfig
     )
 
 
-def _actual_seq_lens(
-    speculator: DraftModelSpeculator,
-    release: Release,
-    decisions: list[GroupDecision],
-    config: DraftWindowConfig,
-    dcp: bool,
-) -> ActualSeqLens | None:
-    with policy.refusals(KEY, config.draft_window_size):
-        source = policy.actual_seq_lens_source(speculator, release, decisions, dcp)
-    if source is None:
-        return None
-    lengths = speculator.target_input_buffers.seq_lens
-    from_bound = source == policy.FROM_HOST_BOUND
-    return ActualSeqLens(lengths, speculator.max_model_len, from_bound=from_bound)
-
-
 def _refuse_freed_reads(
     spec: WindowSpec, units: Mapping[int, int], freed: Freed, kv_cache_config: KVCacheConfig
 ) -> None:
@@ -158,91 +136,6 @@ def _refuse_freed_reads(
                 f"reads need ({KEY}={spec.window_size}, alignment {spec.alignment}, "
                 f"{column}-token table columns); remove {FREE_KV_KEY}."
             )
-
-
-def _extra_query_slots(speculator: DraftModelSpeculator) -> int:
-    """The query slots a draft adds to each request (a draft model's correction token)."""
-    extra = getattr(speculator, "num_extra_query_per_req", None)
-    if extra is None:
-        extra = getattr(speculator.speculative_config, "max_num_new_slots_for_drafting", 0)
-    return int(extra or 0)
-
-
-def _auto_context(speculator: DraftModelSpeculator) -> Declared | None:
-    """The training context ``"auto"`` sizes the window from; None (off, said once) without
-    one, or with one not below max_model_len."""
-    declared = declared_context(speculator.vllm_config)
-    max_model_len = speculator.max_model_len
-    if declared.tokens is None:
-        logger.warning(
-            "%s=%s: the draft checkpoint %s declares no training context (none of %s in its "
-            "config.json), so the draft window stays off. Set %s to the drafter's training "
-            "context in tokens to window it.",
-            KEY,
-            AUTO,
-            declared.checkpoint,
-            ", ".join(FIELDS),
-            KEY,
-        )
-        return None
-    context, field = declared.tokens, declared.field
-    if context >= max_model_len:
-        logger.info(
-            "%s=%s: the draft checkpoint %s declares %s=%d, not below max_model_len=%d, so "
-            "the draft reads no context longer than it declares; the draft window stays off. "
-            "Set %s to the drafter's training context in tokens to window it anyway.",
-            KEY,
-            AUTO,
-            declared.checkpoint,
-            field,
-            context,
-            max_model_len,
-            KEY,
-        )
-        return None
-    return declared
-
-
-def _auto_window_size(speculator: DraftModelSpeculator, declared: Declared, alignment: int) -> int:
-    """``"auto"`` as ``W = C - a + 1``, the largest window whose reads stay within the declared context ``C``."""
-    context, field = declared.tokens, declared.field
-    assert context is not None
-    window_size = auto_window_size(context, alignment)
-    query_stretch = speculator.num_speculative_steps + 1
-    if window_size < query_stretch:
-        raise ValueError(
-            f"{KEY}={AUTO} cannot size the draft window: the draft checkpoint "
-            f"{declared.checkpoint} declares {field}={context} and the window's alignment is "
-            f"{alignment}, so W = {context} - {alignment} + 1 = {window_size} is smaller than "
-            f"the {query_stretch} query tokens method {speculator.method!r} drafts per request "
-            f"(num_speculative_tokens + 1). Set {KEY} explicitly to a number of tokens >= "
-            f"{query_stretch}."
-        )
-    logger.info(
-        "%s=%s became W=%d: the draft checkpoint %s declares %s=%d (its training context), "
-        "and the window's reads (W to W + a - 1 = %d tokens, alignment %d) stay within it.",
-        KEY,
-        AUTO,
-        window_size,
-        declared.checkpoint,
-        field,
-        context,
-        window_size + alignment - 1,
-        alignment,
-    )
-    return window_size
-
-
-def _windowed_groups(decisions: list[GroupDecision], window_size: int | str | None) -> list[int]:
-    """The draft groups the window serves; none stops start-up (``set_attn`` runs before the KV cache is allocated)."""
-    windowed = [d.group_id for d in decisions if d.windowed]
-    if not windowed:
-        raise ValueError(
-            f"{KEY}={window_size} cannot window the draft: none of its KV-cache groups is "
-            f"dense, causal attention over the whole context ({describe_decisions(decisions)}). "
-            f"Use a draft whose attention layers are, or remove {KEY}."
-        )
-    return windowed
 
 
 def _engages(spec: WindowSpec, config: DraftWindowConfig, max_model_len: int) -> bool:

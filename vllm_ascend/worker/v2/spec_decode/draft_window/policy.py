@@ -5,7 +5,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import importlib
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -25,9 +26,9 @@ from vllm_ascend.worker.v2.spec_decode.draft_window.groups import (
 )
 from vllm_ascend.worker.v2.spec_decode.draft_window.methods import METHODS, Kind
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release, dotted
-from vllm_ascend.worker.v2.spec_decode.draft_window.views import block_table_units
 
 if TYPE_CHECKING:
+    from transformers import PretrainedConfig
     from vllm.config import VllmConfig
     from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
@@ -98,6 +99,29 @@ def check_start_up(
         )
 
 
+def refuse_unserved(
+    speculator: DraftModelSpeculator,
+    config: DraftWindowConfig,
+    release: Release,
+    decisions: list[GroupDecision],
+    layout: DcpLayout | None,
+    units: Sequence[int],
+) -> str | None:
+    """Every start-up refusal for the draft; returns where its kernel's actual lengths come from."""
+    asked = config.draft_window_size
+    with refusals(KEY, asked):
+        refuse_method(speculator.method, release)
+        refuse_speculator(speculator, release)
+        refuse_shape(speculator, asked if isinstance(asked, int) else None)
+        refuse_backends(speculator, release, decisions)
+        refuse_dcp(speculator, layout, release, decisions, units)
+        source = actual_seq_lens_source(speculator, release, decisions, layout is not None)
+        for path, layout_name, why, fix in release.unserved_state:
+            if dotted(speculator, path):
+                raise Refusal(f"is not supported on {release.name} {layout_name}: {why}", fix)
+    return source
+
+
 def refuse_method(method: str, release: Release) -> None:
     """Stop on a speculative method the window is not proven for on the installed release."""
     if method not in release.methods:
@@ -121,9 +145,11 @@ def refuse_speculator(speculator: DraftModelSpeculator, release: Release) -> Non
         )
 
 
-def refuse_shape(method: str, window_size: int, query_stretch: int, vllm_config: VllmConfig) -> None:
-    """Stop where one block-aligned window per request cannot hold the draft."""
-    if window_size < query_stretch:
+def refuse_shape(speculator: DraftModelSpeculator, window_size: int | None) -> None:
+    """Stop where one block-aligned window per request cannot hold the draft (None: sized later)."""
+    vllm_config, query_stretch = speculator.vllm_config, speculator.num_speculative_steps + 1
+    method = speculator.method
+    if window_size is not None and window_size < query_stretch:
         raise Refusal(
             f"is smaller than the {query_stretch} query tokens method {method!r} drafts per "
             f"request (num_speculative_tokens + 1): the window must hold the draft's own "
@@ -150,6 +176,7 @@ def refuse_dcp(
     layout: DcpLayout | None,
     release: Release,
     decisions: list[GroupDecision],
+    units: Sequence[int],
 ) -> None:
     """Under DCP, stop where a window start cannot drop whole columns on every rank."""
     if layout is None:
@@ -160,7 +187,6 @@ def refuse_dcp(
             f"{where} is not supported on {release.name}: {release.dcp_unserved}",
             "Use decode_context_parallel_size=1, a release that serves it",
         )
-    units = block_table_units(speculator.block_tables)
     notes = {
         name: why
         for name, why, interleaved_only in release.dcp_backend_notes
@@ -220,9 +246,6 @@ def refuse_backends(speculator: DraftModelSpeculator, release: Release, decision
                     f"{where}: {why} (supported for {method} on this release: {', '.join(backends)})",
                     "Use one of those attention backends",
                 )
-    for path, layout, why, fix in release.unserved_state:
-        if dotted(speculator, path):
-            raise Refusal(f"is not supported on {release.name} {layout}: {why}", fix)
 
 
 # Where a kernel's actual lengths come from (plan.ActualSeqLens), besides the draft's own.
@@ -241,7 +264,7 @@ def actual_seq_lens_source(
     method = speculator.method
     backends = {group.backend.__name__ for d in decisions if d.windowed for group in speculator.attn_groups[d.group_id]}
     target = model_type(speculator.vllm_config, "hf_text_config")
-    if (dcp and method in release.dcp_actual_from_bound) or release.actual_from_bound(method, backends, target):
+    if (dcp and method in release.dcp_actual_from_bound) or _actual_from_bound(release, method, backends, target):
         source = FROM_HOST_BOUND
     elif METHODS.get(method) is Kind.AUTOREGRESSIVE and release.ar_actual_from_target:
         source = FROM_TARGET
@@ -254,7 +277,7 @@ def actual_seq_lens_source(
     else:
         return None
     where = f"is not supported on {release.name} for {method}"
-    if release.target_unsynced(getattr(speculator.vllm_config.model_config, "hf_config", None)):
+    if _target_unsynced(release, getattr(speculator.vllm_config.model_config, "hf_config", None)):
         raise Refusal(
             f"{where} with a DeepSeek-V4.1 target: vllm-ascend does not sync its host lengths "
             f"after rejection there, so the actual lengths its kernel takes and the device's "
@@ -278,3 +301,20 @@ def _refuse_target_lengths(decisions: list[GroupDecision], where: str) -> None:
 
 def model_type(vllm_config: VllmConfig, attr: str) -> str:
     return str(getattr(getattr(vllm_config.model_config, attr, None), "model_type", "") or "")
+
+
+def _actual_from_bound(release: Release, method: str, backends: set[str], model_type: str) -> bool:
+    """Whether the draft's kernel takes the host bound plus the query length."""
+    if backends & set(dict(release.actual_from_bound_backends).get(method, ())):
+        return True
+    exact_copy = backends & set(dict(release.exact_copy_backends).get(method, ()))
+    family = any(f in model_type.lower() for f in release.dspark_host_length_targets)
+    return method == "dspark" and family and not exact_copy
+
+
+def _target_unsynced(release: Release, hf_config: PretrainedConfig | None) -> bool:
+    """Whether the target's host lengths are not synced after rejection."""
+    if release.unsynced_target is None or hf_config is None:
+        return False
+    module, function = release.unsynced_target
+    return bool(getattr(importlib.import_module(module), function)(hf_config))

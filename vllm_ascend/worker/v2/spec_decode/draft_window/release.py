@@ -7,10 +7,6 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from transformers import PretrainedConfig
 
 
 @dataclass(frozen=True)
@@ -60,21 +56,6 @@ class Release:
 
     def backends_for(self, method: str) -> tuple[str, ...] | None:
         return dict(self.backends).get(method)
-
-    def actual_from_bound(self, method: str, backends: set[str], model_type: str) -> bool:
-        """Whether the draft's kernel takes the host bound plus the query length."""
-        if backends & set(dict(self.actual_from_bound_backends).get(method, ())):
-            return True
-        exact_copy = backends & set(dict(self.exact_copy_backends).get(method, ()))
-        family = any(f in model_type.lower() for f in self.dspark_host_length_targets)
-        return method == "dspark" and family and not exact_copy
-
-    def target_unsynced(self, hf_config: PretrainedConfig | None) -> bool:
-        """Whether the target's host lengths are not synced after rejection."""
-        if self.unsynced_target is None or hf_config is None:
-            return False
-        module, function = self.unsynced_target
-        return bool(getattr(importlib.import_module(module), function)(hf_config))
 
 
 def dotted(obj: object, path: str) -> object:

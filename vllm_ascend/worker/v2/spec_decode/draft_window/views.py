@@ -4,16 +4,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
-    BlockTableWindow,
-    WindowSpec,
-    ceil_div,
-)
+from vllm_ascend.worker.v2.spec_decode.draft_window.window import BlockTableWindow
 
 if TYPE_CHECKING:
     from vllm.v1.worker.gpu.block_table import BlockTables
@@ -73,17 +69,3 @@ def block_table_units(block_tables: BlockTables) -> Sequence[int]:
     """Tokens per column of each group's ``input_block_tables``."""
     kernel_block_sizes = getattr(block_tables, "kernel_block_sizes", None)
     return kernel_block_sizes if kernel_block_sizes is not None else block_tables.block_sizes
-
-
-def cropped_table_width(
-    spec: WindowSpec,
-    block_size: int,
-    full_width: int,
-    max_query_len: int,
-    table_width: Callable[[int, int], int] | None = None,
-) -> int:
-    """Columns a pass reads, rounded up as vLLM rounds its tables, at most ``full_width``."""
-    needed = ceil_div(spec.read_cap(max_query_len), block_size)
-    if table_width is not None:
-        needed = table_width(needed, block_size)
-    return min(needed, full_width)

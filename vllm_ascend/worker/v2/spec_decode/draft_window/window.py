@@ -14,7 +14,7 @@ are cached rotated, so skipping the gap is exact.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -165,6 +165,20 @@ def seq_lens_upper_bound(
     if spec.min_context:
         caps.clamp_(min=spec.min_context - 1 - step)
     return torch.minimum(upper_bound, caps, out=out)
+
+
+def cropped_table_width(
+    spec: WindowSpec,
+    block_size: int,
+    full_width: int,
+    max_query_len: int,
+    table_width: Callable[[int, int], int] | None = None,
+) -> int:
+    """Columns a pass reads, rounded up as vLLM rounds its tables, at most ``full_width``."""
+    needed = ceil_div(spec.read_cap(max_query_len), block_size)
+    if table_width is not None:
+        needed = table_width(needed, block_size)
+    return min(needed, full_width)
 
 
 class BlockTableWindow:

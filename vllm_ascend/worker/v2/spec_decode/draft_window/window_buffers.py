@@ -13,13 +13,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from vllm_ascend.worker.v2.spec_decode.draft_window.views import (
-    BlockTablesView,
-    InputBuffersView,
-    cropped_table_width,
-)
+from vllm_ascend.worker.v2.spec_decode.draft_window.views import BlockTablesView, InputBuffersView
 from vllm_ascend.worker.v2.spec_decode.draft_window.window import (
     BlockTableWindow,
+    cropped_table_width,
     seq_lens_upper_bound,
     window_seq_lens,
 )
@@ -130,19 +127,11 @@ class DraftWindow:
         self.group_block_sizes = dict(plan.group_units)
         self.dcp = plan.layout
         self.actual = plan.actual
-        full_widths = {g: block_tables.input_block_tables[g].shape[1] for g in plan.group_units}
-        self.windows = self._tables(full_widths, max_num_reqs, device, plan.max_query_len)
-        # Wider tables for a draft prefill over chunks longer than a decode step.
-        self.chunk_windows = self.windows
-        if plan.max_chunk_len:
-            self.chunk_windows = self._tables(full_widths, max_num_reqs, device, plan.max_chunk_len)
         self._allocate(max_num_reqs, device, input_buffers)
         # A one-launch refresh (None: the torch path).
         self.refresh_kernel: RefreshKernel | None = None
         has_mirror = host_mirror is not None and hasattr(input_buffers, host_mirror[0])
         self.seq_lens_cpu = torch.zeros(max_num_reqs, dtype=torch.int32) if has_mirror else None
-        self.input_buffers = InputBuffersView(input_buffers, self.seq_lens, host_mirror, self.seq_lens_cpu)
-        self.block_tables = BlockTablesView(block_tables, self.windows)
         self.path: list[str] = []
         self.windowed_attn_groups: list[list[AttentionGroup]] | None = None
         self.unwindowed_attn_groups: list[list[AttentionGroup]] | None = None
@@ -155,6 +144,14 @@ class DraftWindow:
         # A check of the builders (None: none attached).
         self.path_check: BuilderCheck | None = None
         self.propose = ProposeState()
+        full_widths = {g: block_tables.input_block_tables[g].shape[1] for g in plan.group_units}
+        self.windows = self._tables(full_widths, max_num_reqs, device, plan.max_query_len)
+        # Wider tables for a draft prefill over chunks longer than a decode step.
+        self.chunk_windows = self.windows
+        if plan.max_chunk_len:
+            self.chunk_windows = self._tables(full_widths, max_num_reqs, device, plan.max_chunk_len)
+        self.input_buffers = InputBuffersView(input_buffers, self.seq_lens, host_mirror, self.seq_lens_cpu)
+        self.block_tables = BlockTablesView(block_tables, self.windows)
 
     def _tables(
         self, full_widths: dict[int, int], max_num_reqs: int, device: torch.device, query: int
