@@ -98,22 +98,33 @@ def test_the_new_modules_are_the_packages_own(made, tmp_path):
     assert not (tree / upstream.PACKAGE / upstream.OVERLAY).exists()
 
 
-def test_vllm_ascends_own_unit_tests_keep_every_outcome_and_the_patchs_own_pass(tmp_path):
-    pristine = upstream.patched_tree(tmp_path / "pristine", apply=False)
-    patched = upstream.patched_tree(tmp_path / "patched")
-    before = vllm_ascend_ut.run(pristine, tmp_path)
-    after = vllm_ascend_ut.run(
-        patched, tmp_path / "patched-run", (*vllm_ascend_ut.SUBSET, str(upstream.UT))
-    )
+@pytest.fixture(scope="module")
+def pristine_outcomes(tmp_path_factory) -> dict[str, str]:
+    """vllm-ascend's own unit tests (``vllm_ascend_ut.SUBSET``) on the pristine tree, run once:
+    none fails there."""
+    root = tmp_path_factory.mktemp("pristine-ut")
+    before = vllm_ascend_ut.run(upstream.patched_tree(root / "tree", apply=False), root)
     assert len(before) > 900
     assert not [name for name, outcome in before.items() if outcome in ("failed", "error")]
-    assert {name: after.get(name) for name in before} == before
-    added = {name: outcome for name, outcome in after.items() if name not in before}
+    return before
+
+
+def _keeps_their_outcomes_and_ours_pass(outcomes: dict[str, str], before: dict[str, str]) -> None:
+    assert {name: outcomes.get(name) for name in before} == before
+    added = {name: outcome for name, outcome in outcomes.items() if name not in before}
     assert added and all(
         name.startswith("tests.ut.worker.v2.spec_decode.draft_window.test_draft_window")
         for name in added
     )
     assert set(added.values()) == {"passed"}, added
+
+
+def test_vllm_ascends_own_unit_tests_keep_every_outcome_and_the_patchs_own_pass(
+    pristine_outcomes, tmp_path
+):
+    patched = upstream.patched_tree(tmp_path / "patched")
+    after = vllm_ascend_ut.run(patched, tmp_path, (*vllm_ascend_ut.SUBSET, str(upstream.UT)))
+    _keeps_their_outcomes_and_ours_pass(after, pristine_outcomes)
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +188,11 @@ def test_each_part_is_one_pull_request_in_vllm_ascends_template(series):
 
 
 @pytest.mark.parametrize("parts", range(1, len(upstream.PARTS)))
-def test_an_earlier_parts_tree_passes_its_tests_and_the_earlier_parts(parts, tmp_path):
+def test_each_earlier_parts_tree_passes_its_tests_and_keeps_vllm_ascends_outcomes(
+    parts, pristine_outcomes, tmp_path
+):
+    """Each part as it would be reviewed: its tree passes its own tests and the earlier parts',
+    and vllm-ascend's own unit tests keep the pristine tree's outcomes on it."""
     tree = upstream.patched_tree(tmp_path / "tree", parts=parts)
     tests = sorted(
         str(p.relative_to(tree)) for p in (tree / upstream.UT).glob("test_draft_window*")
@@ -185,8 +200,11 @@ def test_an_earlier_parts_tree_passes_its_tests_and_the_earlier_parts(parts, tmp
     later = {str(p) for p, number in upstream.PART_FILES.items() if number > parts}
     assert tests and not later & set(tests)
     assert not [p for p in later if (tree / p).exists()]
-    outcomes = vllm_ascend_ut.run(tree, tmp_path, tuple(tests))
-    assert outcomes and set(outcomes.values()) == {"passed"}, outcomes
+    outcomes = vllm_ascend_ut.run(tree, tmp_path, (*vllm_ascend_ut.SUBSET, *tests))
+    _keeps_their_outcomes_and_ours_pass(outcomes, pristine_outcomes)
+    # Every test file of the tree ran (a file pytest cannot import reports no test).
+    modules = {test.removesuffix(".py").replace("/", ".") for test in tests}
+    assert {name.split("::")[0] for name in outcomes} >= modules
 
 
 def _numstat(patch: str) -> dict[str, int]:
