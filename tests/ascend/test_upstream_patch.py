@@ -20,6 +20,7 @@ The window's own tests run against the patched tree in ``make test-upstream``
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -103,10 +104,24 @@ def pristine_outcomes(tmp_path_factory) -> dict[str, str]:
     """vllm-ascend's own unit tests (``vllm_ascend_ut.SUBSET``) on the pristine tree, run once:
     none fails there."""
     root = tmp_path_factory.mktemp("pristine-ut")
-    before = vllm_ascend_ut.run(upstream.patched_tree(root / "tree", apply=False), root)
+    tree = upstream.patched_tree(root / "tree", apply=False)
+    _passes_their_ci_test_layout_gate(tree)
+    before = vllm_ascend_ut.run(tree, root)
     assert len(before) > 900
     assert not [name for name, outcome in before.items() if outcome in ("failed", "error")]
     return before
+
+
+def _passes_their_ci_test_layout_gate(tree: Path) -> None:
+    """vllm-ascend's CI gate over its test layout (``.github/workflows/scripts/coverage.py``):
+    every e2e file has an estimated time, every path its test config names exists."""
+    gate = subprocess.run(
+        [sys.executable, ".github/workflows/scripts/coverage.py"],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+    )
+    assert gate.returncode == 0 and "REVIEW RESULT" in gate.stdout, gate.stdout + gate.stderr
 
 
 def _keeps_their_outcomes_and_ours_pass(outcomes: dict[str, str], before: dict[str, str]) -> None:
@@ -125,6 +140,7 @@ def test_vllm_ascends_own_unit_tests_keep_every_outcome_and_the_patchs_own_pass(
     patched = upstream.patched_tree(tmp_path / "patched")
     after = vllm_ascend_ut.run(patched, tmp_path, (*vllm_ascend_ut.SUBSET, str(upstream.UT)))
     _keeps_their_outcomes_and_ours_pass(after, pristine_outcomes)
+    _passes_their_ci_test_layout_gate(patched)
 
 
 @pytest.fixture(scope="module")
@@ -202,6 +218,7 @@ def test_each_earlier_parts_tree_passes_its_tests_and_keeps_vllm_ascends_outcome
     assert not [p for p in later if (tree / p).exists()]
     outcomes = vllm_ascend_ut.run(tree, tmp_path, (*vllm_ascend_ut.SUBSET, *tests))
     _keeps_their_outcomes_and_ours_pass(outcomes, pristine_outcomes)
+    _passes_their_ci_test_layout_gate(tree)
     # Every test file of the tree ran (a file pytest cannot import reports no test).
     modules = {test.removesuffix(".py").replace("/", ".") for test in tests}
     assert {name.split("::")[0] for name in outcomes} >= modules
@@ -416,8 +433,6 @@ def _type_check(tree: Path, cache: Path) -> list[str]:
     """vllm-ascend's type check of its package on ``tree`` (its flags and ``mypy.ini``; vLLM
     and torch from this environment), incremental over ``cache``: each error, without its
     line number."""
-    import sys
-
     command = [sys.executable, "-m", "mypy", "--python-executable", sys.executable]
     command += [*_their_mypy_flags(), "--cache-dir", str(cache), "vllm_ascend"]
     run = subprocess.run(

@@ -24,6 +24,8 @@ CHANGED = (
     "vllm_ascend/worker/v2/spec_decode/autoregressive/speculator.py",
     "vllm_ascend/worker/v2/spec_decode/dflash/speculator.py",
     "vllm_ascend/worker/v2/spec_decode/dspark/speculator.py",
+    # Each e2e file's entry, which vllm-ascend's CI (its coverage.py) requires.
+    ".github/workflows/scripts/estimated_times.yaml",
 )
 OUT = ROOT / "dist" / f"vllm-ascend-{RELEASE}-draft-window.patch"
 # The same change as a series of pull requests, each applying on the previous one.
@@ -190,17 +192,17 @@ def write_series(out: Path = SERIES_OUT) -> list[Path]:
 
 
 def patched_tree(directory: Path, apply: bool = True, parts: int | None = None) -> Path:
-    """A vllm-ascend source tree at ``directory``: the pristine sdist's ``vllm_ascend`` and
-    ``tests`` (and the files at its root), with the patch applied by ``git apply`` unless
-    ``apply`` is False (with ``parts``: the series' first ``parts`` pull requests, one
-    ``git apply`` each); plus the ``_build_info.py`` vllm-ascend's build writes (an A2 SOC,
+    """A vllm-ascend source tree at ``directory``: the pristine sdist's ``vllm_ascend``,
+    ``tests`` and ``.github`` (and the files at its root), with the patch applied by
+    ``git apply`` unless ``apply`` is False (with ``parts``: the series' first ``parts`` pull
+    requests, one ``git apply`` each); plus the ``_build_info.py`` vllm-ascend's build writes (an A2 SOC,
     as the Ascend environments have it)."""
     pristine = _pristine()
     if directory.exists():
         shutil.rmtree(directory)
     directory.mkdir(parents=True)
     for entry in pristine.iterdir():
-        if entry.is_dir() and entry.name not in ("vllm_ascend", "tests"):
+        if entry.is_dir() and entry.name not in ("vllm_ascend", "tests", ".github"):
             continue
         copy = shutil.copytree if entry.is_dir() else shutil.copy2
         copy(entry, directory / entry.name)
