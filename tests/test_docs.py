@@ -1109,6 +1109,7 @@ EXTERNAL = {
     "prepare_dflash_inputs.py",
     "ascend_config.py",
     "_build_info.py",
+    ".github/workflows/scripts/coverage.py",
     "tests/ut/conftest.py",
     "tests/ut/worker/v2/spec_decode/draft_window/test_draft_window.py",
     "worker/v2/test_spec_decode.py",

@@ -121,7 +121,11 @@ def test_a_window_that_ignores_dcp_is_caught(capsys, monkeypatch):
     cp b) crops the wrong columns of every rank's table."""
     from vllm_ascend.worker.v2.spec_decode.draft_window import plan
 
-    monkeypatch.setattr(plan, "column_tokens", lambda units, group_ids, layout: {g: int(units[g]) for g in group_ids})
+    monkeypatch.setattr(
+        plan,
+        "column_tokens",
+        lambda units, group_ids, layout: {g: int(units[g]) for g in group_ids},
+    )
     code = inspect("--window 256 --seq-lens 1000,5000 --block-sizes 16 --method dspark --dcp 2")
     out = capsys.readouterr().out
     assert code == 1

@@ -509,7 +509,6 @@ def test_a_dflash_draft_is_served_at_the_dcp_size_vllm_gives_it_by_default(
     vLLM 0.33: served; sharded, a layout no earlier release made: refused. (The method is
     set after validation: a DFlash config validates against its draft checkpoint.)"""
     from testbed.configs import set_method
-    from vllm_ascend.worker.v2.spec_decode.draft_window import policy
     from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.plugin_release import (
         refuse_config,
     )
@@ -518,12 +517,11 @@ def test_a_dflash_draft_is_served_at_the_dcp_size_vllm_gives_it_by_default(
     assert not config.speculative_config.draft_model_config.use_mla
     object.__setattr__(config.speculative_config, "draft_decode_context_parallel_size", draft_dcp)
     if not refused:
-        with policy.refusals("draft_window_size", 512):
-            refuse_config(config, RELEASE)
+        refuse_config(config, RELEASE, 512)
         return
-    proven = "for method 'dflash': the window is proven for that "
-    with pytest.raises(ValueError, match=proven), policy.refusals("draft_window_size", 512):
-        refuse_config(config, RELEASE)
+    proven = "^draft_window_size=512 is not supported .* for method 'dflash': the window is proven "
+    with pytest.raises(ValueError, match=proven):
+        refuse_config(config, RELEASE, 512)
 
 
 @pytest.mark.release("vLLM 0.34.x")

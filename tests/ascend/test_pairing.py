@@ -127,8 +127,8 @@ def test_eagle3_with_the_window_builds_on_model_runner_v2_and_other_methods_stop
     assert speculative_config(model_dir, {"draft_window_size": 512}).use_v2_model_runner
     # Every other Model Runner V2 method of vLLM 0.30 but MTP (which keeps its warning) is
     # one the release does not serve, e.g. extract_hidden_states.
-    with pytest.raises(ValueError) as error, policy.refusals("draft_window_size", 512):
-        policy.refuse_method("extract_hidden_states", install.installation().release)
+    with pytest.raises(ValueError) as error:
+        policy.refuse_method("extract_hidden_states", install.installation().release, 512)
     assert (
         "draft_window_size=512 is not supported on Model Runner V2 for speculative method "
         f"'extract_hidden_states' on {installed_release().name}; supported there: "

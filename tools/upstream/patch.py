@@ -195,8 +195,8 @@ def patched_tree(directory: Path, apply: bool = True, parts: int | None = None) 
     """A vllm-ascend source tree at ``directory``: the pristine sdist's ``vllm_ascend``,
     ``tests`` and ``.github`` (and the files at its root), with the patch applied by
     ``git apply`` unless ``apply`` is False (with ``parts``: the series' first ``parts`` pull
-    requests, one ``git apply`` each); plus the ``_build_info.py`` vllm-ascend's build writes (an A2 SOC,
-    as the Ascend environments have it)."""
+    requests, one ``git apply`` each); plus the ``_build_info.py`` vllm-ascend's build writes
+    (an A2 SOC, as the Ascend environments have it)."""
     pristine = _pristine()
     if directory.exists():
         shutil.rmtree(directory)

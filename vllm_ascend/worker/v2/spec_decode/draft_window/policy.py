@@ -1,13 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM-Ascend project
-"""Start-up refusals: each check raises a ``Refusal``; ``refusals`` turns it into one
-``ValueError`` naming the key, its value and the fix."""
+"""Start-up refusals: each check raises a ``ValueError`` naming the key, its value and the fix
+(``refused``)."""
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import (
@@ -33,22 +32,9 @@ if TYPE_CHECKING:
     from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
 
-class Refusal(Exception):
-    """Why the window cannot serve a setting; ``fix``: what does, besides dropping the key."""
-
-    def __init__(self, why: str, fix: str | None = None) -> None:
-        super().__init__(why)
-        self.why, self.fix = why, fix
-
-
-@contextmanager
-def refusals(key: str, value: object) -> Iterator[None]:
-    """A ``Refusal`` raised inside, as ``ValueError("key=value why. Fix, or remove key.")``."""
-    try:
-        yield
-    except Refusal as refusal:
-        fix = f"{refusal.fix}, or remove {key}." if refusal.fix else f"Remove {key}."
-        raise ValueError(f"{key}={value} {refusal.why}. {fix}") from None
+def refused(asked: object, why: str, fix: str | None = None) -> str:
+    """``"draft_window_size=<asked> <why>. <Fix>, or remove draft_window_size."``"""
+    return f"{KEY}={asked} {why}. " + (f"{fix}, or remove {KEY}." if fix else f"Remove {KEY}.")
 
 
 def check_start_up(
@@ -68,8 +54,7 @@ def check_start_up(
                 "the draft reads)."
             )
         if method is not None and release is not None and METHODS.get(method) is not Kind.MTP:
-            with refusals(KEY, config.draft_window_size):
-                refuse_method(method, release)
+            refuse_method(method, release, config.draft_window_size)
             if config.auto:
                 declared_context(vllm_config)
     elif config.draft_window_free_kv:
@@ -109,65 +94,79 @@ def refuse_unserved(
 ) -> str | None:
     """Every start-up refusal for the draft; returns where its kernel's actual lengths come from."""
     asked = config.draft_window_size
-    with refusals(KEY, asked):
-        refuse_method(speculator.method, release)
-        refuse_speculator(speculator, release)
-        refuse_shape(speculator, asked if isinstance(asked, int) else None)
-        refuse_backends(speculator, release, decisions)
-        refuse_dcp(speculator, layout, release, decisions, units)
-        source = actual_seq_lens_source(speculator, release, decisions, layout is not None)
-        for path, layout_name, why, fix in release.unserved_state:
-            if dotted(speculator, path):
-                raise Refusal(f"is not supported on {release.name} {layout_name}: {why}", fix)
+    refuse_method(speculator.method, release, asked)
+    refuse_speculator(speculator, release, asked)
+    refuse_shape(speculator, asked)
+    refuse_backends(speculator, release, decisions, asked)
+    refuse_dcp(speculator, layout, release, decisions, units, asked)
+    source = actual_seq_lens_source(speculator, release, decisions, layout is not None, asked)
+    for path, layout_name, why, fix in release.unserved_state:
+        if dotted(speculator, path):
+            raise ValueError(refused(asked, f"is not supported on {release.name} {layout_name}: {why}", fix))
     return source
 
 
-def refuse_method(method: str, release: Release) -> None:
+def refuse_method(method: str, release: Release, asked: object) -> None:
     """Stop on a speculative method the window is not proven for on the installed release."""
     if method not in release.methods:
-        raise Refusal(
-            f"is not supported on Model Runner V2 for speculative method {method!r} on "
-            f"{release.name}; supported there: {', '.join(release.methods)}",
-            "Use one of those methods",
+        raise ValueError(
+            refused(
+                asked,
+                f"is not supported on Model Runner V2 for speculative method {method!r} on "
+                f"{release.name}; supported there: {', '.join(release.methods)}",
+                "Use one of those methods",
+            )
         )
 
 
-def refuse_speculator(speculator: DraftModelSpeculator, release: Release) -> None:
+def refuse_speculator(speculator: DraftModelSpeculator, release: Release, asked: object) -> None:
     """Stop on a speculator class not tested with the window for the method on the release."""
     served = release.speculators_for(speculator.method)
     owner = type(speculator).__name__
     if owner not in served:
-        raise Refusal(
-            f"is not supported on Model Runner V2 for speculative method "
-            f"{speculator.method!r} with speculator {owner} on {release.name}: the window is "
-            f"tested there with {', '.join(served) or 'no speculator of that method'} only",
-            "Use a draft those speculators serve",
+        raise ValueError(
+            refused(
+                asked,
+                f"is not supported on Model Runner V2 for speculative method "
+                f"{speculator.method!r} with speculator {owner} on {release.name}: the window is "
+                f"tested there with {', '.join(served) or 'no speculator of that method'} only",
+                "Use a draft those speculators serve",
+            )
         )
 
 
-def refuse_shape(speculator: DraftModelSpeculator, window_size: int | None) -> None:
-    """Stop where one block-aligned window per request cannot hold the draft (None: sized later)."""
+def refuse_shape(speculator: DraftModelSpeculator, asked: object) -> None:
+    """Stop where one block-aligned window per request cannot hold the draft (``"auto"``: sized later)."""
     vllm_config, query_stretch = speculator.vllm_config, speculator.num_speculative_steps + 1
     method = speculator.method
-    if window_size is not None and window_size < query_stretch:
-        raise Refusal(
-            f"is smaller than the {query_stretch} query tokens method {method!r} drafts per "
-            f"request (num_speculative_tokens + 1): the window must hold the draft's own "
-            f"queries",
-            f"Use {KEY} >= {query_stretch}",
+    if isinstance(asked, int) and asked < query_stretch:
+        raise ValueError(
+            refused(
+                asked,
+                f"is smaller than the {query_stretch} query tokens method {method!r} drafts per "
+                f"request (num_speculative_tokens + 1): the window must hold the draft's own "
+                f"queries",
+                f"Use {KEY} >= {query_stretch}",
+            )
         )
     if getattr(vllm_config.model_config, "is_mm_prefix_lm", False):
-        raise Refusal(
-            "does not support prefix-LM multimodal targets: their bidirectional image spans "
-            "are placed in absolute positions that a cropped draft table no longer uses"
+        raise ValueError(
+            refused(
+                asked,
+                "does not support prefix-LM multimodal targets: their bidirectional image spans "
+                "are placed in absolute positions that a cropped draft table no longer uses",
+            )
         )
     pcp = getattr(vllm_config.parallel_config, "prefill_context_parallel_size", 1) or 1
     if pcp > 1:
-        raise Refusal(
-            f"does not support prefill_context_parallel_size={pcp}: the draft prefill builds "
-            f"metadata for the global batch while each rank runs its own split of the tokens, "
-            f"which one block-aligned window per request cannot crop",
-            "Use prefill_context_parallel_size=1",
+        raise ValueError(
+            refused(
+                asked,
+                f"does not support prefill_context_parallel_size={pcp}: the draft prefill builds "
+                f"metadata for the global batch while each rank runs its own split of the tokens, "
+                f"which one block-aligned window per request cannot crop",
+                "Use prefill_context_parallel_size=1",
+            )
         )
 
 
@@ -177,15 +176,19 @@ def refuse_dcp(
     release: Release,
     decisions: list[GroupDecision],
     units: Sequence[int],
+    asked: object,
 ) -> None:
     """Under DCP, stop where a window start cannot drop whole columns on every rank."""
     if layout is None:
         return
     where = f"with {layout.describe()}"
     if release.dcp_unserved is not None:
-        raise Refusal(
-            f"{where} is not supported on {release.name}: {release.dcp_unserved}",
-            "Use decode_context_parallel_size=1, a release that serves it",
+        raise ValueError(
+            refused(
+                asked,
+                f"{where} is not supported on {release.name}: {release.dcp_unserved}",
+                "Use decode_context_parallel_size=1, a release that serves it",
+            )
         )
     notes = {
         name: why
@@ -197,24 +200,32 @@ def refuse_dcp(
         if not decision.windowed or not layout.sharded[g]:
             continue
         if int(units[g]) % layout.interleave:
-            raise Refusal(
-                f"{where}: the interleave does not divide the {int(units[g])} tokens one column "
-                f"of {decision.describe()} holds on each rank, so no window start is whole "
-                f"columns on every rank",
-                f"Use a cp_kv_cache_interleave_size that divides {int(units[g])} (1, or the block size)",
+            raise ValueError(
+                refused(
+                    asked,
+                    f"{where}: the interleave does not divide the {int(units[g])} tokens one column "
+                    f"of {decision.describe()} holds on each rank, so no window start is whole "
+                    f"columns on every rank",
+                    f"Use a cp_kv_cache_interleave_size that divides {int(units[g])} (1, or the block size)",
+                )
             )
         for group in speculator.attn_groups[g]:
             why = notes.get(group.backend.__name__)
             if why:
-                raise Refusal(
-                    f"{where} is not supported for {speculator.method} with "
-                    f"{decision.describe()} on attention backend {group.backend.__name__}: "
-                    f"{why}",
-                    "Use decode_context_parallel_size=1, another attention backend",
+                raise ValueError(
+                    refused(
+                        asked,
+                        f"{where} is not supported for {speculator.method} with "
+                        f"{decision.describe()} on attention backend {group.backend.__name__}: "
+                        f"{why}",
+                        "Use decode_context_parallel_size=1, another attention backend",
+                    )
                 )
 
 
-def refuse_backends(speculator: DraftModelSpeculator, release: Release, decisions: list[GroupDecision]) -> None:
+def refuse_backends(
+    speculator: DraftModelSpeculator, release: Release, decisions: list[GroupDecision], asked: object
+) -> None:
     """Stop where the draft's kernel would read lengths the window does not set."""
     method = speculator.method
     backends = release.backends_for(method)
@@ -235,16 +246,22 @@ def refuse_backends(speculator: DraftModelSpeculator, release: Release, decision
                 # hand its kernel host lengths of its own, which only that release's hooks
                 # window: served without them, the kernel would read outside the window.
                 v1 = ", run Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0)"
-                raise Refusal(
-                    f"{where} from {module}, defined outside {project}: the window is proven "
-                    f"on this release for {project}'s own backends only",
-                    "Use a supported release for that platform" + (v1 if release.model_runner_v1 else ""),
+                raise ValueError(
+                    refused(
+                        asked,
+                        f"{where} from {module}, defined outside {project}: the window is proven "
+                        f"on this release for {project}'s own backends only",
+                        "Use a supported release for that platform" + (v1 if release.model_runner_v1 else ""),
+                    )
                 )
             if backends is not None and name not in backends:
                 why = method_note or notes.get(name, "its kernel takes host lengths the window does not set yet")
-                raise Refusal(
-                    f"{where}: {why} (supported for {method} on this release: {', '.join(backends)})",
-                    "Use one of those attention backends",
+                raise ValueError(
+                    refused(
+                        asked,
+                        f"{where}: {why} (supported for {method} on this release: {', '.join(backends)})",
+                        "Use one of those attention backends",
+                    )
                 )
 
 
@@ -258,6 +275,7 @@ def actual_seq_lens_source(
     release: Release,
     decisions: list[GroupDecision],
     dcp: bool,
+    asked: object,
 ) -> str | None:
     """Where the draft's kernel takes host-computed actual lengths (None: its own device
     lengths); refused where the window start cannot come from them."""
@@ -269,33 +287,42 @@ def actual_seq_lens_source(
     elif METHODS.get(method) is Kind.AUTOREGRESSIVE and release.ar_actual_from_target:
         source = FROM_TARGET
         if getattr(speculator, "use_fused_multi_step_decode", False):
-            raise Refusal(
-                f"is not supported on {release.name} with the fused multi-step draft decode (a "
-                f"draft attention backend that updates its metadata in place): the release's "
-                f"host lengths are written per step"
+            raise ValueError(
+                refused(
+                    asked,
+                    f"is not supported on {release.name} with the fused multi-step draft decode (a "
+                    f"draft attention backend that updates its metadata in place): the release's "
+                    f"host lengths are written per step",
+                )
             )
     else:
         return None
     where = f"is not supported on {release.name} for {method}"
     if _target_unsynced(release, getattr(speculator.vllm_config.model_config, "hf_config", None)):
-        raise Refusal(
-            f"{where} with a DeepSeek-V4.1 target: vllm-ascend does not sync its host lengths "
-            f"after rejection there, so the actual lengths its kernel takes and the device's "
-            f"differ"
+        raise ValueError(
+            refused(
+                asked,
+                f"{where} with a DeepSeek-V4.1 target: vllm-ascend does not sync its host lengths "
+                f"after rejection there, so the actual lengths its kernel takes and the device's "
+                f"differ",
+            )
         )
     if source == FROM_TARGET:
-        _refuse_target_lengths(decisions, where)
+        _refuse_target_lengths(decisions, where, asked)
     return source
 
 
-def _refuse_target_lengths(decisions: list[GroupDecision], where: str) -> None:
+def _refuse_target_lengths(decisions: list[GroupDecision], where: str, asked: object) -> None:
     """The layouts an EAGLE decode whose kernel takes the target's lengths cannot serve."""
     unwindowed = [d for d in decisions if not d.windowed]
     if unwindowed:
-        raise Refusal(
-            f"{where} with draft KV-cache groups the window does not window "
-            f"({describe_decisions(unwindowed)}): vllm-ascend writes one host length list "
-            f"into every draft layer"
+        raise ValueError(
+            refused(
+                asked,
+                f"{where} with draft KV-cache groups the window does not window "
+                f"({describe_decisions(unwindowed)}): vllm-ascend writes one host length list "
+                f"into every draft layer",
+            )
         )
 
 

@@ -133,8 +133,7 @@ def _check_window_config(vllm_config) -> None:
     release = installed.release if installed is not None else None
     policy.check_start_up(vllm_config, config, release, model_runner_v2)
     if model_runner_v2 and release is not None:
-        with policy.refusals(KEY, config.draft_window_size):
-            refuse_config(vllm_config, release)
+        refuse_config(vllm_config, release, config.draft_window_size)
     method = getattr(vllm_config.speculative_config, "method", None)
     if model_runner_v2 and config.draft_window_free_kv and method is not None:
         free_kv.refuse_free_kv(vllm_config, config, release)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from vllm_ascend.worker.v2.spec_decode.draft_window.methods import METHODS, Kind
-from vllm_ascend.worker.v2.spec_decode.draft_window.policy import Refusal
+from vllm_ascend.worker.v2.spec_decode.draft_window.policy import refused
 from vllm_ascend.worker.v2.spec_decode.draft_window.release import Release, dotted
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ class PluginRelease(Release):
         return cls(**fields, **facts)
 
 
-def refuse_config(vllm_config: VllmConfig, release: PluginRelease) -> None:
+def refuse_config(vllm_config: VllmConfig, release: PluginRelease, asked: object) -> None:
     """Stop on a layout the release does not serve (vLLM 0.34's dual-batch overlap) or a draft
     DCP size other than the target's (1 for a DFlash-family draft without MLA)."""
     speculative = vllm_config.speculative_config
@@ -46,7 +46,7 @@ def refuse_config(vllm_config: VllmConfig, release: PluginRelease) -> None:
         return
     for path, layout, why, fix in release.unserved_config:
         if dotted(vllm_config, path):
-            raise Refusal(f"is not supported on {release.name} {layout}: {why}", fix)
+            raise ValueError(refused(asked, f"is not supported on {release.name} {layout}: {why}", fix))
     draft_dcp = getattr(speculative, "draft_decode_context_parallel_size", None)
     if not release.own_draft_dcp or draft_dcp is None:
         return
@@ -55,10 +55,13 @@ def refuse_config(vllm_config: VllmConfig, release: PluginRelease) -> None:
     replicated = METHODS.get(method) is Kind.PARALLEL and not getattr(draft_config, "use_mla", False)
     served = 1 if replicated else target_dcp
     if draft_dcp != served:
-        raise Refusal(
-            f"is not supported on {release.name} with draft_decode_context_parallel_size="
-            f"{draft_dcp} under decode_context_parallel_size={target_dcp} for method "
-            f"{method!r}: the window is proven for that draft at "
-            f"draft_decode_context_parallel_size={served} only",
-            f"Set draft_decode_context_parallel_size={served} (or leave it unset)",
+        raise ValueError(
+            refused(
+                asked,
+                f"is not supported on {release.name} with draft_decode_context_parallel_size="
+                f"{draft_dcp} under decode_context_parallel_size={target_dcp} for method "
+                f"{method!r}: the window is proven for that draft at "
+                f"draft_decode_context_parallel_size={served} only",
+                f"Set draft_decode_context_parallel_size={served} (or leave it unset)",
+            )
         )

@@ -20,7 +20,7 @@ import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from vllm_ascend.worker.v2.spec_decode.draft_window import policy, speculator
+from vllm_ascend.worker.v2.spec_decode.draft_window import speculator
 from vllm_ascend.worker.v2.spec_decode.draft_window.config import KEY, DraftWindowConfig
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.fused_check import enable_if_trusted
 from vllm_ascend.worker.v2.spec_decode.draft_window.overlay.hooks.common import (
@@ -54,8 +54,7 @@ def create_checked_window(
     vllm_config = draft_speculator.vllm_config
     config = DraftWindowConfig.from_additional_config(getattr(vllm_config, "additional_config", None))
     if config.enabled:
-        with policy.refusals(KEY, config.draft_window_size):
-            refuse_config(vllm_config, release)
+        refuse_config(vllm_config, release, config.draft_window_size)
     window = speculator.create_draft_window(draft_speculator, release, freed)
     if window is not None:
         window.path_check = PathCheck(window, draft_speculator, release, release.bound_as_exact_rows)
